@@ -1,0 +1,30 @@
+# Two entry points: `make repro` (the real pipeline) and `make test` (the suite).
+# Both create .venv on first use; nothing is assumed beyond Python 3.10+ and git.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU build; on a CUDA machine use e.g. TORCH_SPEC='torch==2.13.0' with PyTorch's CUDA index.
+TORCH_SPEC ?= torch==2.13.0
+# Local mirror of the raw files; unset it to download from the internet mirrors.
+PIPELINE_MIRROR ?= $(abspath ../shared/datasets)
+export PIPELINE_MIRROR
+
+.PHONY: setup repro test clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+	touch $@
+
+repro: setup
+	PATH="$(abspath $(BIN)):$$PATH" dvc repro
+	PATH="$(abspath $(BIN)):$$PATH" dvc metrics show
+
+test: setup
+	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

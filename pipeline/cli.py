@@ -1,0 +1,87 @@
+"""`python -m pipeline <stage>`: one thin command per DVC stage.
+
+Each command reads its knobs from params.yaml, calls the stage function, and turns the
+stage's own validation errors into a one-paragraph message and exit status 1.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from pipeline.params import ParamsError, load_params, section
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PARAMS_OPTION = click.option(
+    "--params", "params_path", type=click.Path(path_type=Path), default=Path("params.yaml"),
+    show_default=True, help="The params file holding this stage's settings.",
+)
+
+
+def _expected_errors() -> tuple[type[Exception], ...]:
+    from pipeline.csvdata import DataError
+    from pipeline.fetch import FetchError
+    from pipeline.idx import IdxError
+
+    return (ParamsError, FetchError, DataError, IdxError)
+
+
+def stage_command(func: F) -> F:
+    """Report a stage's known failures as a clean error rather than a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except _expected_errors() as err:
+            raise click.ClickException(str(err)) from err
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Where does PyTorch training time go on MNIST, and how fast can the data path be?
+
+    One command per DVC stage; `dvc repro` runs them in order (see dvc.yaml). Each reads
+    its settings from params.yaml.
+    """
+
+
+@main.command()
+@click.argument("dataset")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Folder to fill with the verified, decompressed files (replaced whole).")
+@PARAMS_OPTION
+@stage_command
+def fetch(dataset: str, out: Path, params_path: Path) -> None:
+    """Download DATASET's files from its mirrors, verified by content sha256.
+
+    Mirrors are tried in order: $PIPELINE_MIRROR/<DATASET> first when set (a folder, a
+    file:// URL or an http(s) URL), then `mirrors.<DATASET>` in params.yaml. Each file is
+    un-gzipped and hashed while it streams; a mismatch moves on to the next mirror.
+    """
+    from pipeline.fetch import FetchSettings, fetch_dataset
+
+    params = load_params(params_path)
+    settings = FetchSettings(**params.get("fetch", {}))
+    mirrors = params.get("mirrors", {}).get(dataset, [])
+    fetch_dataset(dataset, section(params, "datasets", dataset, "files"), mirrors, out, settings)
+
+
+@main.command("csv")
+@click.option("--raw", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="The fetch stage's folder.")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Folder for train.csv and test.csv.")
+@stage_command
+def csv_command(raw: Path, out: Path) -> None:
+    """Render train.csv and test.csv: header, then label + 784 pixels per row."""
+    from pipeline.csvdata import render_csvs
+
+    render_csvs(raw, out)

@@ -1,0 +1,90 @@
+"""Render the raw data sets as CSV: the format the seed's story starts from.
+
+One row per image: the label, then the 784 pixels as decimal integers, comma-separated,
+`\\n` line ends, under the Kaggle edition's header `label,pixel1,...,pixel784`. polars'
+multithreaded writer does this at a few hundred MB/s (numpy.savetxt manages ~17 MB/s);
+see `benchmarks/csv_write.py`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipeline.atomic import atomic_path
+from pipeline.idx import read_idx
+
+SPLITS = ("train", "test")
+PIXELS = 28 * 28
+COLUMNS = ["label"] + [f"pixel{i}" for i in range(1, PIXELS + 1)]
+HEADER = ",".join(COLUMNS) + "\n"
+
+
+class DataError(ValueError):
+    """Input data that breaks the data set's contract; the message says what and where."""
+
+
+def load_idx_split(raw_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Images [n, 28, 28] uint8 and labels [n] uint8 of one split, cross-checked."""
+    images_path, labels_path = raw_dir / f"{split}-images.idx", raw_dir / f"{split}-labels.idx"
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    if images.ndim != 3 or images.shape[1:] != (28, 28) or images.dtype != np.uint8:
+        raise DataError(f"{images_path}: expected uint8 images of shape [n, 28, 28], got "
+                        f"{images.dtype} {list(images.shape)}")
+    if labels.ndim != 1 or labels.dtype != np.uint8:
+        raise DataError(f"{labels_path}: expected uint8 labels of shape [n], got "
+                        f"{labels.dtype} {list(labels.shape)}")
+    if len(images) != len(labels):
+        raise DataError(f"{split}: {len(images):,} images in {images_path} but "
+                        f"{len(labels):,} labels in {labels_path}")
+    bad = np.flatnonzero(labels > 9)
+    if bad.size:
+        raise DataError(f"{labels_path}: label {labels[bad[0]]} at index {bad[0]} is outside 0..9")
+    return images, labels
+
+
+def write_csv(images: np.ndarray, labels: np.ndarray, dest: Path) -> None:
+    """Write one split as CSV (atomically; byte-for-byte reproducible)."""
+    # One contiguous copy per pixel column: slicing columns out of the row-major images
+    # would make polars gather 784 strided arrays, which costs more than the write.
+    columns = np.ascontiguousarray(images.reshape(len(images), PIXELS).T)
+    frame = pl.DataFrame(
+        [pl.Series("label", labels, dtype=pl.UInt8)]
+        + [pl.Series(name, columns[i], dtype=pl.UInt8) for i, name in enumerate(COLUMNS[1:])]
+    )
+    with atomic_path(dest) as tmp:
+        frame.write_csv(tmp, include_header=True, line_terminator="\n")
+
+
+def copy_csv(source: Path, dest: Path) -> None:
+    """Copy a CSV edition, adding the header when the source (as most mirrors') has none."""
+    with source.open("rb") as src, atomic_path(dest) as tmp, tmp.open("wb") as out:
+        first = src.readline()
+        if not first:
+            raise DataError(f"{source}: empty file")
+        if first.rstrip(b"\r\n") != HEADER.rstrip("\n").encode():
+            if first[:1].isdigit():
+                out.write(HEADER.encode())
+            else:
+                raise DataError(f"{source}: line 1 is neither the header {HEADER[:30]!r}... "
+                                f"nor a data row: {first[:60]!r}")
+        out.write(first)
+        shutil.copyfileobj(src, out, 1 << 22)
+
+
+def render_csvs(raw_dir: Path, out_dir: Path) -> None:
+    """Stage `csv@<dataset>`: `{train,test}.csv` from the fetched IDX (or CSV) files."""
+    raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    for split in SPLITS:
+        dest = out_dir / f"{split}.csv"
+        csv_source = raw_dir / f"{split}.csv"
+        if csv_source.exists():
+            copy_csv(csv_source, dest)
+        else:
+            images, labels = load_idx_split(raw_dir, split)
+            write_csv(images, labels, dest)
+        print(f"{dest}: {dest.stat().st_size:,} bytes", file=sys.stderr)

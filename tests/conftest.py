@@ -1,0 +1,136 @@
+"""Small generated data sets and a real HTTP server on 127.0.0.1 for the tests."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.idx import idx_bytes
+
+IDX_NAMES = {
+    "train_images": "train-images-idx3-ubyte.gz",
+    "train_labels": "train-labels-idx1-ubyte.gz",
+    "test_images": "t10k-images-idx3-ubyte.gz",
+    "test_labels": "t10k-labels-idx1-ubyte.gz",
+}
+
+
+def make_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Images whose class is learnable: label k lights up a bright 7x7 block at place k."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, n).astype(np.uint8)
+    images = rng.integers(0, 60, (n, 28, 28)).astype(np.uint8)
+    for i, k in enumerate(labels):
+        r, c = divmod(int(k), 4)
+        images[i, r * 7 : r * 7 + 7, c * 7 : c * 7 + 7] = 200 + (k * 5)
+    images[:, 0, 0] = 255  # make sure the widest value occurs
+    images[:, 0, 1] = 0
+    return images, labels
+
+
+@dataclass
+class TinyDataset:
+    """A generated data set as a mirror would publish it (gzip IDX) plus the params block."""
+
+    arrays: dict[str, np.ndarray]
+    blobs: dict[str, bytes]
+    files: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def write_mirror(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, blob in self.blobs.items():
+            (folder / name).write_bytes(blob)
+        return folder
+
+
+def tiny_dataset(n_train: int = 64, n_test: int = 32, seed: int = 0) -> TinyDataset:
+    train, test = make_split(n_train, seed), make_split(n_test, seed + 1)
+    arrays = {"train_images": train[0], "train_labels": train[1],
+              "test_images": test[0], "test_labels": test[1]}
+    blobs, files = {}, {}
+    for role, array in arrays.items():
+        raw = idx_bytes(array)
+        name = IDX_NAMES[role]
+        blobs[name] = gzip.compress(raw, mtime=0)
+        files[role] = {"name": name, "sha256": hashlib.sha256(raw).hexdigest()}
+    return TinyDataset(arrays=arrays, blobs=blobs, files=files)
+
+
+@pytest.fixture
+def tiny() -> TinyDataset:
+    return tiny_dataset()
+
+
+class FixtureServer(http.server.ThreadingHTTPServer):
+    """Serves `routes`: path -> bytes, or -> a behaviour ('404', 'stall', 'truncate', '500')."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.routes: dict[str, bytes | str] = {}
+        self.hits: dict[str, int] = {}
+        self.fail_first: dict[str, int] = {}
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: FixtureServer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        srv = self.server
+        srv.hits[self.path] = srv.hits.get(self.path, 0) + 1
+        if srv.fail_first.get(self.path, 0) >= srv.hits[self.path]:
+            self.send_error(503, "try later")
+            return
+        body = srv.routes.get(self.path)
+        if body is None:
+            self.send_error(404, "Not Found")
+            return
+        if isinstance(body, tuple):  # (behaviour, payload)
+            behaviour, payload = body
+            if behaviour == "stall":
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload[:10])
+                self.wfile.flush()
+                time.sleep(3)
+                return
+            if behaviour == "truncate":
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload[: len(payload) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def http_server() -> Iterator[FixtureServer]:
+    server = FixtureServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()

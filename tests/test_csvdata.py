@@ -1,0 +1,71 @@
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.csvdata import COLUMNS, DataError, copy_csv, render_csvs, write_csv
+from pipeline.idx import write_idx
+
+
+def test_exact_bytes_for_known_input(tmp_path):
+    images = np.zeros((2, 28, 28), np.uint8)
+    images[0, 0, 0], images[0, 0, 1], images[1, 27, 27] = 255, 7, 10
+    labels = np.array([3, 0], np.uint8)
+    write_csv(images, labels, tmp_path / "t.csv")
+    header = "label," + ",".join(f"pixel{i}" for i in range(1, 785))
+    row0 = "3,255,7," + ",".join(["0"] * 782)
+    row1 = "0," + ",".join(["0"] * 783) + ",10"
+    assert (tmp_path / "t.csv").read_bytes() == f"{header}\n{row0}\n{row1}\n".encode()
+
+
+def test_polars_reads_back_equal(tmp_path, tiny):
+    images, labels = tiny.arrays["train_images"], tiny.arrays["train_labels"]
+    write_csv(images, labels, tmp_path / "t.csv")
+    frame = pl.read_csv(tmp_path / "t.csv")
+    assert frame.columns == COLUMNS
+    np.testing.assert_array_equal(frame["label"].to_numpy(), labels)
+    np.testing.assert_array_equal(frame.drop("label").to_numpy().reshape(-1, 28, 28), images)
+
+
+def _raw(tmp_path, tiny):
+    raw = tmp_path / "raw"
+    for role, array in tiny.arrays.items():
+        kind, what = role.split("_")
+        write_idx(raw / f"{kind}-{what}.idx", array)
+    return raw
+
+
+def test_render_is_deterministic(tmp_path, tiny):
+    raw = _raw(tmp_path, tiny)
+    render_csvs(raw, tmp_path / "a")
+    render_csvs(raw, tmp_path / "b")
+    for split in ("train", "test"):
+        assert (tmp_path / "a" / f"{split}.csv").read_bytes() == (tmp_path / "b" / f"{split}.csv").read_bytes()
+
+
+def test_count_mismatch_names_both_files(tmp_path, tiny):
+    raw = _raw(tmp_path, tiny)
+    write_idx(raw / "test-labels.idx", tiny.arrays["test_labels"][:-1])
+    with pytest.raises(DataError, match=r"32 images in .*test-images.idx but 31 labels"):
+        render_csvs(raw, tmp_path / "csv")
+    assert not (tmp_path / "csv" / "test.csv").exists()
+
+
+def test_label_out_of_range(tmp_path, tiny):
+    raw = _raw(tmp_path, tiny)
+    labels = tiny.arrays["train_labels"].copy()
+    labels[5] = 11
+    write_idx(raw / "train-labels.idx", labels)
+    with pytest.raises(DataError, match="label 11 at index 5 is outside 0..9"):
+        render_csvs(raw, tmp_path / "csv")
+
+
+def test_csv_edition_copied_with_header_added(tmp_path):
+    (tmp_path / "src.csv").write_bytes(b"5," + b",".join([b"0"] * 784) + b"\n")
+    copy_csv(tmp_path / "src.csv", tmp_path / "out.csv")
+    lines = (tmp_path / "out.csv").read_text().splitlines()
+    assert lines[0].startswith("label,pixel1,") and lines[1].startswith("5,0,")
+    copy_csv(tmp_path / "out.csv", tmp_path / "again.csv")  # a header is not doubled
+    assert (tmp_path / "again.csv").read_bytes() == (tmp_path / "out.csv").read_bytes()
+    (tmp_path / "junk.csv").write_text("hello,world\n")
+    with pytest.raises(DataError, match="line 1 is neither the header"):
+        copy_csv(tmp_path / "junk.csv", tmp_path / "bad.csv")

@@ -1,0 +1,139 @@
+import gzip
+import hashlib
+import time
+
+import numpy as np
+import pytest
+
+from pipeline.fetch import FetchError, FetchSettings, fetch_dataset, parse_files
+from pipeline.idx import read_idx
+
+FAST = FetchSettings(timeout_s=1.0, retries=1, backoff_s=0.01)
+
+
+def serve(server, prefix, tiny, override=None):
+    for name, blob in tiny.blobs.items():
+        server.routes[f"{prefix}/{name}"] = blob
+    for name, value in (override or {}).items():
+        server.routes[f"{prefix}/{name}"] = value
+
+
+def assert_fetched(out, tiny):
+    assert sorted(p.name for p in out.iterdir()) == [
+        "test-images.idx", "test-labels.idx", "train-images.idx", "train-labels.idx"]
+    for role, array in tiny.arrays.items():
+        kind, what = role.split("_")
+        np.testing.assert_array_equal(read_idx(out / f"{kind}-{what}.idx"), array)
+
+
+def test_http_success(tmp_path, tiny, http_server):
+    serve(http_server, "/m", tiny)
+    fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw", FAST, env={})
+    assert_fetched(tmp_path / "raw", tiny)
+
+
+def test_env_mirror_folder_first(tmp_path, tiny):
+    tiny.write_mirror(tmp_path / "mirror" / "tiny")
+    fetch_dataset("tiny", tiny.files, ["http://127.0.0.1:9/never"], tmp_path / "raw", FAST,
+                  env={"PIPELINE_MIRROR": str(tmp_path / "mirror")})
+    assert_fetched(tmp_path / "raw", tiny)
+
+
+def test_file_url_mirror_and_uncompressed_content(tmp_path, tiny):
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    for name, blob in tiny.blobs.items():  # a mirror may serve the raw bytes under the .gz name
+        (folder / name).write_bytes(gzip.decompress(blob))
+    fetch_dataset("tiny", tiny.files, [folder.as_uri()], tmp_path / "raw", FAST, env={})
+    assert_fetched(tmp_path / "raw", tiny)
+
+
+def test_404_then_second_mirror(tmp_path, tiny, http_server):
+    serve(http_server, "/good", tiny)
+    fetch_dataset("tiny", tiny.files, [http_server.url + "/missing", http_server.url + "/good"],
+                  tmp_path / "raw", FAST, env={})
+    assert_fetched(tmp_path / "raw", tiny)
+    assert http_server.hits["/missing/train-images-idx3-ubyte.gz"] == 1  # 404 is not retried
+
+
+def test_transient_error_retried(tmp_path, tiny, http_server):
+    serve(http_server, "/m", tiny)
+    http_server.fail_first["/m/train-images-idx3-ubyte.gz"] = 1
+    fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw", FAST, env={})
+    assert http_server.hits["/m/train-images-idx3-ubyte.gz"] == 2
+    assert_fetched(tmp_path / "raw", tiny)
+
+
+def test_truncated_body(tmp_path, tiny, http_server):
+    name = "train-images-idx3-ubyte.gz"
+    serve(http_server, "/m", tiny, {name: ("truncate", tiny.blobs[name])})
+    with pytest.raises(FetchError) as err:
+        fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw", FAST, env={})
+    assert f"{http_server.url}/m/{name}: truncated body" in str(err.value)
+    assert not (tmp_path / "raw").exists()
+
+
+def test_truncated_gzip_file(tmp_path, tiny):
+    name = "train-images-idx3-ubyte.gz"
+    tiny.blobs[name] = tiny.blobs[name][:-40]
+    tiny.write_mirror(tmp_path / "mirror")
+    with pytest.raises(FetchError, match="truncated gzip"):
+        fetch_dataset("tiny", tiny.files, [str(tmp_path / "mirror")], tmp_path / "raw", FAST, env={})
+    assert not (tmp_path / "raw").exists()
+
+
+def test_checksum_mismatch_lists_every_mirror(tmp_path, tiny, http_server):
+    name = "test-labels.idx"
+    bad = tiny.arrays["test_labels"].copy()
+    bad[0] = (bad[0] + 1) % 10
+    from pipeline.idx import idx_bytes
+    corrupt = gzip.compress(idx_bytes(bad))
+    serve(http_server, "/m", tiny, {"t10k-labels-idx1-ubyte.gz": corrupt})
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "stale.idx").write_bytes(b"old")
+    with pytest.raises(FetchError) as err:
+        fetch_dataset("tiny", tiny.files, [http_server.url + "/m", str(tmp_path / "empty")],
+                      tmp_path / "raw", FAST, env={})
+    message = str(err.value)
+    expected = tiny.files["test_labels"]["sha256"]
+    actual = hashlib.sha256(idx_bytes(bad)).hexdigest()
+    assert "could not fetch t10k-labels-idx1-ubyte.gz from any of 2 mirrors" in message
+    assert f"expected {expected}, got {actual}" in message
+    assert f"{tmp_path / 'empty'}/t10k-labels-idx1-ubyte.gz: not found" in message
+    # The old output is untouched and no partial file of the new one is left anywhere.
+    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["stale.idx"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert name  # the stored name of that role
+
+
+def test_stall_honours_timeout(tmp_path, tiny, http_server):
+    name = "train-labels-idx1-ubyte.gz"
+    serve(http_server, "/slow", tiny, {name: ("stall", tiny.blobs[name])})
+    serve(http_server, "/fast", tiny)
+    settings = FetchSettings(timeout_s=0.5, retries=0, backoff_s=0)
+    start = time.monotonic()
+    fetch_dataset("tiny", tiny.files, [http_server.url + "/slow", http_server.url + "/fast"],
+                  tmp_path / "raw", settings, env={})
+    assert time.monotonic() - start < 2.5  # the server stalls for 3 s
+    assert_fetched(tmp_path / "raw", tiny)
+
+
+def test_stall_reported(tmp_path, tiny, http_server):
+    name = "train-labels-idx1-ubyte.gz"
+    serve(http_server, "/slow", tiny, {name: ("stall", tiny.blobs[name])})
+    with pytest.raises(FetchError, match=r"read timed out after 10 bytes \(gave up after 1 tries\)"):
+        fetch_dataset("tiny", tiny.files, [http_server.url + "/slow"], tmp_path / "raw",
+                      FetchSettings(timeout_s=0.3, retries=0), env={})
+
+
+def test_connection_refused_is_reported(tmp_path, tiny):
+    with pytest.raises(FetchError, match="cannot connect"):
+        fetch_dataset("tiny", tiny.files, ["http://127.0.0.1:9"], tmp_path / "raw",
+                      FetchSettings(timeout_s=0.5, retries=0), env={})
+
+
+def test_files_block_validated():
+    with pytest.raises(ValueError, match="64 hex digits"):
+        parse_files({"train_csv": {"name": "a", "sha256": "xyz"}})
+    with pytest.raises(ValueError, match="either the four IDX files"):
+        parse_files({"train_images": {"name": "a", "sha256": "0" * 64}})

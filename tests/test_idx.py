@@ -1,0 +1,43 @@
+import numpy as np
+import pytest
+
+from pipeline.idx import IdxError, idx_bytes, parse_idx, read_idx, write_idx
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 28, 28), (2, 3, 4, 5)])
+def test_round_trip(tmp_path, shape):
+    array = np.random.default_rng(0).integers(0, 256, shape).astype(np.uint8)
+    write_idx(tmp_path / "a.idx", array)
+    back = read_idx(tmp_path / "a.idx")
+    assert back.shape == shape and back.dtype == np.uint8
+    np.testing.assert_array_equal(back, array)
+
+
+def test_header_matches_mnist_magic():
+    assert idx_bytes(np.zeros((2, 28, 28), np.uint8))[:4] == b"\x00\x00\x08\x03"
+    assert idx_bytes(np.zeros(7, np.uint8))[:8] == b"\x00\x00\x08\x01\x00\x00\x00\x07"
+
+
+def test_bad_magic_names_file():
+    data = b"\x1f\x8b\x08\x00" + bytes(20)
+    with pytest.raises(IdxError, match=r"labels\.idx: bad magic number 0x1f8b0800"):
+        parse_idx(data, "labels.idx")
+
+
+def test_truncated_data():
+    data = idx_bytes(np.zeros((4, 28, 28), np.uint8))
+    with pytest.raises(IdxError, match=r"truncated: header says shape \(4, 28, 28\)"):
+        parse_idx(data[:-1], "x")
+
+
+def test_wrong_count_trailing_bytes():
+    data = idx_bytes(np.zeros(10, np.uint8)) + b"\x00"
+    with pytest.raises(IdxError, match="trailing bytes"):
+        parse_idx(data, "x")
+
+
+def test_truncated_header():
+    with pytest.raises(IdxError, match="truncated header"):
+        parse_idx(b"\x00\x00\x08\x03\x00\x00", "x")
+    with pytest.raises(IdxError, match="too short"):
+        parse_idx(b"\x00", "x")
