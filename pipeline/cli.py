@@ -85,3 +85,43 @@ def csv_command(raw: Path, out: Path) -> None:
     from pipeline.csvdata import render_csvs
 
     render_csvs(raw, out)
+
+
+@main.command()
+@click.argument("dataset")
+@click.argument("codec")
+@click.option("--csv", "csv_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              required=True, help="The csv stage's folder (train.csv, test.csv).")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Folder for {wide,compact}/{train,test}.parquet.")
+@click.option("--figures", type=click.Path(path_type=Path), required=True,
+              help="JSON file for the sizes and timings measured.")
+@PARAMS_OPTION
+@stage_command
+def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, params_path: Path) -> None:
+    """Convert DATASET's CSVs to Parquet with CODEC (`zstd-19`: codec zstd, level 19).
+
+    Writes both layouts: `wide` (label + pixel1..pixel784, the seed's) and `compact`
+    (label + one 784-byte image value). Malformed CSVs are rejected with file and line.
+    """
+    from pipeline.convert import convert_dataset
+
+    params = load_params(params_path)
+    rows = int(section(params, "convert", "row_group_rows"))
+    convert_dataset(csv_dir, out, figures, codec, rows)
+
+
+@main.command()
+@click.option("--figures", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              required=True, help="Folder of the convert stages' figures.")
+@click.option("--metrics", type=click.Path(path_type=Path), required=True, help="Metrics JSON to write.")
+@click.option("--plot", type=click.Path(path_type=Path), required=True, help="Plot data CSV to write.")
+@PARAMS_OPTION
+@stage_command
+def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
+    """Gather every convert stage's figures into the codec size/speed table."""
+    from pipeline.codecs import write_codecs
+
+    params = load_params(params_path)
+    write_codecs(figures, list(section(params, "datasets")), list(section(params, "convert", "codecs")),
+                 metrics, plot)

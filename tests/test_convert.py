@@ -1,0 +1,119 @@
+import json
+
+import duckdb
+import numpy as np
+import pandas as pd
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.codecs import write_codecs
+from pipeline.convert import Codec, convert_dataset, read_parquet_arrays
+from pipeline.csvdata import DataError, write_csv
+
+
+@pytest.fixture
+def csv_dir(tmp_path, tiny):
+    out = tmp_path / "csv"
+    write_csv(tiny.arrays["train_images"], tiny.arrays["train_labels"], out / "train.csv")
+    write_csv(tiny.arrays["test_images"], tiny.arrays["test_labels"], out / "test.csv")
+    return out
+
+
+def test_codec_specs():
+    assert Codec.parse("zstd-19") == Codec("zstd", 19)
+    assert Codec.parse("snappy").label == "snappy"
+    for bad in ("zip", "zstd-x", "snappy-3"):
+        with pytest.raises(ValueError):
+            Codec.parse(bad)
+
+
+@pytest.mark.parametrize("codec", ["none", "snappy", "gzip", "brotli", "lz4", "zstd-3"])
+def test_both_layouts_round_trip(tmp_path, csv_dir, tiny, codec):
+    figures = convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "fig.json", codec, row_group_rows=20)
+    expected_codec = {"none": "UNCOMPRESSED", "zstd-3": "ZSTD"}.get(codec, codec.upper())
+    for layout in ("wide", "compact"):
+        path = tmp_path / "pq" / layout / "train.parquet"
+        labels, images = read_parquet_arrays(path)
+        np.testing.assert_array_equal(labels, tiny.arrays["train_labels"])
+        np.testing.assert_array_equal(images, tiny.arrays["train_images"])
+        meta = pq.ParquetFile(path).metadata
+        assert meta.num_rows == 64 and meta.num_row_groups == 4  # 20 + 20 + 20 + 4
+        assert meta.row_group(0).column(1).compression == expected_codec
+        assert figures["train"][layout]["bytes"] == path.stat().st_size
+    assert json.loads((tmp_path / "fig.json").read_text())["codec"] == codec
+
+
+def test_readable_by_pandas_polars_duckdb(tmp_path, csv_dir, tiny):
+    convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "fig.json", "zstd-3")
+    labels, images = tiny.arrays["test_labels"], tiny.arrays["test_images"].reshape(-1, 784)
+    wide, compact = tmp_path / "pq/wide/test.parquet", tmp_path / "pq/compact/test.parquet"
+
+    frame = pd.read_parquet(wide)
+    assert frame["pixel1"].dtype == np.uint8
+    np.testing.assert_array_equal(frame.drop(columns="label").to_numpy(), images)
+    np.testing.assert_array_equal(pl.read_parquet(wide)["label"].to_numpy(), labels)
+    assert duckdb.sql(f"select sum(pixel784) from '{wide}'").fetchall()[0][0] == int(images[:, 783].sum())
+
+    blobs = pd.read_parquet(compact)["image"]
+    assert blobs.iloc[3] == images[3].tobytes()
+    assert pl.read_parquet(compact)["image"][5] == images[5].tobytes()
+    row = duckdb.sql(f"select label, image from '{compact}' limit 1 offset 7").fetchall()[0]
+    assert row == (labels[7], images[7].tobytes())
+
+
+def test_deterministic_bytes(tmp_path, csv_dir):
+    convert_dataset(csv_dir, tmp_path / "a", tmp_path / "a.json", "zstd-3")
+    convert_dataset(csv_dir, tmp_path / "b", tmp_path / "b.json", "zstd-3")
+    for rel in ("wide/train.parquet", "compact/train.parquet", "wide/test.parquet"):
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
+
+
+def _corrupt(csv_dir, line_no, transform):
+    path = csv_dir / "train.csv"
+    lines = path.read_text().split("\n")
+    lines[line_no - 1] = transform(lines[line_no - 1])
+    path.write_text("\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    ("line_no", "transform", "message"),
+    [
+        (5, lambda s: s.rsplit(",", 1)[0], r"line 5: 784 columns, expected 785"),
+        (9, lambda s: s.replace(",", ",x", 1), r"line 9, column 'pixel1': 'x\d*' is not a non-negative integer"),
+        (12, lambda s: s[: s.index(",") + 1] + "256" + s[s.index(",", s.index(",") + 1):],
+         r"line 12, column 'pixel1': 256 is outside 0..255"),
+        (40, lambda s: "12" + s[1:], r"line 40, column 'label': 12 is outside 0..9"),
+        (1, lambda s: s.replace("pixel7,", "px7,"), r"line 1: header does not match: column 8 is 'px7'"),
+        (3, lambda s: s.replace(",0,", ",,", 1), r"line 3, column 'pixel\d+': '' is not a non-negative integer"),
+    ],
+)
+def test_malformed_csv_rejected(tmp_path, csv_dir, line_no, transform, message):
+    _corrupt(csv_dir, line_no, transform)
+    with pytest.raises(DataError, match=message) as err:
+        convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "fig.json", "snappy")
+    assert "train.csv" in str(err.value)
+    assert not list((tmp_path / "pq").rglob("*.parquet")) if (tmp_path / "pq").exists() else True
+    assert not (tmp_path / "fig.json").exists()
+
+
+def test_empty_file_rejected(tmp_path, csv_dir):
+    (csv_dir / "test.csv").write_text("")
+    with pytest.raises(DataError, match="test.csv: empty file"):
+        convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "fig.json", "snappy")
+    (csv_dir / "test.csv").write_text((csv_dir / "train.csv").read_text().split("\n")[0] + "\n")
+    with pytest.raises(DataError, match="test.csv: no data rows"):
+        convert_dataset(csv_dir, tmp_path / "pq2", tmp_path / "fig.json", "snappy")
+    assert not (tmp_path / "pq2" / "wide" / "test.parquet").exists()
+
+
+def test_codec_table(tmp_path, csv_dir):
+    for codec in ("none", "zstd-3"):
+        convert_dataset(csv_dir, tmp_path / "pq" / codec, tmp_path / "fig" / "tiny" / f"{codec}.json", codec)
+    table = write_codecs(tmp_path / "fig", ["tiny"], ["none", "zstd-3"], tmp_path / "m.json", tmp_path / "p.csv")
+    entry = table["tiny"]["compact"]["zstd-3"]["train"]
+    assert entry["MB"] == round((tmp_path / "pq/zstd-3/compact/train.parquet").stat().st_size / 1e6, 3)
+    assert entry["ratio"] > 1 and entry["read_s"] >= 0
+    assert json.loads((tmp_path / "m.json").read_text()) == table
+    header, *rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert header == "codec,tiny wide,tiny compact" and [r.split(",")[0] for r in rows] == ["none", "zstd-3"]
