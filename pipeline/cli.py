@@ -27,8 +27,9 @@ def _expected_errors() -> tuple[type[Exception], ...]:
     from pipeline.csvdata import DataError
     from pipeline.fetch import FetchError
     from pipeline.idx import IdxError
+    from pipeline.shards import ShardError
 
-    return (ParamsError, FetchError, DataError, IdxError)
+    return (ParamsError, FetchError, DataError, IdxError, ShardError, ValueError)
 
 
 def stage_command(func: F) -> F:
@@ -125,3 +126,20 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
     params = load_params(params_path)
     write_codecs(figures, list(section(params, "datasets")), list(section(params, "convert", "codecs")),
                  metrics, plot)
+
+
+@main.command()
+@click.argument("dataset")
+@click.option("--parquet", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="Folder holding train.parquet and test.parquet (either layout).")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Folder for train/ and test/ shard folders.")
+@PARAMS_OPTION
+@stage_command
+def shard(dataset: str, parquet: Path, out: Path, params_path: Path) -> None:
+    """Write DATASET's Parquet as safetensors shards with a checksummed manifest."""
+    from pipeline.shards import shard_dataset
+
+    settings = section(load_params(params_path), "shard")
+    shard_dataset(parquet, out, dataset, int(settings["samples_per_shard"]),
+                  str(settings["compression"]), int(settings["level"]))

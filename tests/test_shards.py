@@ -1,0 +1,138 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.convert import convert_dataset
+from pipeline.csvdata import write_csv
+from pipeline.shards import DeviceBatches, ShardDataset, ShardError, load_split, shard_dataset, write_shards
+
+
+@pytest.fixture
+def arrays(tiny):
+    return tiny.arrays["train_images"], tiny.arrays["train_labels"]
+
+
+@pytest.fixture(params=["none", "zstd"])
+def split_dir(request, tmp_path, arrays):
+    images, labels = arrays
+    write_shards(images, labels, tmp_path / "s", dataset="tiny", split="train",
+                 samples_per_shard=24, compression=request.param, level=3)
+    return tmp_path / "s"
+
+
+def test_round_trip_from_parquet(tmp_path, tiny):
+    csv = tmp_path / "csv"
+    write_csv(tiny.arrays["train_images"], tiny.arrays["train_labels"], csv / "train.csv")
+    write_csv(tiny.arrays["test_images"], tiny.arrays["test_labels"], csv / "test.csv")
+    convert_dataset(csv, tmp_path / "pq", tmp_path / "f.json", "zstd-3")
+    for layout in ("wide", "compact"):
+        shard_dataset(tmp_path / "pq" / layout, tmp_path / layout, "tiny", 20, "zstd", 3)
+        for split in ("train", "test"):
+            images, labels = load_split(tmp_path / layout / split, dataset="tiny", split=split)
+            np.testing.assert_array_equal(images.numpy(), tiny.arrays[f"{split}_images"])
+            np.testing.assert_array_equal(labels.numpy(), tiny.arrays[f"{split}_labels"])
+    manifest = json.loads((tmp_path / "compact/train/manifest.json").read_text())
+    assert [s["count"] for s in manifest["shards"]] == [20, 20, 20, 4]
+    assert manifest["source"]["sha256"] and manifest["count"] == 64
+
+
+def test_manifest_and_sizes(split_dir):
+    manifest = json.loads((split_dir / "manifest.json").read_text())
+    assert manifest["dataset"] == "tiny" and manifest["split"] == "train"
+    assert manifest["images"] == {"dtype": "uint8", "shape": [28, 28]}
+    for entry in manifest["shards"]:
+        assert (split_dir / entry["file"]).stat().st_size == entry["bytes"]
+
+
+def test_deterministic_bytes(tmp_path, arrays):
+    for name in ("a", "b"):
+        write_shards(*arrays, tmp_path / name, dataset="tiny", split="train", samples_per_shard=30,
+                     compression="zstd", level=5)
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == ["manifest.json", "shard-00000.safetensors.zst", "shard-00001.safetensors.zst",
+                     "shard-00002.safetensors.zst"]
+    for name in files:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_corrupted_shard_detected(split_dir):
+    shard = next(split_dir.glob("shard-00001*"))
+    blob = bytearray(shard.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    shard.write_bytes(bytes(blob))
+    with pytest.raises(ShardError, match=rf"{shard.name}: checksum mismatch: manifest sha256 [0-9a-f]{{64}}, file"):
+        load_split(split_dir)
+
+
+def test_truncated_and_missing_shard(split_dir):
+    shard = next(split_dir.glob("shard-00002*"))
+    shard.write_bytes(shard.read_bytes()[:-5])
+    with pytest.raises(ShardError, match=rf"{shard.name}: .* bytes, manifest says .* \(truncated\?\)"):
+        load_split(split_dir, verify=False)
+    shard.unlink()
+    with pytest.raises(ShardError, match=rf"{shard.name}: shard listed in the manifest is missing"):
+        load_split(split_dir)
+
+
+def test_wrong_dataset_and_shape(tmp_path, split_dir, arrays):
+    with pytest.raises(ShardError, match="manifest is for dataset 'tiny', expected 'mnist'"):
+        load_split(split_dir, dataset="mnist")
+    with pytest.raises(ShardError, match="manifest.json: missing"):
+        load_split(tmp_path)
+    manifest = json.loads((split_dir / "manifest.json").read_text())
+    manifest["shards"][0]["count"] -= 1
+    manifest["shards"][1]["count"] += 1
+    (split_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match=r"tensor 'images' is torch.uint8 \[24, 28, 28\], expected torch.uint8 \[23, 28, 28\]"):
+        load_split(split_dir)
+
+
+def test_shard_dataset_batches(split_dir, arrays):
+    images, labels = arrays
+    dataset = ShardDataset(split_dir)
+    x, y = dataset[3]
+    assert x.shape == (1, 28, 28) and x.dtype == torch.float32 and y.dtype == torch.int64
+    torch.testing.assert_close(x[0], torch.from_numpy(images[3]).float() / 255)
+    xb, yb = next(iter(dataset.loader(batch_size=10)))
+    assert xb.shape == (10, 1, 28, 28)
+    np.testing.assert_array_equal(yb.numpy(), labels[:10])
+
+
+def test_device_batches_shuffle_reproducible_and_varies(arrays):
+    images, labels = (torch.from_numpy(a) for a in arrays)
+    a = DeviceBatches(images, labels, batch_size=16, seed=1)
+    b = DeviceBatches(images, labels, batch_size=16, seed=1)
+    first = [y for _, y in a]
+    assert [torch.equal(p, q) for p, q in zip(first, [y for _, y in b])] == [True] * 4
+    second = torch.cat([y for _, y in a])
+    assert not torch.equal(torch.cat(first), second)
+    assert torch.equal(a.indices(0).sort().values, torch.arange(64))
+
+
+def test_device_batches_float_and_channels_last(arrays):
+    images, labels = (torch.from_numpy(a) for a in arrays)
+    batches = DeviceBatches(images, labels, batch_size=8, shuffle=False, channels_last=True,
+                            mean=0.5, std=0.25)
+    x, y = next(iter(batches))
+    assert x.shape == (8, 1, 28, 28) and x.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(x[:, 0], (images[:8].float() / 255 - 0.5) / 0.25)
+    assert torch.equal(y, labels[:8].long())
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_rank_split_disjoint_equal_batches(arrays, drop_last):
+    images, labels = torch.from_numpy(arrays[0][:61]), torch.arange(61)  # labels = sample ids
+    world = 4
+    parts = [DeviceBatches(images, labels, batch_size=5, seed=3, rank=r, world_size=world,
+                           drop_last=drop_last) for r in range(world)]
+    seen = [torch.cat([y for _, y in p]) for p in parts]
+    counts = [len(list(iter(p))) for p in parts]
+    assert len(set(counts)) == 1 and counts[0] == len(parts[0])
+    ids = torch.cat(seen)
+    assert len(set(ids.tolist())) == len(ids)  # disjoint
+    per_rank = 61 // world
+    expected = (per_rank // 5) * 5 if drop_last else per_rank
+    assert all(len(s) == expected for s in seen)
+    assert len(ids) >= 61 - world + 1 - (world * 4 if drop_last else 0)
