@@ -143,3 +143,48 @@ def shard(dataset: str, parquet: Path, out: Path, params_path: Path) -> None:
     settings = section(load_params(params_path), "shard")
     shard_dataset(parquet, out, dataset, int(settings["samples_per_shard"]),
                   str(settings["compression"]), int(settings["level"]))
+
+
+@main.command()
+@click.argument("dataset")
+@click.option("--parquet", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="Folder with the wide-layout train.parquet and test.parquet (the seed's input).")
+@click.option("--shards", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="The shard stage's folder for DATASET (train/, test/).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Metrics JSON to write.")
+@click.option("--device", default="auto", show_default=True,
+              help="Torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1, ...")
+@PARAMS_OPTION
+@stage_command
+def bench(dataset: str, parquet: Path, shards: Path, out: Path, device: str, params_path: Path) -> None:
+    """Time the seed's training ladder and the faster variants on DATASET.
+
+    Variants, epochs, batch size and which slow variants are timed on sampled steps come
+    from the `bench` block of params.yaml. Progress per variant and epoch goes to stderr.
+    """
+    import torch
+
+    from pipeline.bench import BenchSettings, run_bench, write_bench
+
+    raw = dict(section(load_params(params_path), "bench"))
+    for key in ("variants", "sample"):
+        raw[key] = tuple(raw.get(key) or ())
+    settings = BenchSettings(**raw)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    write_bench(run_bench(dataset, parquet, shards, device, settings), out)
+
+
+@main.command()
+@click.option("--bench", "bench_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              required=True, help="Folder of the bench stages' metrics JSON files.")
+@click.option("--codecs", "codecs_path", type=click.Path(path_type=Path), help="The codecs metrics JSON.")
+@click.option("--readme", type=click.Path(path_type=Path, exists=True), default=Path("README.md"),
+              show_default=True, help="README whose Results section is regenerated.")
+@click.option("--plot", type=click.Path(path_type=Path), required=True, help="Ladder plot data CSV to write.")
+@stage_command
+def report(bench_dir: Path, codecs_path: Path | None, readme: Path, plot: Path) -> None:
+    """Regenerate the README's Results section and the ladder plot data from metrics/."""
+    from pipeline.report import write_report
+
+    write_report(sorted(bench_dir.glob("*.json")), codecs_path, readme, plot)

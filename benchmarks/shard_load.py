@@ -1,0 +1,67 @@
+"""Time to load a whole split into memory, by storage format.
+
+    python benchmarks/shard_load.py data/parquet/mnist/zstd-3/compact/train.parquet
+
+Side by side in one run: shards (uncompressed, with and without sha256 verification),
+shards (zstd), the compact Parquet, and torch.load of one tensor file; MB/s counts the
+decompressed uint8 data (images + labels). Each is run `--repeat` times (file in page
+cache) and the best is shown, with the time to the first batch of 512 ready on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from pipeline.convert import read_parquet_arrays
+from pipeline.shards import DeviceBatches, load_split, write_shards
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("parquet", type=Path)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    labels, images = read_parquet_arrays(args.parquet)
+    megabytes = (images.nbytes + labels.nbytes) / 1e6
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        write_shards(images, labels, tmp / "plain", dataset="d", split="train", samples_per_shard=32768)
+        write_shards(images, labels, tmp / "zstd", dataset="d", split="train", samples_per_shard=32768,
+                     compression="zstd", level=3)
+        torch.save({"images": torch.from_numpy(images), "labels": torch.from_numpy(labels)}, tmp / "t.pt")
+
+        def first_batch(load):
+            x, y = load()
+            return next(iter(DeviceBatches(x, y, 512, seed=0)))
+
+        cases = {
+            "shards, none, sha256 verified": lambda: load_split(tmp / "plain"),
+            "shards, none, size checks only": lambda: load_split(tmp / "plain", verify=False),
+            "shards, zstd-3, sha256 verified": lambda: load_split(tmp / "zstd"),
+            "parquet compact (this codec)": lambda: tuple(map(torch.from_numpy, read_parquet_arrays(args.parquet)[::-1])),
+            "torch.load one tensor file": lambda: tuple(torch.load(tmp / "t.pt").values()),
+        }
+        print(f"{args.parquet}: {len(labels):,} samples, {megabytes:.1f} MB decompressed")
+        for name, load in cases.items():
+            seconds = best(load, args.repeat)
+            to_batch = best(lambda: first_batch(load), args.repeat)
+            print(f"  {name:32s} {seconds * 1e3:8.1f} ms  {megabytes / seconds:8.0f} MB/s   "
+                  f"first batch {to_batch * 1e3:7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
