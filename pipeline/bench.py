@@ -13,6 +13,7 @@ runs on the lent GPU machines, which lack polars, dvc and zstandard.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -64,7 +65,7 @@ class PreprocessedDataset(torch.utils.data.Dataset):
     def __init__(self, parquet_path: Path) -> None:
         df = pd.read_parquet(parquet_path)
         features = df.drop(columns="label").to_numpy(dtype=np.float32)
-        self.images = torch.from_numpy(features).reshape(-1, 1, 28, 28).div_(255.0)
+        self.images = torch.from_numpy(features).reshape(-1, 1, 28, 28) / 255.0
         self.labels = torch.from_numpy(df["label"].to_numpy().astype(np.int64))
 
     def __len__(self) -> int:
@@ -320,6 +321,10 @@ def run_bench(dataset: str, parquet: Path, shards: Path, device: str | torch.dev
         timing, compile_s = run_variant(path, device, settings, steps=steps, epochs=epochs,
                                         progress=f"{dataset}/{variant}", **options)
         results[variant] = summarise(timing, path, settings, sampled, compile_s)
+        # Free this variant's loaders now: their (persistent) worker processes must not
+        # share the CPU with the next variant's timed epochs.
+        del path
+        gc.collect()
     cache.clear()
     document = {"dataset": dataset, "env": environment(device),
                 "params": {"epochs": settings.epochs, "batch_size": settings.batch_size,
