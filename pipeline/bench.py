@@ -65,7 +65,7 @@ class PreprocessedDataset(torch.utils.data.Dataset):
     def __init__(self, parquet_path: Path) -> None:
         df = pd.read_parquet(parquet_path)
         features = df.drop(columns="label").to_numpy(dtype=np.float32)
-        self.images = torch.from_numpy(features).reshape(-1, 1, 28, 28) / 255.0
+        self.images = torch.from_numpy(np.require(features, requirements="W")).reshape(-1, 1, 28, 28) / 255.0
         self.labels = torch.from_numpy(df["label"].to_numpy().astype(np.int64))
 
     def __len__(self) -> int:
