@@ -167,8 +167,8 @@ def run_variant(path: DataPath, device: torch.device, settings: BenchSettings, *
 
     if compile_mode != "none":
         forward = torch.compile(model, mode=compile_mode)
-        compile_s = _warm_up(forward, model, path, device, autocast, loss_fn, settings)
-        torch.manual_seed(settings.seed)  # the warm-up trained nothing: weights are reset below
+        compile_s = _warm_up(train_step, forward, path, device, autocast)
+        torch.manual_seed(settings.seed)  # the warm-up trained: reset weights and optimizer
         model.load_state_dict(SimpleCNN().to(device).state_dict())
         optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
 
@@ -198,21 +198,17 @@ def run_variant(path: DataPath, device: torch.device, settings: BenchSettings, *
     return timing, compile_s
 
 
-def _warm_up(forward, model, path: DataPath, device, autocast, loss_fn, settings) -> float:
-    """Compile outside the timed epochs: a few train and eval steps, on a throwaway optimizer."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
+def _warm_up(train_step: Callable, forward: Callable, path: DataPath, device: torch.device,
+             autocast: bool) -> float:
+    """Compile outside the timed epochs: a few train and eval steps (weights reset afterwards)."""
     sync(device)
     start = time.perf_counter()
     for _ in range(2):
-        for x, y in _limited(path.train(), 3):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                loss = loss_fn(forward(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+        for item in _limited(path.train(), 3):
+            train_step(*_as_batch(item, device, False))
         with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            for x, _ in _limited(path.test(), 2):
-                forward(x)
+            for item in _limited(path.test(), 2):
+                forward(_as_batch(item, device, False)[0])
     sync(device)
     return time.perf_counter() - start
 
