@@ -3,10 +3,19 @@
 `wide` is the seed's layout (label + one uint8 column per pixel) so its size table is
 reproduced like for like; `compact` keeps each image as one 784-byte fixed-size binary
 value, which compresses as well as the raw IDX bytes and reads back into a uint8 array
-without a per-column gather. The CSV is parsed by pyarrow in blocks with explicit uint8
-types (no int64 detour); rows are written in row groups of a fixed size, so memory stays
-flat however large the CSV grows. pyarrow's own parse errors carry no row number, so on
-failure a slow line-by-line scan finds the first bad line for the message.
+without a per-column gather.
+
+Each layout is written by the tool that is fastest at it, both streaming so memory stays
+bounded however large the CSV grows (benchmarks/convert_speed.py measures both):
+- compact: we read the CSV in fixed-size blocks of whole lines, polars parses each block
+  (in parallel, explicit uint8, no int64 detour), we validate it and pack the pixels into
+  row groups for pyarrow, which can write fixed-size binary (polars cannot). polars' own
+  streaming reader was as fast but buffered ahead: 5x the memory, growing with the file.
+  This pass runs first, so a bad CSV fails here, naming its line, before anything else.
+- wide: polars reads and writes the 785 columns itself (`scan_csv` -> `sink_parquet`),
+  encoding columns in parallel; pyarrow's single-threaded writer took twice as long.
+polars' parse errors carry no line number, so on failure the failing block is scanned
+line by line to name the first bad line.
 """
 
 from __future__ import annotations
@@ -19,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pipeline.atomic import atomic_path
@@ -56,6 +65,10 @@ class Codec:
     def writer_options(self) -> dict:
         return {"compression": self.name, "compression_level": self.level}
 
+    def polars_options(self) -> dict:
+        return {"compression": "uncompressed" if self.name == "none" else self.name,
+                "compression_level": self.level}
+
 
 # ---------------------------------------------------------------- reading the CSV
 
@@ -74,47 +87,74 @@ def _check_header(csv_path: Path) -> None:
                         f"({len(names)} columns, expected {len(COLUMNS)})")
 
 
-def _locate_bad_line(csv_path: Path) -> str:
-    """The first line that breaks the format, described; only run after a failure."""
-    with csv_path.open("r", encoding="utf-8", errors="replace", newline="") as f:
-        next(f)
-        for number, line in enumerate(f, start=2):
-            fields = line.rstrip("\r\n").split(",")
-            if len(fields) != len(COLUMNS):
-                return f"line {number}: {len(fields)} columns, expected {len(COLUMNS)}"
-            for column, text in zip(COLUMNS, fields):
-                top = 9 if column == "label" else 255
-                if not text.isdigit():
-                    return f"line {number}, column {column!r}: {text!r} is not a non-negative integer"
-                if int(text) > top:
-                    return f"line {number}, column {column!r}: {text} is outside 0..{top}"
-    return "no bad line found by the line scan"
+def _locate_bad_line(lines: bytes, first_number: int) -> str:
+    """The first line of a block that breaks the format, described; run only on failure,
+    since the readers' own errors carry no line number."""
+    for number, raw in enumerate(lines.splitlines(), start=first_number):
+        fields = raw.decode("utf-8", "replace").split(",")
+        if len(fields) != len(COLUMNS):
+            return f"line {number}: {len(fields)} columns, expected {len(COLUMNS)}"
+        for column, text in zip(COLUMNS, fields):
+            top = 9 if column == "label" else 255
+            if not text.strip().isdigit():
+                return f"line {number}, column {column!r}: {text!r} is not a non-negative integer"
+            if int(text) > top:
+                return f"line {number}, column {column!r}: {text.strip()} is outside 0..{top}"
+    last = first_number + lines.count(b"\n")
+    return f"a bad line in lines {first_number}..{last}"
 
 
-def iter_csv(csv_path: Path, block_bytes: int = 16 << 20) -> Iterator[pa.RecordBatch]:
-    """Yield validated blocks of a CSV split: `label` + 784 pixel columns, all uint8."""
+def _line_blocks(csv_path: Path, block_bytes: int) -> Iterator[bytes]:
+    """Blocks of whole lines after the header; a fixed block size is what keeps memory
+    flat however large the CSV is."""
+    with csv_path.open("rb") as f:
+        f.readline()
+        rest = b""
+        while chunk := f.read(block_bytes):
+            cut = chunk.rfind(b"\n") + 1
+            if cut:
+                yield b"".join((rest, memoryview(chunk)[:cut]))  # one copy, not two
+                rest = chunk[cut:]
+            else:
+                rest += chunk
+        if rest.strip():
+            yield rest
+
+
+SCHEMA = {name: pl.UInt8 for name in COLUMNS}
+
+
+def _parse_block(csv_path: Path, first: int, block: bytes) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        frame = pl.read_csv(block, has_header=False, new_columns=COLUMNS, schema=SCHEMA)
+    except pl.exceptions.PolarsError as err:
+        reason = str(err).split("\n", 1)[0]
+        raise DataError(f"{csv_path}: {_locate_bad_line(block, first)} (polars: {reason})") from None
+    # polars reads a missing or empty field as null rather than failing.
+    if frame.null_count().sum_horizontal().item():
+        raise DataError(f"{csv_path}: {_locate_bad_line(block, first)}")
+    labels = frame.get_column("label").to_numpy()
+    bad = np.flatnonzero(labels > 9)
+    if bad.size:
+        raise DataError(f"{csv_path}: line {first + bad[0]}, column 'label': {labels[bad[0]]} is outside 0..9")
+    # A Fortran-ordered [n, 784] array (a column-by-column copy): whoever needs rows
+    # transposes it once, on its own copy (the row-group buffer does so for free).
+    return labels, frame.drop("label").to_numpy()
+
+
+def iter_csv(csv_path: Path, block_bytes: int = 16 << 20) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield validated (labels [n], pixels [n, 784]) uint8 blocks of a CSV split, in order
+    (pixels Fortran-ordered: use np.ascontiguousarray for row-major bytes).
+
+    polars parses each block in parallel with explicit uint8 types."""
     csv_path = Path(csv_path)
     _check_header(csv_path)
-    types = {name: pa.uint8() for name in COLUMNS}
     rows = 0
-    try:
-        reader = pacsv.open_csv(
-            csv_path,
-            read_options=pacsv.ReadOptions(block_size=block_bytes, use_threads=True),
-            parse_options=pacsv.ParseOptions(newlines_in_values=False),
-            convert_options=pacsv.ConvertOptions(column_types=types, null_values=[],
-                                                  quoted_strings_can_be_null=False),
-        )
-        for batch in reader:
-            labels = batch.column(0).to_numpy()
-            bad = np.flatnonzero(labels > 9)
-            if bad.size:
-                raise DataError(f"{csv_path}: line {rows + bad[0] + 2}, column 'label': "
-                                f"{labels[bad[0]]} is outside 0..9")
-            rows += batch.num_rows
-            yield batch
-    except pa.ArrowInvalid as err:
-        raise DataError(f"{csv_path}: {_locate_bad_line(csv_path)} (pyarrow: {err})") from None
+    for block in _line_blocks(csv_path, block_bytes):
+        # Every line is one row (polars reads a blank line as a row of nulls, rejected).
+        labels, pixels = _parse_block(csv_path, rows + 2, block)
+        rows += len(labels)
+        yield labels, pixels
     if rows == 0:
         raise DataError(f"{csv_path}: no data rows after the header")
 
@@ -122,27 +162,11 @@ def iter_csv(csv_path: Path, block_bytes: int = 16 << 20) -> Iterator[pa.RecordB
 # ---------------------------------------------------------------- layouts
 
 
-def wide_table(batch: pa.RecordBatch) -> pa.Table:
-    return pa.Table.from_batches([batch])
-
-
-def compact_table(batch: pa.RecordBatch) -> pa.Table:
-    """Pixel columns interleaved into one row-major 784-byte value per image."""
-    pixels = np.empty((batch.num_rows, PIXELS), np.uint8)
-    for i in range(PIXELS):
-        pixels[:, i] = batch.column(i + 1).to_numpy()
-    images = pa.FixedSizeBinaryArray.from_buffers(IMAGE_TYPE, batch.num_rows, [None, pa.py_buffer(pixels)])
-    return pa.Table.from_arrays([batch.column(0), images], names=["label", "image"])
-
-
-TABLES = {"wide": wide_table, "compact": compact_table}
-
-
-def _writer_options(layout: str, codec: Codec) -> dict:
-    # Dictionary pages help the wide layout's sparse pixel columns (the seed's pandas default)
-    # and only cost time on 784-byte images, which never repeat.
-    dictionary: bool | list[str] = True if layout == "wide" else ["label"]
-    return {**codec.writer_options(), "use_dictionary": dictionary}
+def compact_table(labels: np.ndarray, pixels: np.ndarray) -> pa.Table:
+    """One row-major 784-byte value per image, zero-copy over `pixels`."""
+    images = pa.FixedSizeBinaryArray.from_buffers(IMAGE_TYPE, len(labels),
+                                                  [None, pa.py_buffer(np.ascontiguousarray(pixels))])
+    return pa.Table.from_arrays([pa.array(labels, pa.uint8()), images], names=["label", "image"])
 
 
 def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -158,70 +182,86 @@ def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
         missing = [c for c in COLUMNS if c not in table.column_names]
         if missing:
             raise DataError(f"{path}: neither an 'image' column nor the pixel columns (missing {missing[:3]}...)")
-        flat = np.column_stack([table.column(c).to_numpy() for c in COLUMNS[1:]]).astype(np.uint8, copy=False)
+        # Fill column-major (each column a contiguous copy), then transpose once: filling
+        # row-major column by column is a strided write per byte, ten times slower.
+        by_column = np.empty((PIXELS, len(labels)), np.uint8)
+        for i, name in enumerate(COLUMNS[1:]):
+            by_column[i] = table.column(name).to_numpy()
+        flat = np.ascontiguousarray(by_column.T)
     return labels, flat.reshape(len(labels), 28, 28)
 
 
 # ---------------------------------------------------------------- the stage
 
 
-class _RowGroupWriter:
-    """Buffers blocks into fixed-size row groups, so output bytes do not depend on block size."""
+class _RowGroups:
+    """Packs blocks into row groups of exactly `rows`, so output bytes do not depend on
+    how the reader happened to batch the CSV; one preallocated buffer bounds memory."""
 
-    def __init__(self, path: Path, layout: str, codec: Codec, rows: int) -> None:
-        self.layout, self.rows, self.seconds = layout, rows, 0.0
-        self.pending: list[pa.Table] = []
-        self.pending_rows = 0
-        self.writer: pq.ParquetWriter | None = None
-        self.path, self.options = path, _writer_options(layout, codec)
+    def __init__(self, writer: pq.ParquetWriter, rows: int) -> None:
+        self.writer, self.rows, self.filled = writer, rows, 0
+        self.labels = np.empty(rows, np.uint8)
+        self.pixels = np.empty((rows, PIXELS), np.uint8)
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        start = time.perf_counter()
-        self.pending.append(TABLES[self.layout](batch))
-        self.pending_rows += batch.num_rows
-        while self.pending_rows >= self.rows:
-            self._flush(self.rows)
-        self.seconds += time.perf_counter() - start
+    def add(self, labels: np.ndarray, pixels: np.ndarray) -> None:
+        while len(labels):
+            take = min(self.rows - self.filled, len(labels))
+            self.labels[self.filled:self.filled + take] = labels[:take]
+            self.pixels[self.filled:self.filled + take] = pixels[:take]
+            self.filled += take
+            labels, pixels = labels[take:], pixels[take:]
+            if self.filled == self.rows:
+                self.flush()
 
-    def _flush(self, rows: int) -> None:
-        table = pa.concat_tables(self.pending)
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, table.schema, **self.options)
-        self.writer.write_table(table.slice(0, rows), row_group_size=rows)
-        rest = table.slice(rows)
-        self.pending, self.pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+    def flush(self) -> None:
+        if self.filled:
+            table = compact_table(self.labels[:self.filled], self.pixels[:self.filled])
+            self.writer.write_table(table, row_group_size=self.rows)
+            self.filled = 0
 
-    def close(self) -> None:
-        start = time.perf_counter()
-        if self.pending_rows:
-            self._flush(self.pending_rows)
-        if self.writer is not None:
-            self.writer.close()
-        self.seconds += time.perf_counter() - start
+
+def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int) -> int:
+    """CSV -> compact Parquet, validating every row on the way; returns the row count."""
+    schema = pa.schema([("label", pa.uint8()), ("image", IMAGE_TYPE)])
+    rows = 0
+    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, use_dictionary=["label"],
+                                                   **codec.writer_options()) as writer:
+        groups = _RowGroups(writer, row_group_rows)
+        for labels, pixels in iter_csv(csv_path):
+            groups.add(labels, pixels)
+            rows += len(labels)
+        groups.flush()
+    return rows
+
+
+def write_wide(csv_path: Path, out: Path, codec: Codec, row_group_rows: int) -> None:
+    """CSV -> wide Parquet (the seed's layout), read and encoded in parallel by polars.
+
+    Call after `write_compact` has validated the same CSV: polars' own errors carry no
+    line number, and a missing field would be written as null rather than rejected."""
+    with atomic_path(out) as tmp:
+        pl.scan_csv(csv_path, schema=SCHEMA).sink_parquet(tmp, row_group_size=row_group_rows, **codec.polars_options())
 
 
 def convert_split(csv_path: Path, out_paths: dict[str, Path], codec: Codec, row_group_rows: int) -> dict:
-    """One CSV split into each layout's Parquet file; returns the figures measured."""
+    """One CSV split into each layout's Parquet file; returns rows and seconds per layout
+    (the whole CSV -> file time, parsing included, as a user would see it)."""
     figures: dict = {"csv_bytes": Path(csv_path).stat().st_size}
-    with atomic_path(out_paths["wide"]) as wide_tmp, atomic_path(out_paths["compact"]) as compact_tmp:
-        writers = {layout: _RowGroupWriter(tmp, layout, codec, row_group_rows)
-                   for layout, tmp in (("wide", wide_tmp), ("compact", compact_tmp))}
-        start, rows = time.perf_counter(), 0
-        for batch in iter_csv(csv_path):
-            rows += batch.num_rows
-            for writer in writers.values():
-                writer.add(batch)
-        for writer in writers.values():
-            writer.close()
-        figures["rows"] = rows
-        figures["csv_parse_s"] = time.perf_counter() - start - sum(w.seconds for w in writers.values())
-        for layout, writer in writers.items():
-            figures[layout] = {"write_s": writer.seconds}
+    start = time.perf_counter()
+    figures["rows"] = write_compact(csv_path, out_paths["compact"], codec, row_group_rows)
+    figures["compact"] = {"write_s": time.perf_counter() - start}
+    start = time.perf_counter()
+    write_wide(csv_path, out_paths["wide"], codec, row_group_rows)
+    figures["wide"] = {"write_s": time.perf_counter() - start}
+    return figures
+
+
+def measure_reads(out_paths: dict[str, Path], figures: dict) -> None:
+    """Add each file's size and the seconds to read it back into uint8 arrays."""
     for layout, path in out_paths.items():
         start = time.perf_counter()
-        labels, _ = read_parquet_arrays(path)
+        read_parquet_arrays(path)
         figures[layout].update(bytes=path.stat().st_size, read_s=time.perf_counter() - start)
-    return figures
 
 
 def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec: str,
@@ -232,6 +272,7 @@ def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec
     for split in SPLITS:
         paths = {layout: Path(out_dir) / layout / f"{split}.parquet" for layout in LAYOUTS}
         figures[split] = convert_split(Path(csv_dir) / f"{split}.csv", paths, codec, row_group_rows)
+        measure_reads(paths, figures[split])
         sizes = ", ".join(f"{layout} {figures[split][layout]['bytes'] / 1e6:.2f} MB" for layout in LAYOUTS)
         print(f"{csv_dir}/{split}.csv -> {codec.label}: {sizes}", file=sys.stderr)
     with atomic_path(Path(figures_path)) as tmp:

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.codecs import write_codecs
-from pipeline.convert import Codec, convert_dataset, read_parquet_arrays
+from pipeline.convert import Codec, convert_dataset, iter_csv, read_parquet_arrays
 from pipeline.csvdata import DataError, write_csv
 
 
@@ -95,6 +95,19 @@ def test_malformed_csv_rejected(tmp_path, csv_dir, line_no, transform, message):
     assert "train.csv" in str(err.value)
     assert not list((tmp_path / "pq").rglob("*.parquet")) if (tmp_path / "pq").exists() else True
     assert not (tmp_path / "fig.json").exists()
+
+
+def test_blocks_split_anywhere_give_the_same_rows_and_line_numbers(csv_dir, tiny):
+    # A block size smaller than a line, and one cutting lines mid-way, must give the same
+    # rows as one block; and an error in a late block must still name its true line.
+    expected = tiny.arrays["train_images"].reshape(-1, 784)
+    for block_bytes in (100, 5_000, 1 << 20):
+        blocks = list(iter_csv(csv_dir / "train.csv", block_bytes=block_bytes))
+        np.testing.assert_array_equal(np.concatenate([p for _, p in blocks]), expected)
+        np.testing.assert_array_equal(np.concatenate([lab for lab, _ in blocks]), tiny.arrays["train_labels"])
+    _corrupt(csv_dir, 60, lambda s: s.replace(",", ",7.5,", 1))
+    with pytest.raises(DataError, match=r"line 60: 786 columns"):
+        list(iter_csv(csv_dir / "train.csv", block_bytes=5_000))
 
 
 def test_empty_file_rejected(tmp_path, csv_dir):
