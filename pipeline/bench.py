@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from pipeline.model import SimpleCNN, parameter_count
-from pipeline.shards import DeviceBatches, ShardDataset, load_split, to_float
+from pipeline.shards import DeviceBatches, ShardDataset, load_split, read_manifest, to_float
 
 VARIANTS = ("naive_bs16", "naive", "workers", "persistent", "pinned", "preprocessed",
             "batched", "device", "compiled")
@@ -328,7 +328,7 @@ def run_bench(dataset: str, parquet: Path, shards: Path, device: str | torch.dev
                            "parameters": parameter_count(SimpleCNN())},
                 "compiled_options": _compiled_options(settings, device),
                 "variants": results}
-    n_train = len(load_split(Path(shards) / "train", verify=False)[1])
+    n_train = read_manifest(Path(shards) / "train")["count"]
     document["params"]["train_samples"] = n_train
     if settings.floor:
         train_steps = math.ceil(n_train / settings.batch_size)

@@ -1,4 +1,5 @@
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -57,20 +58,56 @@ def test_deterministic_bytes(tmp_path, arrays):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
-def test_corrupted_shard_detected(split_dir):
+def _flip_byte(path, at=None):
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2 if at is None else at] ^= 0xFF
+    path.write_bytes(bytes(blob))
+
+
+def test_corrupted_shard_detected(split_dir, arrays, monkeypatch):
     shard = next(split_dir.glob("shard-00001*"))
-    blob = bytearray(shard.read_bytes())
-    blob[len(blob) // 2] ^= 0xFF
-    shard.write_bytes(bytes(blob))
-    with pytest.raises(ShardError, match=rf"{shard.name}: checksum mismatch: manifest sha256 [0-9a-f]{{64}}, file"):
+    _flip_byte(shard)
+    with pytest.raises(ShardError, match=rf"{shard.name}: checksum mismatch: manifest xxh3_128 [0-9a-f]{{32}}, file"):
         load_split(split_dir)
+    with pytest.raises(ShardError, match=rf"{shard.name}: checksum mismatch: manifest sha256 [0-9a-f]{{64}}, file"):
+        load_split(split_dir, verify="sha256")
+    images, _ = load_split(split_dir, verify="none")  # unverified: the flipped pixel gets through
+    assert not np.array_equal(images.numpy(), arrays[0])
+    monkeypatch.setitem(sys.modules, "xxhash", None)  # a machine without xxhash falls back to sha256
+    with pytest.raises(ShardError, match="checksum mismatch: manifest sha256"):
+        load_split(split_dir)
+
+
+def test_corrupted_compressed_shard_and_header(tmp_path, arrays):
+    write_shards(*arrays, tmp_path / "z", dataset="tiny", split="train", samples_per_shard=30, compression="zstd")
+    _flip_byte(tmp_path / "z" / "shard-00000.safetensors.zst")
+    with pytest.raises(ShardError, match=r"shard-00000.safetensors.zst: checksum mismatch"):
+        load_split(tmp_path / "z")
+    write_shards(*arrays, tmp_path / "p", dataset="tiny", split="train", samples_per_shard=30)
+    _flip_byte(tmp_path / "p" / "shard-00000.safetensors", at=7)  # the header length's top byte
+    with pytest.raises(ShardError, match=r"shard-00000.safetensors: not a safetensors shard \(header length"):
+        load_split(tmp_path / "p", verify="none")
+
+
+def test_wrong_dtype_in_shard(tmp_path, arrays):
+    from safetensors.numpy import save_file
+
+    write_shards(*arrays, tmp_path / "s", dataset="tiny", split="train", samples_per_shard=64)
+    images, labels = arrays
+    shard = tmp_path / "s" / "shard-00000.safetensors"
+    save_file({"images": images, "labels": labels.astype(np.int64)}, shard)
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    manifest["shards"][0]["bytes"] = shard.stat().st_size
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match=r"tensor 'labels' is I64 \[64\], expected U8 \(uint8\) \[64\]"):
+        load_split(tmp_path / "s", verify="none")
 
 
 def test_truncated_and_missing_shard(split_dir):
     shard = next(split_dir.glob("shard-00002*"))
     shard.write_bytes(shard.read_bytes()[:-5])
     with pytest.raises(ShardError, match=rf"{shard.name}: .* bytes, manifest says .* \(truncated\?\)"):
-        load_split(split_dir, verify=False)
+        load_split(split_dir, verify="none")
     shard.unlink()
     with pytest.raises(ShardError, match=rf"{shard.name}: shard listed in the manifest is missing"):
         load_split(split_dir)
@@ -85,7 +122,7 @@ def test_wrong_dataset_and_shape(tmp_path, split_dir, arrays):
     manifest["shards"][0]["count"] -= 1
     manifest["shards"][1]["count"] += 1
     (split_dir / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ShardError, match=r"tensor 'images' is torch.uint8 \[24, 28, 28\], expected torch.uint8 \[23, 28, 28\]"):
+    with pytest.raises(ShardError, match=r"tensor 'images' is U8 \[24, 28, 28\], expected U8 \(uint8\) \[23, 28, 28\]"):
         load_split(split_dir)
 
 
