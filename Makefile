@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 PIPELINE_MIRROR ?= $(abspath ../shared/datasets)
 export PIPELINE_MIRROR
 
-.PHONY: setup repro test clean
+.PHONY: setup repro test plots plots-template clean
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,14 @@ repro: setup
 
 test: setup
 	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q $(PYTEST_ARGS)
+
+# Renders dvc_plots/index.html offline (vega is inlined in .dvc/plots/offline.html).
+plots: setup
+	PATH="$(abspath $(BIN)):$$PATH" dvc plots show
+
+# Maintainers only: refetch the pinned vega builds with npm and rewrite the page template.
+plots-template: setup
+	$(BIN)/python tools/plots_template.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -118,3 +118,14 @@ def test_full_pipeline_then_codec_change_reruns_only_dependents(repo):
     assert {"shard@tiny", "shard@tiny-b", "bench@tiny", "bench@tiny-b"} <= changed
     assert not any(name.startswith(("convert@", "fetch@", "csv@")) for name in changed)
     assert "codecs" not in changed
+
+
+def test_plots_render_offline(repo):
+    """The committed page template inlines vega: no CDN script in what `dvc plots show` writes."""
+    root, _ = repo
+    if not (root / "metrics/ladder.csv").exists():
+        dvc(repo, "repro")
+    dvc(repo, "plots", "show", "-o", "plots-out")
+    page = (root / "plots-out/index.html").read_text()
+    assert "cdn.jsdelivr" not in page and "<script src" not in page
+    assert "vega-embed 6.29.0 sha256" in page and page.count("vegaEmbed(") >= 4  # one per plot
