@@ -67,8 +67,25 @@ def test_sampled_timing_is_scaled_to_the_full_epoch(prepared):
                              sample_steps=4, sample_epochs=2, floor=False)
     doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
     entry = doc["variants"]["naive_bs16"]
-    # 600 / 16 -> 38 train steps, measured over 4: the figure is scaled by 9.5
-    assert entry["first_epoch_train_s"] > 0 and entry["extrapolated"]
+    assert entry["first_epoch_train_s"] > 0 and entry["extrapolated"] and entry["accuracy"] is None
+
+
+def test_summarise_scales_sampled_steps_to_whole_epochs():
+    from types import SimpleNamespace
+
+    from pipeline.bench import Timing, summarise
+
+    settings = BenchSettings(epochs=5, sample_steps=4)
+    path = SimpleNamespace(train_steps=38, test_steps=3)
+    timing = Timing(train_s=[3.0, 1.0, 2.0], test_s=[0.5, 0.3, 0.4], accuracy=0.5)
+    entry = summarise(timing, path, settings, sampled=True, compile_s=0.0)
+    # median 2.0 s over 4 steps -> 38 steps: x 9.5; the test split has only 3 steps: x 1.
+    assert entry["train_s"] == pytest.approx(19.0) and entry["test_s"] == pytest.approx(0.4)
+    assert entry["first_epoch_train_s"] == pytest.approx(28.5)
+    assert entry["total_s"] == pytest.approx((19.0 + 0.4) * 5)
+    assert entry["accuracy"] is None and entry["extrapolated"]
+    whole = summarise(timing, path, settings, sampled=False, compile_s=0.0)
+    assert whole["train_s"] == pytest.approx(2.0) and whole["accuracy"] == 0.5 and not whole["extrapolated"]
 
 
 @pytest.mark.parametrize("variant", ["preprocessed", "batched", "device", "compiled"])
