@@ -81,9 +81,10 @@ def _report(csv: Path, names: list[str], repeats: int) -> dict:
         print(f"{csv} ({csv.stat().st_size / 1e6:.0f} MB)")
         for name in names:
             results[name] = result = measure(name, csv, Path(out), repeats)
-            seed = results.get(names[0], result)
-            print(f"  {name:36s}: {result['seconds']:6.2f} s ({seed['seconds'] / result['seconds']:4.1f}x; "
-                  f"first run {result['first_s']:5.2f} s, {seed['first_s'] / result['first_s']:4.1f}x), "
+            seed = results.get(next(iter(TARGETS)))
+            ratio = (f" ({seed['seconds'] / result['seconds']:4.1f}x; first run {result['first_s']:5.2f} s, "
+                     f"{seed['first_s'] / result['first_s']:4.1f}x)") if seed else ""
+            print(f"  {name:36s}: {result['seconds']:6.2f} s{ratio}, "
                   f"peak RSS {result['peak_rss_MB']:5.0f} MB, {result['bytes'] / 1e6:6.2f} MB written")
     return results
 
