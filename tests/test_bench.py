@@ -121,3 +121,18 @@ def test_compiled_path_warms_up_outside_timed_epochs():
     eager, zero = run_variant(path, torch.device("cpu"), BenchSettings(), steps=None, epochs=1)
     assert compile_s > 0 and zero == 0.0
     assert timing.loss == pytest.approx(eager.loss, rel=1e-3)  # warm-up left no trace in training
+
+
+def test_compute_floor_is_the_fastest_epoch(monkeypatch):
+    import pipeline.bench as bench
+
+    seen = {}
+
+    def fake_run_variant(path, device, settings, *, steps, epochs, progress, **options):
+        seen.update(steps=path.train_steps, epochs=epochs, batches=len(list(path.train())), options=options)
+        return bench.Timing(train_s=[3.0, 1.0, 2.0]), 0.0
+
+    monkeypatch.setattr(bench, "run_variant", fake_run_variant)
+    floor = bench.compute_floor(torch.device("cpu"), BenchSettings(batch_size=8), 5, autocast=True)
+    assert floor == 1.0  # a neighbour's burst only slows an epoch: the minimum is the floor
+    assert seen == {"steps": 5, "epochs": 3, "batches": 5, "options": {"autocast": True}}
