@@ -96,7 +96,7 @@ def _locate_bad_line(lines: bytes, first_number: int) -> str:
             return f"line {number}: {len(fields)} columns, expected {len(COLUMNS)}"
         for column, text in zip(COLUMNS, fields):
             top = 9 if column == "label" else 255
-            if not text.strip().isdigit():
+            if not (text.strip().isascii() and text.strip().isdigit()):
                 return f"line {number}, column {column!r}: {text!r} is not a non-negative integer"
             if int(text) > top:
                 return f"line {number}, column {column!r}: {text.strip()} is outside 0..{top}"

@@ -163,28 +163,30 @@ def _readinto(source, view: memoryview, path: Path) -> None:
         view = view[got:]
 
 
-def _read_header(source, path: Path, count: int) -> tuple[bytes, dict[str, tuple[int, int]]]:
+def _read_header(source, path: Path, count: int) -> tuple[int, dict[str, tuple[int, int]]]:
     """The safetensors header (8-byte little-endian length + JSON), checked against the
-    manifest; returns its raw bytes (they are hashed too) and {tensor: (begin, end)}."""
+    manifest; returns its length in bytes and {tensor: (begin, end)} within the data area."""
     raw = source.read(8)
     size = int.from_bytes(raw, "little") if len(raw) == 8 else -1
     if not 0 < size < 1 << 20:
         raise ShardError(f"{path}: not a safetensors shard (header length {size})")
-    text = source.read(size)
     try:
-        header = json.loads(text)
+        header = json.loads(source.read(size))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ShardError(f"{path}: not a readable safetensors header ({err})") from None
     regions = {}
     for name, shape in (("images", [count, *IMAGE_SHAPE]), ("labels", [count])):
-        info = header.get(name)
-        if info is None:
+        info = header.get(name) if isinstance(header, dict) else None
+        if not isinstance(info, dict):
             raise ShardError(f"{path}: no tensor {name!r}")
         if info.get("dtype") != "U8" or info.get("shape") != shape:
             raise ShardError(f"{path}: tensor {name!r} is {info.get('dtype')} {info.get('shape')}, "
                              f"expected U8 (uint8) {shape}")
-        regions[name] = tuple(info["data_offsets"])
-    return raw + text, regions
+        offsets = info.get("data_offsets")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            raise ShardError(f"{path}: tensor {name!r} has no valid data_offsets ({offsets!r})")
+        regions[name] = (offsets[0], offsets[1])
+    return 8 + size, regions
 
 
 def _verify(path: Path, entry: dict, verify: str, data) -> None:
@@ -229,21 +231,21 @@ def _read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
             blob = file.read()
             _verify(path, entry, verify, blob)
             stream = _zstd().ZstdDecompressor().stream_reader(io.BytesIO(blob))
-            head, regions = _read_header(stream, path, entry["count"])
+            _, regions = _read_header(stream, path, entry["count"])
             for name, _, _ in _tiles(path, regions, targets):
                 _readinto(stream, memoryview(targets[name].numpy()).cast("B"), path)
             return
         # ACCESS_COPY: private and writable (nothing is written), so torch takes it without a warning.
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
             _verify(path, entry, verify, mapped)
-            head, regions = _read_header(mapped, path, entry["count"])
+            data_start, regions = _read_header(mapped, path, entry["count"])
             end = 0
             for name, begin, end in _tiles(path, regions, targets):
-                source = np.frombuffer(mapped, np.uint8, end - begin, len(head) + begin)
+                source = np.frombuffer(mapped, np.uint8, end - begin, data_start + begin)
                 targets[name].view(-1).copy_(torch.from_numpy(source))
                 del source  # the map cannot close while an array still points into it
-            if len(head) + end != size:
-                raise ShardError(f"{path}: {size - len(head) - end:,} bytes after the last tensor")
+            if data_start + end != size:
+                raise ShardError(f"{path}: {size - data_start - end:,} bytes after the last tensor")
 
 
 def load_split(path: Path, device: str | torch.device = "cpu", *, dataset: str | None = None,

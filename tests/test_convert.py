@@ -86,6 +86,7 @@ def _corrupt(csv_dir, line_no, transform):
         (40, lambda s: "12" + s[1:], r"line 40, column 'label': 12 is outside 0..9"),
         (1, lambda s: s.replace("pixel7,", "px7,"), r"line 1: header does not match: column 8 is 'px7'"),
         (3, lambda s: s.replace(",0,", ",,", 1), r"line 3, column 'pixel\d+': '' is not a non-negative integer"),
+        (7, lambda s: s.replace(",0,", ",\u00b2,", 1), r"line 7, column 'pixel\d+': '\u00b2' is not a non-negative"),
     ],
 )
 def test_malformed_csv_rejected(tmp_path, csv_dir, line_no, transform, message):

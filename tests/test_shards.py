@@ -173,3 +173,19 @@ def test_rank_split_disjoint_equal_batches(arrays, drop_last):
     expected = (per_rank // 5) * 5 if drop_last else per_rank
     assert all(len(s) == expected for s in seen)
     assert len(ids) >= 61 - world + 1 - (world * 4 if drop_last else 0)
+
+
+@pytest.mark.parametrize(("header", "message"), [
+    (b"[1, 2]", r"no tensor 'images'"),
+    (b'{"images": {"dtype": "U8", "shape": [64, 28, 28]}}', r"tensor 'images' has no valid data_offsets"),
+    (b'{"images": ', r"not a readable safetensors header"),
+])
+def test_malformed_shard_header(tmp_path, arrays, header, message):
+    write_shards(*arrays, tmp_path / "s", dataset="tiny", split="train", samples_per_shard=64)
+    shard = tmp_path / "s" / "shard-00000.safetensors"
+    shard.write_bytes(len(header).to_bytes(8, "little") + header)
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    manifest["shards"][0]["bytes"] = shard.stat().st_size
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match=rf"shard-00000.safetensors: {message}"):
+        load_split(tmp_path / "s", verify="none")
