@@ -17,6 +17,19 @@ from pipeline.params import ParamsError, load_params, section
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+def input_dir(flag: str, text: str, dest: str | None = None) -> Callable[[F], F]:
+    """A required option naming an existing folder (an upstream stage's output)."""
+    names = (flag, dest) if dest else (flag,)
+    return click.option(*names, type=click.Path(path_type=Path, exists=True, file_okay=False),
+                        required=True, help=text)
+
+
+def output_path(flag: str, text: str) -> Callable[[F], F]:
+    """A required option naming what this stage writes."""
+    return click.option(flag, type=click.Path(path_type=Path), required=True, help=text)
+
+
 PARAMS_OPTION = click.option(
     "--params", "params_path", type=click.Path(path_type=Path), default=Path("params.yaml"),
     show_default=True, help="The params file holding this stage's settings.",
@@ -56,8 +69,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("dataset")
-@click.option("--out", type=click.Path(path_type=Path), required=True,
-              help="Folder to fill with the verified, decompressed files (replaced whole).")
+@output_path("--out", "Folder to fill with the verified, decompressed files (replaced whole).")
 @PARAMS_OPTION
 @stage_command
 def fetch(dataset: str, out: Path, params_path: Path) -> None:
@@ -76,10 +88,8 @@ def fetch(dataset: str, out: Path, params_path: Path) -> None:
 
 
 @main.command("csv")
-@click.option("--raw", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
-              help="The fetch stage's folder.")
-@click.option("--out", type=click.Path(path_type=Path), required=True,
-              help="Folder for train.csv and test.csv.")
+@input_dir("--raw", "The fetch stage's folder.")
+@output_path("--out", "Folder for train.csv and test.csv.")
 @stage_command
 def csv_command(raw: Path, out: Path) -> None:
     """Render train.csv and test.csv: header, then label + 784 pixels per row."""
@@ -91,12 +101,9 @@ def csv_command(raw: Path, out: Path) -> None:
 @main.command()
 @click.argument("dataset")
 @click.argument("codec")
-@click.option("--csv", "csv_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
-              required=True, help="The csv stage's folder (train.csv, test.csv).")
-@click.option("--out", type=click.Path(path_type=Path), required=True,
-              help="Folder for {wide,compact}/{train,test}.parquet.")
-@click.option("--figures", type=click.Path(path_type=Path), required=True,
-              help="JSON file for the sizes and timings measured.")
+@input_dir("--csv", "The csv stage's folder (train.csv, test.csv).", dest="csv_dir")
+@output_path("--out", "Folder for {wide,compact}/{train,test}.parquet.")
+@output_path("--figures", "JSON file for the sizes and timings measured.")
 @PARAMS_OPTION
 @stage_command
 def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, params_path: Path) -> None:
@@ -113,10 +120,9 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, p
 
 
 @main.command()
-@click.option("--figures", type=click.Path(path_type=Path, exists=True, file_okay=False),
-              required=True, help="Folder of the convert stages' figures.")
-@click.option("--metrics", type=click.Path(path_type=Path), required=True, help="Metrics JSON to write.")
-@click.option("--plot", type=click.Path(path_type=Path), required=True, help="Plot data CSV to write.")
+@input_dir("--figures", "Folder of the convert stages' figures.")
+@output_path("--metrics", "Metrics JSON to write.")
+@output_path("--plot", "Plot data CSV to write.")
 @PARAMS_OPTION
 @stage_command
 def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
@@ -130,10 +136,8 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
 
 @main.command()
 @click.argument("dataset")
-@click.option("--parquet", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
-              help="Folder holding train.parquet and test.parquet (either layout).")
-@click.option("--out", type=click.Path(path_type=Path), required=True,
-              help="Folder for train/ and test/ shard folders.")
+@input_dir("--parquet", "Folder holding train.parquet and test.parquet (either layout).")
+@output_path("--out", "Folder for train/ and test/ shard folders.")
 @PARAMS_OPTION
 @stage_command
 def shard(dataset: str, parquet: Path, out: Path, params_path: Path) -> None:
@@ -147,11 +151,9 @@ def shard(dataset: str, parquet: Path, out: Path, params_path: Path) -> None:
 
 @main.command()
 @click.argument("dataset")
-@click.option("--parquet", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
-              help="Folder with the wide-layout train.parquet and test.parquet (the seed's input).")
-@click.option("--shards", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
-              help="The shard stage's folder for DATASET (train/, test/).")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Metrics JSON to write.")
+@input_dir("--parquet", "Folder with the wide-layout train.parquet and test.parquet (the seed's input).")
+@input_dir("--shards", "The shard stage's folder for DATASET (train/, test/).")
+@output_path("--out", "Metrics JSON to write.")
 @click.option("--device", default="auto", show_default=True,
               help="Torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1, ...")
 @PARAMS_OPTION
@@ -176,12 +178,11 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, device: str, par
 
 
 @main.command()
-@click.option("--bench", "bench_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
-              required=True, help="Folder of the bench stages' metrics JSON files.")
+@input_dir("--bench", "Folder of the bench stages' metrics JSON files.", dest="bench_dir")
 @click.option("--codecs", "codecs_path", type=click.Path(path_type=Path), help="The codecs metrics JSON.")
 @click.option("--readme", type=click.Path(path_type=Path, exists=True), default=Path("README.md"),
               show_default=True, help="README whose Results section is regenerated.")
-@click.option("--plot", type=click.Path(path_type=Path), required=True, help="Ladder plot data CSV to write.")
+@output_path("--plot", "Ladder plot data CSV to write.")
 @stage_command
 def report(bench_dir: Path, codecs_path: Path | None, readme: Path, plot: Path) -> None:
     """Regenerate the README's Results section and the ladder plot data from metrics/."""
