@@ -70,21 +70,22 @@ def main() -> None:
 @main.command()
 @click.argument("dataset")
 @output_path("--out", "Folder to fill with the verified, decompressed files (replaced whole).")
+@click.option("--sources", "sources_path", type=click.Path(path_type=Path), default=Path("sources.yaml"),
+              show_default=True, help="The pins (content sha256) and mirrors of each data set.")
 @PARAMS_OPTION
 @stage_command
-def fetch(dataset: str, out: Path, params_path: Path) -> None:
+def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> None:
     """Download DATASET's files from its mirrors, verified by content sha256.
 
     Mirrors are tried in order: $PIPELINE_MIRROR/<DATASET> first when set (a folder, a
-    file:// URL or an http(s) URL), then `mirrors.<DATASET>` in params.yaml. Each file is
+    file:// URL or an http(s) URL), then DATASET's `mirrors` in sources.yaml. Each file is
     un-gzipped and hashed while it streams; a mismatch moves on to the next mirror.
     """
-    from pipeline.fetch import FetchSettings, fetch_dataset
+    from pipeline.fetch import FetchSettings, fetch_dataset, load_sources
 
-    params = load_params(params_path)
-    settings = FetchSettings(**params.get("fetch", {}))
-    mirrors = params.get("mirrors", {}).get(dataset, [])
-    fetch_dataset(dataset, section(params, "datasets", dataset, "files"), mirrors, out, settings)
+    settings = FetchSettings(**section(load_params(params_path), "fetch"))
+    files, mirrors = load_sources(sources_path, dataset)
+    fetch_dataset(dataset, files, mirrors, out, settings)
 
 
 @main.command("csv")
@@ -166,12 +167,9 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, device: str, par
     """
     import torch
 
-    from pipeline.bench import BenchSettings, run_bench, write_bench
+    from pipeline.bench import run_bench, settings_from_params, write_bench
 
-    raw = dict(section(load_params(params_path), "bench"))
-    for key in ("variants", "sample"):
-        raw[key] = tuple(raw.get(key) or ())
-    settings = BenchSettings(**raw)
+    settings = settings_from_params(section(load_params(params_path), "bench"))
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     write_bench(run_bench(dataset, parquet, shards, device, settings), out)
@@ -189,3 +187,39 @@ def report(bench_dir: Path, codecs_path: Path | None, readme: Path, plot: Path) 
     from pipeline.report import write_report
 
     write_report(sorted(bench_dir.glob("*.json")), codecs_path, readme, plot)
+
+
+@main.command("standalone-bench")
+@click.option("--mirror", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="Folder holding <dataset>/ with the four IDX .gz files (e.g. ../shared/datasets).")
+@click.option("--out", "out_root", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+              help="Results root: writes <out>/<gpu-slug>/<dataset>.json.")
+@click.option("--work", type=click.Path(path_type=Path), default=Path("/tmp/pipeline-standalone"),
+              show_default=True, help="Scratch folder for the raw files, Parquet and shards.")
+@click.option("--dataset", "datasets", multiple=True, help="Data set(s) to run; default: params.yaml's list.")
+@click.option("--device", default="auto", show_default=True, help="auto (cuda when available), cpu, cuda, ...")
+@click.option("--commit", default="unknown", show_default=True, help="The project commit, recorded in the results.")
+@click.option("--epochs", type=int, help="Override bench.epochs.")
+@click.option("--sample-steps", type=int, help="Override bench.sample_steps (the slow rungs' sampled steps).")
+@click.option("--sources", "sources_path", type=click.Path(path_type=Path), default=Path("sources.yaml"),
+              show_default=True, help="The pins of each data set.")
+@PARAMS_OPTION
+@stage_command
+def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[str, ...], device: str, commit: str,
+                     epochs: int | None, sample_steps: int | None, sources_path: Path, params_path: Path) -> None:
+    """Run the bench from the IDX files alone, where only torch, numpy, pandas, pyarrow,
+    safetensors and xxhash are installed (the lent GPU machines): no dvc, polars or zstandard.
+
+    Builds the wide Parquet and the shards with pyarrow and the shard writer, checks every
+    raw file against sources.yaml, runs params.yaml's bench, and writes
+    results/<gpu-slug>/<dataset>.json for `dvc repro report` to render in the README.
+    """
+    import torch
+
+    from pipeline.standalone import run_standalone
+
+    overrides = {k: v for k, v in (("epochs", epochs), ("sample_steps", sample_steps)) if v is not None}
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    names = list(datasets) or list(section(load_params(params_path), "datasets"))
+    run_standalone(mirror, out_root, work, names, params_path, sources_path, device, commit, overrides)

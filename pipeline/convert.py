@@ -33,7 +33,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.atomic import atomic_path
-from pipeline.csvdata import COLUMNS, HEADER, PIXELS, SPLITS, DataError
+from pipeline.csvdata import HEADER
+from pipeline.errors import DataError
+from pipeline.idx import COLUMNS, PIXELS, SPLITS
 
 LAYOUTS = ("wide", "compact")
 CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")

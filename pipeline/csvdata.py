@@ -16,35 +16,10 @@ import numpy as np
 import polars as pl
 
 from pipeline.atomic import atomic_path
-from pipeline.idx import read_idx
+from pipeline.errors import DataError
+from pipeline.idx import COLUMNS, PIXELS, SPLITS, read_split
 
-SPLITS = ("train", "test")
-PIXELS = 28 * 28
-COLUMNS = ["label"] + [f"pixel{i}" for i in range(1, PIXELS + 1)]
 HEADER = ",".join(COLUMNS) + "\n"
-
-
-class DataError(ValueError):
-    """Input data that breaks the data set's contract; the message says what and where."""
-
-
-def load_idx_split(raw_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """Images [n, 28, 28] uint8 and labels [n] uint8 of one split, cross-checked."""
-    images_path, labels_path = raw_dir / f"{split}-images.idx", raw_dir / f"{split}-labels.idx"
-    images, labels = read_idx(images_path), read_idx(labels_path)
-    if images.ndim != 3 or images.shape[1:] != (28, 28) or images.dtype != np.uint8:
-        raise DataError(f"{images_path}: expected uint8 images of shape [n, 28, 28], got "
-                        f"{images.dtype} {list(images.shape)}")
-    if labels.ndim != 1 or labels.dtype != np.uint8:
-        raise DataError(f"{labels_path}: expected uint8 labels of shape [n], got "
-                        f"{labels.dtype} {list(labels.shape)}")
-    if len(images) != len(labels):
-        raise DataError(f"{split}: {len(images):,} images in {images_path} but "
-                        f"{len(labels):,} labels in {labels_path}")
-    bad = np.flatnonzero(labels > 9)
-    if bad.size:
-        raise DataError(f"{labels_path}: label {labels[bad[0]]} at index {bad[0]} is outside 0..9")
-    return images, labels
 
 
 def write_csv(images: np.ndarray, labels: np.ndarray, dest: Path) -> None:
@@ -85,6 +60,6 @@ def render_csvs(raw_dir: Path, out_dir: Path) -> None:
         if csv_source.exists():
             copy_csv(csv_source, dest)
         else:
-            images, labels = load_idx_split(raw_dir, split)
+            images, labels = read_split(raw_dir, split)
             write_csv(images, labels, dest)
         print(f"{dest}: {dest.stat().st_size:,} bytes", file=sys.stderr)

@@ -86,6 +86,26 @@ def parse_files(files: Mapping[str, Mapping[str, str]]) -> list[FileSpec]:
     return specs
 
 
+def load_sources(path: Path, dataset: str) -> tuple[dict, list[str]]:
+    """(files, mirrors) of `dataset` from sources.yaml: the pins and where to look."""
+    import yaml
+
+    try:
+        sources = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FetchError(f"{path}: no such sources file") from None
+    except yaml.YAMLError as err:
+        raise FetchError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    entry = sources.get(dataset) if isinstance(sources, dict) else None
+    if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
+        raise FetchError(f"{path}: no data set {dataset!r} with a `files` mapping "
+                         f"(known: {sorted(sources) if isinstance(sources, dict) else []})")
+    mirrors = entry.get("mirrors") or []
+    if not isinstance(mirrors, list) or not all(isinstance(m, str) for m in mirrors):
+        raise FetchError(f"{path}: {dataset}.mirrors must be a list of URLs or folders")
+    return entry["files"], mirrors
+
+
 def mirror_bases(dataset: str, mirrors: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """The mirrors to try, in order: $PIPELINE_MIRROR/<dataset> first when set."""
     bases = list(mirrors)

@@ -12,6 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.atomic import atomic_path
+from pipeline.errors import DataError, InputError
+
+SPLITS = ("train", "test")
+PIXELS = 28 * 28
+# The seed's wide layout, and the CSV header of the Kaggle edition: label, pixel1..pixel784.
+COLUMNS = ["label"] + [f"pixel{i}" for i in range(1, PIXELS + 1)]
 
 # Type codes of the IDX format; MNIST only uses 0x08, the others are read for completeness.
 _DTYPES: dict[int, np.dtype] = {
@@ -25,7 +31,7 @@ _DTYPES: dict[int, np.dtype] = {
 _CODES = {dt.newbyteorder(">") if dt.itemsize > 1 else dt: code for code, dt in _DTYPES.items()}
 
 
-class IdxError(ValueError):
+class IdxError(InputError):
     """An IDX file whose header or length does not describe a valid array."""
 
 
@@ -72,3 +78,22 @@ def idx_bytes(array: np.ndarray) -> bytes:
 def write_idx(path: Path, array: np.ndarray) -> None:
     with atomic_path(Path(path)) as tmp:
         tmp.write_bytes(idx_bytes(array))
+
+
+def read_split(raw_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Images [n, 28, 28] uint8 and labels [n] uint8 of one fetched split, cross-checked."""
+    images_path, labels_path = Path(raw_dir) / f"{split}-images.idx", Path(raw_dir) / f"{split}-labels.idx"
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    if images.ndim != 3 or images.shape[1:] != (28, 28) or images.dtype != np.uint8:
+        raise DataError(f"{images_path}: expected uint8 images of shape [n, 28, 28], got "
+                        f"{images.dtype} {list(images.shape)}")
+    if labels.ndim != 1 or labels.dtype != np.uint8:
+        raise DataError(f"{labels_path}: expected uint8 labels of shape [n], got "
+                        f"{labels.dtype} {list(labels.shape)}")
+    if len(images) != len(labels):
+        raise DataError(f"{split}: {len(images):,} images in {images_path} but "
+                        f"{len(labels):,} labels in {labels_path}")
+    bad = np.flatnonzero(labels > 9)
+    if bad.size:
+        raise DataError(f"{labels_path}: label {labels[bad[0]]} at index {bad[0]} is outside 0..9")
+    return images, labels

@@ -1,0 +1,96 @@
+"""Each rung's data path: where a variant's batches come from, in one place per variant.
+
+The loader rungs follow the seed's story one change at a time (batch size, workers,
+persistent workers, pinned memory, Dataset v2); `batched` serves whole batches from shards
+by one tensor index; `device` keeps the split on the accelerator and shuffles it there.
+Every variant builds its own inputs (nothing is shared between variants), so each one's
+setup time is what a user of that variant pays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.seed import NaiveDataset, PreprocessedDataset
+from pipeline.shards import DeviceBatches, ShardDataset, load_split
+
+LOADER_VARIANTS = ("naive_bs16", "naive", "workers", "persistent", "pinned", "preprocessed")
+EAGER_VARIANTS = LOADER_VARIANTS + ("batched", "device")
+
+
+@dataclass
+class DataPath:
+    """How a variant feeds the model: train and test batch sources, iterated once per epoch."""
+
+    train: Callable[[], Iterable]
+    test: Callable[[], Iterable]
+    train_steps: int
+    test_steps: int
+
+
+@dataclass(frozen=True)
+class Resident:
+    """Both splits as uint8 tensors on the device: the input of the static-step variants."""
+
+    train_images: torch.Tensor
+    train_labels: torch.Tensor
+    test_images: torch.Tensor
+    test_labels: torch.Tensor
+
+    @classmethod
+    def load(cls, shards: Path, device: torch.device) -> Resident:
+        (train_x, train_y), (test_x, test_y) = (load_split(Path(shards) / split, device) for split in ("train", "test"))
+        return cls(train_x, train_y, test_x, test_y)
+
+
+def _loader(dataset, batch_size: int, shuffle: bool, seed: int, **kwargs) -> torch.utils.data.DataLoader:
+    generator = torch.Generator().manual_seed(seed) if shuffle else None
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
+                                       generator=generator, **kwargs)
+
+
+def loader_options(variant: str, workers: int, device: torch.device) -> dict:
+    """The DataLoader settings each rung of the seed's story adds to the one before."""
+    steps = LOADER_VARIANTS.index(variant)
+    options: dict = {}
+    if steps >= LOADER_VARIANTS.index("workers"):
+        options["num_workers"] = workers
+    if steps >= LOADER_VARIANTS.index("persistent"):
+        options["persistent_workers"] = True
+    if steps >= LOADER_VARIANTS.index("pinned"):
+        options["pin_memory"] = device.type == "cuda"
+    return options
+
+
+def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *, batch_size: int,
+              seed: int, workers: int) -> DataPath:
+    """Build one eager variant's batch sources from its inputs (wide Parquet or shards)."""
+    steps = lambda n, b: math.ceil(n / b)  # noqa: E731
+    if variant in LOADER_VARIANTS:
+        cls = PreprocessedDataset if variant == "preprocessed" else NaiveDataset
+        train_set, test_set = (cls(Path(parquet) / f"{split}.parquet") for split in ("train", "test"))
+        options = loader_options(variant, workers, device)
+        batch = 16 if variant == "naive_bs16" else batch_size
+        train_loader = _loader(train_set, batch, True, seed, **options)
+        test_loader = _loader(test_set, batch, False, seed, **options)
+        return DataPath(lambda: train_loader, lambda: test_loader,
+                        steps(len(train_set), batch), steps(len(test_set), batch))
+    if variant == "batched":
+        train_set, test_set = (ShardDataset(Path(shards) / split) for split in ("train", "test"))
+        pin = device.type == "cuda"
+        train_loader = train_set.loader(batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed),
+                                        pin_memory=pin)
+        test_loader = test_set.loader(batch_size, pin_memory=pin)
+        return DataPath(lambda: train_loader, lambda: test_loader,
+                        steps(len(train_set), batch_size), steps(len(test_set), batch_size))
+    if variant == "device":
+        data = Resident.load(shards, device)
+        train = DeviceBatches(data.train_images, data.train_labels, batch_size, shuffle=True, seed=seed)
+        test = DeviceBatches(data.test_images, data.test_labels, batch_size, shuffle=False)
+        return DataPath(lambda: train, lambda: test, len(train), len(test))
+    raise ValueError(f"unknown eager variant {variant!r}; expected one of {EAGER_VARIANTS}")

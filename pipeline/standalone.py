@@ -1,0 +1,84 @@
+"""The bench on a machine that has torch but not this project's other tools.
+
+The lent GPU machines have torch (a CUDA build), numpy, pandas, pyarrow, safetensors,
+xxhash, click and pyyaml, but no polars, dvc or zstandard and no internet. This builds the
+bench's inputs from the IDX files alone, with what is installed there, and runs the same
+bench as `dvc repro`:
+
+    python -m pipeline standalone-bench --mirror <folder with mnist/ and fashion-mnist/>
+
+- fetch: the pipeline's own download code, with the folder as the only mirror, so every
+  file is checked against its pinned content sha256 (sources.yaml);
+- Parquet: the wide layout (the naive rungs' input) written by pyarrow, zstd as in
+  params.yaml's default codec; same rows and values as the convert stage writes;
+- shards: `shards.write_shards`, the shard stage's own writer;
+- bench: `bench.run_bench` with params.yaml's `bench` block.
+
+Results go to `results/<gpu-slug>/<dataset>.json` with the device, torch and CUDA versions,
+the project's commit and the date, for the report stage to render in the README.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from pipeline.atomic import atomic_path
+from pipeline.bench import run_bench, settings_from_params, write_bench
+from pipeline.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
+from pipeline.idx import COLUMNS, SPLITS, read_split
+from pipeline.params import load_params, section
+from pipeline.shards import write_shards
+
+
+def device_slug(device: torch.device) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100-80gb-hbm3'; the CPU's machine name off CUDA."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu-{__import__('platform').machine()}"
+    name = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.IGNORECASE)
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
+
+
+def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path) -> None:
+    """The seed's layout (label + pixel1..pixel784, uint8) with pyarrow, zstd."""
+    flat = images.reshape(len(images), -1)
+    columns = [pa.array(labels)] + [pa.array(np.ascontiguousarray(flat[:, i])) for i in range(flat.shape[1])]
+    with atomic_path(dest) as tmp:
+        pq.write_table(pa.Table.from_arrays(columns, names=COLUMNS), tmp, compression="zstd")
+
+
+def build_inputs(dataset: str, mirror: Path, work: Path, sources: Path, samples_per_shard: int) -> tuple[Path, Path]:
+    """Verified raw files -> wide Parquet and uncompressed shards under `work/<dataset>`."""
+    files, _ = load_sources(sources, dataset)
+    raw, parquet, shards = (work / dataset / part for part in ("raw", "parquet", "shards"))
+    fetch_dataset(dataset, files, [], raw, FetchSettings(retries=0), env={MIRROR_ENV: str(mirror)})
+    for split in SPLITS:
+        images, labels = read_split(raw, split)
+        write_wide_parquet(images, labels, parquet / f"{split}.parquet")
+        write_shards(images, labels, shards / split, dataset=dataset, split=split,
+                     samples_per_shard=samples_per_shard, compression="none")
+    return parquet, shards
+
+
+def run_standalone(mirror: Path, out_root: Path, work: Path, datasets: list[str], params_path: Path,
+                   sources: Path, device: str, commit: str, overrides: dict) -> list[Path]:
+    params = load_params(params_path)
+    settings = settings_from_params(section(params, "bench"), **overrides)
+    samples_per_shard = int(section(params, "shard", "samples_per_shard"))
+    device_ = torch.device(device)
+    written = []
+    for dataset in datasets:
+        parquet, shards = build_inputs(dataset, Path(mirror), Path(work), Path(sources), samples_per_shard)
+        document = run_bench(dataset, parquet, shards, device_, settings)
+        document["env"].update(commit=commit, date=dt.date.today().isoformat())
+        out = Path(out_root) / device_slug(device_) / f"{dataset}.json"
+        write_bench(document, out)
+        print(f"wrote {out}", file=sys.stderr)
+        written.append(out)
+    return written

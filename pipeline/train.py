@@ -1,0 +1,353 @@
+"""How a variant runs its training steps, and what it pays before the first one.
+
+Two runners train the same SimpleCNN from the same seed with Adam and cross-entropy:
+
+- `train_eager` takes batches from any iterable, shapes as they come: the seed's loop,
+  used by every data-path rung (its last partial batch is simply smaller).
+- `train_static` takes both splits resident on the device and runs every step at one batch
+  shape. The last partial batch is padded with weight-0 samples and the loss is a weighted
+  sum (weight 1/n on each of the n real samples), so the loss and every gradient equal the
+  seed's mean over the real samples, while one shape means one compilation, done in the
+  warm-up, never inside a timed epoch. One shape also lets a whole epoch (every step:
+  gather, convert, forward, backward, Adam) be captured once as a CUDA graph and replayed
+  per epoch: no Python and no kernel-launch latency per step, which is what an eager step
+  of this small model is made of on a GPU.
+
+Everything a user waits for before the first timed step (building the model, compiling,
+autotuning, capturing) is timed as setup and reported, never hidden.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from pipeline.datapaths import DataPath, Resident
+from pipeline.model import SimpleCNN
+from pipeline.shards import DeviceBatches, to_float
+
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What every variant shares: the seed's hyper-parameters."""
+
+    batch_size: int = 512
+    lr: float = 1e-3
+    seed: int = 42
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How the model itself runs: compiled or not, bf16 autocast, memory layout, CUDA graph."""
+
+    compile_mode: str = "none"      # a torch.compile mode, or "none" for eager
+    autocast: bool = False          # bf16 autocast for forward and loss
+    channels_last: bool = False
+    cuda_graph: bool = False        # one CUDA graph per epoch; ignored (recorded) off CUDA
+    backend: str = "inductor"       # torch.compile backend; the tests use "eager" (cheap)
+
+    def __post_init__(self) -> None:
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode {self.compile_mode!r}: expected one of {COMPILE_MODES}")
+
+
+@dataclass
+class Timing:
+    train_s: list[float] = field(default_factory=list)
+    test_s: list[float] = field(default_factory=list)
+    accuracy: float | None = None
+    loss: float | None = None
+    setup_s: float = 0.0            # from the variant's start to its first timed step
+    warmup_s: float = 0.0           # of which: warm-up steps (compiling, autotuning)
+    capture_s: float = 0.0          # of which: capturing the CUDA graphs
+    cuda_graph: bool = False        # whether the epochs really replayed a CUDA graph
+    recompiles: int = 0             # graphs compiled during the timed epochs (must be 0)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _compiled_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def build_model(device: torch.device, config: TrainConfig, execution: Execution,
+                graph: bool) -> tuple[torch.nn.Module, Callable, torch.optim.Optimizer]:
+    """The model (seeded), what to call for a forward pass, and Adam; graph-safe when `graph`."""
+    torch.manual_seed(config.seed)
+    model = SimpleCNN().to(device)
+    if execution.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    # fused + capturable: Adam's step count lives on the device and its update is one kernel,
+    # as a CUDA graph requires. Elsewhere the default (foreach) implementation.
+    extra = {"fused": True, "capturable": True} if graph else {}
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, **extra)
+    if execution.compile_mode == "none":
+        return model, model, optimizer
+    mode = execution.compile_mode if execution.backend == "inductor" else None
+    return model, torch.compile(model, mode=mode, backend=execution.backend), optimizer
+
+
+def _autocast(device: torch.device, enabled: bool):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def _report(progress: str, epoch: int, epochs: int, timing: Timing) -> None:
+    print(f"  {progress} epoch {epoch + 1}/{epochs}: train {timing.train_s[-1]:.3f} s, "
+          f"test {timing.test_s[-1]:.3f} s, accuracy {timing.accuracy:.4f}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- eager: the seed's loop
+
+
+def _as_batch(item, device: torch.device, non_blocking: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = (item["image"], item["label"]) if isinstance(item, dict) else item
+    return x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
+
+
+def _limited(iterable: Iterable, steps: int | None) -> Iterator:
+    for step, item in enumerate(iterable):
+        if steps is not None and step >= steps:
+            return
+        yield item
+
+
+def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, epochs: int,
+                steps: int | None = None, started: float | None = None, progress: str = "") -> Timing:
+    """The seed's loop over `path`'s batches; `steps` caps the steps per epoch (sampled timing)."""
+    started = time.perf_counter() if started is None else started
+    model, forward, optimizer = build_model(device, config, Execution(), graph=False)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    non_blocking = device.type == "cuda"
+    timing = Timing()
+    sync(device)
+    timing.setup_s = time.perf_counter() - started
+    for epoch in range(epochs):
+        sync(device)
+        start = time.perf_counter()
+        total_loss = torch.zeros((), device=device)
+        for item in _limited(path.train(), steps):
+            x, y = _as_batch(item, device, non_blocking)
+            loss = loss_fn(forward(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total_loss += loss.detach()
+        sync(device)
+        timing.train_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        correct, seen = torch.zeros((), device=device, dtype=torch.long), 0
+        with torch.inference_mode():
+            for item in _limited(path.test(), steps):
+                x, y = _as_batch(item, device, non_blocking)
+                correct += (forward(x).argmax(1) == y).sum()
+                seen += len(y)
+        timing.accuracy = correct.item() / max(seen, 1)
+        sync(device)
+        timing.test_s.append(time.perf_counter() - start)
+        timing.loss = total_loss.item() / max(steps or path.train_steps, 1)
+        _report(progress, epoch, epochs, timing)
+    return timing
+
+
+# ---------------------------------------------------------------- static: one shape, graphable
+
+
+def _padded(n: int, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions < n as a mask, per-position loss weight 1/n_step) over ceil(n/batch) steps."""
+    positions = torch.arange(math.ceil(n / batch) * batch, device=device)
+    real = positions < n
+    per_step = torch.clamp(n - (positions // batch) * batch, max=batch)
+    return real, real / per_step
+
+
+class StaticSteps:
+    """A run at one batch shape over resident data; see the module docstring for why.
+
+    `fixed=True` trains on the first batch over and over (the compute floor: the same
+    steps with no data movement at all)."""
+
+    def __init__(self, data: Resident, device: torch.device, config: TrainConfig, execution: Execution,
+                 fixed: bool = False) -> None:
+        self.device, self.execution, self.batch = device, execution, config.batch_size
+        self.graph = execution.cuda_graph and device.type == "cuda"
+        self.model, self.forward, self.optimizer = build_model(device, config, execution, self.graph)
+        self.initial = [p.detach().clone() for p in self.model.parameters()]
+        self.data = data
+        n_train, n_test, b = len(data.train_labels), len(data.test_labels), self.batch
+        self.train_steps, self.test_steps = math.ceil(n_train / b), math.ceil(n_test / b)
+        self.order = torch.zeros(self.train_steps * b, dtype=torch.long, device=device)
+        _, self.weights = _padded(n_train, b, device)
+        if fixed:
+            self.order.copy_(torch.arange(len(self.order), device=device) % min(b, n_train))
+            self.weights.fill_(1 / min(b, n_train))
+        self.fixed = fixed
+        self.test_mask, _ = _padded(n_test, b, device)
+        self.test_order = torch.arange(len(self.test_mask), device=device) * self.test_mask
+        self.batches = DeviceBatches(data.train_images, data.train_labels, b, shuffle=True, seed=config.seed)
+        self.total_loss = torch.zeros((), device=device)
+        self.correct = torch.zeros((), dtype=torch.long, device=device)
+        self.train_graph: torch.cuda.CUDAGraph | None = None
+        self.test_graph: torch.cuda.CUDAGraph | None = None
+
+    def _batch(self, images: torch.Tensor, labels: torch.Tensor, order: torch.Tensor, step: int):
+        index = order[step * self.batch : (step + 1) * self.batch]
+        return to_float(images[index], channels_last=self.execution.channels_last), labels[index].long()
+
+    def _train_step(self, step: int) -> None:
+        x, y = self._batch(self.data.train_images, self.data.train_labels, self.order, step)
+        with _autocast(self.device, self.execution.autocast):
+            logits = self.forward(x)
+        weights = self.weights[step * self.batch : (step + 1) * self.batch]
+        loss = (F.cross_entropy(logits.float(), y, reduction="none") * weights).sum()
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.total_loss += loss.detach()
+
+    def _train_epoch(self) -> None:
+        self.total_loss.zero_()
+        for step in range(self.train_steps):
+            self._train_step(step)
+
+    def _test_step(self, step: int) -> None:
+        x, y = self._batch(self.data.test_images, self.data.test_labels, self.test_order, step)
+        with torch.no_grad(), _autocast(self.device, self.execution.autocast):
+            hits = self.forward(x).argmax(1) == y
+        self.correct += (hits & self.test_mask[step * self.batch : (step + 1) * self.batch]).sum()
+
+    def _test_pass(self) -> None:
+        self.correct.zero_()
+        for step in range(self.test_steps):
+            self._test_step(step)
+
+    def _reset(self) -> None:
+        """Back to the seeded start, in place: a captured graph holds these very tensors."""
+        with torch.no_grad():
+            for param, start in zip(self.model.parameters(), self.initial):
+                param.copy_(start)
+        for state in self.optimizer.state.values():
+            for value in state.values():
+                if torch.is_tensor(value):
+                    value.zero_()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def prepare(self, timing: Timing) -> None:
+        """Warm up (compile, autotune, lazy initialisation) and capture, outside the timed epochs.
+
+        Every shape the epochs use is warmed here: one train and one test batch shape."""
+        if self.execution.compile_mode == "none" and not self.graph:
+            return
+        sync(self.device)
+        start = time.perf_counter()
+        stream = torch.cuda.Stream(self.device) if self.graph else None
+        if stream is not None:  # capture needs its warm-up on a side stream
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            for step in range(3):
+                self._train_step(min(step, self.train_steps - 1))
+            self._test_step(0)
+        if stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+        sync(self.device)
+        timing.warmup_s = time.perf_counter() - start
+        if self.graph:
+            start = time.perf_counter()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.train_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.train_graph):
+                self._train_epoch()
+            self.test_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.test_graph):
+                self._test_pass()
+            sync(self.device)
+            timing.capture_s = time.perf_counter() - start
+        self._reset()
+
+    def train_epoch(self, epoch: int) -> None:
+        if not self.fixed:  # this epoch's permutation (the `device` variant's, exactly)
+            self.order[: len(self.data.train_labels)].copy_(self.batches.indices(epoch))
+        if self.train_graph is not None:
+            self.train_graph.replay()
+        else:
+            self._train_epoch()
+
+    def test_pass(self) -> float:
+        if self.test_graph is not None:
+            self.test_graph.replay()
+        else:
+            self._test_pass()
+        return self.correct.item() / max(len(self.data.test_labels), 1)
+
+
+@contextlib.contextmanager
+def _cudnn_benchmark(device: torch.device) -> Iterator[None]:
+    """Let cuDNN pick its fastest kernels for the one shape (the search is part of warm-up)."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = device.type == "cuda" or before
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
+def train_static(data: Resident, device: torch.device, config: TrainConfig, execution: Execution, *,
+                 epochs: int, started: float | None = None, fixed: bool = False, test: bool = True,
+                 progress: str = "") -> Timing:
+    """Train `epochs` epochs at one batch shape; see `StaticSteps`."""
+    started = time.perf_counter() if started is None else started
+    timing = Timing()
+    with _cudnn_benchmark(device):
+        run = StaticSteps(data, device, config, execution, fixed=fixed)
+        run.prepare(timing)
+        timing.cuda_graph = run.train_graph is not None
+        compiled_before = _compiled_graphs()
+        sync(device)
+        timing.setup_s = time.perf_counter() - started
+        for epoch in range(epochs):
+            sync(device)
+            start = time.perf_counter()
+            run.train_epoch(epoch)
+            sync(device)
+            timing.train_s.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            timing.accuracy = run.test_pass() if test else 0.0
+            sync(device)
+            timing.test_s.append(time.perf_counter() - start)
+            timing.loss = run.total_loss.item() / run.train_steps
+            _report(progress, epoch, epochs, timing)
+        timing.recompiles = _compiled_graphs() - compiled_before
+    return timing
+
+
+def eager_floor(device: torch.device, config: TrainConfig, train_steps: int, epochs: int = 3) -> float:
+    """Seconds per epoch of the seed's training steps alone, on one pre-made batch.
+
+    The fastest epoch, not the median: a floor is what the steps can do, and on a shared
+    machine a neighbour's burst only ever slows an epoch down."""
+    torch.manual_seed(config.seed)
+    x = to_float(torch.randint(0, 256, (config.batch_size, 28, 28), dtype=torch.uint8, device=device))
+    y = torch.randint(0, 10, (config.batch_size,), device=device)
+    path = DataPath(lambda: [(x, y)] * train_steps, lambda: [], train_steps, 0)
+    return min(train_eager(path, device, config, epochs=epochs, progress="floor").train_s)
+
+
+def static_floor(data: Resident, device: torch.device, config: TrainConfig, execution: Execution,
+                 epochs: int = 3) -> float:
+    """The same, for a static-step execution: its steps on one fixed batch, fastest epoch."""
+    timing = train_static(data, device, config, execution, epochs=epochs, fixed=True, test=False,
+                          progress="floor")
+    return min(timing.train_s)
