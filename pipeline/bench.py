@@ -33,7 +33,8 @@ import torch
 from pipeline.datapaths import EAGER_VARIANTS, Resident, data_path
 from pipeline.model import SimpleCNN, parameter_count
 from pipeline.shards import read_manifest
-from pipeline.train import Execution, Timing, TrainConfig, eager_floor, static_floor, train_eager, train_static
+from pipeline.train import (Execution, Timing, TrainConfig, cudnn_benchmark, eager_floor, static_floor, train_eager,
+                            train_static)
 
 STATIC_VARIANTS = ("graphed", "compiled")
 VARIANTS = EAGER_VARIANTS + STATIC_VARIANTS
@@ -162,6 +163,11 @@ def run_bench(dataset: str, parquet: Path, shards: Path, device: str | torch.dev
               settings: BenchSettings) -> dict:
     """Every variant of the ladder on one data set; returns the full bench document."""
     device = torch.device(device)
+    with cudnn_benchmark(device):
+        return _run_bench(dataset, Path(parquet), Path(shards), device, settings)
+
+
+def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, settings: BenchSettings) -> dict:
     results: dict = {}
     for variant in settings.variants:
         sampled = variant in settings.sample

@@ -181,12 +181,14 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, device: str, par
 @click.option("--readme", type=click.Path(path_type=Path, exists=True), default=Path("README.md"),
               show_default=True, help="README whose Results section is regenerated.")
 @output_path("--plot", "Ladder plot data CSV to write.")
+@click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("results"),
+              show_default=True, help="Committed bench results of other machines, one folder each.")
 @stage_command
-def report(bench_dir: Path, codecs_path: Path | None, readme: Path, plot: Path) -> None:
-    """Regenerate the README's Results section and the ladder plot data from metrics/."""
+def report(bench_dir: Path, codecs_path: Path | None, readme: Path, plot: Path, results_dir: Path) -> None:
+    """Regenerate the README's Results section and the ladder plot data from metrics/ and results/."""
     from pipeline.report import write_report
 
-    write_report(sorted(bench_dir.glob("*.json")), codecs_path, readme, plot)
+    write_report(sorted(bench_dir.glob("*.json")), codecs_path, readme, plot, results_dir)
 
 
 @main.command("standalone-bench")

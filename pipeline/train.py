@@ -97,6 +97,9 @@ def build_model(device: torch.device, config: TrainConfig, execution: Execution,
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, **extra)
     if execution.compile_mode == "none":
         return model, model, optimizer
+    # Forget what this process compiled before: each run pays its own compilation, as a
+    # user's would (Inductor's on-disk cache of kernels stays, as it does for a user).
+    torch._dynamo.reset()
     mode = execution.compile_mode if execution.backend == "inductor" else None
     return model, torch.compile(model, mode=mode, backend=execution.backend), optimizer
 
@@ -294,8 +297,13 @@ class StaticSteps:
 
 
 @contextlib.contextmanager
-def _cudnn_benchmark(device: torch.device) -> Iterator[None]:
-    """Let cuDNN pick its fastest kernels for the one shape (the search is part of warm-up)."""
+def cudnn_benchmark(device: torch.device) -> Iterator[None]:
+    """Let cuDNN time its kernels per shape and keep the fastest (on CUDA).
+
+    Set for a whole bench, not per variant: PyTorch caches cuDNN's choice per shape, dtype
+    and layout but not per setting, so a variant run with it off would leave its untimed
+    choices to every later variant of the same shapes (measured: the fp32 graph ran at
+    140 ms/epoch after `device` had run without it, 92 ms with it)."""
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = device.type == "cuda" or before
     try:
@@ -310,7 +318,7 @@ def train_static(data: Resident, device: torch.device, config: TrainConfig, exec
     """Train `epochs` epochs at one batch shape; see `StaticSteps`."""
     started = time.perf_counter() if started is None else started
     timing = Timing()
-    with _cudnn_benchmark(device):
+    with cudnn_benchmark(device):
         run = StaticSteps(data, device, config, execution, fixed=fixed)
         run.prepare(timing)
         timing.cuda_graph = run.train_graph is not None

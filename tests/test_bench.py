@@ -1,16 +1,24 @@
+import json
 import math
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
-from pipeline.bench import (VARIANTS, BenchSettings, DataPath, NaiveDataset, PreprocessedDataset, data_path,
-                            run_bench, run_variant)
+from pipeline.bench import (VARIANTS, BenchSettings, native_bf16, run_bench, run_variant, settings_from_params,
+                            summarise)
 from pipeline.convert import convert_dataset
 from pipeline.csvdata import write_csv
+from pipeline.datapaths import DataPath, Resident, data_path
 from pipeline.model import SimpleCNN, parameter_count
-from pipeline.shards import shard_dataset
+from pipeline.seed import NaiveDataset, PreprocessedDataset
+from pipeline.shards import DeviceBatches, shard_dataset
+from pipeline.train import (Execution, StaticSteps, Timing, TrainConfig, _compiled_graphs, eager_floor, train_eager,
+                            train_static)
 from conftest import make_split
+
+CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +31,11 @@ def prepared(tmp_path_factory):
     convert_dataset(root / "csv", root / "pq", root / "fig.json", "snappy")
     shard_dataset(root / "pq" / "compact", root / "shards", "tiny", 256, "none", 3)
     return root, (train_x, train_y)
+
+
+def resident(n_train: int = 100, n_test: int = 50, seed: int = 0) -> Resident:
+    (x, y), (xt, yt) = make_split(n_train, seed), make_split(n_test, seed + 1)
+    return Resident(*(torch.from_numpy(a) for a in (x, y, xt, yt)))
 
 
 def test_model_is_the_seeds():
@@ -38,63 +51,52 @@ def test_dataset_v1_items_match_the_seed(prepared):
     assert item["image"].shape == (1, 28, 28) and item["image"].dtype == torch.float32
     assert item["label"].dtype == torch.long and item["label"].item() == labels[7]
     torch.testing.assert_close(item["image"][0], torch.from_numpy(images[7]).float() / 255)
-    assert 0.0 <= item["image"].min() and item["image"].max() <= 1.0
     v2 = PreprocessedDataset(root / "pq" / "wide" / "train.parquet")
     for index in (0, 7, 599):
         torch.testing.assert_close(v2[index]["image"], v1[index]["image"])
         assert v2[index]["label"] == v1[index]["label"]
 
 
-def test_every_variant_runs_and_schema(prepared):
+def test_every_variant_runs_with_its_costs(prepared):
     root, _ = prepared
-    settings = BenchSettings(epochs=1, batch_size=64, num_workers=1, sample=("naive_bs16", "naive"),
+    settings = BenchSettings(epochs=2, batch_size=64, num_workers=1, sample=("naive_bs16", "naive"),
                              sample_steps=3, sample_epochs=2)
     doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
     assert list(doc["variants"]) == list(VARIANTS)
     assert doc["params"]["train_samples"] == 600 and doc["params"]["parameters"] == 206_922
-    assert {"device", "torch", "cpu_count", "threads"} <= set(doc["env"])
+    assert {"device", "torch", "cpu_count", "threads", "cuda"} <= set(doc["env"])
     for name, entry in doc["variants"].items():
         assert entry["extrapolated"] == (name in ("naive_bs16", "naive"))
-        assert entry["train_s"] > 0 and math.isfinite(entry["total_s"]) and entry["speedup"] > 0
         assert (entry["accuracy"] is None) == entry["extrapolated"]
-    assert doc["variants"]["naive"]["speedup"] == 1.0
+        assert 0 < entry["setup_s"] < entry["wall_s"] and entry["speedup"] > 0 and entry["wall_speedup"] > 0
+        assert entry["recompiles"] == 0 and entry["cuda_graph"] is False  # no CUDA here: recorded as such
+        if not entry["extrapolated"]:  # wall = setup + every epoch's train and test
+            assert entry["wall_s"] >= entry["setup_s"] + 2 * (entry["train_s"] + entry["test_s"]) * 0.5
+    assert doc["variants"]["naive"]["speedup"] == 1.0 == doc["variants"]["naive"]["wall_speedup"]
     assert doc["floor"]["train_s"] > 0 and doc["floor"]["compiled_train_s"] > 0
+    assert doc["compiled_options"]["autocast"] == native_bf16(CPU)
 
 
-def test_sampled_timing_is_scaled_to_the_full_epoch(prepared):
-    root, _ = prepared
-    settings = BenchSettings(epochs=1, batch_size=16, variants=("naive_bs16",), sample=("naive_bs16",),
-                             sample_steps=4, sample_epochs=2, floor=False)
-    doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
-    entry = doc["variants"]["naive_bs16"]
-    assert entry["first_epoch_train_s"] > 0 and entry["extrapolated"] and entry["accuracy"] is None
-
-
-def test_summarise_scales_sampled_steps_to_whole_epochs():
-    from types import SimpleNamespace
-
-    from pipeline.bench import Timing, summarise
-
+def test_summarise_scales_sampled_steps_and_adds_setup():
     settings = BenchSettings(epochs=5, sample_steps=4)
-    path = SimpleNamespace(train_steps=38, test_steps=3)
-    timing = Timing(train_s=[3.0, 1.0, 2.0], test_s=[0.5, 0.3, 0.4], accuracy=0.5)
-    entry = summarise(timing, path, settings, sampled=True, compile_s=0.0)
+    timing = Timing(train_s=[3.0, 1.0, 2.0], test_s=[0.5, 0.3, 0.4], accuracy=0.5, setup_s=1.5)
+    entry = summarise(timing, 38, 3, settings, sampled=True)
     # median 2.0 s over 4 steps -> 38 steps: x 9.5; the test split has only 3 steps: x 1.
     assert entry["train_s"] == pytest.approx(19.0) and entry["test_s"] == pytest.approx(0.4)
     assert entry["first_epoch_train_s"] == pytest.approx(28.5)
-    assert entry["total_s"] == pytest.approx((19.0 + 0.4) * 5)
+    # first epoch as measured (scaled), the other 4 at the median, plus setup
+    assert entry["wall_s"] == pytest.approx(1.5 + 28.5 + 0.5 + 4 * 19.4)
     assert entry["accuracy"] is None and entry["extrapolated"]
-    whole = summarise(timing, path, settings, sampled=False, compile_s=0.0)
+    whole = summarise(timing, 38, 3, settings, sampled=False)
     assert whole["train_s"] == pytest.approx(2.0) and whole["accuracy"] == 0.5 and not whole["extrapolated"]
+    assert whole["wall_s"] == pytest.approx(1.5 + 6.0 + 1.2)
 
 
-@pytest.mark.parametrize("variant", ["preprocessed", "batched", "device", "compiled"])
+@pytest.mark.parametrize("variant", ["preprocessed", "batched", "device", "graphed", "compiled"])
 def test_accuracy_rises_on_an_easy_task(prepared, variant):
     root, _ = prepared
-    settings = BenchSettings(batch_size=32)
-    path = data_path(variant, root / "pq" / "wide", root / "shards", torch.device("cpu"), settings, {})
-    options = {"channels_last": True, "autocast": True} if variant == "compiled" else {}
-    timing, _ = run_variant(path, torch.device("cpu"), settings, steps=None, epochs=3, **options)
+    settings = BenchSettings(batch_size=32, epochs=3, num_workers=1)
+    timing, _, _ = run_variant(variant, root / "pq" / "wide", root / "shards", CPU, settings)
     assert np.isfinite(timing.loss)
     assert timing.accuracy > 0.9  # ten well-separated classes: chance is 0.1
 
@@ -102,37 +104,117 @@ def test_accuracy_rises_on_an_easy_task(prepared, variant):
 def test_same_batches_same_training(prepared):
     """batched (shards) and preprocessed (the seed's v2) see identical batches in identical order."""
     root, _ = prepared
-    settings = BenchSettings(batch_size=64)
     results = []
     for variant in ("preprocessed", "batched"):
-        path = data_path(variant, root / "pq" / "wide", root / "shards", torch.device("cpu"),
-                         settings.__class__(batch_size=64, num_workers=1), {})
-        timing, _ = run_variant(path, torch.device("cpu"), settings, steps=None, epochs=1)
+        path = data_path(variant, root / "pq" / "wide", root / "shards", CPU, batch_size=64, seed=42, workers=1)
+        timing = train_eager(path, CPU, TrainConfig(batch_size=64), epochs=1)
         results.append((timing.accuracy, timing.loss))
     assert results[0][0] == results[1][0]
     assert results[0][1] == pytest.approx(results[1][1], rel=1e-5)
 
 
-def test_compiled_path_warms_up_outside_timed_epochs():
-    x, y = torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))
-    path = DataPath(lambda: [(x, y)] * 3, lambda: [(x, y)], 3, 1)
-    timing, compile_s = run_variant(path, torch.device("cpu"), BenchSettings(), steps=None, epochs=1,
-                                    compile_mode="default")
-    eager, zero = run_variant(path, torch.device("cpu"), BenchSettings(), steps=None, epochs=1)
-    assert compile_s > 0 and zero == 0.0
-    assert timing.loss == pytest.approx(eager.loss, rel=1e-3)  # warm-up left no trace in training
+def test_graphed_trains_exactly_as_device():
+    """Static steps (padded, weighted last batch) give the `device` loop's loss and accuracy:
+    100 samples at batch 32 leave a last batch of 4, padded to 32 with weight 0."""
+    data, config = resident(), TrainConfig(batch_size=32)
+    train = DeviceBatches(data.train_images, data.train_labels, 32, shuffle=True, seed=config.seed)
+    test = DeviceBatches(data.test_images, data.test_labels, 32, shuffle=False)
+    eager = train_eager(DataPath(lambda: train, lambda: test, len(train), len(test)), CPU, config, epochs=2)
+    static = train_static(data, CPU, config, Execution(cuda_graph=True), epochs=2)
+    assert static.cuda_graph is False  # asked for, but this is a CPU: run eagerly and say so
+    assert static.loss == pytest.approx(eager.loss, rel=1e-5)
+    assert static.accuracy == eager.accuracy
 
 
-def test_compute_floor_is_the_fastest_epoch(monkeypatch):
-    import pipeline.bench as bench
+def test_padded_step_has_the_mean_loss_gradient():
+    """The weighted sum over a padded batch has the gradient of the mean over its real samples."""
+    data, config = resident(n_train=36), TrainConfig(batch_size=32)
+    run = StaticSteps(data, CPU, config, Execution())
+    run.order[:36].copy_(torch.arange(36))
+    last = run.order[32:64]
+    assert run.weights[32:36].tolist() == [0.25] * 4 and run.weights[36:].abs().sum() == 0
+    x = data.train_images[last].unsqueeze(1).float() / 255
+    loss = (F.cross_entropy(run.model(x), data.train_labels[last].long(), reduction="none") * run.weights[32:]).sum()
+    padded = torch.autograd.grad(loss, list(run.model.parameters()))
+    real = F.cross_entropy(run.model(x[:4]), data.train_labels[32:36].long())
+    expected = torch.autograd.grad(real, list(run.model.parameters()))
+    for a, b in zip(padded, expected):
+        torch.testing.assert_close(a, b)
+
+
+def test_no_compilation_after_warm_up():
+    """Every shape is warmed up: a full run of epochs after the warm-up compiles nothing new
+    (dynamo's counters, the cheap 'eager' backend). The control shows the counter does see a
+    recompile when a partial last batch reaches a compiled model."""
+    data, config = resident(n_train=70, n_test=40), TrainConfig(batch_size=32)
+    timing = train_static(data, CPU, config, Execution(compile_mode="default", backend="eager"), epochs=3)
+    assert timing.warmup_s > 0 and timing.recompiles == 0
+
+    torch._dynamo.reset()
+    model = torch.compile(SimpleCNN(), backend="eager")
+    model(torch.zeros(32, 1, 28, 28))
+    before = _compiled_graphs()
+    model(torch.zeros(6, 1, 28, 28))  # 70 = 2 x 32 + 6: the seed's last batch
+    assert _compiled_graphs() > before
+
+
+def test_warm_up_leaves_no_trace_in_training():
+    data, config = resident(), TrainConfig(batch_size=32)
+    compiled = train_static(data, CPU, config, Execution(compile_mode="default", backend="eager"), epochs=1)
+    plain = train_static(data, CPU, config, Execution(), epochs=1)
+    assert compiled.loss == pytest.approx(plain.loss, rel=1e-5)
+
+
+def test_eager_floor_is_the_fastest_epoch(monkeypatch):
+    import pipeline.train as train
 
     seen = {}
 
-    def fake_run_variant(path, device, settings, *, steps, epochs, progress, **options):
-        seen.update(steps=path.train_steps, epochs=epochs, batches=len(list(path.train())), options=options)
-        return bench.Timing(train_s=[3.0, 1.0, 2.0]), 0.0
+    def fake_train_eager(path, device, config, *, epochs, progress):
+        seen.update(steps=path.train_steps, epochs=epochs, batches=len(list(path.train())))
+        return Timing(train_s=[3.0, 1.0, 2.0])
 
-    monkeypatch.setattr(bench, "run_variant", fake_run_variant)
-    floor = bench.compute_floor(torch.device("cpu"), BenchSettings(batch_size=8), 5, autocast=True)
-    assert floor == 1.0  # a neighbour's burst only slows an epoch: the minimum is the floor
-    assert seen == {"steps": 5, "epochs": 3, "batches": 5, "options": {"autocast": True}}
+    monkeypatch.setattr(train, "train_eager", fake_train_eager)
+    assert eager_floor(CPU, TrainConfig(batch_size=8), 5) == 1.0  # a neighbour's burst only slows an epoch
+    assert seen == {"steps": 5, "epochs": 3, "batches": 5}
+
+
+def test_settings_from_params_rejects_what_it_cannot_run():
+    settings = settings_from_params({"epochs": 2, "variants": ["device", "graphed"], "sample": []})
+    assert settings.variants == ("device", "graphed") and settings.epochs == 2
+    with pytest.raises(ValueError, match="unknown key.*bench.epoch"):
+        settings_from_params({"epoch": 2})
+    with pytest.raises(ValueError, match="unknown variant.*'fast'"):
+        settings_from_params({"variants": ["fast"]})
+    with pytest.raises(ValueError, match="cannot be sampled"):
+        settings_from_params({"sample": ["graphed"]})
+    with pytest.raises(ValueError, match="compile_mode 'turbo'"):
+        BenchSettings(compiled={"cpu": {"compile_mode": "turbo"}}).execution("compiled", CPU)
+
+
+def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
+    """The GPU-machine path: IDX mirror -> checked files -> Parquet + shards -> results/<slug>/."""
+    import yaml
+
+    from pipeline.standalone import device_slug, run_standalone
+
+    tiny.write_mirror(tmp_path / "mirror" / "tiny")
+    (tmp_path / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"files": tiny.files}}))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({
+        "shard": {"samples_per_shard": 40},
+        "bench": {"epochs": 1, "batch_size": 16, "num_workers": 1, "variants": ["naive", "device", "graphed"],
+                  "sample": ["naive"], "sample_steps": 2, "sample_epochs": 1, "floor": False}}))
+    written = run_standalone(tmp_path / "mirror", tmp_path / "results", tmp_path / "work", ["tiny"],
+                             tmp_path / "params.yaml", tmp_path / "sources.yaml", "cpu", "abc1234", {})
+    assert written == [tmp_path / "results" / device_slug(CPU) / "tiny.json"]
+    doc = json.loads(written[0].read_text())
+    assert doc["env"]["commit"] == "abc1234" and doc["env"]["date"]
+    assert doc["params"]["train_samples"] == 64 and list(doc["variants"]) == ["naive", "device", "graphed"]
+    assert math.isfinite(doc["variants"]["graphed"]["wall_s"])
+
+
+def test_device_slug_names_the_gpu(monkeypatch):
+    from pipeline.standalone import device_slug
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert device_slug(torch.device("cuda")) == "h100-80gb-hbm3"
