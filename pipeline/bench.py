@@ -122,32 +122,41 @@ def run_variant(variant: str, parquet: Path, shards: Path, device: torch.device,
     return timing, path.train_steps, path.test_steps
 
 
-def summarise(timing: Timing, train_steps: int, test_steps: int, settings: BenchSettings, sampled: bool) -> dict:
-    """Steady per-epoch figures (medians) and the whole cost of the configured epochs.
+def _sampled_epochs(seconds: list[float], scale: float, epochs: int) -> tuple[float, float, float]:
+    """(steady epoch, first epoch, all `epochs`) from epochs timed over a sample of steps.
 
-    Sampled runs are scaled from `sample_steps` to whole epochs; their first epoch (worker
-    start-up) stands for the first of the configured epochs, their median for the rest."""
-    scale_train = train_steps / settings.sample_steps if sampled else 1.0
-    scale_test = test_steps / min(settings.sample_steps, test_steps) if sampled else 1.0
-    train = statistics.median(timing.train_s) * scale_train
-    test = statistics.median(timing.test_s) * scale_test
+    The steady epoch scales the median of the epochs after the first by the steps left out.
+    What the first epoch took beyond that is a one-time cost (worker start-up, CUDA
+    initialisation, cuDNN's first search): added once, not scaled with the steps."""
+    steady_sample = statistics.median(seconds[1:] or seconds)
+    steady = steady_sample * scale
+    first = steady + max(0.0, seconds[0] - steady_sample)
+    return steady, first, first + steady * (epochs - 1)
+
+
+def summarise(timing: Timing, train_steps: int, test_steps: int, settings: BenchSettings, sampled: bool) -> dict:
+    """Steady per-epoch figures and the whole cost of the configured epochs (`wall_s`)."""
     if sampled:
-        first = timing.train_s[0] * scale_train + timing.test_s[0] * scale_test
-        epochs_s = first + (train + test) * (settings.epochs - 1)
+        train, first, train_all = _sampled_epochs(timing.train_s, train_steps / settings.sample_steps,
+                                                  settings.epochs)
+        test, _, test_all = _sampled_epochs(timing.test_s, test_steps / min(settings.sample_steps, test_steps),
+                                            settings.epochs)
     else:
-        epochs_s = sum(timing.train_s) + sum(timing.test_s)
+        train, test = statistics.median(timing.train_s), statistics.median(timing.test_s)
+        first, train_all, test_all = timing.train_s[0], sum(timing.train_s), sum(timing.test_s)
     return {
         "train_s": round(train, 4),
         "test_s": round(test, 4),
-        "first_epoch_train_s": round(timing.train_s[0] * scale_train, 4),
+        "first_epoch_train_s": round(first, 4),
         "setup_s": round(timing.setup_s, 3),
         "warmup_s": round(timing.warmup_s, 3),
         "capture_s": round(timing.capture_s, 3),
-        "wall_s": round(timing.setup_s + epochs_s, 3),
+        "wall_s": round(timing.setup_s + train_all + test_all, 3),
         "accuracy": None if sampled else round(timing.accuracy or 0.0, 4),
         "extrapolated": sampled,
         "cuda_graph": timing.cuda_graph,
         "recompiles": timing.recompiles,
+        "measured": {"train_s": [round(s, 4) for s in timing.train_s], "test_s": [round(s, 4) for s in timing.test_s]},
     }
 
 
@@ -169,6 +178,10 @@ def run_bench(dataset: str, parquet: Path, shards: Path, device: str | torch.dev
 
 def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, settings: BenchSettings) -> dict:
     results: dict = {}
+    # The process's one-time CUDA start, outside every variant (it would land in the first one's).
+    start = time.perf_counter()
+    torch.zeros(1, device=device)
+    init_s = time.perf_counter() - start
     for variant in settings.variants:
         sampled = variant in settings.sample
         print(f"{dataset}/{variant}: {'sampled ' if sampled else ''}"
@@ -180,7 +193,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         # share the CPU with the next variant's timed epochs.
         gc.collect()
     n_train = read_manifest(Path(shards) / "train")["count"]
-    document = {"dataset": dataset, "env": environment(device),
+    document = {"dataset": dataset, "env": {**environment(device), "device_init_s": round(init_s, 3)},
                 "params": {"epochs": settings.epochs, "batch_size": settings.batch_size,
                            "seed": settings.seed, "num_workers": settings.workers(),
                            "parameters": parameter_count(SimpleCNN()), "train_samples": n_train},

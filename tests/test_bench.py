@@ -81,12 +81,13 @@ def test_summarise_scales_sampled_steps_and_adds_setup():
     settings = BenchSettings(epochs=5, sample_steps=4)
     timing = Timing(train_s=[3.0, 1.0, 2.0], test_s=[0.5, 0.3, 0.4], accuracy=0.5, setup_s=1.5)
     entry = summarise(timing, 38, 3, settings, sampled=True)
-    # median 2.0 s over 4 steps -> 38 steps: x 9.5; the test split has only 3 steps: x 1.
-    assert entry["train_s"] == pytest.approx(19.0) and entry["test_s"] == pytest.approx(0.4)
-    assert entry["first_epoch_train_s"] == pytest.approx(28.5)
-    # first epoch as measured (scaled), the other 4 at the median, plus setup
-    assert entry["wall_s"] == pytest.approx(1.5 + 28.5 + 0.5 + 4 * 19.4)
+    # steady: the median of the epochs after the first, 1.5 s over 4 steps -> 38 steps: x 9.5;
+    # the test split has only 3 steps (x 1). The first epoch's extra 1.5 s is a one-time cost.
+    assert entry["train_s"] == pytest.approx(14.25) and entry["test_s"] == pytest.approx(0.35)
+    assert entry["first_epoch_train_s"] == pytest.approx(14.25 + 1.5)
+    assert entry["wall_s"] == pytest.approx(1.5 + (14.25 + 1.5) + 4 * 14.25 + (0.35 + 0.15) + 4 * 0.35)
     assert entry["accuracy"] is None and entry["extrapolated"]
+    assert entry["measured"] == {"train_s": [3.0, 1.0, 2.0], "test_s": [0.5, 0.3, 0.4]}
     whole = summarise(timing, 38, 3, settings, sampled=False)
     assert whole["train_s"] == pytest.approx(2.0) and whole["accuracy"] == 0.5 and not whole["extrapolated"]
     assert whole["wall_s"] == pytest.approx(1.5 + 6.0 + 1.2)
