@@ -62,6 +62,7 @@ class BenchSettings:
     # What `compiled` adds, per device type (see `train.Execution`); chosen by measurement.
     compiled: dict = field(default_factory=_default_compiled)
     floor: bool = True                   # also time the pure-compute floor (a fixed batch)
+    parquet_codec: str = "snappy"        # the naive rungs' Parquet codec (dvc.yaml picks the folder)
 
     def __post_init__(self) -> None:
         unknown = [v for v in (*self.variants, *self.sample) if v not in VARIANTS]

@@ -176,6 +176,22 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, device: str, par
 
 
 @main.command()
+@input_dir("--figures", "The convert stages' figures folder (<dataset>/<codec>.json).")
+@input_dir("--bench", "Folder of the bench stages' JSON files.", dest="bench_dir")
+@output_path("--out", "Headline metrics JSON to write.")
+@PARAMS_OPTION
+@stage_command
+def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> None:
+    """The headline figures that `dvc metrics show` / `dvc exp show` compare: per data set,
+    the train Parquet MB in the codec under study and the fastest steady epoch."""
+    from pipeline.summary import write_summary
+
+    params = load_params(params_path)
+    write_summary(figures, bench_dir, list(section(params, "datasets")), str(section(params, "convert", "codec")),
+                  str(section(params, "convert", "layout")), out)
+
+
+@main.command()
 @input_dir("--bench", "Folder of the bench stages' metrics JSON files.", dest="bench_dir")
 @click.option("--codecs", "codecs_path", type=click.Path(path_type=Path), help="The codecs metrics JSON.")
 @click.option("--readme", type=click.Path(path_type=Path, exists=True), default=Path("README.md"),

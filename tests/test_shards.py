@@ -36,7 +36,7 @@ def test_round_trip_from_parquet(tmp_path, tiny):
             np.testing.assert_array_equal(labels.numpy(), tiny.arrays[f"{split}_labels"])
     manifest = json.loads((tmp_path / "compact/train/manifest.json").read_text())
     assert [s["count"] for s in manifest["shards"]] == [20, 20, 20, 4]
-    assert manifest["source"]["sha256"] and manifest["count"] == 64
+    assert len(manifest["source"]["content_sha256"]) == 64 and manifest["count"] == 64
 
 
 def test_manifest_and_sizes(split_dir):
