@@ -1,18 +1,31 @@
-"""Outputs appear complete or not at all.
+"""Outputs appear complete or not at all, one writer at a time.
 
 Every stage writes to a temporary sibling and renames it into place only after the last
 byte is written, so a crash, a failed check or Ctrl-C never leaves a file that looks valid
-to DVC or to the next stage.
+to DVC or to the next stage. A stage whose output is a folder builds the whole folder
+beside the target and swaps it in at the end: on failure nothing of the target changes.
+
+Each target has a lock (`.<name>.lock` beside it while held, `flock`, released by the kernel
+when the process dies): a second run that would write the same target stops at once with a message
+instead of interleaving with the first. Holding the lock, a writer removes temporaries a
+killed run left behind (`.<name>.*.tmp`). Both kinds of file are in `.dvcignore`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from pipeline.errors import InputError
+
+
+class BusyError(InputError):
+    """Another process is writing the same output right now."""
 
 
 def _umask() -> int:
@@ -23,36 +36,70 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
+def locked(dest: Path) -> Iterator[None]:
+    """Hold `dest`'s lock, and clear the temporaries of earlier, killed runs."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    lock = dest.parent / f".{dest.name}.lock"
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # The holder removes the lock file when done; a lock taken on a file already
+        # removed would exclude nobody, so it counts as busy too.
+        if os.fstat(fd).st_ino != os.stat(lock).st_ino:
+            raise BlockingIOError
+    except (BlockingIOError, FileNotFoundError):
+        os.close(fd)
+        raise BusyError(f"{dest}: another run is writing it right now (lock {lock}); "
+                        f"wait for it to finish, then run again") from None
+    try:
+        for stale in dest.parent.glob(f".{dest.name}.*.tmp"):
+            shutil.rmtree(stale) if stale.is_dir() and not stale.is_symlink() else stale.unlink(missing_ok=True)
+        yield
+    finally:
+        lock.unlink(missing_ok=True)  # while still holding it: no file is left inside outputs
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def atomic_path(dest: Path) -> Iterator[Path]:
     """Yield a temporary path next to `dest`; on success rename it onto `dest`."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with locked(dest):
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            yield tmp
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
 def atomic_dir(dest: Path) -> Iterator[Path]:
-    """Yield a fresh temporary folder; on success it replaces `dest` as a whole."""
+    """Yield a fresh temporary folder; on success it replaces `dest` as a whole.
+
+    The old folder is first renamed aside (a temporary name the next run clears), so at no
+    moment is `dest` a mix of old and new; at worst, after a kill at that instant, it is
+    missing and DVC restores it from its cache."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-    try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    with locked(dest):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+        try:
+            yield tmp
+            os.chmod(tmp, 0o777 & ~_umask())
+            old = None
+            if dest.exists() or dest.is_symlink():
+                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+                os.replace(dest, old / "old")
+            os.replace(tmp, dest)
+            if old is not None:
+                shutil.rmtree(old)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
 
 
 def write_text(dest: Path, text: str) -> None:

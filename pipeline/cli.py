@@ -36,34 +36,41 @@ PARAMS_OPTION = click.option(
 )
 
 
-def _expected_errors() -> tuple[type[Exception], ...]:
-    from pipeline.csvdata import DataError
-    from pipeline.fetch import FetchError
-    from pipeline.idx import IdxError
-    from pipeline.shards import ShardError
-
-    return (ParamsError, FetchError, DataError, IdxError, ShardError, ValueError)
-
-
 def stage_command(func: F) -> F:
-    """Report a stage's known failures as a clean error rather than a traceback."""
+    """Bad input becomes one line on stderr and exit status 2, never a traceback (unless
+    `--debug`); any other exception is a bug and keeps its traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from pipeline.errors import InputError
+
         try:
             return func(*args, **kwargs)
-        except _expected_errors() as err:
-            raise click.ClickException(str(err)) from err
+        except (InputError, FileNotFoundError, IsADirectoryError, PermissionError) as err:
+            if click.get_current_context().find_root().params.get("debug"):
+                raise
+            message = str(err) if isinstance(err, InputError) else f"{err.filename}: {err.strerror}"
+            click.echo(f"Error: {message.splitlines()[0] if isinstance(err, OSError) else message}", err=True)
+            raise SystemExit(2) from None
 
     return wrapper  # type: ignore[return-value]
 
 
+def load_checked(path: Path) -> dict:
+    """params.yaml, validated whole against its schema before any stage does work."""
+    from pipeline.params import validate_params
+
+    return validate_params(load_params(path), path)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the full traceback of an input error.")
+def main(debug: bool) -> None:
     """Where does PyTorch training time go on MNIST, and how fast can the data path be?
 
     One command per DVC stage; `dvc repro` runs them in order (see dvc.yaml). Each reads
-    its settings from params.yaml.
+    its settings from params.yaml, checked against its schema first. Bad input (a file, a
+    row, a key) stops with one line naming it, and exit status 2.
     """
 
 
@@ -83,7 +90,7 @@ def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> Non
     """
     from pipeline.fetch import FetchSettings, fetch_dataset, load_sources
 
-    settings = FetchSettings(**section(load_params(params_path), "fetch"))
+    settings = FetchSettings(**section(load_checked(params_path), "fetch"))
     files, mirrors = load_sources(sources_path, dataset)
     fetch_dataset(dataset, files, mirrors, out, settings)
 
@@ -115,7 +122,7 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, p
     """
     from pipeline.convert import convert_dataset
 
-    params = load_params(params_path)
+    params = load_checked(params_path)
     rows = int(section(params, "convert", "row_group_rows"))
     convert_dataset(csv_dir, out, figures, codec, rows)
 
@@ -130,7 +137,7 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
     """Gather every convert stage's figures into the codec size/speed table."""
     from pipeline.codecs import write_codecs
 
-    params = load_params(params_path)
+    params = load_checked(params_path)
     write_codecs(figures, list(section(params, "datasets")), list(section(params, "convert", "codecs")),
                  metrics, plot)
 
@@ -145,7 +152,7 @@ def shard(dataset: str, parquet: Path, out: Path, params_path: Path) -> None:
     """Write DATASET's Parquet as safetensors shards with a checksummed manifest."""
     from pipeline.shards import shard_dataset
 
-    settings = section(load_params(params_path), "shard")
+    settings = section(load_checked(params_path), "shard")
     shard_dataset(parquet, out, dataset, int(settings["samples_per_shard"]),
                   str(settings["compression"]), int(settings["level"]))
 
@@ -169,7 +176,7 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, device: str, par
 
     from pipeline.bench import run_bench, settings_from_params, write_bench
 
-    settings = settings_from_params(section(load_params(params_path), "bench"))
+    settings = settings_from_params(section(load_checked(params_path), "bench"))
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     write_bench(run_bench(dataset, parquet, shards, device, settings), out)
@@ -186,7 +193,7 @@ def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> Non
     the train Parquet MB in the codec under study and the fastest steady epoch."""
     from pipeline.summary import write_summary
 
-    params = load_params(params_path)
+    params = load_checked(params_path)
     write_summary(figures, bench_dir, list(section(params, "datasets")), str(section(params, "convert", "codec")),
                   str(section(params, "convert", "layout")), out)
 

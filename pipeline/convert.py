@@ -20,6 +20,7 @@ line by line to name the first bad line.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -32,7 +33,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.atomic import atomic_path
+from pipeline.atomic import atomic_dir, atomic_path
 from pipeline.csvdata import HEADER
 from pipeline.errors import DataError
 from pipeline.idx import COLUMNS, PIXELS, SPLITS
@@ -40,6 +41,7 @@ from pipeline.idx import COLUMNS, PIXELS, SPLITS
 LAYOUTS = ("wide", "compact")
 CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
 IMAGE_TYPE = pa.binary(PIXELS)
+LEVELS = {"gzip": (1, 9), "brotli": (0, 11), "zstd": (1, 22)}  # what pyarrow accepts, checked up front
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class Codec:
             raise ValueError(f"codec {spec!r}: the level after '-' must be an integer")
         if level and name in ("none", "snappy", "lz4"):
             raise ValueError(f"codec {spec!r}: {name} takes no level")
+        if level and not LEVELS[name][0] <= int(level) <= LEVELS[name][1]:
+            raise ValueError(f"codec {spec!r}: {name} levels are {LEVELS[name][0]}..{LEVELS[name][1]}")
         return cls(name, int(level) if level else None)
 
     @property
@@ -120,7 +124,10 @@ def _line_blocks(csv_path: Path, block_bytes: int) -> Iterator[bytes]:
             else:
                 rest += chunk
         if rest.strip():
-            yield rest
+            # A last line without its newline may be cut inside its last number ("...,25"
+            # for "...,255"): nothing can tell, so it is refused rather than guessed.
+            raise DataError(f"{csv_path}: the file does not end with a newline: its last line is cut "
+                            f"short or incomplete (ends {bytes(rest[-20:])!r})")
 
 
 SCHEMA = {name: pl.UInt8 for name in COLUMNS}
@@ -175,8 +182,17 @@ def compact_table(labels: np.ndarray, pixels: np.ndarray) -> pa.Table:
 
 
 def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(labels [n], images [n, 28, 28]) uint8 from either layout."""
-    table = pq.read_table(path)
+    """(labels [n], images [n, 28, 28]) uint8 from either layout, page checksums verified
+    where the writer stored them; a damaged file is a DataError naming it."""
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing") from None
+    except (pa.ArrowException, OSError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason[:200]})") from None
+    if "label" not in table.column_names:
+        raise DataError(f"{path}: no 'label' column (columns: {table.column_names[:5]}...)")
     labels = table.column("label").to_numpy().astype(np.uint8, copy=False)
     if "image" in table.column_names:
         images = table.column("image").combine_chunks()
@@ -229,7 +245,8 @@ def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int) 
     """CSV -> compact Parquet, validating every row on the way; returns the row count."""
     schema = pa.schema([("label", pa.uint8()), ("image", IMAGE_TYPE)])
     rows = 0
-    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, use_dictionary=["label"],
+    # Page checksums (CRC32): a flipped byte in a data page is caught when it is read back.
+    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, use_dictionary=["label"], write_page_checksum=True,
                                                    **codec.writer_options()) as writer:
         groups = _RowGroups(writer, row_group_rows)
         for labels, pixels in iter_csv(csv_path):
@@ -269,17 +286,57 @@ def measure_reads(out_paths: dict[str, Path], figures: dict) -> None:
         figures[layout].update(bytes=path.stat().st_size, read_s=time.perf_counter() - start)
 
 
+CHECKSUMS = "SHA256SUMS"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_checksums(folder: Path) -> None:
+    """`SHA256SUMS` beside the Parquet files (`sha256sum -c` reads it): what later stages
+    check before they trust a file that sat on a disk or went through a copy."""
+    names = [f"{layout}/{split}.parquet" for layout in LAYOUTS for split in SPLITS]
+    (folder / CHECKSUMS).write_text("".join(f"{_sha256(folder / name)}  {name}\n" for name in names))
+
+
+def verify_checksum(path: Path) -> None:
+    """Check `<codec>/<layout>/<split>.parquet` against its folder's SHA256SUMS."""
+    path = Path(path)
+    sums = path.parent.parent / CHECKSUMS
+    name = f"{path.parent.name}/{path.name}"
+    try:
+        lines = sums.read_text().splitlines()
+    except FileNotFoundError:
+        raise DataError(f"{sums}: missing, so {path} cannot be checked (not written by the convert stage?)") from None
+    recorded = {line[66:]: line[:64] for line in lines if len(line) > 66}
+    if name not in recorded:
+        raise DataError(f"{sums}: no checksum for {name}")
+    actual = _sha256(path) if path.exists() else "missing"
+    if actual != recorded[name]:
+        raise DataError(f"{path}: checksum mismatch: {sums.name} says {recorded[name][:16]}..., file is "
+                        f"{actual[:16]}... (damaged after the convert stage wrote it)")
+
+
 def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec: str,
                     row_group_rows: int = 65536) -> dict:
     """Stage `convert@<dataset>-<codec>`: both splits, both layouts, one codec."""
     codec = Codec.parse(codec_spec)
     figures: dict = {"codec": codec.label}
-    for split in SPLITS:
-        paths = {layout: Path(out_dir) / layout / f"{split}.parquet" for layout in LAYOUTS}
-        figures[split] = convert_split(Path(csv_dir) / f"{split}.csv", paths, codec, row_group_rows)
-        measure_reads(paths, figures[split])
-        sizes = ", ".join(f"{layout} {figures[split][layout]['bytes'] / 1e6:.2f} MB" for layout in LAYOUTS)
-        print(f"{csv_dir}/{split}.csv -> {codec.label}: {sizes}", file=sys.stderr)
+    # The whole output folder is built beside the target and swapped in at the end: a bad
+    # test.csv leaves the old train.parquet and test.parquet as they were, not a mix.
+    with atomic_dir(Path(out_dir)) as tmp:
+        for split in SPLITS:
+            paths = {layout: tmp / layout / f"{split}.parquet" for layout in LAYOUTS}
+            figures[split] = convert_split(Path(csv_dir) / f"{split}.csv", paths, codec, row_group_rows)
+            measure_reads(paths, figures[split])
+            sizes = ", ".join(f"{layout} {figures[split][layout]['bytes'] / 1e6:.2f} MB" for layout in LAYOUTS)
+            print(f"{csv_dir}/{split}.csv -> {codec.label}: {sizes}", file=sys.stderr)
+        write_checksums(tmp)
     with atomic_path(Path(figures_path)) as tmp:
         tmp.write_text(json.dumps(figures, indent=2) + "\n")
     return figures

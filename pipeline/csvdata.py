@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.atomic import atomic_path
+from pipeline.atomic import atomic_dir, atomic_path
 from pipeline.errors import DataError
 from pipeline.idx import COLUMNS, PIXELS, SPLITS, read_split
 
@@ -54,12 +54,13 @@ def copy_csv(source: Path, dest: Path) -> None:
 def render_csvs(raw_dir: Path, out_dir: Path) -> None:
     """Stage `csv@<dataset>`: `{train,test}.csv` from the fetched IDX (or CSV) files."""
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
-    for split in SPLITS:
-        dest = out_dir / f"{split}.csv"
-        csv_source = raw_dir / f"{split}.csv"
-        if csv_source.exists():
-            copy_csv(csv_source, dest)
-        else:
-            images, labels = read_split(raw_dir, split)
-            write_csv(images, labels, dest)
-        print(f"{dest}: {dest.stat().st_size:,} bytes", file=sys.stderr)
+    with atomic_dir(out_dir) as tmp:  # both splits or neither
+        for split in SPLITS:
+            dest = tmp / f"{split}.csv"
+            csv_source = raw_dir / f"{split}.csv"
+            if csv_source.exists():
+                copy_csv(csv_source, dest)
+            else:
+                images, labels = read_split(raw_dir, split)
+                write_csv(images, labels, dest)
+            print(f"{out_dir / dest.name}: {dest.stat().st_size:,} bytes", file=sys.stderr)

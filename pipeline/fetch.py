@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pipeline.atomic import atomic_dir, atomic_path
+from pipeline.errors import InputError
 from pipeline.progress import byte_bar
 
 MIRROR_ENV = "PIPELINE_MIRROR"
@@ -54,7 +55,7 @@ class FetchSettings:
     backoff_s: float = 1.0
 
 
-class FetchError(RuntimeError):
+class FetchError(InputError):
     """Every mirror failed for one file; the message lists each mirror and why."""
 
 

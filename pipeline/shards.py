@@ -35,13 +35,14 @@ import torch
 from safetensors.numpy import save as st_save
 
 from pipeline.atomic import atomic_dir
+from pipeline.errors import InputError
 
 FORMAT_VERSION = 2
 IMAGE_SHAPE = (28, 28)
 VERIFY = ("xxh3", "sha256", "none")
 
 
-class ShardError(ValueError):
+class ShardError(InputError):
     """A shard folder that does not match its manifest; the message names file and check."""
 
 
@@ -119,15 +120,22 @@ def write_shards(images: np.ndarray, labels: np.ndarray, out_dir: Path, *, datas
 def shard_dataset(parquet_dir: Path, out_dir: Path, dataset: str, samples_per_shard: int,
                   compression: str, level: int) -> None:
     """Stage `shard@<dataset>`: both splits of the Parquet under study into shards."""
-    from pipeline.convert import read_parquet_arrays
+    with atomic_dir(Path(out_dir)) as tmp:  # both splits or neither
+        _shard_splits(Path(parquet_dir), tmp, Path(out_dir), dataset, samples_per_shard, compression, level)
+
+
+def _shard_splits(parquet_dir: Path, tmp: Path, out_dir: Path, dataset: str, samples_per_shard: int,
+                  compression: str, level: int) -> None:
+    from pipeline.convert import read_parquet_arrays, verify_checksum
 
     for split in ("train", "test"):
         source = Path(parquet_dir) / f"{split}.parquet"
+        verify_checksum(source)  # one flipped byte anywhere: refused, the file named
         labels, images = read_parquet_arrays(source)
         # The content's digest, not the file's: every codec holds the same samples, so a
         # codec experiment writes byte-identical shards and DVC skips everything after them.
         digest = hashlib.sha256(np.ascontiguousarray(labels).tobytes() + np.ascontiguousarray(images).tobytes())
-        manifest = write_shards(images, labels, Path(out_dir) / split, dataset=dataset, split=split,
+        manifest = write_shards(images, labels, tmp / split, dataset=dataset, split=split,
                                 samples_per_shard=samples_per_shard, compression=compression,
                                 level=level, source={"content_sha256": digest.hexdigest()})
         total = sum(s["bytes"] for s in manifest["shards"])
@@ -137,23 +145,115 @@ def shard_dataset(parquet_dir: Path, out_dir: Path, dataset: str, samples_per_sh
 # ---------------------------------------------------------------- reading
 
 
+_HEX = frozenset("0123456789abcdef")
+MAX_COUNT = 1 << 31            # samples in one split: far above any real data set, far below petabytes
+SAMPLE_BYTES = 28 * 28 + 1     # one image and its label
+MAX_HEADER = 1 << 20           # the safetensors header bound the reader enforces
+
+
+def _fail(file: Path, key: str, message: str) -> ShardError:
+    return ShardError(f"{file}: {key}: {message}")
+
+
+def _expect(file: Path, key: str, value, kind: type | tuple[type, ...], what: str):
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise _fail(file, key, f"expected {what}, got {value!r:.60}")
+    return value
+
+
+def _count(file: Path, key: str, value, low: int = 0) -> int:
+    _expect(file, key, value, int, "an integer")
+    if not low <= value <= MAX_COUNT:
+        raise _fail(file, key, f"{value} is outside {low}..{MAX_COUNT}")
+    return value
+
+
+def _digest(file: Path, key: str, value, length: int) -> str:
+    _expect(file, key, value, str, f"{length} hex digits")
+    if len(value) != length or not set(value) <= _HEX:
+        raise _fail(file, key, f"expected {length} lowercase hex digits, got {value!r:.80}")
+    return value
+
+
+def shard_name(file: Path, key: str, value) -> str:
+    """A shard's file name: a plain name inside the split folder, nothing that walks out
+    of it (no separators, no '..', no absolute path, no NUL)."""
+    _expect(file, key, value, str, "a file name")
+    if (not value or value in (".", "..") or "/" in value or "\\" in value or "\0" in value
+            or len(value) > 255 or not value.startswith("shard-")):
+        raise _fail(file, key, f"{value!r:.80} is not a plain shard file name inside {file.parent}")
+    return value
+
+
+def check_manifest(manifest, file: Path) -> dict:
+    """The manifest's schema, checked before anything it names is opened: known keys and
+    types, file names confined to the folder and listed once, counts that add up and sizes
+    that can hold them. The reader runs where only torch is installed, so this is plain
+    code rather than a schema library."""
+    _expect(file, "(top level)", manifest, dict, "a JSON object")
+    known = {"format_version", "dataset", "split", "count", "images", "labels", "compression", "source", "shards"}
+    missing, extra = known - {"source"} - set(manifest), set(manifest) - known
+    if missing or extra:
+        raise _fail(file, "(keys)", f"missing {sorted(missing)}, unknown {sorted(extra)}")
+    if manifest["format_version"] != FORMAT_VERSION:
+        raise _fail(file, "format_version", f"{manifest['format_version']!r:.20}, expected {FORMAT_VERSION}")
+    for key in ("dataset", "split"):
+        _expect(file, key, manifest[key], str, "a string")
+    count = _count(file, "count", manifest["count"])
+    if manifest["images"] != {"dtype": "uint8", "shape": list(IMAGE_SHAPE)}:
+        raise _fail(file, "images", f"{manifest['images']!r:.80}, expected uint8 {list(IMAGE_SHAPE)}")
+    if manifest["labels"] != {"dtype": "uint8"}:
+        raise _fail(file, "labels", f"{manifest['labels']!r:.80}, expected uint8")
+    compression = _expect(file, "compression", manifest["compression"], dict, "an object")
+    if compression.get("codec") not in ("none", "zstd"):
+        raise _fail(file, "compression.codec", f"{compression.get('codec')!r:.30}, expected 'none' or 'zstd'")
+    shards = _expect(file, "shards", manifest["shards"], list, "a list")
+    suffix = ".safetensors" + (".zst" if compression["codec"] == "zstd" else "")
+    seen: set[str] = set()
+    total = 0
+    for number, entry in enumerate(shards):
+        where = f"shards[{number}]"
+        _expect(file, where, entry, dict, "an object")
+        name = shard_name(file, f"{where}.file", entry.get("file"))
+        if not name.endswith(suffix):
+            raise _fail(file, f"{where}.file", f"{name!r} does not end in {suffix!r} (compression {compression['codec']})")
+        if name in seen:
+            raise _fail(file, f"{where}.file", f"{name!r} is listed twice")
+        seen.add(name)
+        n = _count(file, f"{where}.count", entry.get("count"), low=1)
+        size = _count(file, f"{where}.bytes", entry.get("bytes"), low=1)
+        if compression["codec"] == "none" and not n * SAMPLE_BYTES < size <= n * SAMPLE_BYTES + 8 + MAX_HEADER:
+            raise _fail(file, f"{where}.bytes", f"{size:,} bytes cannot hold {n:,} samples of {SAMPLE_BYTES} bytes")
+        _digest(file, f"{where}.sha256", entry.get("sha256"), 64)
+        _digest(file, f"{where}.xxh3_128", entry.get("xxh3_128"), 32)
+        total += n
+    if total != count:
+        raise _fail(file, "shards", f"shard counts add up to {total:,}, count says {count:,}")
+    return manifest
+
+
 def read_manifest(path: Path, dataset: str | None = None, split: str | None = None) -> dict:
     path = Path(path)
     file = path / "manifest.json"
     try:
-        manifest = json.loads(file.read_text())
+        manifest = json.loads(file.read_bytes()[: 64 << 20])
     except FileNotFoundError:
         raise ShardError(f"{file}: missing (is {path} a shard folder?)") from None
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise ShardError(f"{file}: not valid JSON ({err})") from None
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ShardError(f"{file}: format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}")
+    check_manifest(manifest, file)
     for key, wanted in (("dataset", dataset), ("split", split)):
         if wanted is not None and manifest.get(key) != wanted:
             raise ShardError(f"{file}: manifest is for {key} {manifest.get(key)!r}, expected {wanted!r}")
-    if sum(s["count"] for s in manifest["shards"]) != manifest["count"]:
-        raise ShardError(f"{file}: shard counts do not add up to count {manifest['count']}")
     return manifest
+
+
+def _shard_path(folder: Path, name: str) -> Path:
+    """The shard's path, refused if it is a link or otherwise resolves outside the folder."""
+    path = folder / name
+    if path.is_symlink() or path.resolve().parent != folder.resolve():
+        raise ShardError(f"{path}: a link or a path outside {folder}; shards must be plain files in their folder")
+    return path
 
 
 def _readinto(source, view: memoryview, path: Path) -> None:
@@ -212,6 +312,14 @@ def _tiles(path: Path, regions: dict[str, tuple[int, int]], targets: dict[str, t
         position = end
 
 
+def _check_frame(path: Path, blob: bytes, count: int) -> None:
+    """A zstd shard's frame states its decompressed size: it must be what `count` samples
+    take, before anything that size is allocated or decompressed."""
+    size = _zstd().frame_content_size(blob)
+    if size < 0 or not count * SAMPLE_BYTES < size <= count * SAMPLE_BYTES + 8 + MAX_HEADER:
+        raise ShardError(f"{path}: zstd frame holds {size:,} bytes, not {count:,} samples")
+
+
 def _read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
                      targets: dict[str, torch.Tensor]) -> None:
     """Fill `targets` (this shard's slices of the output tensors) from one shard file.
@@ -220,7 +328,7 @@ def _read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
     into its slice by torch (multi-threaded), which runs at memory-copy speed; a read()
     into the output ran at half that. zstd: the small file is read, hashed, and
     decompressed as a stream straight into the slices."""
-    path = folder / entry["file"]
+    path = _shard_path(folder, entry["file"])
     try:
         file = path.open("rb", buffering=0)
     except FileNotFoundError:
@@ -232,6 +340,7 @@ def _read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
         if compression == "zstd":
             blob = file.read()
             _verify(path, entry, verify, blob)
+            _check_frame(path, blob, entry["count"])
             stream = _zstd().ZstdDecompressor().stream_reader(io.BytesIO(blob))
             _, regions = _read_header(stream, path, entry["count"])
             for name, _, _ in _tiles(path, regions, targets):

@@ -94,7 +94,7 @@ def test_corrupt_mirror_fails_cleanly(repo, tmp_path):
     blob.write_bytes(blob.read_bytes()[:-100])
     result = run([sys.executable, "-m", "pipeline", "fetch", "tiny", "--out", str(tmp_path / "raw")],
                  root, {**env, "PIPELINE_MIRROR": str(broken)}, check=False)
-    assert result.returncode == 1
+    assert result.returncode == 2  # bad input
     assert "could not fetch train-images-idx3-ubyte.gz" in result.stderr
     assert "truncated gzip" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "raw").exists()

@@ -1,0 +1,340 @@
+"""Hostile and damaged inputs, table-driven: each case gets one clear message naming the
+file (and key, line or shard), and leaves the outputs as they were."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from pipeline.atomic import BusyError, atomic_dir, locked
+from pipeline.convert import convert_dataset, iter_csv, read_parquet_arrays
+from pipeline.csvdata import write_csv
+from pipeline.errors import DataError
+from pipeline.params import ParamsError, validate_params
+from pipeline.shards import ShardError, load_split, read_manifest, shard_dataset, write_shards
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------- manifests
+
+
+@pytest.fixture
+def shard_dir(tmp_path, tiny):
+    write_shards(tiny.arrays["train_images"], tiny.arrays["train_labels"], tmp_path / "split", dataset="tiny",
+                 split="train", samples_per_shard=24)
+    return tmp_path / "split"
+
+
+def _set(path: list, value):
+    def edit(m):
+        node = m
+        for key in path[:-1]:
+            node = node[key]
+        if value is KeyError:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+    return edit
+
+
+MANIFEST_CASES = {
+    "parent path": (_set(["shards", 0, "file"], "../../outside/evil.safetensors"), r"shards\[0\]\.file: .* not a plain"),
+    "absolute path": (_set(["shards", 0, "file"], "/etc/passwd"), r"shards\[0\]\.file: '/etc/passwd' is not a plain"),
+    "separator inside": (_set(["shards", 0, "file"], "shard-a/b.safetensors"), r"not a plain shard file name"),
+    "dot dot alone": (_set(["shards", 0, "file"], ".."), r"not a plain shard file name"),
+    "not a string": (_set(["shards", 0, "file"], 7), r"shards\[0\]\.file: expected a file name, got 7"),
+    "listed twice": (lambda m: m["shards"].__setitem__(1, copy.deepcopy(m["shards"][0])), r"listed twice"),
+    "absurd count": (_set(["count"], 10**18), r"count: 1000000000000000000 is outside 0\.\.2147483648"),
+    "count a string": (_set(["count"], "64"), r"count: expected an integer, got '64'"),
+    "count a bool": (_set(["shards", 0, "count"], True), r"shards\[0\]\.count: expected an integer, got True"),
+    "negative bytes": (_set(["shards", 0, "bytes"], -5), r"shards\[0\]\.bytes: -5 is outside 1\.\."),
+    "counts do not add up": (_set(["count"], 65), r"shard counts add up to 64, count says 65"),
+    "size cannot hold count": (_set(["shards", 0, "count"], 2000), r"cannot hold 2,000 samples"),
+    "missing key": (_set(["shards"], KeyError), r"\(keys\): missing \['shards'\]"),
+    "unknown key": (_set(["extra"], 1), r"\(keys\): missing \[\], unknown \['extra'\]"),
+    "bad sha256": (_set(["shards", 0, "sha256"], "zz"), r"shards\[0\]\.sha256: expected 64 lowercase hex"),
+    "bad dtype": (_set(["images", "dtype"], "float64"), r"images: .* expected uint8"),
+    "bad codec": (_set(["compression", "codec"], "lzma"), r"compression\.codec: 'lzma', expected"),
+    "shards not a list": (_set(["shards"], {"a": 1}), r"shards: expected a list"),
+    "wrong version": (_set(["format_version"], 1), r"format_version: 1, expected 2"),
+    "top level a list": (lambda m: None, None),  # replaced below
+}
+
+
+@pytest.mark.parametrize("case", [c for c in MANIFEST_CASES if c != "top level a list"])
+def test_hostile_manifest(shard_dir, case):
+    edit, message = MANIFEST_CASES[case]
+    manifest = json.loads((shard_dir / "manifest.json").read_text())
+    edit(manifest)
+    (shard_dir / "manifest.json").write_text(json.dumps(manifest))
+    for reader in (load_split, read_manifest):
+        with pytest.raises(ShardError, match=message) as err:
+            reader(shard_dir)
+        assert str(err.value).startswith(str(shard_dir / "manifest.json")) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[1, 2]", r"\(top level\): expected a JSON object"),
+    ("{", r"not valid JSON"),
+    ("[" * 100000, r"not valid JSON"),
+])
+def test_unreadable_manifest(shard_dir, text, message):
+    (shard_dir / "manifest.json").write_text(text)
+    with pytest.raises(ShardError, match=message):
+        load_split(shard_dir)
+
+
+def test_symlinked_shard_is_refused(shard_dir, tmp_path):
+    outside = tmp_path / "outside.safetensors"
+    first = shard_dir / "shard-00000.safetensors"
+    outside.write_bytes(first.read_bytes())
+    first.unlink()
+    first.symlink_to(outside)
+    with pytest.raises(ShardError, match=r"shard-00000.safetensors: a link or a path outside"):
+        load_split(shard_dir)
+
+
+def test_zstd_frame_that_claims_too_much(tmp_path, tiny):
+    import zstandard
+
+    write_shards(tiny.arrays["train_images"], tiny.arrays["train_labels"], tmp_path / "z", dataset="tiny",
+                 split="train", samples_per_shard=64, compression="zstd")
+    bomb = zstandard.ZstdCompressor().compress(bytes(64 * 785 * 50))  # 50x the data, tiny on disk
+    shard = tmp_path / "z" / "shard-00000.safetensors.zst"
+    shard.write_bytes(bomb)
+    manifest = json.loads((tmp_path / "z" / "manifest.json").read_text())
+    manifest["shards"][0].update(bytes=len(bomb))
+    (tmp_path / "z" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match=r"zstd frame holds 2,512,000 bytes, not 64 samples"):
+        load_split(tmp_path / "z", verify="none")
+
+
+# ---------------------------------------------------------------- params
+
+
+@pytest.fixture
+def params():
+    return yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+PARAMS_CASES = {
+    "fractional shard size": (["shard", "samples_per_shard"], 1.5, r"shard\.samples_per_shard: Input should be a valid integer"),
+    "zstd level absurd": (["shard", "level"], -200000, r"shard\.level: Input should be greater than or equal to 1"),
+    "zero epochs": (["bench", "epochs"], 0, r"bench\.epochs: Input should be greater than or equal to 1"),
+    "zero sample steps": (["bench", "sample_steps"], 0, r"bench\.sample_steps: Input should be greater"),
+    "unknown bench key": (["bench", "speed"], "max", r"bench\.speed: Extra inputs are not permitted"),
+    "null param": (["fetch", "retries"], None, r"fetch\.retries: Input should be a valid integer \(got None\)"),
+    "escaping data set": (["datasets"], ["mnist", "../evil"], r"datasets: data set names must be plain slugs.*\.\./evil"),
+    "gzip level 10": (["convert", "codecs"], ["gzip-10", "snappy"], r"convert\.codecs: codec 'gzip-10': gzip levels are 1\.\.9"),
+    "zstd level 99": (["convert", "codecs"], ["zstd-99", "snappy"], r"codec 'zstd-99': zstd levels are 1\.\.22"),
+    "brotli level 12": (["convert", "codecs"], ["brotli-12", "snappy"], r"codec 'brotli-12': brotli levels are 0\.\.11"),
+    "empty codec list": (["convert", "codecs"], [], r"convert\.codecs: List should have at least 1 item"),
+    "unknown codec": (["convert", "codecs"], ["lzma", "snappy"], r"unknown codec 'lzma'"),
+    "codec not listed": (["convert", "codec"], "brotli-3", r"convert: codec 'brotli-3' is not one of codecs"),
+    "unknown variant": (["bench", "variants"], ["device", "fastest"], r"bench\.variants\.1: Input should be"),
+    "sampled graph": (["bench", "sample"], ["graphed"], r"bench: sample: \['graphed'\] .* cannot be sampled"),
+    "autocast a string": (["bench", "compiled", "cuda", "autocast"], "yes", r"bench\.compiled\.cuda\.autocast"),
+    "negative lr": (["bench", "lr"], -1.0, r"bench\.lr: Input should be greater than 0"),
+    "layout unknown": (["convert", "layout"], "tall", r"convert\.layout: Input should be 'wide' or 'compact'"),
+}
+
+
+@pytest.mark.parametrize("case", list(PARAMS_CASES))
+def test_hostile_params(params, case):
+    path, value, message = PARAMS_CASES[case]
+    node = params
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ParamsError, match=message) as err:
+        validate_params(params)
+    assert str(err.value).startswith("params.yaml: ") and "\n" not in str(err.value)
+
+
+def test_every_params_problem_is_listed_at_once(params):
+    params["shard"]["samples_per_shard"], params["bench"]["epochs"], params["fetch"]["bogus"] = 1.5, 0, 1
+    with pytest.raises(ParamsError, match=r"3 problem\(s\): .*samples_per_shard.*bench\.epochs.*fetch\.bogus|"
+                                          r"3 problem\(s\)"):
+        validate_params(params)
+
+
+# ---------------------------------------------------------------- CSV and Parquet
+
+
+@pytest.fixture
+def csv_dir(tmp_path, tiny):
+    for split in ("train", "test"):
+        write_csv(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], tmp_path / "csv" / f"{split}.csv")
+    return tmp_path / "csv"
+
+
+@pytest.mark.parametrize("cut", [-1, -2, -3])
+def test_csv_cut_in_its_last_line(csv_dir, cut):
+    path = csv_dir / "train.csv"
+    path.write_bytes(path.read_bytes()[:cut])  # "...,255\n" -> "...,255" / "...,25" / "...,2"
+    with pytest.raises(DataError, match=r"train.csv: the file does not end with a newline"):
+        list(iter_csv(path))
+
+
+def test_bad_test_csv_leaves_the_old_parquet_whole(csv_dir, tmp_path):
+    out = tmp_path / "pq"
+    convert_dataset(csv_dir, out, tmp_path / "f.json", "snappy")
+    before = tree_digest(out)
+    (csv_dir / "train.csv").write_bytes((csv_dir / "train.csv").read_bytes().replace(b"\n3,", b"\n3,x", 1)
+                                        .replace(b"\n1,", b"\n1,x", 1).replace(b"\n7,", b"\n7,x", 1))
+    (csv_dir / "test.csv").write_bytes((csv_dir / "test.csv").read_bytes()[:-1])
+    with pytest.raises(DataError):
+        convert_dataset(csv_dir, out, tmp_path / "f.json", "snappy")
+    assert tree_digest(out) == before  # nothing of the target changed
+    assert not list(tmp_path.glob(".pq.*.tmp"))
+
+
+@pytest.fixture
+def parquet(csv_dir, tmp_path):
+    convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "f.json", "snappy")
+    return tmp_path / "pq" / "compact"
+
+
+@pytest.mark.parametrize("where, message", [
+    (lambda n: n // 2, r"checksum mismatch: SHA256SUMS says"),   # a byte in a data page
+    (lambda n: n - 20, r"checksum mismatch: SHA256SUMS says"),   # the footer
+    (lambda n: None, r"checksum mismatch: SHA256SUMS says"),     # cut in half
+])
+def test_damaged_parquet_stops_the_shard_stage(parquet, tmp_path, where, message):
+    path = parquet / "train.parquet"
+    data = bytearray(path.read_bytes())
+    at = where(len(data))
+    if at is None:
+        data = data[: len(data) // 2]
+    else:
+        data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+    out = tmp_path / "shards"
+    with pytest.raises(DataError, match=rf"train.parquet: {message}"):
+        shard_dataset(parquet, out, "tiny", 20, "none", 3)
+    assert not out.exists()
+
+
+def test_bad_test_parquet_leaves_no_new_train_shards(parquet, tmp_path):
+    out = tmp_path / "shards"
+    shard_dataset(parquet, out, "tiny", 20, "none", 3)
+    before = tree_digest(out)
+    (parquet / "test.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(DataError, match="test.parquet"):
+        shard_dataset(parquet, out, "tiny", 30, "none", 3)  # other params: train shards would differ
+    assert tree_digest(out) == before
+
+
+@pytest.mark.parametrize("where", [lambda n: n // 2, lambda n: None])
+def test_damaged_parquet_is_refused_by_the_reader_itself(parquet, where):
+    """Without the checksum file, the reader still refuses: page CRCs (compact) and structure."""
+    path = parquet / "train.parquet"
+    data = bytearray(path.read_bytes())
+    at = where(len(data))
+    data = data[: len(data) // 2] if at is None else data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"train.parquet: not a readable Parquet file"):
+        read_parquet_arrays(path)
+
+
+def test_checksum_file_is_sha256sum_compatible(parquet):
+    folder = parquet.parent
+    result = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=folder, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.count(": OK") == 4
+
+
+def test_missing_parquet_is_named(tmp_path):
+    with pytest.raises(DataError, match=r"nothing\.parquet: missing"):
+        read_parquet_arrays(tmp_path / "nothing.parquet")
+
+
+# ---------------------------------------------------------------- runs that collide or die
+
+
+def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
+    dest = tmp_path / "out"
+    with locked(dest):
+        with pytest.raises(BusyError, match=r"out: another run is writing it right now"):
+            with atomic_dir(dest):
+                pass
+    with atomic_dir(dest) as tmp:  # released: the next run goes ahead
+        (tmp / "x").write_text("ok")
+    assert (dest / "x").read_text() == "ok" and not list(tmp_path.glob(".out.*"))
+
+
+def test_a_concurrent_process_is_refused(tmp_path):
+    dest = tmp_path / "out"
+    code = ("import sys, time; from pipeline.atomic import atomic_dir\n"
+            "with atomic_dir(sys.argv[1]) as t:\n print('in', flush=True); time.sleep(3)\n")
+    first = subprocess.Popen([sys.executable, "-c", code, str(dest)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert first.stdout.readline().strip() == "in"
+    with pytest.raises(BusyError):
+        with atomic_dir(dest):
+            pass
+    assert first.wait() == 0
+
+
+def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
+    dest = tmp_path / "out.parquet"
+    code = ("import os, sys; from pipeline.atomic import atomic_path\n"
+            "with atomic_path(sys.argv[1]) as t:\n open(t, 'w').write('half'); os._exit(9)\n")
+    killed = subprocess.run([sys.executable, "-c", code, str(dest)], cwd=ROOT)
+    assert killed.returncode == 9 and list(tmp_path.glob(".out.parquet.*.tmp")) and not dest.exists()
+    from pipeline.atomic import write_text
+
+    write_text(dest, "whole")
+    assert dest.read_text() == "whole" and not list(tmp_path.glob(".out.parquet.*"))
+
+
+# ---------------------------------------------------------------- the CLI contract
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, env=env)
+
+
+def test_cli_bad_params_is_one_line_and_exit_2(tmp_path, params, csv_dir):
+    params["shard"]["samples_per_shard"] = 1.5
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(params))
+    result = cli("shard", "tiny", "--parquet", str(csv_dir), "--out", str(tmp_path / "s"), "--params",
+                 str(tmp_path / "p.yaml"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "shard.samples_per_shard" in result.stderr
+    assert not (tmp_path / "s").exists()
+    debug = cli("--debug", "shard", "tiny", "--parquet", str(csv_dir), "--out", str(tmp_path / "s"), "--params",
+                str(tmp_path / "p.yaml"))
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_cli_missing_test_csv_is_named(tmp_path, csv_dir):
+    (csv_dir / "test.csv").unlink()
+    result = cli("convert", "tiny", "snappy", "--csv", str(csv_dir), "--out", str(tmp_path / "pq"),
+                 "--figures", str(tmp_path / "f.json"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "test.csv" in result.stderr and not (tmp_path / "pq").exists()
+
+
+def test_cli_hostile_manifest_in_bench(tmp_path, shard_dir):
+    manifest = json.loads((shard_dir / "manifest.json").read_text())
+    manifest["shards"][0]["file"] = "/etc/passwd"
+    (shard_dir / "manifest.json").write_text(json.dumps(manifest))
+    code = f"from pipeline.shards import load_split; load_split({str(shard_dir)!r})"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert "is not a plain shard file name" in result.stderr and "passwd: " not in result.stderr.split("file name")[-1]
+    assert np.isfinite(0)  # (the reader never opened /etc/passwd: it was refused from the manifest alone)
