@@ -248,3 +248,25 @@ def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[s
         device = "cuda" if torch.cuda.is_available() else "cpu"
     names = list(datasets) or list(section(load_params(params_path), "datasets"))
     run_standalone(mirror, out_root, work, names, params_path, sources_path, device, commit, overrides)
+
+
+@main.command()
+@click.argument("dataset")
+@input_dir("--shards", "The shard stage's folder for DATASET (train/, test/).")
+@output_path("--out", "Metrics JSON that rank 0 writes.")
+@click.option("--record", is_flag=True, help="Also write each rank's samples and final weights (for checks).")
+@PARAMS_OPTION
+@stage_command
+def train(dataset: str, shards: Path, out: Path, record: bool, params_path: Path) -> None:
+    """Train SimpleCNN on DATASET with DistributedDataParallel; run it under torchrun:
+
+    torchrun --standalone --nproc-per-node N -m pipeline train DATASET --shards ... --out ...
+
+    gloo on the CPU, nccl on CUDA; the global batch (train.batch_size) is split across the N
+    ranks, each reading only the shards it is dealt per epoch.
+    """
+    from pipeline.ddp import train_ddp
+
+    settings = section(load_checked(params_path), "train")
+    train_ddp(shards, out, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],
+              seed=settings["seed"], record=record)

@@ -119,12 +119,26 @@ def _schema():
                 raise ValueError(f"sample: {static} run whole epochs as one graph and cannot be sampled")
             return self
 
+    class Train(Strict):
+        world_size: StrictInt = Field(ge=1, le=1024)
+        epochs: StrictInt = Field(ge=1, le=1000)
+        batch_size: StrictInt = Field(ge=1, le=1 << 16)
+        lr: Number = Field(gt=0, le=10)
+        seed: StrictInt = Field(ge=0, lt=1 << 63)
+
+        @model_validator(mode="after")
+        def _even(self):
+            if self.batch_size % self.world_size:
+                raise ValueError(f"batch_size {self.batch_size} does not split evenly across {self.world_size} ranks")
+            return self
+
     class Params(Strict):
         datasets: list[StrictStr] = Field(min_length=1)
         fetch: Fetch
         convert: Convert
         shard: Shard
         bench: Bench
+        train: Train
 
         @field_validator("datasets")
         @classmethod
