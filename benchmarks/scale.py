@@ -6,7 +6,7 @@ The 10x split is derived deterministically from the real one: its data lines, te
 over, under one header (600,000 samples, 1.1 GB of CSV). Per size: convert (CSV -> compact
 Parquet, zstd-3, the streaming block reader), shard (the streaming writer, and the
 in-memory one beside it), load (the whole split with `load_split`, and one rank's share of
-two with `RankShards`), each timed as a whole process, with its peak RSS. Goal: time within
+two with `RankShards`), each in its own process, timed after its imports, with the process's peak RSS. Goal: time within
 1.2x of linear (the ratio column divides the 10x time by 10 times the 1x time), and peak RSS
 flat for the streaming steps; the whole-split load must grow (it returns the data).
 """
@@ -87,11 +87,16 @@ def main() -> None:
 
 
 def measure_fresh(code: str, work: Path) -> tuple[float, float]:
-    """Peak RSS of exactly this step: a wrapper process reports its only child's maximum."""
-    wrapper = ("import resource, subprocess, sys, time\n"
-               "s = time.perf_counter(); subprocess.run([sys.executable, '-c', sys.argv[1]], check=True)\n"
-               "print(time.perf_counter() - s, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    out = subprocess.run([sys.executable, "-c", wrapper, f"W = {str(work)!r}\n" + code], cwd=ROOT, check=True,
+    """(seconds of the step itself, after its imports; peak RSS MB of its process)."""
+    lines = code.splitlines()
+    imports = [line for line in lines if line.startswith(("from ", "import "))]
+    body = [line for line in lines if not line.startswith(("from ", "import "))]
+    child = "\n".join([f"W = {str(work)!r}", *imports, "import time as _time", "_t = _time.perf_counter()", *body,
+                       "print(_time.perf_counter() - _t)"])
+    wrapper = ("import resource, subprocess, sys\n"
+               "out = subprocess.run([sys.executable, '-c', sys.argv[1]], check=True, capture_output=True, text=True)\n"
+               "print(out.stdout.split()[-1], resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", wrapper, child], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout.split()
     return float(out[0]), float(out[1]) / 1024
 
