@@ -14,7 +14,6 @@ and the correct counts summed. Rank 0 writes the metrics.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -102,6 +101,3 @@ def _train(shards: Path, out: Path, device: torch.device, epochs: int, batch_siz
     write_text(out, json.dumps(document, indent=2) + "\n")
     return document
 
-
-def steps_per_epoch(n: int, batch_size: int) -> int:
-    return math.floor(n / batch_size)

@@ -113,6 +113,23 @@ def _report(progress: str, epoch: int, epochs: int, timing: Timing) -> None:
           f"test {timing.test_s[-1]:.3f} s, accuracy {timing.accuracy:.4f}", file=sys.stderr, flush=True)
 
 
+def _timed_epochs(timing: Timing, device: torch.device, epochs: int, train_epoch: Callable[[int], None],
+                  test_pass: Callable[[], float], mean_loss: Callable[[], float], progress: str) -> None:
+    """The clock both runners share: train, then test, each timed after synchronising."""
+    for epoch in range(epochs):
+        sync(device)
+        start = time.perf_counter()
+        train_epoch(epoch)
+        sync(device)
+        timing.train_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        timing.accuracy = test_pass()
+        sync(device)
+        timing.test_s.append(time.perf_counter() - start)
+        timing.loss = mean_loss()
+        _report(progress, epoch, epochs, timing)
+
+
 # ---------------------------------------------------------------- eager: the seed's loop
 
 
@@ -138,31 +155,29 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
     timing = Timing()
     sync(device)
     timing.setup_s = time.perf_counter() - started
-    for epoch in range(epochs):
-        sync(device)
-        start = time.perf_counter()
-        total_loss = torch.zeros((), device=device)
+    total_loss = torch.zeros((), device=device)
+
+    def train_epoch(epoch: int) -> None:
+        total_loss.zero_()
         for item in _limited(path.train(), steps):
             x, y = _as_batch(item, device, non_blocking)
             loss = loss_fn(forward(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            total_loss += loss.detach()
-        sync(device)
-        timing.train_s.append(time.perf_counter() - start)
-        start = time.perf_counter()
+            total_loss.add_(loss.detach())
+
+    def test_pass() -> float:
         correct, seen = torch.zeros((), device=device, dtype=torch.long), 0
         with torch.inference_mode():
             for item in _limited(path.test(), steps):
                 x, y = _as_batch(item, device, non_blocking)
                 correct += (forward(x).argmax(1) == y).sum()
                 seen += len(y)
-        timing.accuracy = correct.item() / max(seen, 1)
-        sync(device)
-        timing.test_s.append(time.perf_counter() - start)
-        timing.loss = total_loss.item() / max(steps or path.train_steps, 1)
-        _report(progress, epoch, epochs, timing)
+        return correct.item() / max(seen, 1)
+
+    _timed_epochs(timing, device, epochs, train_epoch, test_pass,
+                  lambda: total_loss.item() / max(steps or path.train_steps, 1), progress)
     return timing
 
 
@@ -325,18 +340,8 @@ def train_static(data: Resident, device: torch.device, config: TrainConfig, exec
         compiled_before = _compiled_graphs()
         sync(device)
         timing.setup_s = time.perf_counter() - started
-        for epoch in range(epochs):
-            sync(device)
-            start = time.perf_counter()
-            run.train_epoch(epoch)
-            sync(device)
-            timing.train_s.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            timing.accuracy = run.test_pass() if test else 0.0
-            sync(device)
-            timing.test_s.append(time.perf_counter() - start)
-            timing.loss = run.total_loss.item() / run.train_steps
-            _report(progress, epoch, epochs, timing)
+        _timed_epochs(timing, device, epochs, run.train_epoch, run.test_pass if test else lambda: 0.0,
+                      lambda: run.total_loss.item() / run.train_steps, progress)
         timing.recompiles = _compiled_graphs() - compiled_before
     return timing
 
