@@ -32,7 +32,7 @@ import torch
 
 from pipeline.datapaths import EAGER_VARIANTS, Resident, data_path
 from pipeline.model import SimpleCNN, parameter_count
-from pipeline.shards import read_manifest
+from pipeline.manifest import read_manifest
 from pipeline.train import (Execution, Timing, TrainConfig, cudnn_benchmark, eager_floor, static_floor, train_eager,
                             train_static)
 

@@ -150,7 +150,7 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
 @stage_command
 def shard(dataset: str, parquet: Path, out: Path, params_path: Path) -> None:
     """Write DATASET's Parquet as safetensors shards with a checksummed manifest."""
-    from pipeline.shards import shard_dataset
+    from pipeline.shardwriter import shard_dataset
 
     settings = section(load_checked(params_path), "shard")
     shard_dataset(parquet, out, dataset, int(settings["samples_per_shard"]),

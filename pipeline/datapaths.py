@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from pipeline.seed import NaiveDataset, PreprocessedDataset
-from pipeline.shards import DeviceBatches, ShardDataset, load_split
+from pipeline.loaders import DeviceBatches, ShardDataset
+from pipeline.shardreader import load_split
 
 LOADER_VARIANTS = ("naive_bs16", "naive", "workers", "persistent", "pinned", "preprocessed")
 EAGER_VARIANTS = LOADER_VARIANTS + ("batched", "device")

@@ -24,9 +24,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pipeline.atomic import write_text
+from pipeline.errors import InputError
 from pipeline.model import SimpleCNN
 from pipeline.ranks import RankShards
-from pipeline.shards import DeviceBatches, load_split, to_float
+from pipeline.loaders import DeviceBatches, to_float
+from pipeline.shardreader import load_split
 
 
 def _device() -> torch.device:
@@ -40,6 +42,9 @@ def _device() -> torch.device:
 def train_ddp(shards: Path, out: Path, *, epochs: int, batch_size: int, lr: float, seed: int,
               record: bool = False) -> dict | None:
     """Train SimpleCNN on `shards` with every rank of the torchrun job; rank 0 returns the metrics."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise InputError("train runs under torchrun: torchrun --standalone --nproc-per-node N "
+                         "-m pipeline train DATASET --shards ... --out ...")
     device = _device()
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
@@ -65,11 +70,13 @@ def _train(shards: Path, out: Path, device: torch.device, epochs: int, batch_siz
     for epoch in range(epochs):
         start = time.perf_counter()
         part = train.epoch(epoch)
-        images, labels = part.images.to(device), part.labels.to(device)
-        steps = len(labels) // local_batch  # the same on every rank: equal sample counts
+        images, labels, order = part.images.to(device), part.labels.to(device), part.order.to(device)
+        # Equal sample counts on every rank, so the same steps, the last one partial as in the
+        # seed (equal partial batches on every rank: DDP's average is still the global mean).
+        steps = -(-len(order) // local_batch)
         total = torch.zeros((), device=device)
         for step in range(steps):
-            index = slice(step * local_batch, (step + 1) * local_batch)
+            index = order[step * local_batch : (step + 1) * local_batch]
             loss = F.cross_entropy(ddp(to_float(images[index])), labels[index].long())
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP averages gradients across ranks: the global batch's mean
@@ -83,10 +90,10 @@ def _train(shards: Path, out: Path, device: torch.device, epochs: int, batch_siz
         dist.all_reduce(correct)
         history.append({"epoch": epoch + 1, "loss": round(total.item() / world / max(steps, 1), 5),
                         "accuracy": round(correct.item() / (len(test) and test.per_rank * world), 4),
-                        "steps": steps, "samples_per_rank": len(labels), "dropped": part.dropped,
+                        "steps": steps, "samples_per_rank": len(order), "dropped": part.dropped,
                         "seconds": round(time.perf_counter() - start, 3)})
         if record and epoch == 0:
-            seen = {"ids": part.ids[: steps * local_batch].tolist()}
+            seen = {"ids": part.seen().tolist()}
         if rank == 0:
             print(f"train epoch {epoch + 1}/{epochs}: {history[-1]}", file=sys.stderr, flush=True)
     if record:

@@ -11,7 +11,7 @@ bench as `dvc repro`:
   file is checked against its pinned content sha256 (sources.yaml);
 - Parquet: the wide layout (the naive rungs' input) written by pyarrow, zstd as in
   params.yaml's default codec; same rows and values as the convert stage writes;
-- shards: `shards.write_shards`, the shard stage's own writer;
+- shards: `shardwriter.write_shards`, the shard stage's own writer fed from memory;
 - bench: `bench.run_bench` with params.yaml's `bench` block.
 
 Results go to `results/<gpu-slug>/<dataset>.json` with the device, torch and CUDA versions,
@@ -35,7 +35,7 @@ from pipeline.bench import run_bench, settings_from_params, write_bench
 from pipeline.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
 from pipeline.idx import COLUMNS, SPLITS, read_split
 from pipeline.params import load_params, section
-from pipeline.shards import write_shards
+from pipeline.shardwriter import write_shards
 
 
 def device_slug(device: torch.device) -> str:

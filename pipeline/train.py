@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from pipeline.datapaths import DataPath, Resident
 from pipeline.model import SimpleCNN
-from pipeline.shards import DeviceBatches, to_float
+from pipeline.loaders import DeviceBatches, to_float
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

@@ -11,33 +11,56 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.ranks import RankShards, deal
+import torch
+
+from pipeline.ranks import RankShards, pieces
 from pipeline.shards import write_shards
 from conftest import make_split
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_deal_is_seeded_balanced_and_complete():
-    counts = [50] * 11 + [30]
-    a, b = deal(counts, 2, seed=1, epoch=0), deal(counts, 2, seed=1, epoch=0)
-    assert a == b and deal(counts, 2, seed=1, epoch=1) != a  # seeded, different per epoch
-    assert sorted(a[0] + a[1]) == list(range(12))            # every shard, once
-    totals = [sum(counts[s] for s in rank) for rank in a]
-    assert abs(totals[0] - totals[1]) <= max(counts)
+@pytest.mark.parametrize("counts, world", [([50] * 11 + [30], 2), ([50] * 11 + [31], 3), ([32768, 27232], 2),
+                                           ([7], 4), ([3, 1, 4, 1, 5, 9, 2, 6], 5)])
+def test_pieces_give_every_rank_an_equal_disjoint_range(counts, world):
+    total = sum(counts)
+    ranks = pieces(counts, world, seed=1, epoch=0)
+    rows = [[(shard, row) for shard, a, b in rank for row in range(a, b)] for rank in ranks]
+    assert [len(r) for r in rows] == [total // world] * world                # equal counts
+    every = [item for r in rows for item in r]
+    assert len(set(every)) == len(every) == total - total % world           # disjoint, all but < world
+    for rank in ranks:                                                      # a shard's rows, each once
+        assert all(0 <= a < b <= counts[shard] for shard, a, b in rank)
+    assert pieces(counts, world, seed=1, epoch=0) == ranks                  # seeded
+    if len(counts) > 2:
+        assert pieces(counts, world, seed=1, epoch=1) != ranks              # a new order each epoch
+        assert pieces(counts, world, seed=2, epoch=0) != ranks
 
 
-def test_rank_epochs_are_disjoint_and_equal(tmp_path):
-    images, labels = make_split(580, 0)
-    write_shards(images, labels, tmp_path / "train", dataset="t", split="train", samples_per_shard=50)
+def test_few_large_shards_drop_nothing():
+    """MNIST's two shards of the default size, two ranks: 30,000 samples each, none dropped,
+    where dealing whole shards would drop 5,536 (the reason for cutting ranges)."""
+    ranks = pieces([32768, 27232], 2, seed=42, epoch=0)
+    assert [sum(b - a for _, a, b in rank) for rank in ranks] == [30000, 30000]
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_rank_epochs_are_disjoint_and_equal(tmp_path, compression):
+    images, labels = make_split(581, 0)
+    write_shards(images, labels, tmp_path / "train", dataset="t", split="train", samples_per_shard=50,
+                 compression=compression)
     parts = [RankShards(tmp_path / "train", rank, 2, seed=3).epoch(0) for rank in range(2)]
-    assert len(parts[0].ids) == len(parts[1].ids)
-    assert not set(parts[0].ids.tolist()) & set(parts[1].ids.tolist())
-    covered = len(parts[0].ids) * 2 + parts[0].dropped + parts[1].dropped
-    assert covered == 580 and parts[0].dropped + parts[1].dropped <= 50
-    for part in parts:  # each sample arrives with its own label and pixels
+    seen = [part.seen() for part in parts]
+    assert len(seen[0]) == len(seen[1]) == 290
+    assert not set(seen[0].tolist()) & set(seen[1].tolist())
+    assert parts[0].dropped == parts[1].dropped == 1 and len(set(seen[0].tolist()) | set(seen[1].tolist())) == 580
+    for part in parts:  # each sample arrives with its own label and pixels, and is shuffled
         assert (part.labels.numpy() == labels[part.ids.numpy()]).all()
         assert (part.images.numpy() == images[part.ids.numpy()]).all()
+        assert sorted(part.order.tolist()) == list(range(290)) and part.order.tolist() != list(range(290))
+    again = RankShards(tmp_path / "train", 0, 2, seed=3)
+    assert torch.equal(again.epoch(0).seen(), seen[0]) and not torch.equal(again.epoch(1).seen(), seen[0])
+    assert not torch.equal(RankShards(tmp_path / "train", 0, 2, seed=4).epoch(0).seen(), seen[0])
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +96,8 @@ def test_ranks_saw_disjoint_samples_covering_the_split(ddp_runs):
     doc, ranks = ddp_runs[2]
     a, b = set(ranks[0]["ids"]), set(ranks[1]["ids"])
     assert not a & b
-    # 600 samples in 12 shards of 50: dealt 6 and 6, 300 each, 10 steps of 30: all covered
-    assert len(a | b) == 600 - doc["epochs"][0]["dropped"] * 2 and doc["epochs"][0]["dropped"] == 0
+    # 600 samples, two ranks: 300 each, 10 steps of 30: all covered, none dropped
+    assert doc["epochs"][0]["dropped"] == 0 and len(a | b) == 600 and len(ranks[0]["ids"]) == 300
 
 
 def test_loss_curve_matches_one_process(ddp_runs):

@@ -12,8 +12,7 @@ import pytest
 
 from pipeline.convert import compact_table, convert_dataset, write_checksums
 from pipeline.csvdata import write_csv
-from pipeline.shards import load_split, shard_dataset
-from pipeline.shardwriter import shard_dataset_streaming, stream_split
+from pipeline.shards import ShardError, ShardWriter, load_split, shard_dataset, write_shards
 from conftest import make_split
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,15 +24,43 @@ def files(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("layout, compression", [("compact", "none"), ("wide", "zstd"), ("compact", "zstd")])
-def test_same_bytes_as_the_in_memory_writer(tmp_path, tiny, layout, compression):
+def test_streamed_stage_writes_the_bytes_of_the_whole_split_in_memory(tmp_path, tiny, layout, compression):
+    """Fed 10-row record batches (Parquet row groups of 10) into 24-sample shards, the stage
+    writes what the writer fed the whole split at once writes, digest included."""
     for split in ("train", "test"):
         write_csv(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], tmp_path / "csv" / f"{split}.csv")
     convert_dataset(tmp_path / "csv", tmp_path / "pq", tmp_path / "f.json", "zstd-3", row_group_rows=10)
-    shard_dataset(tmp_path / "pq" / layout, tmp_path / "a", "tiny", 24, compression, 3)
-    shard_dataset_streaming(tmp_path / "pq" / layout, tmp_path / "b", "tiny", 24, compression, 3)
-    assert files(tmp_path / "a") == files(tmp_path / "b")
-    images, labels = load_split(tmp_path / "b" / "train")
+    shard_dataset(tmp_path / "pq" / layout, tmp_path / "streamed", "tiny", 24, compression, 3)
+    for split in ("train", "test"):
+        labels, images = tiny.arrays[f"{split}_labels"], tiny.arrays[f"{split}_images"]
+        digest = hashlib.sha256(labels.tobytes() + images.tobytes()).hexdigest()
+        write_shards(images, labels, tmp_path / "whole" / split, dataset="tiny", split=split, samples_per_shard=24,
+                     compression=compression, level=3, source={"content_sha256": digest})
+    assert files(tmp_path / "streamed") == files(tmp_path / "whole")
+    assert len(files(tmp_path / "streamed" / "train")) == 1 + -(-len(tiny.arrays["train_labels"]) // 24)
+    images, labels = load_split(tmp_path / "streamed" / "train")
     np.testing.assert_array_equal(images.numpy(), tiny.arrays["train_images"])
+
+
+@pytest.mark.parametrize("batch_rows", [1, 7, 24, 25, 1000])
+def test_shard_bytes_do_not_depend_on_how_the_input_arrives(tmp_path, batch_rows):
+    """Batches smaller, equal to and larger than a shard, and ones that straddle shard ends."""
+    images, labels = make_split(100, 5)
+    whole = write_shards(images, labels, tmp_path / "whole", dataset="d", split="train", samples_per_shard=24)
+    writer = ShardWriter(tmp_path / "fed", dataset="d", split="train", samples_per_shard=24)
+    for start in range(0, 100, batch_rows):
+        writer.add(labels[start:start + batch_rows], images[start:start + batch_rows].reshape(-1, 784))
+    assert writer.finish() == whole
+    assert files(tmp_path / "fed") == files(tmp_path / "whole")
+    assert [s["count"] for s in whole["shards"]] == [24, 24, 24, 24, 4]
+
+
+def test_writer_refuses_label_ten(tmp_path):
+    images, labels = make_split(30, 1)
+    labels[17] = 10
+    with pytest.raises(ShardError, match="label 10 is outside 0..9"):
+        write_shards(images, labels, tmp_path / "s", dataset="d", split="train", samples_per_shard=8)
+    assert not (tmp_path / "s").exists()
 
 
 def test_memory_is_bounded_by_one_shard(tmp_path):

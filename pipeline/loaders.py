@@ -1,0 +1,110 @@
+"""Feeding a training loop from shards, three ways, fastest last:
+- `ShardDataset`: map-style, with `__getitems__`, for code that keeps its DataLoader;
+- `load_split` (shardreader): the verified split as uint8 tensors on a device;
+- `DeviceBatches`: the split resident on the device, shuffled there by a seeded generator,
+  converted to float per batch; equal batch counts on every DDP rank.
+For data that do not fit one device, `ranks.RankShards` gives each DDP rank only its shards.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.shardreader import load_split
+
+
+def to_float(images: torch.Tensor, mean: float | None = None, std: float | None = None,
+             channels_last: bool = False, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """uint8 [b, 28, 28] -> float [b, 1, 28, 28] in 0..1 (optionally normalised), on its device."""
+    x = images.unsqueeze(1).to(dtype).div_(255)
+    if mean is not None and std is not None:
+        x = x.sub_(mean).div_(std)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
+class ShardDataset(torch.utils.data.Dataset):
+    """Map-style view of a shard split. `__getitems__` serves a whole batch in one gather;
+    use `collate_fn=ShardDataset.collate` (or `loader()`) so the DataLoader passes it through."""
+
+    def __init__(self, path: Path, **load_kwargs) -> None:
+        self.images, self.labels = load_split(path, "cpu", **load_kwargs)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return to_float(self.images[index : index + 1])[0], self.labels[index].long()
+
+    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.as_tensor(indices)
+        return to_float(self.images[index]), self.labels[index].long()
+
+    @staticmethod
+    def collate(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch
+
+    def loader(self, batch_size: int, **kwargs) -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(self, batch_size=batch_size, collate_fn=self.collate, **kwargs)
+
+
+@dataclass
+class DeviceBatches:
+    """Batches from a split held on the device: no host work and no copies per step.
+
+    Every epoch draws a fresh permutation from a generator seeded with (seed, epoch), so runs
+    repeat exactly and epochs differ. With `world_size > 1` each rank takes a disjoint,
+    equal-sized slice of the same permutation, so every rank yields the same number of
+    batches (uneven counts hang DDP's collectives).
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    batch_size: int
+    shuffle: bool = True
+    seed: int = 0
+    drop_last: bool = False
+    channels_last: bool = False
+    mean: float | None = None
+    std: float | None = None
+    rank: int = 0
+    world_size: int = 1
+    dtype: torch.dtype = torch.float32
+    epoch: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is outside 0..{self.world_size - 1}")
+        self.per_rank = len(self.labels) // self.world_size
+
+    def __len__(self) -> int:
+        whole = self.per_rank // self.batch_size
+        return whole if self.drop_last else math.ceil(self.per_rank / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def indices(self, epoch: int) -> torch.Tensor:
+        """This rank's sample order for `epoch`, on the data's device."""
+        device = self.labels.device
+        n = len(self.labels)
+        if self.shuffle:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(self.seed * 1_000_003 + epoch)
+            order = torch.randperm(n, generator=generator, device=device)
+        else:
+            order = torch.arange(n, device=device)
+        mine = order[: self.per_rank * self.world_size][self.rank :: self.world_size]
+        return mine[: len(self) * self.batch_size] if self.drop_last else mine
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = self.indices(self.epoch)
+        self.epoch += 1
+        for start in range(0, len(order), self.batch_size):
+            index = order[start : start + self.batch_size]
+            yield (to_float(self.images[index], self.mean, self.std, self.channels_last, self.dtype),
+                   self.labels[index].long())

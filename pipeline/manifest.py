@@ -1,0 +1,156 @@
+"""What a shard folder is: the manifest's format, how a writer builds it, and the schema a
+reader checks before opening anything it names.
+
+A split is a few large safetensors files (images uint8 [n, 28, 28], labels uint8 [n]; no
+pickle, memory-mappable), optionally zstd-compressed, listed in `manifest.json` with counts,
+sizes, sha256 and xxh3-128. A few large shards rather than many small files, because DVC
+(and every file system) pays per file. Writer (`shardwriter`), whole-split reader
+(`shardreader`) and per-rank reader (`ranks`) all go through this module, so the format is
+stated once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipeline.errors import InputError
+
+FORMAT_VERSION = 2
+IMAGE_SHAPE = (28, 28)
+CODECS = ("none", "zstd")
+
+
+class ShardError(InputError):
+    """A shard folder that does not match its manifest; the message names file and check."""
+
+
+def suffix(codec: str) -> str:
+    return ".safetensors" + (".zst" if codec == "zstd" else "")
+
+
+def shard_file(number: int, codec: str) -> str:
+    return f"shard-{number:05d}{suffix(codec)}"
+
+
+def new_manifest(*, dataset: str, split: str, count: int, codec: str, level: int, source: dict,
+                 shards: list[dict]) -> dict:
+    """The manifest both writers produce (key order included: the bytes are DVC's cache key)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "dataset": dataset,
+        "split": split,
+        "count": int(count),
+        "images": {"dtype": "uint8", "shape": list(IMAGE_SHAPE)},
+        "labels": {"dtype": "uint8"},
+        "compression": {"codec": codec, "level": level if codec == "zstd" else None},
+        "source": source,
+        "shards": shards,
+    }
+
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    (Path(folder) / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+_HEX = frozenset("0123456789abcdef")
+MAX_COUNT = 1 << 31            # samples in one split: far above any real data set, far below petabytes
+SAMPLE_BYTES = 28 * 28 + 1     # one image and its label
+MAX_HEADER = 1 << 20           # the safetensors header bound the reader enforces
+
+
+def _fail(file: Path, key: str, message: str) -> ShardError:
+    return ShardError(f"{file}: {key}: {message}")
+
+
+def _expect(file: Path, key: str, value, kind: type | tuple[type, ...], what: str):
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise _fail(file, key, f"expected {what}, got {value!r:.60}")
+    return value
+
+
+def _count(file: Path, key: str, value, low: int = 0) -> int:
+    _expect(file, key, value, int, "an integer")
+    if not low <= value <= MAX_COUNT:
+        raise _fail(file, key, f"{value} is outside {low}..{MAX_COUNT}")
+    return value
+
+
+def _digest(file: Path, key: str, value, length: int) -> str:
+    _expect(file, key, value, str, f"{length} hex digits")
+    if len(value) != length or not set(value) <= _HEX:
+        raise _fail(file, key, f"expected {length} lowercase hex digits, got {value!r:.80}")
+    return value
+
+
+def shard_name(file: Path, key: str, value) -> str:
+    """A shard's file name: a plain name inside the split folder, nothing that walks out
+    of it (no separators, no '..', no absolute path, no NUL)."""
+    _expect(file, key, value, str, "a file name")
+    if (not value or value in (".", "..") or "/" in value or "\\" in value or "\0" in value
+            or len(value) > 255 or not value.startswith("shard-")):
+        raise _fail(file, key, f"{value!r:.80} is not a plain shard file name inside {file.parent}")
+    return value
+
+
+def check_manifest(manifest, file: Path) -> dict:
+    """The manifest's schema, checked before anything it names is opened: known keys and
+    types, file names confined to the folder and listed once, counts that add up and sizes
+    that can hold them. The reader runs where only torch is installed, so this is plain
+    code rather than a schema library."""
+    _expect(file, "(top level)", manifest, dict, "a JSON object")
+    known = {"format_version", "dataset", "split", "count", "images", "labels", "compression", "source", "shards"}
+    missing, extra = known - {"source"} - set(manifest), set(manifest) - known
+    if missing or extra:
+        raise _fail(file, "(keys)", f"missing {sorted(missing)}, unknown {sorted(extra)}")
+    if manifest["format_version"] != FORMAT_VERSION:
+        raise _fail(file, "format_version", f"{manifest['format_version']!r:.20}, expected {FORMAT_VERSION}")
+    for key in ("dataset", "split"):
+        _expect(file, key, manifest[key], str, "a string")
+    count = _count(file, "count", manifest["count"])
+    if manifest["images"] != {"dtype": "uint8", "shape": list(IMAGE_SHAPE)}:
+        raise _fail(file, "images", f"{manifest['images']!r:.80}, expected uint8 {list(IMAGE_SHAPE)}")
+    if manifest["labels"] != {"dtype": "uint8"}:
+        raise _fail(file, "labels", f"{manifest['labels']!r:.80}, expected uint8")
+    compression = _expect(file, "compression", manifest["compression"], dict, "an object")
+    if compression.get("codec") not in CODECS:
+        raise _fail(file, "compression.codec", f"{compression.get('codec')!r:.30}, expected 'none' or 'zstd'")
+    shards = _expect(file, "shards", manifest["shards"], list, "a list")
+    ending = suffix(compression["codec"])
+    seen: set[str] = set()
+    total = 0
+    for number, entry in enumerate(shards):
+        where = f"shards[{number}]"
+        _expect(file, where, entry, dict, "an object")
+        name = shard_name(file, f"{where}.file", entry.get("file"))
+        if not name.endswith(ending):
+            raise _fail(file, f"{where}.file", f"{name!r} does not end in {ending!r} (compression {compression['codec']})")
+        if name in seen:
+            raise _fail(file, f"{where}.file", f"{name!r} is listed twice")
+        seen.add(name)
+        n = _count(file, f"{where}.count", entry.get("count"), low=1)
+        size = _count(file, f"{where}.bytes", entry.get("bytes"), low=1)
+        if compression["codec"] == "none" and not n * SAMPLE_BYTES < size <= n * SAMPLE_BYTES + 8 + MAX_HEADER:
+            raise _fail(file, f"{where}.bytes", f"{size:,} bytes cannot hold {n:,} samples of {SAMPLE_BYTES} bytes")
+        _digest(file, f"{where}.sha256", entry.get("sha256"), 64)
+        _digest(file, f"{where}.xxh3_128", entry.get("xxh3_128"), 32)
+        total += n
+    if total != count:
+        raise _fail(file, "shards", f"shard counts add up to {total:,}, count says {count:,}")
+    return manifest
+
+
+def read_manifest(path: Path, dataset: str | None = None, split: str | None = None) -> dict:
+    path = Path(path)
+    file = path / "manifest.json"
+    try:
+        manifest = json.loads(file.read_bytes()[: 64 << 20])
+    except FileNotFoundError:
+        raise ShardError(f"{file}: missing (is {path} a shard folder?)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise ShardError(f"{file}: not valid JSON ({err})") from None
+    check_manifest(manifest, file)
+    for key, wanted in (("dataset", dataset), ("split", split)):
+        if wanted is not None and manifest.get(key) != wanted:
+            raise ShardError(f"{file}: manifest is for {key} {manifest.get(key)!r}, expected {wanted!r}")
+    return manifest
