@@ -226,7 +226,9 @@ def finish(document: dict, settings: BenchSettings) -> None:
         if n_train:
             entry["samples_per_s"] = round(n_train / entry["train_s"])
         if entry["accuracy"] is not None and anchor and anchor["accuracy"] is not None:
-            entry["accuracy_ok"] = abs(entry["accuracy"] - anchor["accuracy"]) <= settings.accuracy_tolerance
+            # Accuracies carry 4 decimals: compare the difference at that precision, so a
+            # difference of exactly the tolerance passes (0.99 - 0.98 is 0.01000000000000001).
+            entry["accuracy_ok"] = round(abs(entry["accuracy"] - anchor["accuracy"]), 6) <= settings.accuracy_tolerance
     document["accuracy_tolerance"] = settings.accuracy_tolerance
 
 

@@ -110,7 +110,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(payload[:10])
                 self.wfile.flush()
-                time.sleep(3)
+                time.sleep(3)  # then the rest: a client without a timeout gets the whole file
+                try:
+                    self.wfile.write(payload[10:])
+                except OSError:  # the client gave up
+                    pass
                 return
             if behaviour == "truncate":
                 self.send_response(200)

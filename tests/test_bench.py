@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.bench import (VARIANTS, BenchSettings, native_bf16, run_bench, run_variant, settings_from_params,
+from pipeline.bench import (VARIANTS, BenchSettings, finish, native_bf16, run_bench, run_variant, settings_from_params,
                             summarise)
 from pipeline.convert import convert_dataset
 from pipeline.csvdata import write_csv
@@ -219,3 +219,58 @@ def test_device_slug_names_the_gpu(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     assert device_slug(torch.device("cuda")) == "h100-80gb-hbm3"
+
+
+def _entry(train_s: float, test_s: float, wall_s: float, accuracy: float | None) -> dict:
+    return {"train_s": train_s, "test_s": test_s, "wall_s": wall_s, "accuracy": accuracy}
+
+
+def test_finish_speedups_throughput_and_accuracy_check():
+    document = {"params": {"train_samples": 60_000}, "variants": {
+        "naive": _entry(90.0, 10.0, 520.0, None),
+        "preprocessed": _entry(18.0, 2.0, 110.0, 0.9800),
+        "device": _entry(4.0, 1.0, 26.0, 0.9900),      # exactly at the tolerance: ok
+        "compiled": _entry(1.5, 0.5, 40.0, 0.9699),    # just outside it
+    }}
+    finish(document, BenchSettings(accuracy_tolerance=0.01))
+    v = document["variants"]
+    assert v["naive"]["speedup"] == 1.0 and v["naive"]["wall_speedup"] == 1.0
+    assert v["preprocessed"]["speedup"] == 5.0 and v["device"]["speedup"] == 20.0 and v["compiled"]["speedup"] == 50.0
+    assert v["preprocessed"]["wall_speedup"] == pytest.approx(4.73) and v["compiled"]["wall_speedup"] == 13.0
+    assert v["device"]["samples_per_s"] == 15_000 and v["compiled"]["samples_per_s"] == 40_000
+    assert v["preprocessed"]["accuracy_ok"] is True and v["device"]["accuracy_ok"] is True
+    assert v["compiled"]["accuracy_ok"] is False and "accuracy_ok" not in v["naive"]
+    assert document["accuracy_tolerance"] == 0.01
+
+
+def test_finish_without_naive_or_preprocessed():
+    document = {"params": {"train_samples": 100}, "variants": {
+        "batched": _entry(2.0, 1.0, 5.0, 0.5), "device": _entry(1.0, 1.0, 4.0, 0.52)}}
+    finish(document, BenchSettings(accuracy_tolerance=0.01))
+    v = document["variants"]
+    assert "speedup" not in v["device"]                       # nothing to compare against
+    assert v["batched"]["accuracy_ok"] is True and v["device"]["accuracy_ok"] is False  # anchored on the first
+
+
+@pytest.mark.parametrize("variant", ["device", "graphed"])
+def test_resident_variants_train_shuffled(prepared, variant):
+    """`device` (and `graphed`/`compiled`, which take its order) see a fresh seeded
+    permutation each epoch, the same for the same seed."""
+    root, _ = prepared
+    data = Resident.load(root / "shards", CPU)
+    if variant == "device":
+        path = data_path("device", root / "pq" / "wide", root / "shards", CPU, batch_size=64, seed=42, workers=1)
+        epoch = lambda: torch.cat([y for _, y in path.train()])  # noqa: E731
+        first, second = epoch(), epoch()
+    else:
+        steps = StaticSteps(data, CPU, TrainConfig(batch_size=64, seed=42), Execution())
+        orders = []
+        for e in (0, 1):
+            steps.train_epoch(e)
+            orders.append(data.train_labels[steps.order[:600]].clone())
+        first, second = orders
+    unshuffled = data.train_labels.long()
+    assert not torch.equal(first.long(), unshuffled) and not torch.equal(first, second)
+    assert torch.equal(first.sort().values.long(), unshuffled.sort().values)
+    expected = DeviceBatches(data.train_images, data.train_labels, 64, seed=42).indices(0)
+    assert torch.equal(first.long(), data.train_labels[expected].long())

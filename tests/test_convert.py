@@ -84,6 +84,7 @@ def _corrupt(csv_dir, line_no, transform):
         (12, lambda s: s[: s.index(",") + 1] + "256" + s[s.index(",", s.index(",") + 1):],
          r"line 12, column 'pixel1': 256 is outside 0..255"),
         (40, lambda s: "12" + s[1:], r"line 40, column 'label': 12 is outside 0..9"),
+        (41, lambda s: "10" + s[1:], r"line 41, column 'label': 10 is outside 0..9"),
         (1, lambda s: s.replace("pixel7,", "px7,"), r"line 1: header does not match: column 8 is 'px7'"),
         (3, lambda s: s.replace(",0,", ",,", 1), r"line 3, column 'pixel\d+': '' is not a non-negative integer"),
         (7, lambda s: s.replace(",0,", ",\u00b2,", 1), r"line 7, column 'pixel\d+': '\u00b2' is not a non-negative"),
@@ -96,6 +97,33 @@ def test_malformed_csv_rejected(tmp_path, csv_dir, line_no, transform, message):
     assert "train.csv" in str(err.value)
     assert not list((tmp_path / "pq").rglob("*.parquet")) if (tmp_path / "pq").exists() else True
     assert not (tmp_path / "fig.json").exists()
+
+
+def test_malformed_test_csv_leaves_no_new_parquet(tmp_path, csv_dir):
+    """The train split converts fine first; a bad test.csv must still leave nothing."""
+    path = csv_dir / "test.csv"
+    lines = path.read_text().split("\n")
+    lines[3] = "10" + lines[3][1:]
+    path.write_text("\n".join(lines))
+    with pytest.raises(DataError, match=r"test.csv: line 4, column 'label': 10 is outside 0..9"):
+        convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "fig.json", "snappy")
+    assert not (tmp_path / "pq").exists() and not (tmp_path / "fig.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["csv"]  # no temporary left beside it either
+
+
+@pytest.mark.parametrize("family", ["zstd", "gzip", "brotli"])
+def test_codec_level_reaches_both_writers(tmp_path, csv_dir, family):
+    """Level 1 and the highest level must give different files in both layouts (a level
+    dropped on the way would write both at the default), the compact one smaller at the
+    highest level (the wide layout's 64-row columns are too short for that to hold)."""
+    low, high = {"zstd": (1, 19), "gzip": (1, 9), "brotli": (1, 11)}[family]
+    written = {}
+    for level in (low, high):
+        convert_dataset(csv_dir, tmp_path / str(level), tmp_path / f"{level}.json", f"{family}-{level}")
+        written[level] = {layout: (tmp_path / str(level) / layout / "train.parquet") for layout in ("wide", "compact")}
+    for layout in ("wide", "compact"):
+        assert written[low][layout].read_bytes() != written[high][layout].read_bytes(), layout
+    assert written[high]["compact"].stat().st_size < written[low]["compact"].stat().st_size
 
 
 def test_blocks_split_anywhere_give_the_same_rows_and_line_numbers(csv_dir, tiny):
@@ -126,8 +154,12 @@ def test_codec_table(tmp_path, csv_dir):
         convert_dataset(csv_dir, tmp_path / "pq" / codec, tmp_path / "fig" / "tiny" / f"{codec}.json", codec)
     table = write_codecs(tmp_path / "fig", ["tiny"], ["none", "zstd-3"], tmp_path / "m.json", tmp_path / "p.csv")
     entry = table["tiny"]["compact"]["zstd-3"]["train"]
-    assert entry["MB"] == round((tmp_path / "pq/zstd-3/compact/train.parquet").stat().st_size / 1e6, 3)
-    assert entry["ratio"] > 1 and entry["read_s"] >= 0
+    size = (tmp_path / "pq/zstd-3/compact/train.parquet").stat().st_size
+    assert entry["MB"] == round(size / 1e6, 3)
+    figures = json.loads((tmp_path / "fig/tiny/zstd-3.json").read_text())["train"]
+    assert entry["ratio"] == pytest.approx(figures["csv_bytes"] / size, rel=0.01)
+    assert figures["csv_bytes"] == (csv_dir / "train.csv").stat().st_size
+    assert 0 < figures["compact"]["read_s"] < 5 and 0 < figures["compact"]["write_s"] < 5
     assert json.loads((tmp_path / "m.json").read_text()) == table
     header, *rows = (tmp_path / "p.csv").read_text().splitlines()
     assert header == "codec,tiny wide,tiny compact" and [r.split(",")[0] for r in rows] == ["none", "zstd-3"]

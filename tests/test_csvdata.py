@@ -59,6 +59,17 @@ def test_label_out_of_range(tmp_path, tiny):
         render_csvs(raw, tmp_path / "csv")
 
 
+@pytest.mark.parametrize("label", [10, 255])
+def test_label_just_outside_the_range(tmp_path, tiny, label):
+    raw = _raw(tmp_path, tiny)
+    labels = tiny.arrays["test_labels"].copy()
+    labels[-1] = label
+    write_idx(raw / "test-labels.idx", labels)
+    with pytest.raises(DataError, match=f"test-labels.idx: label {label} at index 31 is outside 0..9"):
+        render_csvs(raw, tmp_path / "csv")
+    assert not (tmp_path / "csv").exists()
+
+
 def test_csv_edition_copied_with_header_added(tmp_path):
     (tmp_path / "src.csv").write_bytes(b"5," + b",".join([b"0"] * 784) + b"\n")
     copy_csv(tmp_path / "src.csv", tmp_path / "out.csv")

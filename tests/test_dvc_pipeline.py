@@ -170,38 +170,54 @@ def test_plots_render_offline(repo):
 
 @pytest.fixture
 def s3_server():
-    """moto's S3 in server mode on 127.0.0.1 (a real HTTP endpoint, as a MinIO would be)."""
+    """moto's S3 in server mode on 127.0.0.1 (a real HTTP endpoint, as a MinIO would be),
+    with authentication on: one IAM user may use the bucket, any other key is refused.
+    Yields (endpoint, {AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY})."""
     moto_server = pytest.importorskip("moto.server")
     import socket
+    import urllib.request
+
+    import boto3
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    import boto3
-
-    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                 aws_access_key_id="testing", aws_secret_access_key="testing").create_bucket(Bucket="pipeline")
-    yield f"http://127.0.0.1:{port}"
+    endpoint = f"http://127.0.0.1:{port}"
+    admin = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "admin",
+             "aws_secret_access_key": "admin"}
+    boto3.client("s3", **admin).create_bucket(Bucket="pipeline")
+    iam = boto3.client("iam", **admin)
+    iam.create_user(UserName="dvc")
+    iam.put_user_policy(UserName="dvc", PolicyName="bucket", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName="dvc")["AccessKey"]
+    # From here on every request must be signed by a known key with a policy that allows it.
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
+                                                  headers={"Content-Type": "text/plain"}))
+    yield endpoint, {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
     server.stop()
 
 
 def test_s3_remote_round_trip(repo, s3_server, tmp_path):
     """dvc push to S3 from one clone, dvc pull into a fresh clone: byte-identical shards and
-    a following `dvc repro` runs nothing. Then a failing remote: a clear error, and the
-    workspace as it was."""
+    a following `dvc repro` runs nothing. Then wrong credentials and an unreachable endpoint:
+    a clear one-line error, no traceback, and the workspace as it was."""
     pytest.importorskip("dvc_s3")
     root, env = repo
+    endpoint, credentials = s3_server
     if not (root / "metrics/summary.json").exists():
         dvc(repo, "repro")
-    s3_env = {**env, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-              "AWS_DEFAULT_REGION": "us-east-1"}
+    # One attempt per request: botocore's default retries with backoff take 6 minutes to give
+    # up on an unreachable endpoint (22 files); the README says so.
+    s3_env = {**env, **credentials, "AWS_DEFAULT_REGION": "us-east-1", "AWS_MAX_ATTEMPTS": "1"}
     run([sys.executable, "-m", "dvc", "remote", "add", "-f", "-d", "store", "s3://pipeline/cache"], root, s3_env)
-    run([sys.executable, "-m", "dvc", "remote", "modify", "store", "endpointurl", s3_server], root, s3_env)
+    run([sys.executable, "-m", "dvc", "remote", "modify", "store", "endpointurl", endpoint], root, s3_env)
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "S3 remote", "--allow-empty"], root, env)
-    run([sys.executable, "-m", "dvc", "push"], root, s3_env)
+    pushed = run([sys.executable, "-m", "dvc", "push"], root, s3_env)
+    assert "pushed" in pushed.stdout, pushed.stdout
 
     clone = tmp_path / "clone"
     run(["git", "clone", "-q", str(root), str(clone)], tmp_path, env)
@@ -215,14 +231,21 @@ def test_s3_remote_round_trip(repo, s3_server, tmp_path):
     again = run([sys.executable, "-m", "dvc", "repro"], clone, s3_env)
     assert "Running stage" not in again.stdout, again.stdout
 
-    broken = tmp_path / "broken"
-    run(["git", "clone", "-q", str(root), str(broken)], tmp_path, env)
-    run([sys.executable, "-m", "dvc", "remote", "modify", "--local", "store", "endpointurl", "http://127.0.0.1:9"],
-        broken, s3_env)
-    before = sorted(str(p.relative_to(broken)) for p in broken.rglob("*") if ".git" not in p.parts)
-    failed = run([sys.executable, "-m", "dvc", "pull"], broken, s3_env, check=False)
-    assert failed.returncode != 0 and "Traceback" not in failed.stderr
-    assert "ERROR" in failed.stderr and ("127.0.0.1:9" in failed.stderr or "connect" in failed.stderr.lower())
-    after = sorted(str(p.relative_to(broken)) for p in broken.rglob("*") if ".git" not in p.parts and
-                   "tmp" not in p.parts)
-    assert not (broken / "data" / "shards").exists() and set(after) <= set(before) | {".dvc/config.local"}
+    def workspace(folder: Path) -> list[str]:
+        return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                      if ".git" not in p.parts and "tmp" not in p.parts and p.name != "config.local")
+
+    wrong_key = {**s3_env, "AWS_ACCESS_KEY_ID": "AKIAWRONGWRONGWRONG0", "AWS_SECRET_ACCESS_KEY": "wrong"}
+    for name, env_, local in (("wrong-key", wrong_key, None), ("unreachable", s3_env, "http://127.0.0.1:9")):
+        broken = tmp_path / name
+        run(["git", "clone", "-q", str(root), str(broken)], tmp_path, env)
+        if local:
+            run([sys.executable, "-m", "dvc", "remote", "modify", "--local", "store", "endpointurl", local],
+                broken, env_)
+        before = workspace(broken)
+        failed = run([sys.executable, "-m", "dvc", "pull"], broken, env_, check=False)
+        assert failed.returncode != 0 and "Traceback" not in failed.stderr, (name, failed.stderr)
+        assert "ERROR" in failed.stderr, (name, failed.stderr)
+        assert not (broken / "data" / "shards").exists() and workspace(broken) == before, name
+    refused = run([sys.executable, "-m", "dvc", "push", "-r", "store"], root, wrong_key, check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr

@@ -192,3 +192,68 @@ def test_malformed_shard_header(tmp_path, arrays, header, message):
     (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ShardError, match=rf"shard-00000.safetensors: {message}"):
         load_split(tmp_path / "s", verify="none")
+
+
+def test_device_batches_follow_their_seed_and_epoch(arrays):
+    images, labels = torch.from_numpy(arrays[0]), torch.arange(64)  # labels = sample ids
+    orders = {seed: DeviceBatches(images, labels, batch_size=16, seed=seed).indices(0) for seed in (1, 2)}
+    assert not torch.equal(orders[1], orders[2])
+    batches = DeviceBatches(images, labels, batch_size=16, seed=1)
+    batches.set_epoch(5)
+    assert torch.equal(torch.cat([y for _, y in batches]), batches.indices(5))
+    assert torch.equal(torch.cat([y for _, y in batches]), batches.indices(6))  # iterating moves on
+    unshuffled = DeviceBatches(images, labels, batch_size=16, shuffle=False)
+    assert torch.equal(torch.cat([y for _, y in unshuffled]), torch.arange(64))
+
+
+def test_load_split_refuses_a_label_outside_0_to_9(tmp_path, arrays):
+    """A shard written by something else (the writer refuses label 10): load_split must
+    still check what it hands to the model."""
+    from pipeline.manifest import new_manifest, write_manifest
+    from pipeline.shardwriter import shard_bytes
+
+    images, labels = arrays
+    labels = labels.copy()
+    labels[40] = 10
+    blob = shard_bytes(images, labels, "none", 0)
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "shard-00000.safetensors").write_bytes(blob)
+    import hashlib
+
+    import xxhash
+    entry = {"file": "shard-00000.safetensors", "count": 64, "bytes": len(blob),
+             "sha256": hashlib.sha256(blob).hexdigest(), "xxh3_128": xxhash.xxh3_128_hexdigest(blob)}
+    write_manifest(folder, new_manifest(dataset="tiny", split="train", count=64, codec="none", level=0,
+                                        source={}, shards=[entry]))
+    with pytest.raises(ShardError, match="a label is outside 0..9"):
+        load_split(folder)
+    labels[40] = 9  # the same file with a valid label loads: the check is on the label alone
+    (folder / "shard-00000.safetensors").write_bytes(shard_bytes(images, labels, "none", 0))
+    _, loaded = load_split(folder, verify="none")
+    assert loaded[40] == 9
+
+
+@pytest.mark.parametrize(("images", "labels", "message"), [
+    (np.zeros((4, 28, 28), np.float32), np.zeros(4, np.uint8), r"expected uint8 images \[n, 28, 28\] and n labels, got float32"),
+    (np.zeros((4, 28, 27), np.uint8), np.zeros(4, np.uint8), r"got uint8 \[4, 28, 27\]"),
+    (np.zeros((4, 28, 28), np.uint8), np.zeros(3, np.uint8), r"and 3 labels"),
+])
+def test_write_shards_checks_its_input(tmp_path, images, labels, message):
+    with pytest.raises(ShardError, match=message):
+        write_shards(images, labels, tmp_path / "s", dataset="d", split="train", samples_per_shard=2)
+    assert not (tmp_path / "s").exists()
+
+
+def test_write_shards_settings_checked(tmp_path, arrays):
+    with pytest.raises(ValueError, match="samples_per_shard must be at least 1"):
+        write_shards(*arrays, tmp_path / "a", dataset="d", split="train", samples_per_shard=0)
+    with pytest.raises(ValueError, match="shard compression must be one of"):
+        write_shards(*arrays, tmp_path / "b", dataset="d", split="train", samples_per_shard=8, compression="lz4")
+    manifest = write_shards(*arrays, tmp_path / "c", dataset="d", split="train", samples_per_shard=64)
+    assert [s["count"] for s in manifest["shards"]] == [64] and manifest["count"] == 64
+    assert manifest["compression"] == {"codec": "none", "level": None}
+    zstd = write_shards(*arrays, tmp_path / "z", dataset="d", split="train", samples_per_shard=30,
+                        compression="zstd", level=7)
+    assert zstd["compression"] == {"codec": "zstd", "level": 7}
+    assert [s["file"] for s in zstd["shards"]] == [f"shard-0000{i}.safetensors.zst" for i in range(3)]
