@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 PIPELINE_MIRROR ?= $(abspath ../shared/datasets)
 export PIPELINE_MIRROR
 
-.PHONY: setup repro test plots plots-template clean
+.PHONY: setup repro test mutants plots plots-template clean
 
 setup: $(VENV)/.installed
 
@@ -26,6 +26,17 @@ repro: setup
 test: setup
 	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q $(PYTEST_ARGS)
 
+# Mutation testing (not part of CI: about an hour on 2 cores). Which modules and tests:
+# [tool.mutmut] in pyproject.toml. The score table goes to results/mutation/score.md, which
+# the README embeds (`dvc repro report` refreshes it).
+MUTMUT_CHILDREN ?= $(shell nproc)
+mutants: setup
+	@start=$$(date +%s); \
+	PATH="$(abspath $(BIN)):$$PATH" mutmut run --max-children $(MUTMUT_CHILDREN); \
+	mkdir -p results/mutation; \
+	$(BIN)/python tools/mutation_score.py --seconds $$(( $$(date +%s) - start )) > results/mutation/score.md; \
+	cat results/mutation/score.md
+
 # Renders dvc_plots/index.html offline (vega is inlined in .dvc/plots/offline.html).
 plots: setup
 	PATH="$(abspath $(BIN)):$$PATH" dvc plots show
@@ -35,4 +46,4 @@ plots-template: setup
 	$(BIN)/python tools/plots_template.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache mutants

@@ -91,6 +91,7 @@ class BenchSettings:
                          cuda_graph=bool(options.get("cuda_graph", False)))
 
 
+# pragma: no mutate start (runs training and probes the device: exercised by test_bench, too slow per mutant)
 def native_bf16(device: torch.device) -> bool:
     """Whether bf16 autocast pays here: on CUDA, and on CPUs with AMX or AVX512-BF16. On
     other CPUs it is emulated: measured 6x slower per step than fp32 on an AMD EPYC without
@@ -121,6 +122,9 @@ def run_variant(variant: str, parquet: Path, shards: Path, device: torch.device,
     timing = train_eager(path, device, config, epochs=settings.sample_epochs if sampled else settings.epochs,
                          steps=settings.sample_steps if sampled else None, started=started, progress=progress)
     return timing, path.train_steps, path.test_steps
+
+
+# pragma: no mutate end
 
 
 def _sampled_epochs(seconds: list[float], scale: float, epochs: int) -> tuple[float, float, float]:
@@ -161,6 +165,7 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
     }
 
 
+# pragma: no mutate start (runs training: exercised by test_bench, too slow per mutant)
 def environment(device: torch.device) -> dict:
     return {"device": torch.cuda.get_device_name(device) if device.type == "cuda"
             else platform.processor() or platform.machine(),
@@ -209,6 +214,9 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
                 static_floor(data, device, config, settings.execution("compiled", device)), 4)
     finish(document, settings)
     return document
+
+
+# pragma: no mutate end
 
 
 def finish(document: dict, settings: BenchSettings) -> None:

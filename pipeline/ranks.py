@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from pipeline.manifest import IMAGE_SHAPE, ShardError, read_manifest
-from pipeline.shardreader import read_shard_into
+from pipeline.shardreader import VERIFY, read_shard_into
 
 Piece = tuple[int, int, int]  # (shard, first row, stop row)
 
@@ -74,6 +74,8 @@ class RankShards:
     def __init__(self, folder: Path, rank: int, world_size: int, seed: int, verify: str = "xxh3") -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
+        if verify not in VERIFY:
+            raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
         self.folder, self.rank, self.world_size, self.seed, self.verify = Path(folder), rank, world_size, seed, verify
         self.manifest = read_manifest(self.folder)
         self.counts = [entry["count"] for entry in self.manifest["shards"]]

@@ -1,18 +1,52 @@
 """Stage `report`: the tables a person reads, regenerated from the metrics files.
 
-Writes the ladder's plot data (seconds per epoch per variant and data set) and replaces the
-README's "Results" section between its markers, so the figures there are never typed by
-hand and always match `dvc metrics show`.
+Writes the ladder's plot data (seconds per epoch per variant and data set), replaces the
+README's "Results" section between its markers, and refreshes every block of the form
+
+    <!-- embed: results/benchmarks/<machine>/scale.txt -->
+    ```
+    (the file's text)
+    ```
+    <!-- /embed -->
+
+with the file it names (benchmark outputs, metrics), so the figures there are never typed by
+hand and always match what the commands printed. A test fails when the README and these
+files disagree.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from pipeline.atomic import write_text
+from pipeline.errors import InputError
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+EMBED = re.compile(r"<!-- embed: (?P<path>\S+) -->\n```(?P<lang>\w*)\n.*?```\n<!-- /embed -->", re.DOTALL)
+INCLUDE = re.compile(r"<!-- include: (?P<path>\S+) -->\n.*?<!-- /include -->", re.DOTALL)  # markdown, unfenced
+EMBED_ROOTS = ("results", "metrics")
+
+
+class ReportError(InputError):
+    """A README embed that names a file outside results/ or metrics/, or one that is missing."""
+
+
+def embed(text: str, root: Path) -> str:
+    """`text` with every embed block (fenced) and include block (markdown as is) refreshed
+    from its file under `root` (the repository)."""
+    def read(name: str) -> str:
+        path = (root / name).resolve()
+        if not any(path.is_relative_to((root / top).resolve()) for top in EMBED_ROOTS):
+            raise ReportError(f"README embed {name!r}: only files under {' or '.join(EMBED_ROOTS)}/ may be embedded")
+        if not path.is_file():
+            raise ReportError(f"README embed {name!r}: no such file")
+        return path.read_text().rstrip("\n")
+
+    text = EMBED.sub(lambda m: f"<!-- embed: {m['path']} -->\n```{m['lang']}\n{read(m['path'])}\n```\n<!-- /embed -->",
+                     text)
+    return INCLUDE.sub(lambda m: f"<!-- include: {m['path']} -->\n{read(m['path'])}\n<!-- /include -->", text)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -113,4 +147,5 @@ def write_report(bench_paths: list[Path], codecs_path: Path | None, readme: Path
     docs = [json.loads(Path(p).read_text()) for p in bench_paths]
     codecs = json.loads(Path(codecs_path).read_text()) if codecs_path and Path(codecs_path).exists() else None
     write_text(Path(plot), ladder_rows(docs))
-    write_text(Path(readme), splice(Path(readme).read_text(), render(docs, codecs, results_docs(results_dir))))
+    text = splice(Path(readme).read_text(), render(docs, codecs, results_docs(results_dir)))
+    write_text(Path(readme), embed(text, Path(readme).resolve().parent))

@@ -138,3 +138,20 @@ def http_server() -> Iterator[FixtureServer]:
     yield server
     server.shutdown()
     server.server_close()
+
+
+def write_unchecked_split(folder: Path, images: np.ndarray, labels: np.ndarray) -> None:
+    """One uncompressed shard and its manifest, written without ShardWriter's label check:
+    what a foreign or hostile writer could produce."""
+    import xxhash
+
+    from pipeline.manifest import new_manifest, write_manifest
+    from pipeline.shardwriter import shard_bytes
+
+    blob = shard_bytes(images, labels, "none", 0)
+    folder.mkdir(parents=True)
+    (folder / "shard-00000.safetensors").write_bytes(blob)
+    entry = {"file": "shard-00000.safetensors", "count": len(labels), "bytes": len(blob),
+             "sha256": hashlib.sha256(blob).hexdigest(), "xxh3_128": xxhash.xxh3_128_hexdigest(blob)}
+    write_manifest(folder, new_manifest(dataset="tiny", split="train", count=len(labels), codec="none", level=0,
+                                        source={}, shards=[entry]))

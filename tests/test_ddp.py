@@ -15,7 +15,8 @@ import torch
 
 from pipeline.ranks import RankShards, pieces
 from pipeline.shards import write_shards
-from conftest import make_split
+from conftest import make_split, write_unchecked_split
+from pipeline.shards import ShardError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,6 +62,34 @@ def test_rank_epochs_are_disjoint_and_equal(tmp_path, compression):
     again = RankShards(tmp_path / "train", 0, 2, seed=3)
     assert torch.equal(again.epoch(0).seen(), seen[0]) and not torch.equal(again.epoch(1).seen(), seen[0])
     assert not torch.equal(RankShards(tmp_path / "train", 0, 2, seed=4).epoch(0).seen(), seen[0])
+
+
+def test_rank_shards_check_their_arguments_and_labels(tmp_path):
+    images, labels = make_split(40, 2)
+    write_shards(images, labels, tmp_path / "ok", dataset="t", split="train", samples_per_shard=10)
+    with pytest.raises(ValueError, match="rank 2 is outside 0..1"):
+        RankShards(tmp_path / "ok", 2, 2, seed=0)
+    with pytest.raises(ValueError, match="verify must be one of"):
+        RankShards(tmp_path / "ok", 0, 2, seed=0, verify="md5")
+    with pytest.raises(ValueError, match="40 samples cannot feed 41 ranks"):
+        RankShards(tmp_path / "ok", 0, 41, seed=0)
+    labels[3] = 10
+    write_unchecked_split(tmp_path / "bad", images, labels)
+    with pytest.raises(ShardError, match="a label is outside 0..9"):
+        RankShards(tmp_path / "bad", 0, 1, seed=0).epoch(0)
+
+
+def test_rank_shards_verify_what_they_read(tmp_path):
+    images, labels = make_split(40, 2)
+    write_shards(images, labels, tmp_path / "s", dataset="t", split="train", samples_per_shard=10)
+    shard = tmp_path / "s" / "shard-00001.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 1  # one label bit, still 0..9 or not: the checksum must catch it
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ShardError, match="shard-00001.safetensors: checksum mismatch"):
+        for epoch in range(4):  # whichever rank and range reads shard 1
+            for rank in range(2):
+                RankShards(tmp_path / "s", rank, 2, seed=0).epoch(epoch)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from pipeline.idx import IdxError, idx_bytes, parse_idx, read_idx, write_idx
+from pipeline.errors import DataError
+from pipeline.idx import IdxError, idx_bytes, parse_idx, read_idx, read_split, write_idx
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 28, 28), (2, 3, 4, 5)])
@@ -41,3 +42,30 @@ def test_truncated_header():
         parse_idx(b"\x00\x00\x08\x03\x00\x00", "x")
     with pytest.raises(IdxError, match="too short"):
         parse_idx(b"\x00", "x")
+
+
+def _split(tmp_path, images, labels):
+    write_idx(tmp_path / "train-images.idx", images)
+    write_idx(tmp_path / "train-labels.idx", labels)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("images", "labels", "message"), [
+    (np.zeros((4, 28, 28), np.int8), np.zeros(4, np.uint8), r"train-images.idx: expected uint8 images .* got int8 \[4, 28, 28\]"),
+    (np.zeros((4, 28, 27), np.uint8), np.zeros(4, np.uint8), r"train-images.idx: .* got uint8 \[4, 28, 27\]"),
+    (np.zeros((4, 784), np.uint8), np.zeros(4, np.uint8), r"train-images.idx: .* got uint8 \[4, 784\]"),
+    (np.zeros((4, 28, 28), np.uint8), np.zeros((4, 1), np.uint8), r"train-labels.idx: expected uint8 labels .* got uint8 \[4, 1\]"),
+    (np.zeros((4, 28, 28), np.uint8), np.zeros(4, np.int8), r"train-labels.idx: .* got int8 \[4\]"),
+    (np.zeros((4, 28, 28), np.uint8), np.zeros(5, np.uint8), r"train: 4 images in .* but 5 labels"),
+    (np.zeros((4, 28, 28), np.uint8), np.array([0, 9, 10, 3], np.uint8), r"label 10 at index 2 is outside 0..9"),
+])
+def test_read_split_cross_checks(tmp_path, images, labels, message):
+    with pytest.raises(DataError, match=message):
+        read_split(_split(tmp_path, images, labels), "train")
+
+
+def test_read_split_returns_both_arrays(tmp_path):
+    images, labels = np.arange(2 * 784, dtype=np.uint8).reshape(2, 28, 28), np.array([9, 0], np.uint8)
+    back_images, back_labels = read_split(_split(tmp_path, images, labels), "train")
+    np.testing.assert_array_equal(back_images, images)
+    np.testing.assert_array_equal(back_labels, labels)

@@ -1,0 +1,65 @@
+"""Run a benchmark and keep what it printed, for the README to embed.
+
+    python benchmarks/record.py scale -- python benchmarks/scale.py data/csv/mnist/train.csv --scale 10
+
+writes results/benchmarks/<machine>/scale.txt: the command, the machine (CPU model, cores,
+memory) and the benchmark's output, exactly as printed. `dvc repro report` copies each such
+file into the README block that names it, and a test fails while they differ, so a figure
+in the README is always one a command printed, on the machine it names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def machine() -> tuple[str, str]:
+    """(folder slug, one-line description) of this machine."""
+    model, cores = cpu_model(), os.cpu_count() or 1
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    words = re.sub(r"\(r\)|\(tm\)|processor|\d+-core|cpu @.*", " ", model.lower())
+    slug = "-".join(re.findall(r"[a-z0-9]+", words)[:4]) + f"-{cores}core"
+    return slug, f"{model}, {cores} cores, {memory:.0f} GiB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", help="file name under results/benchmarks/<machine>/ (without .txt)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the benchmark command")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command or not re.fullmatch(r"[a-z0-9_-]+", args.name):
+        parser.error("usage: record.py NAME -- COMMAND ...  (NAME: lowercase letters, digits, - and _)")
+    slug, description = machine()
+    result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    sys.stdout.write(result.stdout)
+    if result.returncode:
+        sys.exit(f"{shlex.join(command)} failed (exit {result.returncode}); nothing recorded")
+    out = ROOT / "results" / "benchmarks" / slug / f"{args.name}.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"$ {shlex.join(command)}\n# {description}\n{result.stdout}")
+    print(f"recorded {out.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

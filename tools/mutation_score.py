@@ -1,0 +1,60 @@
+"""The mutation score per module, from mutmut's results (mutants/pipeline/*.py.meta).
+
+    python tools/mutation_score.py --seconds 1234 > results/mutation/score.md
+
+`make mutants` runs mutmut and then this; the README embeds the table it writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+from mutmut.stats import status_by_exit_code
+
+COLUMNS = ("killed", "survived", "timeout", "no tests", "suspicious", "not checked")
+
+
+def scores(meta_dir: Path) -> dict[str, Counter]:
+    table: dict[str, Counter] = {}
+    for meta in sorted(meta_dir.glob("*.py.meta")):
+        codes = json.loads(meta.read_text())["exit_code_by_key"].values()
+        table[meta.name.removesuffix(".py.meta")] = Counter(status_by_exit_code[code] for code in codes)
+    return table
+
+
+def render(table: dict[str, Counter], seconds: float | None) -> str:
+    lines = ["| module | mutants | " + " | ".join(COLUMNS) + " | score |",
+             "|---|---:|" + "---:|" * len(COLUMNS) + "---:|"]
+    total: Counter = Counter()
+    for module, counts in table.items():
+        total.update(counts)
+        lines.append(_row(f"`{module}`", counts))
+    lines.append(_row("**all**", total))
+    note = f"\nmutmut {'run time: ' + _minutes(seconds) if seconds else 'results'}; score = killed / (mutants - not checked)."
+    return "\n".join(lines) + "\n" + note + "\n"
+
+
+def _row(name: str, counts: Counter) -> str:
+    mutants = sum(counts.values())
+    checked = mutants - counts["not checked"]
+    score = f"{100 * (counts['killed'] + counts['timeout']) / checked:.0f}%" if checked else "n/a"
+    return f"| {name} | {mutants} | " + " | ".join(str(counts[c]) for c in COLUMNS) + f" | {score} |"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--meta", type=Path, default=Path("mutants/pipeline"))
+    parser.add_argument("--seconds", type=float, help="how long the mutmut run took")
+    args = parser.parse_args()
+    print(render(scores(args.meta), args.seconds), end="")
+
+
+if __name__ == "__main__":
+    main()
