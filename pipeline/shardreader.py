@@ -39,7 +39,9 @@ def _hasher(verify: str):
         except ImportError:
             return "sha256", hashlib.sha256()
         return "xxh3_128", xxhash.xxh3_128()
-    return "sha256", hashlib.sha256()
+    if verify == "sha256":
+        return "sha256", hashlib.sha256()
+    raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
 
 
 def _shard_path(folder: Path, name: str) -> Path:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.bench import (VARIANTS, BenchSettings, finish, native_bf16, run_bench, run_variant, settings_from_params,
-                            summarise)
+                            summarise, write_bench)
 from pipeline.convert import convert_dataset
 from pipeline.csvdata import write_csv
 from pipeline.datapaths import DataPath, Resident, data_path
@@ -274,3 +274,10 @@ def test_resident_variants_train_shuffled(prepared, variant):
     assert torch.equal(first.sort().values.long(), unshuffled.sort().values)
     expected = DeviceBatches(data.train_images, data.train_labels, 64, seed=42).indices(0)
     assert torch.equal(first.long(), data.train_labels[expected].long())
+
+
+def test_bench_document_is_written_readable_and_whole(tmp_path):
+    """Indented JSON with a final newline: the bench file is reviewed in diffs."""
+    document = {"dataset": "d", "variants": {"naive": {"train_s": 1.5}}}
+    write_bench(document, tmp_path / "out" / "d.json")
+    assert (tmp_path / "out" / "d.json").read_text() == json.dumps(document, indent=2) + "\n"

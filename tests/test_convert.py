@@ -126,6 +126,24 @@ def test_codec_level_reaches_both_writers(tmp_path, csv_dir, family):
     assert written[high]["compact"].stat().st_size < written[low]["compact"].stat().st_size
 
 
+def test_first_bad_line_is_named_when_a_block_has_two(tmp_path, csv_dir):
+    """Label 12 on line 5 and a non-number on line 9 of the same block: the parser fails on
+    the block, and the message names the first bad line, the label."""
+    _corrupt(csv_dir, 5, lambda s: "12" + s[1:])
+    _corrupt(csv_dir, 9, lambda s: s.replace(",", ",x", 1))
+    with pytest.raises(DataError, match=r"train.csv: line 5, column 'label': 12 is outside 0..9"):
+        convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "fig.json", "snappy")
+
+
+def test_undecodable_bytes_are_named_not_a_traceback(tmp_path, csv_dir):
+    path = csv_dir / "train.csv"
+    lines = path.read_bytes().split(b"\n")
+    lines[6] = lines[6].replace(b",0,", b",\xff,", 1)
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(DataError, match="train.csv: line 7, column 'pixel\\d+': '\ufffd' is not a non-negative"):
+        convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "fig.json", "snappy")
+
+
 def test_blocks_split_anywhere_give_the_same_rows_and_line_numbers(csv_dir, tiny):
     # A block size smaller than a line, and one cutting lines mid-way, must give the same
     # rows as one block; and an error in a late block must still name its true line.

@@ -2,7 +2,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.csvdata import COLUMNS, DataError, copy_csv, render_csvs, write_csv
+from pipeline.csvdata import HEADER, COLUMNS, DataError, copy_csv, render_csvs, write_csv
 from pipeline.idx import write_idx
 
 
@@ -77,6 +77,13 @@ def test_csv_edition_copied_with_header_added(tmp_path):
     assert lines[0].startswith("label,pixel1,") and lines[1].startswith("5,0,")
     copy_csv(tmp_path / "out.csv", tmp_path / "again.csv")  # a header is not doubled
     assert (tmp_path / "again.csv").read_bytes() == (tmp_path / "out.csv").read_bytes()
+    header = HEADER.rstrip("\n")
+    (tmp_path / "crlf.csv").write_bytes(f"{header}\r\n5,".encode() + b",".join([b"0"] * 784) + b"\r\n")
+    copy_csv(tmp_path / "crlf.csv", tmp_path / "crlf-out.csv")  # a Windows header is still the header
+    assert (tmp_path / "crlf-out.csv").read_bytes() == (tmp_path / "crlf.csv").read_bytes()
+    (tmp_path / "spaced.csv").write_text(f"{header} \n5," + ",".join(["0"] * 784) + "\n")
+    with pytest.raises(DataError, match="line 1 is neither the header"):
+        copy_csv(tmp_path / "spaced.csv", tmp_path / "bad.csv")
     (tmp_path / "junk.csv").write_text("hello,world\n")
     with pytest.raises(DataError, match="line 1 is neither the header"):
         copy_csv(tmp_path / "junk.csv", tmp_path / "bad.csv")

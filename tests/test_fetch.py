@@ -4,7 +4,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from pipeline.fetch import FetchError, FetchSettings, fetch_dataset, mirror_bases, parse_files
+from pipeline.fetch import FetchError, FetchSettings, fetch_dataset, load_sources, mirror_bases, parse_files
 from pipeline.idx import read_idx
 
 FAST = FetchSettings(timeout_s=1.0, retries=1, backoff_s=0.01)
@@ -173,3 +173,26 @@ def test_files_block_validated():
         parse_files({"train_csv": {"name": "a", "sha256": "xyz"}})
     with pytest.raises(ValueError, match="either the four IDX files"):
         parse_files({"train_images": {"name": "a", "sha256": "0" * 64}})
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("- a\n- b\n", r"no data set 'tiny' with a `files` mapping \(known: \[\]\)"),
+    ("other: {files: {}}\n", r"no data set 'tiny' with a `files` mapping \(known: \['other'\]\)"),
+    ("tiny: {mirrors: [a]}\n", r"no data set 'tiny' with a `files` mapping"),
+    ("tiny: {files: [a]}\n", r"no data set 'tiny' with a `files` mapping"),
+    ("tiny: {files: {}, mirrors: a-string}\n", r"tiny.mirrors must be a list of URLs or folders"),
+    ("tiny: {files: {}, mirrors: [a, 3]}\n", r"tiny.mirrors must be a list of URLs or folders"),
+    ("tiny: [unclosed\n", r"not valid YAML"),
+])
+def test_sources_file_checked(tmp_path, text, message):
+    (tmp_path / "sources.yaml").write_text(text)
+    with pytest.raises(FetchError, match=message):
+        load_sources(tmp_path / "sources.yaml", "tiny")
+
+
+def test_sources_file_read(tmp_path):
+    (tmp_path / "sources.yaml").write_text("tiny:\n  files: {a: 1}\n  mirrors: [http://m/x, /data]\nsmall: {files: {b: 2}}\n")
+    assert load_sources(tmp_path / "sources.yaml", "tiny") == ({"a": 1}, ["http://m/x", "/data"])
+    assert load_sources(tmp_path / "sources.yaml", "small") == ({"b": 2}, [])
+    with pytest.raises(FetchError, match="no such sources file"):
+        load_sources(tmp_path / "none.yaml", "tiny")

@@ -69,3 +69,20 @@ def test_read_split_returns_both_arrays(tmp_path):
     back_images, back_labels = read_split(_split(tmp_path, images, labels), "train")
     np.testing.assert_array_equal(back_images, images)
     np.testing.assert_array_equal(back_labels, labels)
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b"\x00\x00\x08", r"^<bytes>: 3 bytes, too short for an IDX header \(4 bytes\)$"),
+    (b"\x00\x00\x08\x00", r"^<bytes>: header declares 0 dimensions$"),
+    (b"\x00\x00\x08\x01\x00\x00", r"^<bytes>: truncated header: 1 dimensions need 8 bytes$"),
+    (b"\x00\x01\x08\x01" + bytes(4), r"^<bytes>: bad magic number 0x00010801"),
+])
+def test_parse_idx_says_why(data, message):
+    with pytest.raises(IdxError, match=message):
+        parse_idx(data)
+
+
+def test_read_idx_names_the_file(tmp_path):
+    (tmp_path / "x.idx").write_bytes(b"\x1f\x8b\x08\x00")  # a gzip file, not unpacked
+    with pytest.raises(IdxError, match=rf"^{tmp_path / 'x.idx'}: bad magic number 0x1f8b0800.*gzip file not unpacked"):
+        read_idx(tmp_path / "x.idx")

@@ -246,3 +246,18 @@ def test_write_shards_settings_checked(tmp_path, arrays):
                         compression="zstd", level=7)
     assert zstd["compression"] == {"codec": "zstd", "level": 7}
     assert [s["file"] for s in zstd["shards"]] == [f"shard-0000{i}.safetensors.zst" for i in range(3)]
+
+
+@pytest.mark.parametrize("verify", ["xxh3", "sha256"])
+def test_each_verify_mode_checks_its_own_digest(split_dir, verify):
+    """Damage the digest the mode reads in the manifest (not the file): only that mode fails."""
+    manifest = json.loads((split_dir / "manifest.json").read_text())
+    key = {"xxh3": "xxh3_128", "sha256": "sha256"}[verify]
+    manifest["shards"][1][key] = "0" * len(manifest["shards"][1][key])
+    (split_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match=rf"shard-00001\S*: checksum mismatch: manifest {key} 0000"):
+        load_split(split_dir, verify=verify)
+    other = {"xxh3": "sha256", "sha256": "xxh3"}[verify]
+    assert len(load_split(split_dir, verify=other)[1]) == 64
+    with pytest.raises(ValueError, match="verify must be one of"):
+        load_split(split_dir, verify="md5")
