@@ -32,7 +32,7 @@ test: setup
 MUTMUT_CHILDREN ?= $(shell nproc)
 mutants: setup
 	@start=$$(date +%s); \
-	PATH="$(abspath $(BIN)):$$PATH" mutmut run --max-children $(MUTMUT_CHILDREN); \
+	PATH="$(abspath $(BIN)):$$PATH" mutmut run --max-children $(MUTMUT_CHILDREN) || exit $$?; \
 	mkdir -p results/mutation; \
 	$(BIN)/python tools/mutation_score.py --seconds $$(( $$(date +%s) - start )) > results/mutation/score.md; \
 	cat results/mutation/score.md

@@ -79,6 +79,7 @@ class FixtureServer(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.routes: dict[str, bytes | str] = {}
         self.hits: dict[str, int] = {}
+        self.agents: set[str] = set()
         self.fail_first: dict[str, int] = {}
 
     @property
@@ -95,6 +96,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         srv = self.server
         srv.hits[self.path] = srv.hits.get(self.path, 0) + 1
+        srv.agents.add(self.headers.get("User-Agent", ""))
         if srv.fail_first.get(self.path, 0) >= srv.hits[self.path]:
             self.send_error(503, "try later")
             return

@@ -73,6 +73,7 @@ def test_rank_shards_check_their_arguments_and_labels(tmp_path):
         RankShards(tmp_path / "ok", 0, 2, seed=0, verify="md5")
     with pytest.raises(ValueError, match="40 samples cannot feed 41 ranks"):
         RankShards(tmp_path / "ok", 0, 41, seed=0)
+    assert len(RankShards(tmp_path / "ok", 39, 40, seed=0).epoch(0).seen()) == 1  # one sample each: enough
     labels[3] = 10
     write_unchecked_split(tmp_path / "bad", images, labels)
     with pytest.raises(ShardError, match="a label is outside 0..9"):

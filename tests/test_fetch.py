@@ -27,7 +27,20 @@ def assert_fetched(out, tiny):
 
 def test_http_success(tmp_path, tiny, http_server):
     serve(http_server, "/m", tiny)
-    fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw", FAST, env={})
+    fetch_dataset("tiny", tiny.files, [http_server.url + "/m/"], tmp_path / "raw", FAST, env={})
+    assert_fetched(tmp_path / "raw", tiny)
+    assert http_server.agents == {"mnist-pipeline/0.1"}  # some mirrors refuse urllib's default
+    assert set(http_server.hits) == {f"/m/{name}" for name in tiny.blobs}  # one slash, each file once
+
+
+def test_multi_member_gzip(tmp_path, tiny):
+    """A gzip file may hold several members (as `cat a.gz b.gz` makes): all are content."""
+    for name, blob in tiny.blobs.items():
+        raw = gzip.decompress(blob)
+        half = len(raw) // 2
+        tiny.blobs[name] = gzip.compress(raw[:half], mtime=0) + gzip.compress(raw[half:], mtime=0)
+    tiny.write_mirror(tmp_path / "mirror")
+    fetch_dataset("tiny", tiny.files, [str(tmp_path / "mirror")], tmp_path / "raw", FAST, env={})
     assert_fetched(tmp_path / "raw", tiny)
 
 

@@ -33,8 +33,10 @@ def test_truncated_data():
 
 def test_wrong_count_trailing_bytes():
     data = idx_bytes(np.zeros(10, np.uint8)) + b"\x00"
-    with pytest.raises(IdxError, match="trailing bytes"):
+    with pytest.raises(IdxError, match=r"^x: trailing bytes: header says shape \(10,\) \(22 bytes\), file has 23 bytes$"):
         parse_idx(data, "x")
+    with pytest.raises(IdxError, match=r"^x: truncated: header says shape \(10,\) \(22 bytes\), file has 21 bytes$"):
+        parse_idx(data[:-2], "x")
 
 
 def test_truncated_header():
@@ -86,3 +88,23 @@ def test_read_idx_names_the_file(tmp_path):
     (tmp_path / "x.idx").write_bytes(b"\x1f\x8b\x08\x00")  # a gzip file, not unpacked
     with pytest.raises(IdxError, match=rf"^{tmp_path / 'x.idx'}: bad magic number 0x1f8b0800.*gzip file not unpacked"):
         read_idx(tmp_path / "x.idx")
+
+
+@pytest.mark.parametrize("dtype", [np.int8, ">i2", ">i4", ">f4", ">f8"])
+def test_wider_types_round_trip(dtype):
+    array = (np.arange(24).reshape(2, 3, 4) - 5).astype(dtype)
+    back = parse_idx(idx_bytes(array))
+    assert back.dtype == np.dtype(dtype) and back.shape == (2, 3, 4)
+    np.testing.assert_array_equal(back, array)
+
+
+def test_dimension_sizes_use_all_four_bytes():
+    """Sizes past 2**16 in a later dimension and past 2**24 in the first: every byte of
+    each big-endian size counts."""
+    for shape in [(1, 1, 70_000), (1 << 24 | 1,)]:
+        back = parse_idx(idx_bytes(np.zeros(shape, np.uint8)))
+        assert back.shape == shape
+
+
+def test_empty_array_is_a_valid_file():
+    assert parse_idx(b"\x00\x00\x08\x01" + bytes(4)).shape == (0,)
