@@ -338,3 +338,34 @@ def test_cli_hostile_manifest_in_bench(tmp_path, shard_dir):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "is not a plain shard file name" in result.stderr and "passwd: " not in result.stderr.split("file name")[-1]
     assert np.isfinite(0)  # (the reader never opened /etc/passwd: it was refused from the manifest alone)
+
+
+def test_streamed_shard_writer_checks_page_crcs_itself(csv_dir, tmp_path):
+    """Uncompressed pages: one flipped pixel byte decodes fine, only the page CRC sees it.
+    stream_split (called without the stage's SHA256SUMS check) must refuse the file."""
+    from pipeline.shardwriter import stream_split
+
+    convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "f.json", "none")
+    path = tmp_path / "pq" / "compact" / "train.parquet"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"train.parquet: not a readable Parquet split"):
+        stream_split(path, tmp_path / "out", dataset="tiny", split="train", samples_per_shard=20)
+
+
+def test_zstd_frame_size_bounds():
+    """The decompressed size a frame declares must fit `count` samples exactly: more than
+    count x 785 bytes, at most that plus the 8-byte length and the largest header."""
+    import zstandard
+
+    from pipeline.manifest import MAX_HEADER, SAMPLE_BYTES
+    from pipeline.shardreader import _check_frame
+
+    frame = lambda size: zstandard.ZstdCompressor().compress(bytes(size))  # noqa: E731
+    low, high = 2 * SAMPLE_BYTES, 2 * SAMPLE_BYTES + 8 + MAX_HEADER
+    for size in (low + 1, high):
+        _check_frame(Path("s.zst"), frame(size), 2)
+    for size in (low, high + 1, 0):
+        with pytest.raises(ShardError, match=rf"s.zst: zstd frame holds {size:,} bytes, not 2 samples"):
+            _check_frame(Path("s.zst"), frame(size), 2)
