@@ -43,6 +43,7 @@ def test_model_is_the_seeds():
     assert SimpleCNN()(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
 
 
+@pytest.mark.slow
 def test_dataset_v1_items_match_the_seed(prepared):
     root, (images, labels) = prepared
     v1 = NaiveDataset(root / "pq" / "wide" / "train.parquet")
@@ -57,6 +58,7 @@ def test_dataset_v1_items_match_the_seed(prepared):
         assert v2[index]["label"] == v1[index]["label"]
 
 
+@pytest.mark.slow
 def test_every_variant_runs_with_its_costs(prepared):
     root, _ = prepared
     settings = BenchSettings(epochs=2, batch_size=64, num_workers=1, sample=("naive_bs16", "naive"),
@@ -93,6 +95,7 @@ def test_summarise_scales_sampled_steps_and_adds_setup():
     assert whole["wall_s"] == pytest.approx(1.5 + 6.0 + 1.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["preprocessed", "batched", "device", "graphed", "compiled"])
 def test_accuracy_rises_on_an_easy_task(prepared, variant):
     root, _ = prepared
@@ -102,6 +105,7 @@ def test_accuracy_rises_on_an_easy_task(prepared, variant):
     assert timing.accuracy > 0.9  # ten well-separated classes: chance is 0.1
 
 
+@pytest.mark.slow
 def test_same_batches_same_training(prepared):
     """batched (shards) and preprocessed (the seed's v2) see identical batches in identical order."""
     root, _ = prepared
@@ -114,6 +118,7 @@ def test_same_batches_same_training(prepared):
     assert results[0][1] == pytest.approx(results[1][1], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_graphed_trains_exactly_as_device():
     """Static steps (padded, weighted last batch) give the `device` loop's loss and accuracy:
     100 samples at batch 32 leave a last batch of 4, padded to 32 with weight 0."""
@@ -127,6 +132,7 @@ def test_graphed_trains_exactly_as_device():
     assert static.accuracy == eager.accuracy
 
 
+@pytest.mark.slow
 def test_padded_step_has_the_mean_loss_gradient():
     """The weighted sum over a padded batch has the gradient of the mean over its real samples."""
     data, config = resident(n_train=36), TrainConfig(batch_size=32)
@@ -143,6 +149,7 @@ def test_padded_step_has_the_mean_loss_gradient():
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.slow
 def test_no_compilation_after_warm_up():
     """Every shape is warmed up: a full run of epochs after the warm-up compiles nothing new
     (dynamo's counters, the cheap 'eager' backend). The control shows the counter does see a
@@ -159,6 +166,7 @@ def test_no_compilation_after_warm_up():
     assert _compiled_graphs() > before
 
 
+@pytest.mark.slow
 def test_warm_up_leaves_no_trace_in_training():
     data, config = resident(), TrainConfig(batch_size=32)
     compiled = train_static(data, CPU, config, Execution(compile_mode="default", backend="eager"), epochs=1)
@@ -166,6 +174,7 @@ def test_warm_up_leaves_no_trace_in_training():
     assert compiled.loss == pytest.approx(plain.loss, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_eager_floor_is_the_fastest_epoch(monkeypatch):
     import pipeline.train as train
 
@@ -193,6 +202,7 @@ def test_settings_from_params_rejects_what_it_cannot_run():
         BenchSettings(compiled={"cpu": {"compile_mode": "turbo"}}).execution("compiled", CPU)
 
 
+@pytest.mark.slow
 def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
     """The GPU-machine path: IDX mirror -> checked files -> Parquet + shards -> results/<slug>/."""
     import yaml
@@ -252,6 +262,7 @@ def test_finish_without_naive_or_preprocessed():
     assert v["batched"]["accuracy_ok"] is True and v["device"]["accuracy_ok"] is False  # anchored on the first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["device", "graphed"])
 def test_resident_variants_train_shuffled(prepared, variant):
     """`device` (and `graphed`/`compiled`, which take its order) see a fresh seeded

@@ -115,6 +115,7 @@ def ddp_runs(tmp_path_factory):
     return docs
 
 
+@pytest.mark.slow
 def test_two_ranks_step_together_and_end_identical(ddp_runs):
     doc, ranks = ddp_runs[2]
     assert doc["world_size"] == 2 and doc["backend"] == "gloo" and doc["local_batch"] == 30
@@ -122,6 +123,7 @@ def test_two_ranks_step_together_and_end_identical(ddp_runs):
     assert ranks[0]["params_sum"] == ranks[1]["params_sum"] and ranks[0]["params_head"] == ranks[1]["params_head"]
 
 
+@pytest.mark.slow
 def test_ranks_saw_disjoint_samples_covering_the_split(ddp_runs):
     doc, ranks = ddp_runs[2]
     a, b = set(ranks[0]["ids"]), set(ranks[1]["ids"])
@@ -130,6 +132,7 @@ def test_ranks_saw_disjoint_samples_covering_the_split(ddp_runs):
     assert doc["epochs"][0]["dropped"] == 0 and len(a | b) == 600 and len(ranks[0]["ids"]) == 300
 
 
+@pytest.mark.slow
 def test_loss_curve_matches_one_process(ddp_runs):
     """Same global batch, same learning rate: the 2-rank curve follows the 1-process one
     (the sample order differs, so within 25% per epoch, and both learn the easy task)."""

@@ -63,6 +63,7 @@ def test_writer_refuses_label_ten(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow
 def test_memory_is_bounded_by_one_shard(tmp_path):
     """A 40,000-sample split (31 MB of pixels) through 2,000-sample shards (1.6 MB): the
     writer's peak (numpy via tracemalloc, plus Arrow's pool) stays near one shard and a
