@@ -1,4 +1,5 @@
 import json
+import os
 import math
 
 import numpy as np
@@ -92,6 +93,7 @@ def test_summarise_scales_sampled_steps_and_adds_setup():
     assert entry["measured"] == {"train_s": [3.0, 1.0, 2.0], "test_s": [0.5, 0.3, 0.4]}
     whole = summarise(timing, 38, 3, settings, sampled=False)
     assert whole["train_s"] == pytest.approx(2.0) and whole["accuracy"] == 0.5 and not whole["extrapolated"]
+    assert whole["first_epoch_train_s"] == 3.0
     assert whole["wall_s"] == pytest.approx(1.5 + 6.0 + 1.2)
 
 
@@ -292,3 +294,47 @@ def test_bench_document_is_written_readable_and_whole(tmp_path):
     document = {"dataset": "d", "variants": {"naive": {"train_s": 1.5}}}
     write_bench(document, tmp_path / "out" / "d.json")
     assert (tmp_path / "out" / "d.json").read_text() == json.dumps(document, indent=2) + "\n"
+
+
+def test_summary_keys_and_rounding():
+    timing = Timing(train_s=[3.123456789, 1.987654321], test_s=[0.55555555, 0.44444444], accuracy=0.98765,
+                    setup_s=1.23456, warmup_s=0.5556, capture_s=0.1234567, cuda_graph=True, recompiles=2)
+    entry = summarise(timing, 10, 3, BenchSettings(epochs=2), sampled=False)
+    assert entry == {
+        "train_s": 2.5556, "test_s": 0.5, "first_epoch_train_s": 3.1235, "setup_s": 1.235, "warmup_s": 0.556,
+        "capture_s": 0.123, "wall_s": round(1.23456 + 3.123456789 + 1.987654321 + 0.55555555 + 0.44444444, 3),
+        "accuracy": 0.9877, "extrapolated": False, "cuda_graph": True, "recompiles": 2,
+        "measured": {"train_s": [3.1235, 1.9877], "test_s": [0.5556, 0.4444]}}
+
+
+def test_execution_per_variant_and_device():
+    settings = BenchSettings()
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert settings.execution("graphed", cuda) == Execution(cuda_graph=True)
+    assert settings.execution("graphed", cpu) == Execution(cuda_graph=True)  # recorded as not captured off CUDA
+    assert settings.execution("compiled", cuda) == Execution(compile_mode="default", autocast=True,
+                                                             channels_last=True, cuda_graph=True)
+    assert settings.execution("compiled", cpu) == Execution(compile_mode="none", autocast=native_bf16(cpu),
+                                                            channels_last=True, cuda_graph=False)
+    sparse = BenchSettings(compiled={"cpu": {"compile_mode": "max-autotune", "autocast": False}})
+    assert sparse.execution("compiled", cpu) == Execution(compile_mode="max-autotune")  # the rest: defaults
+    assert sparse.execution("compiled", cuda) == Execution()                           # no entry: eager fp32
+    assert settings.workers() == min(4, os.cpu_count() or 1) and BenchSettings(num_workers=3).workers() == 3
+    assert settings.train_config() == TrainConfig(batch_size=512, lr=1e-3, seed=42)
+
+
+def test_finish_anchors_on_preprocessed_and_rounds_to_hundredths():
+    document = {"params": {"train_samples": 0}, "variants": {
+        "batched": _entry(2.0, 1.0, 7.0, 0.50),        # first with an accuracy, but not the anchor
+        "naive": _entry(90.0, 10.0, 300.0, None),
+        "preprocessed": _entry(20.0, 10.0, 21.0, 0.60),
+    }}
+    finish(document, BenchSettings(accuracy_tolerance=0.05))
+    v = document["variants"]
+    assert v["batched"]["accuracy_ok"] is False and v["preprocessed"]["accuracy_ok"] is True
+    assert v["batched"]["speedup"] == 33.33 and v["preprocessed"]["speedup"] == 3.33
+    assert v["batched"]["wall_speedup"] == 42.86 and v["preprocessed"]["wall_speedup"] == 14.29
+    assert "samples_per_s" not in v["batched"]  # no sample count: no throughput
+    sampled_only = {"params": {"train_samples": 10}, "variants": {"naive": _entry(1.0, 1.0, 2.0, None)}}
+    finish(sampled_only, BenchSettings())  # nothing measured accuracy: no check, no error
+    assert "accuracy_ok" not in sampled_only["variants"]["naive"]
