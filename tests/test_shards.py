@@ -261,3 +261,34 @@ def test_each_verify_mode_checks_its_own_digest(split_dir, verify):
     assert len(load_split(split_dir, verify=other)[1]) == 64
     with pytest.raises(ValueError, match="verify must be one of"):
         load_split(split_dir, verify="md5")
+
+
+def test_device_batches_partial_last_batch_and_drop_last(arrays):
+    images, labels = torch.from_numpy(arrays[0]), torch.arange(64)
+    keep = DeviceBatches(images, labels, batch_size=10, seed=0)
+    sizes = [len(y) for _, y in keep]
+    assert len(keep) == 7 and sizes == [10] * 6 + [4]
+    drop = DeviceBatches(images, labels, batch_size=10, seed=0, drop_last=True)
+    assert len(drop) == 6 and [len(y) for _, y in drop] == [10] * 6
+    assert len(drop.indices(0)) == 60 and torch.equal(drop.indices(0), keep.indices(0)[:60])
+    with pytest.raises(ValueError, match="rank 2 is outside 0..1"):
+        DeviceBatches(images, labels, batch_size=10, rank=2, world_size=2)
+
+
+def test_device_batches_layout_and_dtype(arrays):
+    images, labels = torch.from_numpy(arrays[0]), torch.from_numpy(arrays[1])
+    # (channels_last cannot be seen on a 1-channel batch: its strides are the same either way)
+    x, _ = next(iter(DeviceBatches(images, labels, batch_size=8, shuffle=False, dtype=torch.bfloat16)))
+    assert x.dtype == torch.bfloat16
+    torch.testing.assert_close(x[:, 0].float(), images[:8].float() / 255, atol=4e-3, rtol=0)
+
+
+def test_shard_dataset_passes_its_options_on(split_dir, arrays):
+    with pytest.raises(ShardError, match="manifest is for dataset 'tiny', expected 'other'"):
+        ShardDataset(split_dir, dataset="other")
+    data = ShardDataset(split_dir, dataset="tiny", verify="sha256")
+    order = torch.cat([y for _, y in data.loader(16, shuffle=True, generator=torch.Generator().manual_seed(0))])
+    assert sorted(order.tolist()) == sorted(arrays[1].tolist()) and order.tolist() != arrays[1].tolist()
+    x, y = data[5]
+    assert x.shape == (1, 28, 28) and y == int(arrays[1][5])
+    torch.testing.assert_close(x[0], torch.from_numpy(arrays[0][5]).float() / 255)
