@@ -158,7 +158,8 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
             for name, _, _ in _tiles(path, regions, count):
                 row = ROW_BYTES[name]
                 _skip(stream, first * row, path)
-                _readinto(stream, memoryview(targets[name].numpy()).cast("B"), path)
+                if stop > first:  # (an empty view cannot be cast to bytes)
+                    _readinto(stream, memoryview(targets[name].numpy()).cast("B"), path)
                 _skip(stream, (count - stop) * row, path)
             return
         # ACCESS_COPY: private and writable (nothing is written), so torch takes it without a warning.

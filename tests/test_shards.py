@@ -292,3 +292,73 @@ def test_shard_dataset_passes_its_options_on(split_dir, arrays):
     x, y = data[5]
     assert x.shape == (1, 28, 28) and y == int(arrays[1][5])
     torch.testing.assert_close(x[0], torch.from_numpy(arrays[0][5]).float() / 255)
+
+
+def _raw_shard(tmp_path, arrays, body: bytes):
+    """A one-shard split whose file is `body`, the manifest's size matching it."""
+    write_shards(*arrays, tmp_path / "s", dataset="tiny", split="train", samples_per_shard=64)
+    (tmp_path / "s" / "shard-00000.safetensors").write_bytes(body)
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    manifest["shards"][0]["bytes"] = len(body)
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
+    return tmp_path / "s"
+
+
+def _tensors(images_at: tuple[int, int], labels_at: tuple[int, int]) -> bytes:
+    header = {"images": {"dtype": "U8", "shape": [64, 28, 28], "data_offsets": list(images_at)},
+              "labels": {"dtype": "U8", "shape": [64], "data_offsets": list(labels_at)}}
+    return json.dumps(header).encode()
+
+
+@pytest.mark.parametrize(("size", "message"), [
+    (0, r"not a safetensors shard \(header length 0\)"),
+    (1 << 20, r"not a safetensors shard \(header length 1048576\)"),
+    (1, r"not a readable safetensors header"),  # a length of 1 is allowed; the byte is not JSON
+])
+def test_header_length_bounds(tmp_path, arrays, size, message):
+    body = size.to_bytes(8, "little") + b"x" * min(size, 64) + bytes(64 * 785)
+    with pytest.raises(ShardError, match=rf"shard-00000.safetensors: {message}"):
+        load_split(_raw_shard(tmp_path, arrays, body), verify="none")
+
+
+def test_tensors_in_any_order_in_the_file(tmp_path, arrays):
+    """safetensors orders the data by offset, not by name: labels first is a valid file."""
+    images, labels = arrays
+    header = _tensors((64, 64 + 64 * 784), (0, 64))
+    body = len(header).to_bytes(8, "little") + header + labels.tobytes() + images.tobytes()
+    got_images, got_labels = load_split(_raw_shard(tmp_path, arrays, body), verify="none")
+    np.testing.assert_array_equal(got_images.numpy(), images)
+    np.testing.assert_array_equal(got_labels.numpy(), labels)
+
+
+def test_tensor_of_the_wrong_size_where_it_should_start(tmp_path, arrays):
+    header = _tensors((0, 64 * 784 - 1), (64 * 784 - 1, 64 * 784 + 63))
+    body = len(header).to_bytes(8, "little") + header + bytes(64 * 785)
+    with pytest.raises(ShardError, match=r"tensor 'images' at bytes 0..50175, expected 0..50176"):
+        load_split(_raw_shard(tmp_path, arrays, body), verify="none")
+
+
+def test_link_to_a_shard_inside_the_folder_is_refused(split_dir):
+    """Even a link that stays in the folder: shards are plain files (a link can change under us)."""
+    first = split_dir / next(p.name for p in split_dir.iterdir() if p.name.startswith("shard-00000"))
+    (split_dir / "copy").write_bytes(first.read_bytes())
+    first.unlink()
+    first.symlink_to(split_dir / "copy")
+    with pytest.raises(ShardError, match=r"a link or a path outside"):
+        load_split(split_dir)
+
+
+def test_split_name_and_empty_row_range(split_dir, arrays):
+    with pytest.raises(ShardError, match="manifest is for split 'train', expected 'test'"):
+        load_split(split_dir, split="test")
+    from pipeline.shardreader import read_shard_into
+
+    manifest = json.loads((split_dir / "manifest.json").read_text())
+    empty = {"images": torch.empty((0, 28, 28), dtype=torch.uint8), "labels": torch.empty(0, dtype=torch.uint8)}
+    read_shard_into(split_dir, manifest["shards"][0], manifest["compression"]["codec"], "xxh3", empty, rows=(3, 3))
+    some = {"images": torch.empty((2, 28, 28), dtype=torch.uint8), "labels": torch.empty(2, dtype=torch.uint8)}
+    read_shard_into(split_dir, manifest["shards"][0], manifest["compression"]["codec"], "xxh3", some, rows=(3, 5))
+    np.testing.assert_array_equal(some["labels"].numpy(), arrays[1][3:5])
+    np.testing.assert_array_equal(some["images"].numpy(), arrays[0][3:5])
+    with pytest.raises(ValueError, match="rows 5..3 are outside the shard's 0..24"):
+        read_shard_into(split_dir, manifest["shards"][0], manifest["compression"]["codec"], "xxh3", some, rows=(5, 3))
