@@ -109,3 +109,18 @@ def test_cpu_prose_figures_match_the_fashion_mnist_bench():
     for pattern, value in claims.items():
         match = re.search(pattern, FLAT)
         assert match and shown(match[1], value), (pattern, match and match[1], value)
+
+
+def test_storage_prose_matches_the_recorded_benchmarks():
+    convert = (ROOT / "results/benchmarks/amd-epyc-2core/convert_speed.txt").read_text()
+    ratio = {name: re.search(rf"stage {name}\s*:\s*\S+ s \(\s*(\S+)x", convert)[1]
+             for name in ("compact layout", "wide layout", "both layouts")}
+    assert (f"the compact layout alone is {ratio['compact layout']}x the pandas path, the wide "
+            f"{ratio['wide layout']}x, both together {ratio['both layouts']}x") in FLAT
+    load = (ROOT / "results/benchmarks/amd-epyc-2core/shard_load.txt").read_text()
+    ms = {name: float(re.search(rf"{re.escape(name)}\s+(\S+) ms", load)[1])
+          for name in ("memory copy (the ceiling)", "shards, none, xxh3 verified", "shards, none, unverified")}
+    copy = ms["memory copy (the ceiling)"]
+    match = re.search(r"verified with xxh3 take about (\S+)x a plain memory copy .* unverified about (\S+)x", FLAT)
+    assert shown(match[1], ms["shards, none, xxh3 verified"] / copy), (match[1], ms)
+    assert shown(match[2], ms["shards, none, unverified"] / copy), (match[2], ms)
