@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.atomic import atomic_dir
@@ -132,20 +133,17 @@ def write_shards(images: np.ndarray, labels: np.ndarray, out_dir: Path, *, datas
 # ---------------------------------------------------------------- the stage: Parquet in, streamed
 
 
-def _open(path: Path) -> pq.ParquetFile:
+@contextmanager
+def _parquet(path: Path) -> Iterator[pq.ParquetFile]:
+    """The split opened for streaming. Any damage, found opening it (footer) or reading it
+    (a page's CRC, a column missing or mistyped), becomes one error naming the file."""
     try:
         # pre_buffer off + a 1 MiB buffered stream: pages are read as decoded, not whole
         # column chunks ahead (Arrow's peak on a 31 MB split: 4.3 MB against 26 MB).
-        return pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False, buffer_size=1 << 20)
-    except Exception as err:  # pyarrow raises several kinds for a damaged footer
-        raise DataError(f"{path}: not a readable Parquet file ({str(err).splitlines()[0][:200]})") from None
-
-
-@contextmanager
-def _reading(path: Path) -> Iterator[None]:
-    try:
-        yield
-    except (OSError, ValueError, KeyError) as err:  # damaged pages; a column missing or mistyped
+        yield pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False, buffer_size=1 << 20)
+    except DataError:
+        raise
+    except (OSError, ValueError, KeyError, pa.ArrowException) as err:
         raise DataError(f"{path}: not a readable Parquet split ({str(err).splitlines()[0][:200]})") from None
 
 
@@ -153,10 +151,9 @@ def iter_samples(path: Path, batch_rows: int = 8192) -> Iterator[tuple[np.ndarra
     """(labels [b], images [b, 784]) uint8 batches of a split, either layout, in file order."""
     from pipeline.convert import IMAGE_TYPE  # convert needs polars; `write_shards` runs without it
 
-    source = _open(path)
-    compact = "image" in source.schema_arrow.names
-    columns = ["label", "image"] if compact else COLUMNS
-    with _reading(path):
+    with _parquet(path) as source:
+        compact = "image" in source.schema_arrow.names
+        columns = ["label", "image"] if compact else COLUMNS
         # use_threads=False: pyarrow's threaded reader decodes row groups ahead, which is
         # memory growing with the file; one at a time keeps it bounded.
         for batch in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
@@ -175,8 +172,8 @@ def iter_samples(path: Path, batch_rows: int = 8192) -> Iterator[tuple[np.ndarra
 def _label_digest(path: Path) -> hashlib._Hash:
     """sha256 over every label: the first pass, the label column only."""
     digest = hashlib.sha256()
-    with _reading(path):
-        for batch in _open(path).iter_batches(batch_size=1 << 16, columns=["label"], use_threads=False):
+    with _parquet(path) as source:
+        for batch in source.iter_batches(batch_size=1 << 16, columns=["label"], use_threads=False):
             digest.update(batch.column(0).to_numpy(zero_copy_only=False).astype(np.uint8, copy=False).tobytes())
     return digest
 
