@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("csv", type=Path)
     parser.add_argument("--scale", type=int, default=0, help="also convert a CSV this many times larger")
     parser.add_argument("--repeats", type=int, default=3, help="runs per path; the best is reported")
+    parser.add_argument("--json", action="store_true", help="also print every figure as one JSON line")
     args = parser.parse_args()
     results = {"real": _report(args.csv, list(TARGETS), args.repeats)}
     if args.scale:
@@ -106,7 +107,8 @@ def main() -> None:
                     out.write(body)
             del body
             results[f"x{args.scale}"] = _report(big, list(TARGETS)[1:3], 1)
-    print(json.dumps(results))
+    if args.json:
+        print(json.dumps(results))
 
 
 if __name__ == "__main__":
