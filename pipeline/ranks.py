@@ -41,10 +41,8 @@ def pieces(counts: list[int], world_size: int, seed: int, epoch: int) -> list[li
     position = 0
     for shard in shard_order(len(counts), seed, epoch):
         begin, end = position, position + counts[shard]
-        for rank in range(begin // per_rank if per_rank else world_size, world_size):
+        for rank in range(world_size):  # the ranks whose range overlaps this shard's samples
             low, high = rank * per_rank, (rank + 1) * per_rank
-            if low >= end:
-                break
             if max(begin, low) < min(end, high):
                 ranks[rank].append((shard, max(begin, low) - begin, min(end, high) - begin))
         position = end
