@@ -27,10 +27,13 @@ test: setup
 	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q $(PYTEST_ARGS)
 
 # Mutation testing (not part of CI: about an hour on 2 cores). Which modules and tests:
-# [tool.mutmut] in pyproject.toml. The score table goes to results/mutation/score.md, which
+# [tool.mutmut] in pyproject.toml. Starts fresh: mutmut keeps a mutant's verdict until its
+# function changes, so after new tests old survivors would be reported unchecked (resume a
+# stopped run with `mutmut run`). The score table goes to results/mutation/score.md, which
 # the README embeds (`dvc repro report` refreshes it).
 MUTMUT_CHILDREN ?= $(shell nproc)
 mutants: setup
+	rm -rf mutants
 	@start=$$(date +%s); \
 	PATH="$(abspath $(BIN)):$$PATH" mutmut run --max-children $(MUTMUT_CHILDREN) || exit $$?; \
 	mkdir -p results/mutation; \

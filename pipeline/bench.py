@@ -157,7 +157,7 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
         "warmup_s": round(timing.warmup_s, 3),
         "capture_s": round(timing.capture_s, 3),
         "wall_s": round(timing.setup_s + train_all + test_all, 3),
-        "accuracy": None if sampled else round(timing.accuracy or 0.0, 4),
+        "accuracy": None if sampled or timing.accuracy is None else round(timing.accuracy, 4),
         "extrapolated": sampled,
         "cuda_graph": timing.cuda_graph,
         "recompiles": timing.recompiles,

@@ -316,7 +316,9 @@ def verify_checksum(path: Path) -> None:
     recorded = {line[66:]: line[:64] for line in lines if len(line) > 66}
     if name not in recorded:
         raise DataError(f"{sums}: no checksum for {name}")
-    actual = _sha256(path) if path.exists() else "missing"
+    if not path.is_file():
+        raise DataError(f"{path}: missing ({sums.name} lists it: the convert stage's output is incomplete)")
+    actual = _sha256(path)
     if actual != recorded[name]:
         raise DataError(f"{path}: checksum mismatch: {sums.name} says {recorded[name][:16]}..., file is "
                         f"{actual[:16]}... (damaged after the convert stage wrote it)")

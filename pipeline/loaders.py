@@ -18,13 +18,23 @@ import torch
 from pipeline.shardreader import load_split
 
 
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The one mix of (seed, epoch) behind every shuffle (DeviceBatches, ranks): runs repeat
+    exactly and epochs differ."""
+    return seed * 1_000_003 + epoch
+
+
 def to_float(images: torch.Tensor, mean: float | None = None, std: float | None = None,
-             channels_last: bool = False, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """uint8 [b, 28, 28] -> float [b, 1, 28, 28] in 0..1 (optionally normalised), on its device."""
+             dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """uint8 [b, 28, 28] -> float [b, 1, 28, 28] in 0..1 (normalised when given mean and std),
+    on its device. No channels_last here: a 1-channel batch has the same strides either way
+    (the model's weights are what `Execution.channels_last` converts)."""
+    if (mean is None) != (std is None):
+        raise ValueError(f"to_float: mean and std go together (got mean={mean}, std={std})")
     x = images.unsqueeze(1).to(dtype).div_(255)
-    if mean is not None and std is not None:
+    if mean is not None:
         x = x.sub_(mean).div_(std)
-    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+    return x
 
 
 class ShardDataset(torch.utils.data.Dataset):
@@ -32,13 +42,14 @@ class ShardDataset(torch.utils.data.Dataset):
     use `collate_fn=ShardDataset.collate` (or `loader()`) so the DataLoader passes it through."""
 
     def __init__(self, path: Path, **load_kwargs) -> None:
-        self.images, self.labels = load_split(path, "cpu", **load_kwargs)
+        self.images, self.labels = load_split(path, **load_kwargs)  # on the CPU: workers share it
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return to_float(self.images[index : index + 1])[0], self.labels[index].long()
+        images, labels = self.__getitems__([index])
+        return images[0], labels[0]
 
     def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         index = torch.as_tensor(indices)
@@ -57,7 +68,8 @@ class DeviceBatches:
     """Batches from a split held on the device: no host work and no copies per step.
 
     Every epoch draws a fresh permutation from a generator seeded with (seed, epoch), so runs
-    repeat exactly and epochs differ. With `world_size > 1` each rank takes a disjoint,
+    repeat exactly and epochs differ. It is drawn on the CPU (60,000 indices: well under a
+    millisecond) and moved, so CPU and GPU runs of one seed train on the same order. With `world_size > 1` each rank takes a disjoint,
     equal-sized slice of the same permutation, so every rank yields the same number of
     batches (uneven counts hang DDP's collectives).
     """
@@ -68,7 +80,6 @@ class DeviceBatches:
     shuffle: bool = True
     seed: int = 0
     drop_last: bool = False
-    channels_last: bool = False
     mean: float | None = None
     std: float | None = None
     rank: int = 0
@@ -90,21 +101,18 @@ class DeviceBatches:
 
     def indices(self, epoch: int) -> torch.Tensor:
         """This rank's sample order for `epoch`, on the data's device."""
-        device = self.labels.device
         n = len(self.labels)
         if self.shuffle:
-            generator = torch.Generator(device=device)
-            generator.manual_seed(self.seed * 1_000_003 + epoch)
-            order = torch.randperm(n, generator=generator, device=device)
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(epoch_seed(self.seed, epoch)))
         else:
-            order = torch.arange(n, device=device)
+            order = torch.arange(n)
         mine = order[: self.per_rank * self.world_size][self.rank :: self.world_size]
-        return mine[: len(self) * self.batch_size] if self.drop_last else mine
+        return mine[: len(self) * self.batch_size].to(self.labels.device)  # drop_last: whole batches
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order = self.indices(self.epoch)
         self.epoch += 1
         for start in range(0, len(order), self.batch_size):
             index = order[start : start + self.batch_size]
-            yield (to_float(self.images[index], self.mean, self.std, self.channels_last, self.dtype),
+            yield (to_float(self.images[index], self.mean, self.std, self.dtype),
                    self.labels[index].long())

@@ -57,6 +57,7 @@ _HEX = frozenset("0123456789abcdef")
 MAX_COUNT = 1 << 31            # samples in one split: far above any real data set, far below petabytes
 SAMPLE_BYTES = 28 * 28 + 1     # one image and its label
 MAX_HEADER = 1 << 20           # the safetensors header bound the reader enforces
+MAX_BYTES = MAX_COUNT * SAMPLE_BYTES + 8 + MAX_HEADER  # a shard file: its samples, at worst uncompressed
 
 
 def _fail(file: Path, key: str, message: str) -> ShardError:
@@ -69,10 +70,10 @@ def _expect(file: Path, key: str, value, kind: type | tuple[type, ...], what: st
     return value
 
 
-def _count(file: Path, key: str, value, low: int = 0) -> int:
+def _count(file: Path, key: str, value, low: int = 0, high: int = MAX_COUNT) -> int:
     _expect(file, key, value, int, "an integer")
-    if not low <= value <= MAX_COUNT:
-        raise _fail(file, key, f"{value} is outside {low}..{MAX_COUNT}")
+    if not low <= value <= high:
+        raise _fail(file, key, f"{value} is outside {low}..{high}")
     return value
 
 
@@ -129,7 +130,7 @@ def check_manifest(manifest, file: Path) -> dict:
             raise _fail(file, f"{where}.file", f"{name!r} is listed twice")
         seen.add(name)
         n = _count(file, f"{where}.count", entry.get("count"), low=1)
-        size = _count(file, f"{where}.bytes", entry.get("bytes"), low=1)
+        size = _count(file, f"{where}.bytes", entry.get("bytes"), low=1, high=MAX_BYTES)
         if compression["codec"] == "none" and not n * SAMPLE_BYTES < size <= n * SAMPLE_BYTES + 8 + MAX_HEADER:
             raise _fail(file, f"{where}.bytes", f"{size:,} bytes cannot hold {n:,} samples of {SAMPLE_BYTES} bytes")
         _digest(file, f"{where}.sha256", entry.get("sha256"), 64)

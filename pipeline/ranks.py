@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from pipeline.loaders import epoch_seed
 from pipeline.manifest import IMAGE_SHAPE, ShardError, read_manifest
 from pipeline.shardreader import VERIFY, read_shard_into
 
@@ -29,7 +30,7 @@ Piece = tuple[int, int, int]  # (shard, first row, stop row)
 
 
 def shard_order(shards: int, seed: int, epoch: int) -> list[int]:
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    generator = torch.Generator().manual_seed(epoch_seed(seed, epoch))
     return torch.randperm(shards, generator=generator).tolist()
 
 
@@ -97,6 +98,6 @@ class RankShards:
             start = end
         if n and int(labels.max()) > 9:
             raise ShardError(f"{self.folder}: a label is outside 0..9")
-        generator = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) * 1009 + self.rank)
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch) * 1009 + self.rank)
         return RankEpoch(images, labels, ids, torch.randperm(n, generator=generator),
                          sum(self.counts) - n * self.world_size)

@@ -223,7 +223,7 @@ class StaticSteps:
 
     def _batch(self, images: torch.Tensor, labels: torch.Tensor, order: torch.Tensor, step: int):
         index = order[step * self.batch : (step + 1) * self.batch]
-        return to_float(images[index], channels_last=self.execution.channels_last), labels[index].long()
+        return to_float(images[index]), labels[index].long()
 
     def _train_step(self, step: int) -> None:
         x, y = self._batch(self.data.train_images, self.data.train_labels, self.order, step)

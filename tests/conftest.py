@@ -71,7 +71,7 @@ def tiny() -> TinyDataset:
 
 
 class FixtureServer(http.server.ThreadingHTTPServer):
-    """Serves `routes`: path -> bytes, or -> a behaviour ('404', 'stall', 'truncate', '500')."""
+    """Serves `routes`: path -> bytes, or -> (behaviour, bytes): 'stall', 'mute', 'no length', 'truncate'."""
 
     daemon_threads = True
 
@@ -81,6 +81,7 @@ class FixtureServer(http.server.ThreadingHTTPServer):
         self.hits: dict[str, int] = {}
         self.agents: set[str] = set()
         self.fail_first: dict[str, int] = {}
+        self.fail_status = 503  # what the first `fail_first[path]` requests get
 
     @property
     def url(self) -> str:
@@ -98,7 +99,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         srv.hits[self.path] = srv.hits.get(self.path, 0) + 1
         srv.agents.add(self.headers.get("User-Agent", ""))
         if srv.fail_first.get(self.path, 0) >= srv.hits[self.path]:
-            self.send_error(503, "try later")
+            self.send_error(srv.fail_status, "try later")
             return
         body = srv.routes.get(self.path)
         if body is None:
@@ -117,6 +118,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     self.wfile.write(payload[10:])
                 except OSError:  # the client gave up
                     pass
+                return
+            if behaviour == "mute":  # accepts the connection, answers nothing for 3 s
+                time.sleep(3)
+                return
+            if behaviour == "no length":  # HTTP/1.0 style: the body ends when the connection does
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(payload)
+                self.close_connection = True
                 return
             if behaviour == "truncate":
                 self.send_response(200)

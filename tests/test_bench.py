@@ -297,17 +297,20 @@ def test_bench_document_is_written_readable_and_whole(tmp_path):
 
 
 def test_summary_keys_and_rounding():
-    timing = Timing(train_s=[3.123456789, 1.987654321], test_s=[0.55555555, 0.44444444], accuracy=0.98765,
+    timing = Timing(train_s=[3.123456789, 1.987654321], test_s=[0.61234567, 0.3], accuracy=0.98765,
                     setup_s=1.23456, warmup_s=0.5556, capture_s=0.1234567, cuda_graph=True, recompiles=2)
     entry = summarise(timing, 10, 3, BenchSettings(epochs=2), sampled=False)
     assert entry == {
-        "train_s": 2.5556, "test_s": 0.5, "first_epoch_train_s": 3.1235, "setup_s": 1.235, "warmup_s": 0.556,
-        "capture_s": 0.123, "wall_s": round(1.23456 + 3.123456789 + 1.987654321 + 0.55555555 + 0.44444444, 3),
+        "train_s": 2.5556, "test_s": 0.4562, "first_epoch_train_s": 3.1235, "setup_s": 1.235, "warmup_s": 0.556,
+        "capture_s": 0.123, "wall_s": round(1.23456 + 3.123456789 + 1.987654321 + 0.61234567 + 0.3, 3),
         "accuracy": 0.9877, "extrapolated": False, "cuda_graph": True, "recompiles": 2,
-        "measured": {"train_s": [3.1235, 1.9877], "test_s": [0.5556, 0.4444]}}
+        "measured": {"train_s": [3.1235, 1.9877], "test_s": [0.6123, 0.3]}}
+    # No test pass ran: no accuracy (not 0, which would read as a broken model)
+    unmeasured = summarise(Timing(train_s=[1.0], test_s=[0.5]), 10, 3, BenchSettings(epochs=1), sampled=False)
+    assert unmeasured["accuracy"] is None
 
 
-def test_execution_per_variant_and_device():
+def test_execution_per_variant_and_device(monkeypatch):
     settings = BenchSettings()
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert settings.execution("graphed", cuda) == Execution(cuda_graph=True)
@@ -315,6 +318,9 @@ def test_execution_per_variant_and_device():
     assert settings.execution("compiled", cuda) == Execution(compile_mode="default", autocast=True,
                                                              channels_last=True, cuda_graph=True)
     assert settings.execution("compiled", cpu) == Execution(compile_mode="none", autocast=native_bf16(cpu),
+                                                            channels_last=True, cuda_graph=False)
+    monkeypatch.setattr("pipeline.bench.native_bf16", lambda device: True)  # a CPU with native bf16
+    assert settings.execution("compiled", cpu) == Execution(compile_mode="none", autocast=True,
                                                             channels_last=True, cuda_graph=False)
     sparse = BenchSettings(compiled={"cpu": {"compile_mode": "max-autotune", "autocast": False}})
     assert sparse.execution("compiled", cpu) == Execution(compile_mode="max-autotune")  # the rest: defaults

@@ -209,3 +209,83 @@ def test_sources_file_read(tmp_path):
     assert load_sources(tmp_path / "sources.yaml", "small") == ({"b": 2}, [])
     with pytest.raises(FetchError, match="no such sources file"):
         load_sources(tmp_path / "none.yaml", "tiny")
+
+
+@pytest.mark.parametrize(("status", "retried"), [(500, True), (429, True), (499, False), (403, False)])
+def test_server_errors_and_rate_limits_are_retried_client_errors_are_not(tmp_path, tiny, http_server, status,
+                                                                         retried):
+    name = "train-images-idx3-ubyte.gz"
+    serve(http_server, "/m", tiny)
+    serve(http_server, "/other", tiny)
+    http_server.fail_first[f"/m/{name}"] = 1
+    http_server.fail_status = status
+    fetch_dataset("tiny", tiny.files, [http_server.url + "/m", http_server.url + "/other"], tmp_path / "raw",
+                  FAST, env={})
+    assert http_server.hits[f"/m/{name}"] == (2 if retried else 1)
+    assert http_server.hits.get(f"/other/{name}", 0) == (0 if retried else 1)
+    assert_fetched(tmp_path / "raw", tiny)
+
+
+def test_body_without_content_length(tmp_path, tiny, http_server):
+    """A server may send no Content-Length and end the body by closing: the file is whole."""
+    serve(http_server, "/m", tiny, {name: ("no length", blob) for name, blob in tiny.blobs.items()})
+    fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw", FAST, env={})
+    assert_fetched(tmp_path / "raw", tiny)
+
+
+def test_server_that_never_answers(tmp_path, tiny, http_server):
+    name = "train-labels-idx1-ubyte.gz"
+    serve(http_server, "/m", tiny, {name: ("mute", tiny.blobs[name])})
+    with pytest.raises(FetchError) as err:
+        fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw",
+                      FetchSettings(timeout_s=0.3, retries=0), env={})
+    assert f"{http_server.url}/m/{name}: cannot connect: timed out (gave up after 1 tries)" in str(err.value)
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_connection_refused_names_the_reason(tmp_path, tiny, scheme):
+    """https goes over the network like http (not to a local path called 'https:...')."""
+    with pytest.raises(FetchError) as err:
+        fetch_dataset("tiny", tiny.files, [f"{scheme}://127.0.0.1:9"], tmp_path / "raw",
+                      FetchSettings(timeout_s=0.5, retries=0), env={})
+    lines = str(err.value).splitlines()
+    assert lines[0] == "could not fetch train-images-idx3-ubyte.gz from any of 1 mirrors:"
+    assert lines[1] == (f"  - {scheme}://127.0.0.1:9/train-images-idx3-ubyte.gz: cannot connect: "
+                        "[Errno 111] Connection refused (gave up after 1 tries)")
+
+
+def test_mirror_paths_with_url_characters(tmp_path, tiny, monkeypatch):
+    """A folder named with '#' (a URL fragment) or ending in 'X' is still the folder; and with
+    no env given, $PIPELINE_MIRROR is read from the environment."""
+    folder = tmp_path / "mirror#X"
+    tiny.write_mirror(folder)
+    fetch_dataset("tiny", tiny.files, [str(folder)], tmp_path / "raw", FAST, env={})
+    assert_fetched(tmp_path / "raw", tiny)
+    tiny.write_mirror(tmp_path / "envX" / "tiny")
+    monkeypatch.setenv("PIPELINE_MIRROR", str(tmp_path / "envX") + "/")
+    fetch_dataset("tiny", tiny.files, [], tmp_path / "raw2")
+    assert_fetched(tmp_path / "raw2", tiny)
+    assert mirror_bases("d", [], {"PIPELINE_MIRROR": "/mX/"}) == ["/mX/d"]
+
+
+def test_empty_file_is_content_too(tmp_path):
+    """A 0-byte file whose checksum is that of nothing is fetched (not mistaken for gzip)."""
+    from pipeline.fetch import FileSpec, fetch_file
+
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror" / "empty.csv").write_bytes(b"")
+    (tmp_path / "out").mkdir()
+    spec = FileSpec(role="test_csv", name="empty.csv", sha256=hashlib.sha256(b"").hexdigest())
+    assert fetch_file(spec, [str(tmp_path / "mirror")], tmp_path / "out", FAST) == f"{tmp_path / 'mirror'}/empty.csv"
+    assert (tmp_path / "out" / spec.stored_name).read_bytes() == b""
+
+
+def test_files_block_roles_and_digests():
+    digest = "0123456789abcdef" * 4
+    csv = parse_files({"train_csv": {"name": "a.csv", "sha256": digest}, "test_csv": {"name": "b.csv", "sha256": digest}})
+    assert [(s.role, s.name) for s in csv] == [("train_csv", "a.csv"), ("test_csv", "b.csv")]
+    assert parse_files({"test_csv": {"name": "b", "sha256": digest.upper()},
+                        "train_csv": {"name": "a", "sha256": digest}})[0].sha256 == digest
+    for bad in (digest[:-1], "g" * 64, digest + "0"):
+        with pytest.raises(ValueError, match="64 hex digits"):
+            parse_files({"train_csv": {"name": "a", "sha256": bad}, "test_csv": {"name": "b", "sha256": digest}})

@@ -72,8 +72,51 @@ MANIFEST_CASES = {
     "bad codec": (_set(["compression", "codec"], "lzma"), r"compression\.codec: 'lzma', expected"),
     "shards not a list": (_set(["shards"], {"a": 1}), r"shards: expected a list"),
     "wrong version": (_set(["format_version"], 1), r"format_version: 1, expected 2"),
+    "dataset not a string": (_set(["dataset"], 3), r"dataset: expected a string, got 3$"),
+    "compression not an object": (_set(["compression"], []), r"compression: expected an object, got \[\]$"),
+    "shard entry not an object": (_set(["shards", 0], 5), r"shards\[0\]: expected an object, got 5$"),
+    "sha256 not a string": (_set(["shards", 0, "sha256"], 5), r"shards\[0\]\.sha256: expected 64 hex digits, got 5$"),
+    "sha256 one digit short": (_set(["shards", 0, "sha256"], "a" * 63), r"shards\[0\]\.sha256: expected 64 lowercase"),
+    "xxh3 upper case": (_set(["shards", 0, "xxh3_128"], "A" * 32), r"shards\[0\]\.xxh3_128: expected 32 lowercase"),
+    "backslash in name": (_set(["shards", 0, "file"], "shard-a\\b.safetensors"), r"not a plain shard file name"),
+    "NUL in name": (_set(["shards", 0, "file"], "shard-a\0b.safetensors"), r"not a plain shard file name"),
+    "name of 256 chars": (_set(["shards", 0, "file"], "shard-" + "a" * 238 + ".safetensors"), r"not a plain shard"),
+    "not a shard name": (_set(["shards", 0, "file"], "evil.safetensors"), r"'evil.safetensors' is not a plain"),
     "top level a list": (lambda m: None, None),  # replaced below
 }
+
+
+def _manifest(count: int, shard_counts: list[int], codec: str = "none") -> dict:
+    from pipeline.manifest import SAMPLE_BYTES, new_manifest, shard_file
+
+    shards = [{"file": shard_file(i, codec), "count": n, "bytes": n * SAMPLE_BYTES + 100, "sha256": "a" * 64,
+               "xxh3_128": "b" * 32} for i, n in enumerate(shard_counts)]
+    return new_manifest(dataset="d", split="train", count=count, codec=codec, level=3, source={}, shards=shards)
+
+
+def test_manifest_boundaries_accepted():
+    """The edges of what the schema allows are allowed: an empty split, a one-sample shard,
+    the largest count, a 255-character name, no `source` key."""
+    from pipeline.manifest import MAX_BYTES, MAX_COUNT, check_manifest, shard_name
+
+    file = Path("/split/manifest.json")
+    for manifest in (_manifest(0, []), _manifest(1, [1]), _manifest(MAX_COUNT, [MAX_COUNT], "zstd")):
+        assert check_manifest(manifest, file) is manifest
+    largest = _manifest(MAX_COUNT, [MAX_COUNT], "zstd")
+    largest["shards"][0]["bytes"] = MAX_BYTES  # a shard of 2**31 samples, uncompressed: 1.7 TB
+    assert check_manifest(largest, file) is largest
+    largest["shards"][0]["bytes"] = MAX_BYTES + 1
+    with pytest.raises(ShardError, match=rf"shards\[0\]\.bytes: {MAX_BYTES + 1} is outside 1\.\.{MAX_BYTES}$"):
+        check_manifest(largest, file)
+    sourceless = _manifest(1, [1])
+    del sourceless["source"]
+    assert check_manifest(sourceless, file) is sourceless
+    with pytest.raises(ShardError, match=r"count: 2147483649 is outside 0\.\.2147483648"):
+        check_manifest(_manifest(MAX_COUNT + 1, [MAX_COUNT + 1], "zstd"), file)
+    with pytest.raises(ShardError, match=r"shards\[0\]\.count: 0 is outside 1\.\."):
+        check_manifest(_manifest(0, [0]), file)
+    longest = "shard-" + "a" * 237 + ".safetensors"
+    assert len(longest) == 255 and shard_name(file, "k", longest) == longest
 
 
 @pytest.mark.parametrize("case", [c for c in MANIFEST_CASES if c != "top level a list"])
@@ -261,6 +304,16 @@ def test_checksum_file_is_sha256sum_compatible(parquet):
 def test_missing_parquet_is_named(tmp_path):
     with pytest.raises(DataError, match=r"nothing\.parquet: missing"):
         read_parquet_arrays(tmp_path / "nothing.parquet")
+
+
+def test_parquet_listed_but_missing_is_named(parquet):
+    from pipeline.convert import verify_checksum
+
+    train = parquet / "train.parquet"
+    verify_checksum(train)  # as written: fine
+    train.unlink()
+    with pytest.raises(DataError, match=rf"^{train}: missing \(SHA256SUMS lists it"):
+        verify_checksum(train)
 
 
 # ---------------------------------------------------------------- runs that collide or die

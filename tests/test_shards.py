@@ -7,6 +7,7 @@ import torch
 
 from pipeline.convert import convert_dataset
 from pipeline.csvdata import write_csv
+from pipeline.loaders import to_float
 from pipeline.shards import DeviceBatches, ShardDataset, ShardError, load_split, shard_dataset, write_shards
 from conftest import write_unchecked_split
 
@@ -152,14 +153,29 @@ def test_device_batches_shuffle_reproducible_and_varies(arrays):
     assert torch.equal(a.indices(0).sort().values, torch.arange(64))
 
 
-def test_device_batches_float_and_channels_last(arrays):
+def test_device_batches_float_and_normalised(arrays):
     images, labels = (torch.from_numpy(a) for a in arrays)
-    batches = DeviceBatches(images, labels, batch_size=8, shuffle=False, channels_last=True,
-                            mean=0.5, std=0.25)
+    batches = DeviceBatches(images, labels, batch_size=8, shuffle=False, mean=0.5, std=0.25)
     x, y = next(iter(batches))
-    assert x.shape == (8, 1, 28, 28) and x.is_contiguous(memory_format=torch.channels_last)
+    assert x.shape == (8, 1, 28, 28) and x.dtype == torch.float32
     torch.testing.assert_close(x[:, 0], (images[:8].float() / 255 - 0.5) / 0.25)
     assert torch.equal(y, labels[:8].long())
+    torch.testing.assert_close(to_float(images[:8])[:, 0], images[:8].float() / 255)
+    for half in ({"mean": 0.5}, {"std": 0.25}):
+        with pytest.raises(ValueError, match="mean and std go together"):
+            to_float(images[:8], **half)
+
+
+def test_shuffle_is_drawn_on_the_cpu(arrays):
+    """The order is the CPU generator's wherever the data live, so a GPU run and a CPU run of
+    one seed train on the same batches (a CUDA generator would give another permutation)."""
+    from pipeline.loaders import epoch_seed
+
+    images, labels = (torch.from_numpy(a) for a in arrays)
+    batches = DeviceBatches(images, labels, batch_size=8, seed=5)
+    for epoch in (0, 3):
+        expected = torch.randperm(len(labels), generator=torch.Generator().manual_seed(epoch_seed(5, epoch)))
+        assert torch.equal(batches.indices(epoch), expected)
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
@@ -290,7 +306,7 @@ def test_shard_dataset_passes_its_options_on(split_dir, arrays):
     order = torch.cat([y for _, y in data.loader(16, shuffle=True, generator=torch.Generator().manual_seed(0))])
     assert sorted(order.tolist()) == sorted(arrays[1].tolist()) and order.tolist() != arrays[1].tolist()
     x, y = data[5]
-    assert x.shape == (1, 28, 28) and y == int(arrays[1][5])
+    assert x.shape == (1, 28, 28) and y.shape == () and y == int(arrays[1][5])
     torch.testing.assert_close(x[0], torch.from_numpy(arrays[0][5]).float() / 255)
 
 

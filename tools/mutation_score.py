@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -33,7 +35,8 @@ def render(table: dict[str, Counter], seconds: float | None) -> str:
         total.update(counts)
         lines.append(_row(f"`{module}`", counts))
     lines.append(_row("**all**", total))
-    note = f"\nmutmut {'run time: ' + _minutes(seconds) if seconds else 'results'}; score = killed / (mutants - not checked)."
+    ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
+    note = (f"\nmutmut {ran}, commit {_commit()}; score = (killed + timeout) / (mutants - not checked).")
     return "\n".join(lines) + "\n" + note + "\n"
 
 
@@ -42,6 +45,11 @@ def _row(name: str, counts: Counter) -> str:
     checked = mutants - counts["not checked"]
     score = f"{100 * (counts['killed'] + counts['timeout']) / checked:.0f}%" if checked else "n/a"
     return f"| {name} | {mutants} | " + " | ".join(str(counts[c]) for c in COLUMNS) + f" | {score} |"
+
+
+def _commit() -> str:
+    result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return result.stdout.strip() or "unknown"
 
 
 def _minutes(seconds: float) -> str:
