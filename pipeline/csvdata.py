@@ -20,6 +20,13 @@ from pipeline.errors import DataError
 from pipeline.idx import COLUMNS, PIXELS, SPLITS, read_split
 
 HEADER = ",".join(COLUMNS) + "\n"
+HEADER_LINE = HEADER.rstrip("\n").encode()
+
+
+def is_header(line: bytes) -> bool:
+    """Whether line 1, as read (ending in LF, CRLF, or nothing at the end of the file), is the
+    header: exactly, with one line ending stripped and nothing more (no blanks, no stray CR)."""
+    return line.removesuffix(b"\n").removesuffix(b"\r") == HEADER_LINE
 
 
 def write_csv(images: np.ndarray, labels: np.ndarray, dest: Path) -> None:
@@ -41,14 +48,14 @@ def copy_csv(source: Path, dest: Path) -> None:
         first = src.readline()
         if not first:
             raise DataError(f"{source}: empty file")
-        if first.rstrip(b"\r\n") != HEADER.rstrip("\n").encode():
+        if not is_header(first):
             if first[:1].isdigit():
                 out.write(HEADER.encode())
             else:
                 raise DataError(f"{source}: line 1 is neither the header {HEADER[:30]!r}... "
                                 f"nor a data row: {first[:60]!r}")
         out.write(first)
-        shutil.copyfileobj(src, out, 1 << 22)
+        shutil.copyfileobj(src, out)
 
 
 def render_csvs(raw_dir: Path, out_dir: Path) -> None:

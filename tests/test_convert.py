@@ -86,6 +86,7 @@ def _corrupt(csv_dir, line_no, transform):
         (40, lambda s: "12" + s[1:], r"line 40, column 'label': 12 is outside 0..9"),
         (41, lambda s: "10" + s[1:], r"line 41, column 'label': 10 is outside 0..9"),
         (1, lambda s: s.replace("pixel7,", "px7,"), r"line 1: header does not match: column 8 is 'px7'"),
+        (1, lambda s: s + "\r\r", r"line 1: header does not match: column 785 is 'pixel784\\r', expected 'pixel784'"),
         (3, lambda s: s.replace(",0,", ",,", 1), r"line 3, column 'pixel\d+': '' is not a non-negative integer"),
         (7, lambda s: s.replace(",0,", ",\u00b2,", 1), r"line 7, column 'pixel\d+': '\u00b2' is not a non-negative"),
     ],

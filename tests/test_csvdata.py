@@ -84,6 +84,10 @@ def test_csv_edition_copied_with_header_added(tmp_path):
     (tmp_path / "spaced.csv").write_text(f"{header} \n5," + ",".join(["0"] * 784) + "\n")
     with pytest.raises(DataError, match="line 1 is neither the header"):
         copy_csv(tmp_path / "spaced.csv", tmp_path / "bad.csv")
+    for almost in (f"{header}X\n", f"{header}\r\r\n"):  # one line ending stripped, nothing more
+        (tmp_path / "almost.csv").write_text(almost + "5," + ",".join(["0"] * 784) + "\n")
+        with pytest.raises(DataError, match="line 1 is neither the header"):
+            copy_csv(tmp_path / "almost.csv", tmp_path / "bad.csv")
     (tmp_path / "junk.csv").write_text("hello,world\n")
     with pytest.raises(DataError, match="line 1 is neither the header"):
         copy_csv(tmp_path / "junk.csv", tmp_path / "bad.csv")
