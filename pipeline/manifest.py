@@ -86,10 +86,9 @@ def _digest(file: Path, key: str, value, length: int) -> str:
 
 def shard_name(file: Path, key: str, value) -> str:
     """A shard's file name: a plain name inside the split folder, nothing that walks out
-    of it (no separators, no '..', no absolute path, no NUL)."""
+    of it ("shard-" first, so never '', '.', '..' or absolute; no separator, no NUL)."""
     _expect(file, key, value, str, "a file name")
-    if (not value or value in (".", "..") or "/" in value or "\\" in value or "\0" in value
-            or len(value) > 255 or not value.startswith("shard-")):
+    if not value.startswith("shard-") or "/" in value or "\\" in value or "\0" in value or len(value) > 255:
         raise _fail(file, key, f"{value!r:.80} is not a plain shard file name inside {file.parent}")
     return value
 

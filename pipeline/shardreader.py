@@ -127,6 +127,19 @@ def _skip(stream, size: int, path: Path) -> None:
         size -= step
 
 
+def _read_zstd(stream, path: Path, count: int, targets: dict[str, torch.Tensor], first: int, stop: int) -> None:
+    """Decompress straight into the targets' rows, skipping the rows outside first..stop."""
+    _, regions = _read_header(stream, path, count)
+    for name, _, _ in _tiles(path, regions, count):
+        row = ROW_BYTES[name]
+        _skip(stream, first * row, path)
+        if stop > first:  # (an empty view cannot be cast to bytes)
+            _readinto(stream, memoryview(targets[name].numpy()).cast("B"), path)
+        _skip(stream, (count - stop) * row, path)
+    if stream.read(1):
+        raise ShardError(f"{path}: bytes after the last tensor")
+
+
 def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
                     targets: dict[str, torch.Tensor], rows: tuple[int, int] | None = None) -> None:
     """Fill `targets` ("images", "labels": tensors of rows b - a) with rows a..b of one shard
@@ -152,22 +165,18 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
         if compression == "zstd":
             blob = file.read()
             _verify(path, entry, verify, blob)
-            _check_frame(path, blob, count)
-            stream = _zstd().ZstdDecompressor().stream_reader(io.BytesIO(blob))
-            _, regions = _read_header(stream, path, count)
-            for name, _, _ in _tiles(path, regions, count):
-                row = ROW_BYTES[name]
-                _skip(stream, first * row, path)
-                if stop > first:  # (an empty view cannot be cast to bytes)
-                    _readinto(stream, memoryview(targets[name].numpy()).cast("B"), path)
-                _skip(stream, (count - stop) * row, path)
+            try:  # (damage not caught by a checksum, verify "none", is seen here)
+                _check_frame(path, blob, count)
+                _read_zstd(_zstd().ZstdDecompressor().stream_reader(io.BytesIO(blob)), path, count, targets,
+                           first, stop)
+            except _zstd().ZstdError as err:
+                raise ShardError(f"{path}: corrupt zstd data ({err})") from None
             return
         # ACCESS_COPY: private and writable (nothing is written), so torch takes it without a warning.
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
             _verify(path, entry, verify, mapped)
             data_start, regions = _read_header(mapped, path, count)
-            end = 0
-            for name, begin, end in _tiles(path, regions, count):
+            for name, begin, end in _tiles(path, regions, count):  # two tensors: `end` is the last one's
                 row = ROW_BYTES[name]
                 source = np.frombuffer(mapped, np.uint8, (stop - first) * row, data_start + begin + first * row)
                 targets[name].view(-1).copy_(torch.from_numpy(source))
@@ -202,6 +211,4 @@ def load_split(path: Path, device: str | torch.device = "cpu", *, dataset: str |
         start = stop
     if labels.numel() and int(labels.max()) > 9:
         raise ShardError(f"{folder}: a label is outside 0..9")
-    if device.type == "cpu":
-        return images, labels
-    return images.to(device, non_blocking=pin), labels.to(device, non_blocking=pin)
+    return images.to(device, non_blocking=pin), labels.to(device, non_blocking=pin)  # on the CPU: themselves

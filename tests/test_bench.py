@@ -325,8 +325,12 @@ def test_execution_per_variant_and_device(monkeypatch):
     sparse = BenchSettings(compiled={"cpu": {"compile_mode": "max-autotune", "autocast": False}})
     assert sparse.execution("compiled", cpu) == Execution(compile_mode="max-autotune")  # the rest: defaults
     assert sparse.execution("compiled", cuda) == Execution()                           # no entry: eager fp32
-    assert settings.workers() == min(4, os.cpu_count() or 1) and BenchSettings(num_workers=3).workers() == 3
+    assert BenchSettings(num_workers=3).workers() == 3
+    for cores, workers in ((16, 4), (3, 3), (None, 1)):  # 0: at most 4, one where the count is unknown
+        monkeypatch.setattr("pipeline.bench.os.cpu_count", lambda cores=cores: cores)
+        assert settings.workers() == workers
     assert settings.train_config() == TrainConfig(batch_size=512, lr=1e-3, seed=42)
+    assert BenchSettings(batch_size=64, lr=0.01, seed=7).train_config() == TrainConfig(batch_size=64, lr=0.01, seed=7)
 
 
 def test_finish_anchors_on_preprocessed_and_rounds_to_hundredths():

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("counts, world", [([50] * 11 + [30], 2), ([50] * 11 + [31], 3), ([32768, 27232], 2),
-                                           ([7], 4), ([3, 1, 4, 1, 5, 9, 2, 6], 5)])
+                                           ([7], 4), ([3, 1, 4, 1, 5, 9, 2, 6], 5),
+                                           ([4, 4], 2), ([10, 10, 10, 10], 2)])  # rank ends on shard ends
 def test_pieces_give_every_rank_an_equal_disjoint_range(counts, world):
     total = sum(counts)
     ranks = pieces(counts, world, seed=1, epoch=0)
@@ -33,7 +34,7 @@ def test_pieces_give_every_rank_an_equal_disjoint_range(counts, world):
     for rank in ranks:                                                      # a shard's rows, each once
         assert all(0 <= a < b <= counts[shard] for shard, a, b in rank)
     assert pieces(counts, world, seed=1, epoch=0) == ranks                  # seeded
-    if len(counts) > 2:
+    if len(counts) > 4:  # (few shards have few orders: two seeds may give the same one)
         assert pieces(counts, world, seed=1, epoch=1) != ranks              # a new order each epoch
         assert pieces(counts, world, seed=2, epoch=0) != ranks
 

@@ -58,12 +58,13 @@ MANIFEST_CASES = {
     "separator inside": (_set(["shards", 0, "file"], "shard-a/b.safetensors"), r"not a plain shard file name"),
     "dot dot alone": (_set(["shards", 0, "file"], ".."), r"not a plain shard file name"),
     "not a string": (_set(["shards", 0, "file"], 7), r"shards\[0\]\.file: expected a file name, got 7"),
-    "listed twice": (lambda m: m["shards"].__setitem__(1, copy.deepcopy(m["shards"][0])), r"listed twice"),
+    "listed twice": (lambda m: m["shards"].__setitem__(1, copy.deepcopy(m["shards"][0])),
+                     r"shards\[1\]\.file: 'shard-00000.safetensors' is listed twice$"),
     "absurd count": (_set(["count"], 10**18), r"count: 1000000000000000000 is outside 0\.\.2147483648"),
     "count a string": (_set(["count"], "64"), r"count: expected an integer, got '64'"),
     "count a bool": (_set(["shards", 0, "count"], True), r"shards\[0\]\.count: expected an integer, got True"),
     "negative bytes": (_set(["shards", 0, "bytes"], -5), r"shards\[0\]\.bytes: -5 is outside 1\.\."),
-    "counts do not add up": (_set(["count"], 65), r"shard counts add up to 64, count says 65"),
+    "counts do not add up": (_set(["count"], 65), r"json: shards: shard counts add up to 64, count says 65$"),
     "size cannot hold count": (_set(["shards", 0, "count"], 2000), r"cannot hold 2,000 samples"),
     "missing key": (_set(["shards"], KeyError), r"\(keys\): missing \['shards'\]"),
     "unknown key": (_set(["extra"], 1), r"\(keys\): missing \[\], unknown \['extra'\]"),
@@ -115,6 +116,18 @@ def test_manifest_boundaries_accepted():
         check_manifest(_manifest(MAX_COUNT + 1, [MAX_COUNT + 1], "zstd"), file)
     with pytest.raises(ShardError, match=r"shards\[0\]\.count: 0 is outside 1\.\."):
         check_manifest(_manifest(0, [0]), file)
+    # An uncompressed shard is its samples plus an 8-byte length and a header of 1..MAX_HEADER bytes
+    from pipeline.manifest import MAX_HEADER, SAMPLE_BYTES
+
+    for size, ok in ((3 * SAMPLE_BYTES, False), (3 * SAMPLE_BYTES + 1, True),
+                     (3 * SAMPLE_BYTES + 8 + MAX_HEADER, True), (3 * SAMPLE_BYTES + 9 + MAX_HEADER, False)):
+        manifest = _manifest(3, [3])
+        manifest["shards"][0]["bytes"] = size
+        if ok:
+            assert check_manifest(manifest, file) is manifest
+        else:
+            with pytest.raises(ShardError, match=rf"shards\[0\]\.bytes: {size:,} bytes cannot hold 3 samples of 785"):
+                check_manifest(manifest, file)
     longest = "shard-" + "a" * 237 + ".safetensors"
     assert len(longest) == 255 and shard_name(file, "k", longest) == longest
 
@@ -138,8 +151,9 @@ def test_hostile_manifest(shard_dir, case):
 ])
 def test_unreadable_manifest(shard_dir, text, message):
     (shard_dir / "manifest.json").write_text(text)
-    with pytest.raises(ShardError, match=message):
+    with pytest.raises(ShardError, match=message) as err:
         load_split(shard_dir)
+    assert str(err.value).startswith(f"{shard_dir / 'manifest.json'}: ")
 
 
 def test_symlinked_shard_is_refused(shard_dir, tmp_path):

@@ -378,3 +378,56 @@ def test_split_name_and_empty_row_range(split_dir, arrays):
     np.testing.assert_array_equal(some["images"].numpy(), arrays[0][3:5])
     with pytest.raises(ValueError, match="rows 5..3 are outside the shard's 0..24"):
         read_shard_into(split_dir, manifest["shards"][0], manifest["compression"]["codec"], "xxh3", some, rows=(5, 3))
+
+
+def _zstd_shard(folder, body: bytes | None = None):
+    """A one-shard zstd split of 400 samples (several zstd blocks); `body` replaces the
+    compressed file, the manifest's size following it."""
+    from conftest import make_split
+
+    write_shards(*make_split(400, 9), folder, dataset="tiny", split="train", samples_per_shard=400,
+                 compression="zstd")
+    shard = folder / "shard-00000.safetensors.zst"
+    if body is not None:
+        shard.write_bytes(body)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["shards"][0]["bytes"] = len(body)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    return shard
+
+
+def _zstd(data: bytes) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdCompressor().compress(data)
+
+
+def _safetensors(images_at: tuple[int, int], labels_at: tuple[int, int], tail: bytes = b"") -> bytes:
+    header = json.dumps({"images": {"dtype": "U8", "shape": [400, 28, 28], "data_offsets": list(images_at)},
+                         "labels": {"dtype": "U8", "shape": [400], "data_offsets": list(labels_at)}}).encode()
+    return len(header).to_bytes(8, "little") + header + bytes(400 * 785) + tail
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda blob: b"not a zstd frame" * 64, r"corrupt zstd data \("),
+    (lambda blob: blob[:40] + bytes(len(blob) - 40), r"corrupt zstd data \("),
+    (lambda blob: blob[: len(blob) * 3 // 4], r"ends early \(truncated\?\)"),
+    (lambda blob: _zstd((1 << 20).to_bytes(8, "little") + bytes(400 * 785)), r"not a safetensors shard"),
+    (lambda blob: _zstd(_safetensors((0, 313600), (313600, 314000), b"x" * 9)), r"bytes after the last tensor"),
+    (lambda blob: _zstd(_safetensors((400, 314000), (0, 390))), r"tensor 'labels' at bytes 0..390, expected 0..400"),
+])
+@pytest.mark.parametrize("rows", [None, (0, 1), (399, 400)])
+def test_damaged_zstd_shard_without_verification(tmp_path, damage, message, rows):
+    """Every way a zstd shard can be broken below its checksum is a ShardError naming the
+    file (never zstandard's own exception), for whole reads and for row ranges."""
+    from pipeline.shardreader import read_shard_into
+
+    good = _zstd_shard(tmp_path / "good")
+    shard = _zstd_shard(tmp_path / "bad", damage(good.read_bytes()))
+    entry = json.loads((shard.parent / "manifest.json").read_text())["shards"][0]
+    first, stop = rows or (0, 400)
+    targets = {"images": torch.empty(stop - first, 28, 28, dtype=torch.uint8),
+               "labels": torch.empty(stop - first, dtype=torch.uint8)}
+    with pytest.raises(ShardError, match=message) as err:
+        read_shard_into(shard.parent, entry, "zstd", "none", targets, rows=rows)
+    assert str(err.value).startswith(f"{shard}: ")

@@ -30,12 +30,12 @@ def test_streamed_stage_writes_the_bytes_of_the_whole_split_in_memory(tmp_path, 
     for split in ("train", "test"):
         write_csv(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], tmp_path / "csv" / f"{split}.csv")
     convert_dataset(tmp_path / "csv", tmp_path / "pq", tmp_path / "f.json", "zstd-3", row_group_rows=10)
-    shard_dataset(tmp_path / "pq" / layout, tmp_path / "streamed", "tiny", 24, compression, 3)
+    shard_dataset(tmp_path / "pq" / layout, tmp_path / "streamed", "tiny", 24, compression, 5)
     for split in ("train", "test"):
         labels, images = tiny.arrays[f"{split}_labels"], tiny.arrays[f"{split}_images"]
         digest = hashlib.sha256(labels.tobytes() + images.tobytes()).hexdigest()
         write_shards(images, labels, tmp_path / "whole" / split, dataset="tiny", split=split, samples_per_shard=24,
-                     compression=compression, level=3, source={"content_sha256": digest})
+                     compression=compression, level=5, source={"content_sha256": digest})
     assert files(tmp_path / "streamed") == files(tmp_path / "whole")
     assert len(files(tmp_path / "streamed" / "train")) == 1 + -(-len(tiny.arrays["train_labels"]) // 24)
     images, labels = load_split(tmp_path / "streamed" / "train")
@@ -93,3 +93,49 @@ print(tracemalloc.get_traced_memory()[1], pa.default_memory_pool().max_memory())
     assert numpy_peak + arrow_peak < split_bytes / 4, (numpy_peak, arrow_peak, split_bytes)
     loaded, _ = load_split(tmp_path / "out")
     assert len(loaded) == n
+
+
+@pytest.mark.parametrize("layout", ["compact", "wide"])
+def test_parquet_column_order_and_extra_columns_do_not_matter(tmp_path, layout):
+    """Columns are read by name: a file written by another tool, with its columns in another
+    order and one more, gives the same shards (label first would be a guess)."""
+    from pipeline.idx import COLUMNS
+    from pipeline.shardwriter import stream_split
+
+    images, labels = make_split(40, 3)
+    if layout == "compact":
+        table = compact_table(labels, images.reshape(40, 784))
+    else:
+        pixels = images.reshape(40, 784)
+        table = pa.table({name: pa.array(pixels[:, i - 1] if i else labels, pa.uint8()) for i, name in enumerate(COLUMNS)})
+    names = ["note", *reversed(table.column_names)]
+    table = table.append_column("note", pa.array(["x"] * 40)).select(names)
+    pq.write_table(table, tmp_path / "foreign.parquet")
+    manifest = stream_split(tmp_path / "foreign.parquet", tmp_path / "s", dataset="d", split="train",
+                            samples_per_shard=16)
+    got_images, got_labels = load_split(tmp_path / "s")
+    np.testing.assert_array_equal(got_labels.numpy(), labels)
+    np.testing.assert_array_equal(got_images.numpy(), images)
+    digest = hashlib.sha256(labels.tobytes() + images.reshape(40, 784).tobytes()).hexdigest()
+    assert manifest["source"] == {"content_sha256": digest}
+
+
+def test_stream_split_passes_the_zstd_level_on_and_names_its_source(tmp_path):
+    from pipeline.shardwriter import stream_split
+
+    images, labels = make_split(300, 4)
+    pq.write_table(compact_table(labels, images.reshape(300, 784)), tmp_path / "train.parquet")
+    default = stream_split(tmp_path / "train.parquet", tmp_path / "default", dataset="d", split="train",
+                           samples_per_shard=300, compression="zstd")
+    assert default["compression"] == {"codec": "zstd", "level": 3}
+    sizes = {}
+    for level in (1, 19):
+        manifest = stream_split(tmp_path / "train.parquet", tmp_path / f"z{level}", dataset="d", split="train",
+                                samples_per_shard=300, compression="zstd", level=level)
+        assert manifest["compression"] == {"codec": "zstd", "level": level}
+        sizes[level] = manifest["shards"][0]["bytes"]
+    assert sizes[19] < sizes[1]  # the level reached the compressor, not only the manifest
+    labels[7] = 10
+    pq.write_table(compact_table(labels, images.reshape(300, 784)), tmp_path / "bad.parquet")
+    with pytest.raises(ShardError, match=rf"^{tmp_path / 'bad.parquet'}: label 10 is outside 0\.\.9$"):
+        stream_split(tmp_path / "bad.parquet", tmp_path / "bad", dataset="d", split="train", samples_per_shard=300)
