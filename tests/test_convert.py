@@ -182,3 +182,31 @@ def test_codec_table(tmp_path, csv_dir):
     assert json.loads((tmp_path / "m.json").read_text()) == table
     header, *rows = (tmp_path / "p.csv").read_text().splitlines()
     assert header == "codec,tiny wide,tiny compact" and [r.split(",")[0] for r in rows] == ["none", "zstd-3"]
+
+
+def test_row_groups_are_exact_whatever_the_blocks():
+    """Blocks smaller than, straddling and larger than a row group: every group but the last
+    holds exactly `rows`, in order (so the file's bytes do not depend on the CSV reader's blocks)."""
+    from pipeline.convert import _RowGroups
+
+    class Recorder:  # keeps what a ParquetWriter would have written (the buffer is reused)
+        def __init__(self) -> None:
+            self.groups: list[tuple[np.ndarray, bytes]] = []
+
+        def write_table(self, table, row_group_size: int) -> None:
+            assert row_group_size == 10
+            images = b"".join(v.as_py() for v in table.column("image"))
+            self.groups.append((table.column("label").to_numpy().copy(), images))
+
+    labels = (np.arange(43) % 10).astype(np.uint8)
+    pixels = (np.arange(43 * 784) % 251).astype(np.uint8).reshape(43, 784)
+    recorder = Recorder()
+    groups = _RowGroups(recorder, 10)
+    start = 0
+    for size in (7, 7, 25, 1, 3):
+        groups.add(labels[start:start + size], pixels[start:start + size])
+        start += size
+    groups.flush()
+    assert [len(group_labels) for group_labels, _ in recorder.groups] == [10, 10, 10, 10, 3]
+    np.testing.assert_array_equal(np.concatenate([g for g, _ in recorder.groups]), labels)
+    assert b"".join(images for _, images in recorder.groups) == pixels.tobytes()

@@ -145,6 +145,8 @@ def test_checksum_mismatch_lists_every_mirror(tmp_path, tiny, http_server):
     expected = tiny.files["test_labels"]["sha256"]
     actual = hashlib.sha256(idx_bytes(bad)).hexdigest()
     assert "could not fetch t10k-labels-idx1-ubyte.gz from any of 2 mirrors" in message
+    lines = message.splitlines()  # one line per mirror, each its own
+    assert len(lines) == 3 and all(line.startswith("  - ") and "XX" not in line for line in lines[1:])
     assert f"expected {expected}, got {actual}" in message
     assert f"{tmp_path / 'empty'}/t10k-labels-idx1-ubyte.gz: not found" in message
     # The old output is untouched and no partial file of the new one is left anywhere.
