@@ -23,8 +23,10 @@ def csv_dir(tmp_path, tiny):
 def test_codec_specs():
     assert Codec.parse("zstd-19") == Codec("zstd", 19)
     assert Codec.parse("snappy").label == "snappy"
-    for bad in ("zip", "zstd-x", "snappy-3"):
-        with pytest.raises(ValueError):
+    for bad, message in (("zip", "unknown codec 'zip'"), ("zstd-x", "must be an integer"),
+                         ("zstd-99", "zstd levels are"), ("snappy-3", "snappy takes no level"),
+                         ("none-1", "none takes no level"), ("lz4-3", "lz4 takes no level")):
+        with pytest.raises(ValueError, match=message):
             Codec.parse(bad)
 
 
@@ -210,3 +212,20 @@ def test_row_groups_are_exact_whatever_the_blocks():
     assert [len(group_labels) for group_labels, _ in recorder.groups] == [10, 10, 10, 10, 3]
     np.testing.assert_array_equal(np.concatenate([g for g, _ in recorder.groups]), labels)
     assert b"".join(images for _, images in recorder.groups) == pixels.tobytes()
+
+
+def test_unreadable_parquet_says_why(tmp_path):
+    """The reader's own reason (first line), not just the exception's type."""
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet at all" * 10)
+    with pytest.raises(DataError, match=r"junk\.parquet: .*Parquet magic bytes not found"):
+        read_parquet_arrays(tmp_path / "junk.parquet")
+
+
+def test_wide_parquet_without_its_pixel_columns(tmp_path):
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"label": pa.array([1], pa.uint8()), "pixel1": pa.array([0], pa.uint8())}),
+                   tmp_path / "w.parquet")
+    with pytest.raises(DataError, match=r"w\.parquet: neither an 'image' column nor the pixel columns "
+                                        r"\(missing \['pixel2', 'pixel3', 'pixel4'\]\.\.\.\)"):
+        read_parquet_arrays(tmp_path / "w.parquet")

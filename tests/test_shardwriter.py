@@ -58,7 +58,7 @@ def test_shard_bytes_do_not_depend_on_how_the_input_arrives(tmp_path, batch_rows
 def test_writer_refuses_label_ten(tmp_path):
     images, labels = make_split(30, 1)
     labels[17] = 10
-    with pytest.raises(ShardError, match="label 10 is outside 0..9"):
+    with pytest.raises(ShardError, match="^d/train: label 10 is outside 0..9$"):  # no origin given: data set/split
         write_shards(images, labels, tmp_path / "s", dataset="d", split="train", samples_per_shard=8)
     assert not (tmp_path / "s").exists()
 
@@ -139,3 +139,16 @@ def test_stream_split_passes_the_zstd_level_on_and_names_its_source(tmp_path):
     pq.write_table(compact_table(labels, images.reshape(300, 784)), tmp_path / "bad.parquet")
     with pytest.raises(ShardError, match=rf"^{tmp_path / 'bad.parquet'}: label 10 is outside 0\.\.9$"):
         stream_split(tmp_path / "bad.parquet", tmp_path / "bad", dataset="d", split="train", samples_per_shard=300)
+
+
+def test_writer_edges_one_sample_shards_nested_folder_default_level(tmp_path):
+    images, labels = make_split(3, 2)
+    manifest = write_shards(images, labels, tmp_path / "a" / "b" / "c", dataset="d", split="train",
+                            samples_per_shard=1)
+    assert [s["count"] for s in manifest["shards"]] == [1, 1, 1]
+    np.testing.assert_array_equal(load_split(tmp_path / "a" / "b" / "c")[1].numpy(), labels)
+    with pytest.raises(ValueError, match="samples_per_shard"):
+        write_shards(images, labels, tmp_path / "zero", dataset="d", split="train", samples_per_shard=0)
+    zstd = write_shards(images, labels, tmp_path / "z", dataset="d", split="train", samples_per_shard=3,
+                        compression="zstd")
+    assert zstd["compression"] == {"codec": "zstd", "level": 3}
