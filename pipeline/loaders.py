@@ -1,7 +1,7 @@
 """Feeding a training loop from shards, three ways, fastest last:
 - `ShardDataset`: map-style, with `__getitems__`, for code that keeps its DataLoader;
 - `load_split` (shardreader): the verified split as uint8 tensors on a device;
-- `DeviceBatches`: the split resident on the device, shuffled there by a seeded generator,
+- `DeviceBatches`: the split resident on the device, batches gathered there in a seeded order,
   converted to float per batch; equal batch counts on every DDP rank.
 For data that do not fit one device, `ranks.RankShards` gives each DDP rank only its shards.
 """

@@ -152,3 +152,16 @@ def test_writer_edges_one_sample_shards_nested_folder_default_level(tmp_path):
     zstd = write_shards(images, labels, tmp_path / "z", dataset="d", split="train", samples_per_shard=3,
                         compression="zstd")
     assert zstd["compression"] == {"codec": "zstd", "level": 3}
+
+
+def test_stream_split_of_an_empty_or_one_row_parquet(tmp_path):
+    from pipeline.errors import DataError
+    from pipeline.shardwriter import stream_split
+
+    images, labels = make_split(1, 6)
+    pq.write_table(compact_table(labels, images.reshape(1, 784)), tmp_path / "one.parquet")
+    assert stream_split(tmp_path / "one.parquet", tmp_path / "one", dataset="d", split="test",
+                        samples_per_shard=4)["count"] == 1
+    pq.write_table(compact_table(labels[:0], images[:0].reshape(0, 784)), tmp_path / "empty.parquet")
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'empty.parquet'}: no samples$"):
+        stream_split(tmp_path / "empty.parquet", tmp_path / "empty", dataset="d", split="test", samples_per_shard=4)

@@ -27,7 +27,7 @@ def scores(meta_dir: Path) -> dict[str, Counter]:
     return table
 
 
-def render(table: dict[str, Counter], seconds: float | None) -> str:
+def render(table: dict[str, Counter], seconds: float | None, note: str = "") -> str:
     lines = ["| module | mutants | " + " | ".join(COLUMNS) + " | score |",
              "|---|---:|" + "---:|" * len(COLUMNS) + "---:|"]
     total: Counter = Counter()
@@ -36,8 +36,9 @@ def render(table: dict[str, Counter], seconds: float | None) -> str:
         lines.append(_row(f"`{module}`", counts))
     lines.append(_row("**all**", total))
     ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
-    note = (f"\nmutmut {ran}, commit {_commit()}; score = (killed + timeout) / (mutants - not checked).")
-    return "\n".join(lines) + "\n" + note + "\n"
+    footer = (f"\nmutmut {ran}, commit {_commit()}; score = (killed + timeout) / (mutants - not checked)."
+              + (f" {note}" if note else ""))
+    return "\n".join(lines) + "\n" + footer + "\n"
 
 
 def _row(name: str, counts: Counter) -> str:
@@ -60,8 +61,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--meta", type=Path, default=Path("mutants/pipeline"))
     parser.add_argument("--seconds", type=float, help="how long the mutmut run took")
+    parser.add_argument("--note", default="", help="a sentence on how the run went (stopped, resumed, ...)")
     args = parser.parse_args()
-    print(render(scores(args.meta), args.seconds), end="")
+    print(render(scores(args.meta), args.seconds, args.note), end="")
 
 
 if __name__ == "__main__":
