@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.atomic import atomic_dir, atomic_path
-from pipeline.csvdata import HEADER, is_header
+from pipeline.csvdata import HEADER, is_header, line_body
 from pipeline.errors import DataError
 from pipeline.idx import COLUMNS, PIXELS, SPLITS
 
@@ -85,7 +85,7 @@ def _check_header(csv_path: Path) -> None:
     if not first:
         raise DataError(f"{csv_path}: empty file (expected the header {HEADER[:30]!r}...)")
     if not is_header(first):
-        names = first.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8", "replace").split(",")
+        names = line_body(first).decode("utf-8", "replace").split(",")
         where = next((i for i, (a, b) in enumerate(zip(names, COLUMNS)) if a != b), min(len(names), len(COLUMNS)))
         got = names[where] if where < len(names) else "<end of line>"
         raise DataError(f"{csv_path}: line 1: header does not match: column {where + 1} is "

@@ -23,10 +23,14 @@ HEADER = ",".join(COLUMNS) + "\n"
 HEADER_LINE = HEADER.rstrip("\n").encode()
 
 
+def line_body(line: bytes) -> bytes:
+    """A line as read (ending in LF, CRLF, or nothing at the end of the file) without its one
+    line ending, and nothing more stripped (no blanks, no stray CR)."""
+    return line.removesuffix(b"\n").removesuffix(b"\r")
+
+
 def is_header(line: bytes) -> bool:
-    """Whether line 1, as read (ending in LF, CRLF, or nothing at the end of the file), is the
-    header: exactly, with one line ending stripped and nothing more (no blanks, no stray CR)."""
-    return line.removesuffix(b"\n").removesuffix(b"\r") == HEADER_LINE
+    return line_body(line) == HEADER_LINE
 
 
 def write_csv(images: np.ndarray, labels: np.ndarray, dest: Path) -> None:

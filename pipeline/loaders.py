@@ -69,9 +69,9 @@ class DeviceBatches:
 
     Every epoch draws a fresh permutation from a generator seeded with (seed, epoch), so runs
     repeat exactly and epochs differ. It is drawn on the CPU (60,000 indices: well under a
-    millisecond) and moved, so CPU and GPU runs of one seed train on the same order. With `world_size > 1` each rank takes a disjoint,
-    equal-sized slice of the same permutation, so every rank yields the same number of
-    batches (uneven counts hang DDP's collectives).
+    millisecond) and moved, so CPU and GPU runs of one seed train on the same order. With
+    `world_size > 1` each rank takes a disjoint, equal-sized slice of the same permutation, so
+    every rank yields the same number of batches (uneven counts hang DDP's collectives).
     """
 
     images: torch.Tensor

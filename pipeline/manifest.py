@@ -57,7 +57,15 @@ _HEX = frozenset("0123456789abcdef")
 MAX_COUNT = 1 << 31            # samples in one split: far above any real data set, far below petabytes
 SAMPLE_BYTES = 28 * 28 + 1     # one image and its label
 MAX_HEADER = 1 << 20           # the safetensors header bound the reader enforces
-MAX_BYTES = MAX_COUNT * SAMPLE_BYTES + 8 + MAX_HEADER  # a shard file: its samples, at worst uncompressed
+
+
+def max_shard_bytes(count: int) -> int:
+    """The most a shard of `count` samples can take uncompressed: its samples, the 8-byte
+    header length and the largest header the reader accepts."""
+    return count * SAMPLE_BYTES + 8 + MAX_HEADER
+
+
+MAX_BYTES = max_shard_bytes(MAX_COUNT)
 
 
 def _fail(file: Path, key: str, message: str) -> ShardError:
@@ -130,7 +138,7 @@ def check_manifest(manifest, file: Path) -> dict:
         seen.add(name)
         n = _count(file, f"{where}.count", entry.get("count"), low=1)
         size = _count(file, f"{where}.bytes", entry.get("bytes"), low=1, high=MAX_BYTES)
-        if compression["codec"] == "none" and not n * SAMPLE_BYTES < size <= n * SAMPLE_BYTES + 8 + MAX_HEADER:
+        if compression["codec"] == "none" and not n * SAMPLE_BYTES < size <= max_shard_bytes(n):
             raise _fail(file, f"{where}.bytes", f"{size:,} bytes cannot hold {n:,} samples of {SAMPLE_BYTES} bytes")
         _digest(file, f"{where}.sha256", entry.get("sha256"), 64)
         _digest(file, f"{where}.xxh3_128", entry.get("xxh3_128"), 32)

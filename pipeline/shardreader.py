@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.manifest import IMAGE_SHAPE, MAX_HEADER, SAMPLE_BYTES, ShardError, read_manifest
+from pipeline.manifest import IMAGE_SHAPE, MAX_HEADER, SAMPLE_BYTES, ShardError, max_shard_bytes, read_manifest
 
 VERIFY = ("xxh3", "sha256", "none")
 
@@ -66,7 +66,7 @@ def _read_header(source, path: Path, count: int) -> tuple[int, dict[str, tuple[i
     manifest; returns its length in bytes and {tensor: (begin, end)} within the data area."""
     raw = source.read(8)
     size = int.from_bytes(raw, "little") if len(raw) == 8 else -1
-    if not 0 < size < 1 << 20:
+    if not 0 < size < MAX_HEADER:
         raise ShardError(f"{path}: not a safetensors shard (header length {size})")
     try:
         header = json.loads(source.read(size))
@@ -115,7 +115,7 @@ def _check_frame(path: Path, blob: bytes, count: int) -> None:
     """A zstd shard's frame states its decompressed size: it must be what `count` samples
     take, before anything that size is allocated or decompressed."""
     size = _zstd().frame_content_size(blob)
-    if size < 0 or not count * SAMPLE_BYTES < size <= count * SAMPLE_BYTES + 8 + MAX_HEADER:
+    if size < 0 or not count * SAMPLE_BYTES < size <= max_shard_bytes(count):
         raise ShardError(f"{path}: zstd frame holds {size:,} bytes, not {count:,} samples")
 
 
