@@ -115,7 +115,9 @@ def _check_frame(path: Path, blob: bytes, count: int) -> None:
     """A zstd shard's frame states its decompressed size: it must be what `count` samples
     take, before anything that size is allocated or decompressed."""
     size = _zstd().frame_content_size(blob)
-    if size < 0 or not count * SAMPLE_BYTES < size <= max_shard_bytes(count):
+    if size < 0:  # -1: the writer streamed the frame and never said; ours always says
+        raise ShardError(f"{path}: zstd frame does not state its decompressed size")
+    if not count * SAMPLE_BYTES < size <= max_shard_bytes(count):
         raise ShardError(f"{path}: zstd frame holds {size:,} bytes, not {count:,} samples")
 
 

@@ -436,3 +436,6 @@ def test_zstd_frame_size_bounds():
     for size in (low, high + 1, 0):
         with pytest.raises(ShardError, match=rf"s.zst: zstd frame holds {size:,} bytes, not 2 samples"):
             _check_frame(Path("s.zst"), frame(size), 2)
+    unsized = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(low + 1))
+    with pytest.raises(ShardError, match=r"s.zst: zstd frame does not state its decompressed size"):
+        _check_frame(Path("s.zst"), unsized, 2)

@@ -431,3 +431,11 @@ def test_damaged_zstd_shard_without_verification(tmp_path, damage, message, rows
     with pytest.raises(ShardError, match=message) as err:
         read_shard_into(shard.parent, entry, "zstd", "none", targets, rows=rows)
     assert str(err.value).startswith(f"{shard}: ")
+
+
+def test_load_split_returns_tensors_on_the_device_asked_for(split_dir, arrays):
+    """"meta" is a device every torch build has: the split must land where it was asked to."""
+    images, labels = load_split(split_dir, device="meta")
+    assert images.device.type == "meta" and labels.device.type == "meta"
+    assert images.shape == (len(arrays[1]), 28, 28) and labels.shape == (len(arrays[1]),)
+    assert images.dtype == labels.dtype == torch.uint8
