@@ -287,6 +287,7 @@ def measure_reads(out_paths: dict[str, Path], figures: dict) -> None:
 
 
 CHECKSUMS = "SHA256SUMS"
+_HEX = frozenset("0123456789abcdef")
 
 
 def _sha256(path: Path) -> str:
@@ -304,16 +305,30 @@ def write_checksums(folder: Path) -> None:
     (folder / CHECKSUMS).write_text("".join(f"{_sha256(folder / name)}  {name}\n" for name in names))
 
 
+def _read_sums(sums: Path) -> dict[str, str]:
+    """`sha256sum`'s text format, read strictly: a damaged list must not pass as a shorter one."""
+    try:
+        text = sums.read_bytes()[:1 << 20].decode("ascii")
+    except UnicodeDecodeError:
+        raise DataError(f"{sums}: not a SHA256SUMS text file (bytes that are not ASCII)") from None
+    recorded: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not (sep and len(digest) == 64 and set(digest) <= _HEX and name and name not in recorded):
+            raise DataError(f"{sums}: line {number} is not '<64 hex digits>  <file>' (or names a file twice)")
+        recorded[name] = digest
+    return recorded
+
+
 def verify_checksum(path: Path) -> None:
     """Check `<codec>/<layout>/<split>.parquet` against its folder's SHA256SUMS."""
     path = Path(path)
     sums = path.parent.parent / CHECKSUMS
     name = f"{path.parent.name}/{path.name}"
     try:
-        lines = sums.read_text().splitlines()
+        recorded = _read_sums(sums)
     except FileNotFoundError:
         raise DataError(f"{sums}: missing, so {path} cannot be checked (not written by the convert stage?)") from None
-    recorded = {line[66:]: line[:64] for line in lines if len(line) > 66}
     if name not in recorded:
         raise DataError(f"{sums}: no checksum for {name}")
     if not path.is_file():

@@ -439,3 +439,29 @@ def test_zstd_frame_size_bounds():
     unsized = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(low + 1))
     with pytest.raises(ShardError, match=r"s.zst: zstd frame does not state its decompressed size"):
         _check_frame(Path("s.zst"), unsized, 2)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda text: text.replace("  ", " ", 1),                       # one space, not two
+    lambda text: text.replace(text[:1], "G", 1),                    # not hex
+    lambda text: text[1:],                                          # 63 digits
+    lambda text: text + "\n",                                        # an empty line
+    lambda text: text + text.splitlines()[0] + "\n",                 # a file listed twice
+    lambda text: text.splitlines()[0][:66] + "\n" + text,            # no file name
+])
+def test_damaged_checksum_list_is_refused_not_read_around(parquet, damage):
+    from pipeline.convert import verify_checksum
+
+    sums = parquet.parent / "SHA256SUMS"
+    sums.write_text(damage(sums.read_text()))
+    with pytest.raises(DataError, match=rf"^{sums}: line \d+ is not '<64 hex digits>  <file>'"):
+        verify_checksum(parquet / "train.parquet")
+
+
+def test_checksum_list_that_is_not_text_is_refused(parquet):
+    from pipeline.convert import verify_checksum
+
+    sums = parquet.parent / "SHA256SUMS"
+    sums.write_bytes(b"\xff\xfe" + sums.read_bytes())
+    with pytest.raises(DataError, match=rf"^{sums}: not a SHA256SUMS text file"):
+        verify_checksum(parquet / "train.parquet")
