@@ -65,7 +65,9 @@ def _read_header(source, path: Path, count: int) -> tuple[int, dict[str, tuple[i
     """The safetensors header (8-byte little-endian length + JSON), checked against the
     manifest; returns its length in bytes and {tensor: (begin, end)} within the data area."""
     raw = source.read(8)
-    size = int.from_bytes(raw, "little") if len(raw) == 8 else -1
+    if len(raw) < 8:
+        raise ShardError(f"{path}: not a safetensors shard (ends after {len(raw)} bytes)")
+    size = int.from_bytes(raw, "little")
     if not 0 < size < MAX_HEADER:
         raise ShardError(f"{path}: not a safetensors shard (header length {size})")
     try:

@@ -177,7 +177,7 @@ def test_zstd_frame_that_claims_too_much(tmp_path, tiny):
     manifest = json.loads((tmp_path / "z" / "manifest.json").read_text())
     manifest["shards"][0].update(bytes=len(bomb))
     (tmp_path / "z" / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ShardError, match=r"zstd frame holds 2,512,000 bytes, not 64 samples"):
+    with pytest.raises(ShardError, match=r"shard-00000.safetensors.zst: zstd frame holds 2,512,000 bytes, not 64 samples"):
         load_split(tmp_path / "z", verify="none")
 
 
@@ -404,7 +404,6 @@ def test_cli_hostile_manifest_in_bench(tmp_path, shard_dir):
     code = f"from pipeline.shards import load_split; load_split({str(shard_dir)!r})"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "is not a plain shard file name" in result.stderr and "passwd: " not in result.stderr.split("file name")[-1]
-    assert np.isfinite(0)  # (the reader never opened /etc/passwd: it was refused from the manifest alone)
 
 
 def test_streamed_shard_writer_checks_page_crcs_itself(csv_dir, tmp_path):

@@ -1,5 +1,6 @@
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -337,6 +338,17 @@ def test_header_length_bounds(tmp_path, arrays, size, message):
         load_split(_raw_shard(tmp_path, arrays, body), verify="none")
 
 
+@pytest.mark.parametrize("raw", [b"", b"\x01", bytes(7)])
+def test_header_length_cut_short(raw):
+    """Fewer than the 8 bytes of the length: said as such, whatever those bytes would read as."""
+    import io
+
+    from pipeline.shardreader import _read_header
+
+    with pytest.raises(ShardError, match=rf"^s.safetensors: not a safetensors shard \(ends after {len(raw)} bytes\)$"):
+        _read_header(io.BytesIO(raw), Path("s.safetensors"), 64)
+
+
 def test_tensors_in_any_order_in_the_file(tmp_path, arrays):
     """safetensors orders the data by offset, not by name: labels first is a valid file."""
     images, labels = arrays
@@ -350,7 +362,7 @@ def test_tensors_in_any_order_in_the_file(tmp_path, arrays):
 def test_tensor_of_the_wrong_size_where_it_should_start(tmp_path, arrays):
     header = _tensors((0, 64 * 784 - 1), (64 * 784 - 1, 64 * 784 + 63))
     body = len(header).to_bytes(8, "little") + header + bytes(64 * 785)
-    with pytest.raises(ShardError, match=r"tensor 'images' at bytes 0..50175, expected 0..50176"):
+    with pytest.raises(ShardError, match=r"shard-00000.safetensors: tensor 'images' at bytes 0..50175, expected 0..50176"):
         load_split(_raw_shard(tmp_path, arrays, body), verify="none")
 
 
