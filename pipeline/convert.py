@@ -181,6 +181,21 @@ def compact_table(labels: np.ndarray, pixels: np.ndarray) -> pa.Table:
     return pa.Table.from_arrays([pa.array(labels, pa.uint8()), images], names=["label", "image"])
 
 
+def check_types(path: Path, schema: pa.Schema) -> None:
+    """Exactly the types this module writes: a file from elsewhere with wider ones (int64,
+    float) would be cast to uint8 by its readers and wrap (300 -> 44) without a word."""
+    for field in schema:
+        expected = IMAGE_TYPE if field.name == "image" else pa.uint8() if field.name in COLUMNS else None
+        if expected is not None and field.type != expected:
+            raise DataError(f"{path}: column {field.name!r} is {field.type}, expected {expected}")
+
+
+def check_present(path: Path, name: str, column: pa.Array | pa.ChunkedArray) -> None:
+    """Every value there: Arrow reads a null as 0 (or leftover bytes) when asked for numbers."""
+    if column.null_count:
+        raise DataError(f"{path}: column {name!r} has {column.null_count} empty (null) values")
+
+
 def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(labels [n], images [n, 28, 28]) uint8 from either layout, page checksums verified
     where the writer stored them; a damaged file is a DataError naming it."""
@@ -193,11 +208,13 @@ def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason[:200]})") from None
     if "label" not in table.column_names:
         raise DataError(f"{path}: no 'label' column (columns: {table.column_names[:5]}...)")
-    labels = table.column("label").to_numpy().astype(np.uint8, copy=False)
+    check_types(path, table.schema)
+    for name in table.column_names:
+        if name in (*COLUMNS, "image"):
+            check_present(path, name, table.column(name))
+    labels = table.column("label").to_numpy()
     if "image" in table.column_names:
         images = table.column("image").combine_chunks()
-        if images.type != IMAGE_TYPE:
-            raise DataError(f"{path}: column 'image' is {images.type}, expected {IMAGE_TYPE}")
         flat = np.frombuffer(images.buffers()[1], np.uint8, len(images) * PIXELS, images.offset * PIXELS)
     else:
         missing = [c for c in COLUMNS if c not in table.column_names]

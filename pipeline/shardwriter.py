@@ -137,11 +137,13 @@ def write_shards(images: np.ndarray, labels: np.ndarray, out_dir: Path, *, datas
 def _parquet(path: Path) -> Iterator[pq.ParquetFile]:
     """The split opened for streaming. Any damage, found opening it (footer) or reading it
     (a page's CRC, a column missing or mistyped), becomes one error naming the file."""
+    from pipeline.convert import check_types  # convert needs polars; `write_shards` runs without it
+
     try:
         # pre_buffer off + a 1 MiB buffered stream: pages are read as decoded, not whole
         # column chunks ahead (Arrow's peak on a 31 MB split: 4.3 MB against 26 MB).
         source = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False, buffer_size=1 << 20)
-        _check_types(path, source.schema_arrow)
+        check_types(path, source.schema_arrow)
         yield source
     except DataError:
         raise
@@ -149,23 +151,11 @@ def _parquet(path: Path) -> Iterator[pq.ParquetFile]:
         raise DataError(f"{path}: not a readable Parquet split ({str(err).splitlines()[0][:200]})") from None
 
 
-def _check_types(path: Path, schema: pa.Schema) -> None:
-    """Exactly the types convert writes: anything wider (int64, float) would be cast to uint8
-    and wrap (300 -> 44) or lose a fraction without a word."""
-    from pipeline.convert import IMAGE_TYPE  # convert needs polars; `write_shards` runs without it
-
-    for field in schema:
-        expected = IMAGE_TYPE if field.name == "image" else pa.uint8() if field.name in COLUMNS else None
-        if expected is not None and field.type != expected:
-            raise DataError(f"{path}: column {field.name!r} is {field.type}, expected {expected}")
-
-
 def _column(path: Path, batch: pa.RecordBatch, index: int) -> pa.Array:
-    """A column with every value present: Arrow would read a null as 0 (or garbage)."""
-    column = batch.column(index)
-    if column.null_count:
-        raise DataError(f"{path}: column {batch.schema.names[index]!r} has {column.null_count} empty (null) values")
-    return column
+    from pipeline.convert import check_present
+
+    check_present(path, batch.schema.names[index], batch.column(index))
+    return batch.column(index)
 
 
 def iter_samples(path: Path, batch_rows: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:

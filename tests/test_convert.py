@@ -4,6 +4,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -229,3 +230,23 @@ def test_wide_parquet_without_its_pixel_columns(tmp_path):
     with pytest.raises(DataError, match=r"w\.parquet: neither an 'image' column nor the pixel columns "
                                         r"\(missing \['pixel2', 'pixel3', 'pixel4'\]\.\.\.\)"):
         read_parquet_arrays(tmp_path / "w.parquet")
+
+
+def test_parquet_reader_refuses_other_types_and_nulls(tmp_path):
+    """read_parquet_arrays reads what convert writes; a foreign file with int64 pixels (300
+    would wrap to 44) or a null pixel (read as 0) is refused, the column named."""
+    from pipeline.idx import COLUMNS
+
+    wide = {name: pa.array([1, 2], pa.uint8()) for name in COLUMNS}
+    cases = {"int64": ({**wide, "pixel9": pa.array([300, 2], pa.int64())}, r"column 'pixel9' is int64, expected uint8"),
+             "null": ({**wide, "pixel9": pa.array([None, 2], pa.uint8())}, r"column 'pixel9' has 1 empty \(null\) values"),
+             "null label": ({**wide, "label": pa.array([1, None], pa.uint8())},
+                            r"column 'label' has 1 empty \(null\) values")}
+    for name, (columns, message) in cases.items():
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table(columns), path)
+        with pytest.raises(DataError, match=rf"^{path}: {message}$"):
+            read_parquet_arrays(path)
+    pq.write_table(pa.table(wide), tmp_path / "ok.parquet")
+    labels, images = read_parquet_arrays(tmp_path / "ok.parquet")
+    assert labels.tolist() == [1, 2] and images.shape == (2, 28, 28) and images.dtype == np.uint8
