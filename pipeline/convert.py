@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from pipeline.atomic import atomic_dir, atomic_path
 from pipeline.csvdata import HEADER, is_header, line_body
-from pipeline.errors import DataError
+from pipeline.errors import DataError, reason
 from pipeline.idx import COLUMNS, PIXELS, SPLITS
 
 LAYOUTS = ("wide", "compact")
@@ -138,8 +138,7 @@ def _parse_block(csv_path: Path, first: int, block: bytes) -> tuple[np.ndarray, 
         # quote_char=None: the format has no quoting, and polars' tokenizer is faster without.
         frame = pl.read_csv(block, has_header=False, new_columns=COLUMNS, schema=SCHEMA, quote_char=None)
     except pl.exceptions.PolarsError as err:
-        reason = str(err).split("\n", 1)[0]
-        raise DataError(f"{csv_path}: {_locate_bad_line(block, first)} (polars: {reason})") from None
+        raise DataError(f"{csv_path}: {_locate_bad_line(block, first)} (polars: {reason(err)})") from None
     # One Fortran-ordered [n, 785] array (6x faster than converting the pixels apart). polars
     # reads a missing or empty field as null, and a column with nulls comes out as floats.
     table = frame.to_numpy()
@@ -204,8 +203,7 @@ def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
     except FileNotFoundError:
         raise DataError(f"{path}: missing") from None
     except (pa.ArrowException, OSError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason[:200]})") from None
+        raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason(err)})") from None
     if "label" not in table.column_names:
         raise DataError(f"{path}: no 'label' column (columns: {table.column_names[:5]}...)")
     check_types(path, table.schema)

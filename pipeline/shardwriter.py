@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.atomic import atomic_dir
-from pipeline.errors import DataError
+from pipeline.errors import DataError, reason
 from pipeline.idx import COLUMNS, PIXELS, SPLITS
 from pipeline.manifest import CODECS, IMAGE_SHAPE, ShardError, new_manifest, shard_file, write_manifest
 
@@ -148,7 +148,7 @@ def _parquet(path: Path) -> Iterator[pq.ParquetFile]:
     except DataError:
         raise
     except (OSError, ValueError, KeyError, pa.ArrowException) as err:
-        raise DataError(f"{path}: not a readable Parquet split ({str(err).splitlines()[0][:200]})") from None
+        raise DataError(f"{path}: not a readable Parquet split ({reason(err)})") from None
 
 
 def _column(path: Path, batch: pa.RecordBatch, index: int) -> pa.Array:
