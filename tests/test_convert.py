@@ -250,3 +250,34 @@ def test_parquet_reader_refuses_other_types_and_nulls(tmp_path):
     pq.write_table(pa.table(wide), tmp_path / "ok.parquet")
     labels, images = read_parquet_arrays(tmp_path / "ok.parquet")
     assert labels.tolist() == [1, 2] and images.shape == (2, 28, 28) and images.dtype == np.uint8
+
+
+def test_rows_counted_across_csv_blocks_and_figures_consistent(tmp_path, csv_dir, tiny, monkeypatch, capsys):
+    """Small CSV blocks (so the row count adds up several), and the figures a stage records:
+    rows per split, write/read seconds inside the call's own wall time, the stderr line."""
+    import functools
+    import time
+
+    import pipeline.convert as convert
+
+    monkeypatch.setattr(convert, "iter_csv", functools.partial(convert.iter_csv, block_bytes=8192))
+    start = time.perf_counter()
+    figures = convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "f.json", "snappy", row_group_rows=16)
+    elapsed = time.perf_counter() - start
+    assert figures["train"]["rows"] == 64 and figures["test"]["rows"] == 32
+    for split in ("train", "test"):
+        for layout in ("compact", "wide"):
+            assert 0 < figures[split][layout]["write_s"] < elapsed and 0 < figures[split][layout]["read_s"] < elapsed
+    err = capsys.readouterr().err
+    for split in ("train", "test"):
+        mb = {layout: f"{figures[split][layout]['bytes'] / 1e6:.2f}" for layout in ("compact", "wide")}
+        assert f"{split}.csv -> snappy: wide {mb['wide']} MB, compact {mb['compact']} MB\n" in err
+
+
+def test_compact_layout_dictionary_encodes_the_label_only(tmp_path, csv_dir):
+    """Ten label values compress to almost nothing as a dictionary; 784-byte images would
+    only grow one (every image differs)."""
+    convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "f.json", "none")
+    group = pq.ParquetFile(tmp_path / "pq" / "compact" / "train.parquet").metadata.row_group(0)
+    assert "RLE_DICTIONARY" in group.column(0).encodings
+    assert "RLE_DICTIONARY" not in group.column(1).encodings and "PLAIN" in group.column(1).encodings
