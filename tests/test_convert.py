@@ -11,6 +11,7 @@ import pytest
 from pipeline.codecs import write_codecs
 from pipeline.convert import Codec, convert_dataset, iter_csv, read_parquet_arrays
 from pipeline.csvdata import DataError, write_csv
+from conftest import make_split
 
 
 @pytest.fixture
@@ -92,6 +93,7 @@ def _corrupt(csv_dir, line_no, transform):
         (1, lambda s: s + "\r\r", r"line 1: header does not match: column 785 is 'pixel784\\r', expected 'pixel784'"),
         (3, lambda s: s.replace(",0,", ",,", 1), r"line 3, column 'pixel\d+': '' is not a non-negative integer"),
         (7, lambda s: s.replace(",0,", ",\u00b2,", 1), r"line 7, column 'pixel\d+': '\u00b2' is not a non-negative"),
+        (15, lambda s: f'"{s[0]}"{s[1:]}', r"line 15, column 'label': '\"\d\"' is not a non-negative integer"),
     ],
 )
 def test_malformed_csv_rejected(tmp_path, csv_dir, line_no, transform, message):
@@ -281,3 +283,16 @@ def test_compact_layout_dictionary_encodes_the_label_only(tmp_path, csv_dir):
     group = pq.ParquetFile(tmp_path / "pq" / "compact" / "train.parquet").metadata.row_group(0)
     assert "RLE_DICTIONARY" in group.column(0).encodings
     assert "RLE_DICTIONARY" not in group.column(1).encodings and "PLAIN" in group.column(1).encodings
+
+
+def test_polars_reason_is_quoted_after_our_own(tmp_path):
+    """Our message names the line and column; polars' first line of reason follows it."""
+    images, labels = make_split(5, 1)
+    write_csv(images, labels, tmp_path / "t.csv")
+    lines = (tmp_path / "t.csv").read_text().splitlines()
+    lines[3] = lines[3].replace(",", ",x", 1)
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"t\.csv: line 4, column 'pixel1': 'x\d+' is not a non-negative integer "
+                                        r"\(polars: could not parse `x\d+` as dtype `u8` at column 'pixel1' "
+                                        r"\(column number 2\)\)$"):
+        list(iter_csv(tmp_path / "t.csv"))
