@@ -296,3 +296,17 @@ def test_polars_reason_is_quoted_after_our_own(tmp_path):
                                         r"\(polars: could not parse `x\d+` as dtype `u8` at column 'pixel1' "
                                         r"\(column number 2\)\)$"):
         list(iter_csv(tmp_path / "t.csv"))
+
+
+@pytest.mark.parametrize("header, message", [
+    (lambda h: b",".join(h.split(b",")[:700]), r"column 701 is '<end of line>', expected 'pixel700' \(700 columns"),
+    (lambda h: h + b",extra", r"column 786 is 'extra', expected '<end of line>' \(786 columns, expected 785\)"),
+    (lambda h: h.replace(b"pixel7,", b"pixel\xff7,"), r"column 8 is 'pixel\ufffd7', expected 'pixel7' \(785 columns"),
+])
+def test_header_short_long_or_undecodable(tmp_path, header, message):
+    images, labels = make_split(3, 2)
+    write_csv(images, labels, tmp_path / "t.csv")
+    first, rest = (tmp_path / "t.csv").read_bytes().split(b"\n", 1)
+    (tmp_path / "t.csv").write_bytes(header(first) + b"\n" + rest)
+    with pytest.raises(DataError, match=rf"t\.csv: line 1: header does not match: {message}"):
+        list(iter_csv(tmp_path / "t.csv"))
