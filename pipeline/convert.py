@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from pipeline.atomic import atomic_dir, atomic_path
 from pipeline.csvdata import HEADER, is_header, line_body
-from pipeline.errors import DataError
+from pipeline.errors import DataError, reason
 from pipeline.idx import COLUMNS, PIXELS, SPLITS
 
 LAYOUTS = ("wide", "compact")
@@ -138,8 +138,7 @@ def _parse_block(csv_path: Path, first: int, block: bytes) -> tuple[np.ndarray, 
         # quote_char=None: the format has no quoting, and polars' tokenizer is faster without.
         frame = pl.read_csv(block, has_header=False, new_columns=COLUMNS, schema=SCHEMA, quote_char=None)
     except pl.exceptions.PolarsError as err:
-        reason = str(err).split("\n", 1)[0]
-        raise DataError(f"{csv_path}: {_locate_bad_line(block, first)} (polars: {reason})") from None
+        raise DataError(f"{csv_path}: {_locate_bad_line(block, first)} (polars: {reason(err)})") from None
     # One Fortran-ordered [n, 785] array (6x faster than converting the pixels apart). polars
     # reads a missing or empty field as null, and a column with nulls comes out as floats.
     table = frame.to_numpy()
@@ -181,6 +180,21 @@ def compact_table(labels: np.ndarray, pixels: np.ndarray) -> pa.Table:
     return pa.Table.from_arrays([pa.array(labels, pa.uint8()), images], names=["label", "image"])
 
 
+def check_types(path: Path, schema: pa.Schema) -> None:
+    """Exactly the types this module writes: a file from elsewhere with wider ones (int64,
+    float) would be cast to uint8 by its readers and wrap (300 -> 44) without a word."""
+    for field in schema:
+        expected = IMAGE_TYPE if field.name == "image" else pa.uint8() if field.name in COLUMNS else None
+        if expected is not None and field.type != expected:
+            raise DataError(f"{path}: column {field.name!r} is {field.type}, expected {expected}")
+
+
+def check_present(path: Path, name: str, column: pa.Array | pa.ChunkedArray) -> None:
+    """Every value there: Arrow reads a null as 0 (or leftover bytes) when asked for numbers."""
+    if column.null_count:
+        raise DataError(f"{path}: column {name!r} has {column.null_count} empty (null) values")
+
+
 def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(labels [n], images [n, 28, 28]) uint8 from either layout, page checksums verified
     where the writer stored them; a damaged file is a DataError naming it."""
@@ -189,15 +203,16 @@ def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
     except FileNotFoundError:
         raise DataError(f"{path}: missing") from None
     except (pa.ArrowException, OSError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason[:200]})") from None
+        raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason(err)})") from None
     if "label" not in table.column_names:
         raise DataError(f"{path}: no 'label' column (columns: {table.column_names[:5]}...)")
-    labels = table.column("label").to_numpy().astype(np.uint8, copy=False)
+    check_types(path, table.schema)
+    for name in table.column_names:
+        if name in (*COLUMNS, "image"):
+            check_present(path, name, table.column(name))
+    labels = table.column("label").to_numpy()
     if "image" in table.column_names:
         images = table.column("image").combine_chunks()
-        if images.type != IMAGE_TYPE:
-            raise DataError(f"{path}: column 'image' is {images.type}, expected {IMAGE_TYPE}")
         flat = np.frombuffer(images.buffers()[1], np.uint8, len(images) * PIXELS, images.offset * PIXELS)
     else:
         missing = [c for c in COLUMNS if c not in table.column_names]
@@ -287,6 +302,7 @@ def measure_reads(out_paths: dict[str, Path], figures: dict) -> None:
 
 
 CHECKSUMS = "SHA256SUMS"
+_HEX = frozenset("0123456789abcdef")
 
 
 def _sha256(path: Path) -> str:
@@ -304,16 +320,30 @@ def write_checksums(folder: Path) -> None:
     (folder / CHECKSUMS).write_text("".join(f"{_sha256(folder / name)}  {name}\n" for name in names))
 
 
+def _read_sums(sums: Path) -> dict[str, str]:
+    """`sha256sum`'s text format, read strictly: a damaged list must not pass as a shorter one."""
+    try:
+        text = sums.read_bytes()[:1 << 20].decode("ascii")
+    except UnicodeDecodeError:
+        raise DataError(f"{sums}: not a SHA256SUMS text file (bytes that are not ASCII)") from None
+    recorded: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not (sep and len(digest) == 64 and set(digest) <= _HEX and name and name not in recorded):
+            raise DataError(f"{sums}: line {number} is not '<64 hex digits>  <file>' (or names a file twice)")
+        recorded[name] = digest
+    return recorded
+
+
 def verify_checksum(path: Path) -> None:
     """Check `<codec>/<layout>/<split>.parquet` against its folder's SHA256SUMS."""
     path = Path(path)
     sums = path.parent.parent / CHECKSUMS
     name = f"{path.parent.name}/{path.name}"
     try:
-        lines = sums.read_text().splitlines()
+        recorded = _read_sums(sums)
     except FileNotFoundError:
         raise DataError(f"{sums}: missing, so {path} cannot be checked (not written by the convert stage?)") from None
-    recorded = {line[66:]: line[:64] for line in lines if len(line) > 66}
     if name not in recorded:
         raise DataError(f"{sums}: no checksum for {name}")
     if not path.is_file():

@@ -14,3 +14,10 @@ class InputError(ValueError):
 
 class DataError(InputError):
     """Input data that breaks the data set's contract; the message says what and where."""
+
+
+def reason(err: BaseException, limit: int = 200) -> str:
+    """A library's error as the tail of one of ours: its first line, cut to `limit`, or its
+    type's name when it says nothing (a bare `KeyError()` or `OSError()`)."""
+    lines = str(err).splitlines()
+    return lines[0][:limit] if lines and lines[0] else type(err).__name__

@@ -65,7 +65,9 @@ def _read_header(source, path: Path, count: int) -> tuple[int, dict[str, tuple[i
     """The safetensors header (8-byte little-endian length + JSON), checked against the
     manifest; returns its length in bytes and {tensor: (begin, end)} within the data area."""
     raw = source.read(8)
-    size = int.from_bytes(raw, "little") if len(raw) == 8 else -1
+    if len(raw) < 8:
+        raise ShardError(f"{path}: not a safetensors shard (ends after {len(raw)} bytes)")
+    size = int.from_bytes(raw, "little")
     if not 0 < size < MAX_HEADER:
         raise ShardError(f"{path}: not a safetensors shard (header length {size})")
     try:
@@ -115,7 +117,9 @@ def _check_frame(path: Path, blob: bytes, count: int) -> None:
     """A zstd shard's frame states its decompressed size: it must be what `count` samples
     take, before anything that size is allocated or decompressed."""
     size = _zstd().frame_content_size(blob)
-    if size < 0 or not count * SAMPLE_BYTES < size <= max_shard_bytes(count):
+    if size < 0:  # -1: the writer streamed the frame and never said; ours always says
+        raise ShardError(f"{path}: zstd frame does not state its decompressed size")
+    if not count * SAMPLE_BYTES < size <= max_shard_bytes(count):
         raise ShardError(f"{path}: zstd frame holds {size:,} bytes, not {count:,} samples")
 
 

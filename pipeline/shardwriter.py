@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.atomic import atomic_dir
-from pipeline.errors import DataError
+from pipeline.errors import DataError, reason
 from pipeline.idx import COLUMNS, PIXELS, SPLITS
 from pipeline.manifest import CODECS, IMAGE_SHAPE, ShardError, new_manifest, shard_file, write_manifest
 
@@ -137,36 +137,43 @@ def write_shards(images: np.ndarray, labels: np.ndarray, out_dir: Path, *, datas
 def _parquet(path: Path) -> Iterator[pq.ParquetFile]:
     """The split opened for streaming. Any damage, found opening it (footer) or reading it
     (a page's CRC, a column missing or mistyped), becomes one error naming the file."""
+    from pipeline.convert import check_types  # convert needs polars; `write_shards` runs without it
+
     try:
         # pre_buffer off + a 1 MiB buffered stream: pages are read as decoded, not whole
         # column chunks ahead (Arrow's peak on a 31 MB split: 4.3 MB against 26 MB).
-        yield pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False, buffer_size=1 << 20)
+        source = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False, buffer_size=1 << 20)
+        check_types(path, source.schema_arrow)
+        yield source
     except DataError:
         raise
     except (OSError, ValueError, KeyError, pa.ArrowException) as err:
-        raise DataError(f"{path}: not a readable Parquet split ({str(err).splitlines()[0][:200]})") from None
+        raise DataError(f"{path}: not a readable Parquet split ({reason(err)})") from None
+
+
+def _column(path: Path, batch: pa.RecordBatch, index: int) -> pa.Array:
+    from pipeline.convert import check_present
+
+    check_present(path, batch.schema.names[index], batch.column(index))
+    return batch.column(index)
 
 
 def iter_samples(path: Path, batch_rows: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(labels [b], images [b, 784]) uint8 batches of a split, either layout, in file order."""
-    from pipeline.convert import IMAGE_TYPE  # convert needs polars; `write_shards` runs without it
-
     with _parquet(path) as source:
         compact = "image" in source.schema_arrow.names
         columns = ["label", "image"] if compact else COLUMNS
         # use_threads=False: pyarrow's threaded reader decodes row groups ahead, which is
         # memory growing with the file; one at a time keeps it bounded.
         for batch in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
-            labels = batch.column(0).to_numpy(zero_copy_only=False).astype(np.uint8, copy=False)
+            labels = _column(path, batch, 0).to_numpy()
             if compact:
-                images = batch.column(1)
-                if images.type != IMAGE_TYPE:
-                    raise DataError(f"{path}: column 'image' is {images.type}, expected {IMAGE_TYPE}")
+                images = _column(path, batch, 1)
                 flat = np.frombuffer(images.buffers()[1], np.uint8, len(images) * PIXELS, images.offset * PIXELS)
                 yield labels, flat.reshape(len(images), PIXELS)
             else:
-                by_column = np.stack([batch.column(i).to_numpy(zero_copy_only=False) for i in range(1, 785)])
-                yield labels, np.ascontiguousarray(by_column.T).astype(np.uint8, copy=False)
+                by_column = np.stack([_column(path, batch, i).to_numpy() for i in range(1, 785)])
+                yield labels, np.ascontiguousarray(by_column.T)
 
 
 def _label_digest(path: Path) -> hashlib._Hash:
@@ -174,7 +181,7 @@ def _label_digest(path: Path) -> hashlib._Hash:
     digest = hashlib.sha256()
     with _parquet(path) as source:
         for batch in source.iter_batches(batch_size=1 << 16, columns=["label"], use_threads=False):
-            digest.update(batch.column(0).to_numpy(zero_copy_only=False).astype(np.uint8, copy=False).tobytes())
+            digest.update(_column(path, batch, 0).to_numpy().tobytes())
     return digest
 
 

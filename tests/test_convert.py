@@ -4,12 +4,14 @@ import duckdb
 import numpy as np
 import pandas as pd
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.codecs import write_codecs
 from pipeline.convert import Codec, convert_dataset, iter_csv, read_parquet_arrays
 from pipeline.csvdata import DataError, write_csv
+from conftest import make_split
 
 
 @pytest.fixture
@@ -91,6 +93,7 @@ def _corrupt(csv_dir, line_no, transform):
         (1, lambda s: s + "\r\r", r"line 1: header does not match: column 785 is 'pixel784\\r', expected 'pixel784'"),
         (3, lambda s: s.replace(",0,", ",,", 1), r"line 3, column 'pixel\d+': '' is not a non-negative integer"),
         (7, lambda s: s.replace(",0,", ",\u00b2,", 1), r"line 7, column 'pixel\d+': '\u00b2' is not a non-negative"),
+        (15, lambda s: f'"{s[0]}"{s[1:]}', r"line 15, column 'label': '\"\d\"' is not a non-negative integer"),
     ],
 )
 def test_malformed_csv_rejected(tmp_path, csv_dir, line_no, transform, message):
@@ -229,3 +232,81 @@ def test_wide_parquet_without_its_pixel_columns(tmp_path):
     with pytest.raises(DataError, match=r"w\.parquet: neither an 'image' column nor the pixel columns "
                                         r"\(missing \['pixel2', 'pixel3', 'pixel4'\]\.\.\.\)"):
         read_parquet_arrays(tmp_path / "w.parquet")
+
+
+def test_parquet_reader_refuses_other_types_and_nulls(tmp_path):
+    """read_parquet_arrays reads what convert writes; a foreign file with int64 pixels (300
+    would wrap to 44) or a null pixel (read as 0) is refused, the column named."""
+    from pipeline.idx import COLUMNS
+
+    wide = {name: pa.array([1, 2], pa.uint8()) for name in COLUMNS}
+    cases = {"int64": ({**wide, "pixel9": pa.array([300, 2], pa.int64())}, r"column 'pixel9' is int64, expected uint8"),
+             "null": ({**wide, "pixel9": pa.array([None, 2], pa.uint8())}, r"column 'pixel9' has 1 empty \(null\) values"),
+             "null label": ({**wide, "label": pa.array([1, None], pa.uint8())},
+                            r"column 'label' has 1 empty \(null\) values")}
+    for name, (columns, message) in cases.items():
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table(columns), path)
+        with pytest.raises(DataError, match=rf"^{path}: {message}$"):
+            read_parquet_arrays(path)
+    pq.write_table(pa.table(wide), tmp_path / "ok.parquet")
+    labels, images = read_parquet_arrays(tmp_path / "ok.parquet")
+    assert labels.tolist() == [1, 2] and images.shape == (2, 28, 28) and images.dtype == np.uint8
+
+
+def test_rows_counted_across_csv_blocks_and_figures_consistent(tmp_path, csv_dir, tiny, monkeypatch, capsys):
+    """Small CSV blocks (so the row count adds up several), and the figures a stage records:
+    rows per split, write/read seconds inside the call's own wall time, the stderr line."""
+    import functools
+    import time
+
+    import pipeline.convert as convert
+
+    monkeypatch.setattr(convert, "iter_csv", functools.partial(convert.iter_csv, block_bytes=8192))
+    start = time.perf_counter()
+    figures = convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "f.json", "snappy", row_group_rows=16)
+    elapsed = time.perf_counter() - start
+    assert figures["train"]["rows"] == 64 and figures["test"]["rows"] == 32
+    for split in ("train", "test"):
+        for layout in ("compact", "wide"):
+            assert 0 < figures[split][layout]["write_s"] < elapsed and 0 < figures[split][layout]["read_s"] < elapsed
+    err = capsys.readouterr().err
+    for split in ("train", "test"):
+        mb = {layout: f"{figures[split][layout]['bytes'] / 1e6:.2f}" for layout in ("compact", "wide")}
+        assert f"{split}.csv -> snappy: wide {mb['wide']} MB, compact {mb['compact']} MB\n" in err
+
+
+def test_compact_layout_dictionary_encodes_the_label_only(tmp_path, csv_dir):
+    """Ten label values compress to almost nothing as a dictionary; 784-byte images would
+    only grow one (every image differs)."""
+    convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "f.json", "none")
+    group = pq.ParquetFile(tmp_path / "pq" / "compact" / "train.parquet").metadata.row_group(0)
+    assert "RLE_DICTIONARY" in group.column(0).encodings
+    assert "RLE_DICTIONARY" not in group.column(1).encodings and "PLAIN" in group.column(1).encodings
+
+
+def test_polars_reason_is_quoted_after_our_own(tmp_path):
+    """Our message names the line and column; polars' first line of reason follows it."""
+    images, labels = make_split(5, 1)
+    write_csv(images, labels, tmp_path / "t.csv")
+    lines = (tmp_path / "t.csv").read_text().splitlines()
+    lines[3] = lines[3].replace(",", ",x", 1)
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"t\.csv: line 4, column 'pixel1': 'x\d+' is not a non-negative integer "
+                                        r"\(polars: could not parse `x\d+` as dtype `u8` at column 'pixel1' "
+                                        r"\(column number 2\)\)$"):
+        list(iter_csv(tmp_path / "t.csv"))
+
+
+@pytest.mark.parametrize("header, message", [
+    (lambda h: b",".join(h.split(b",")[:700]), r"column 701 is '<end of line>', expected 'pixel700' \(700 columns"),
+    (lambda h: h + b",extra", r"column 786 is 'extra', expected '<end of line>' \(786 columns, expected 785\)"),
+    (lambda h: h.replace(b"pixel7,", b"pixel\xff7,"), r"column 8 is 'pixel\ufffd7', expected 'pixel7' \(785 columns"),
+])
+def test_header_short_long_or_undecodable(tmp_path, header, message):
+    images, labels = make_split(3, 2)
+    write_csv(images, labels, tmp_path / "t.csv")
+    first, rest = (tmp_path / "t.csv").read_bytes().split(b"\n", 1)
+    (tmp_path / "t.csv").write_bytes(header(first) + b"\n" + rest)
+    with pytest.raises(DataError, match=rf"t\.csv: line 1: header does not match: {message}"):
+        list(iter_csv(tmp_path / "t.csv"))

@@ -108,3 +108,15 @@ def test_dimension_sizes_use_all_four_bytes():
 
 def test_empty_array_is_a_valid_file():
     assert parse_idx(b"\x00\x00\x08\x01" + bytes(4)).shape == (0,)
+
+
+@pytest.mark.parametrize("dtype, code", [(np.int16, 0x0B), (np.int32, 0x0C), (np.float64, 0x0E)])
+def test_wider_types_are_written_big_endian(dtype, code):
+    """IDX stores every multi-byte type big-endian whatever the machine: 258 as int16 is 01 02."""
+    array = np.array([[1, 258], [-3, 70000 if dtype != np.int16 else 4]], dtype=dtype)
+    blob = idx_bytes(array)
+    assert blob[:12] == bytes([0, 0, code, 2]) + (2).to_bytes(4, "big") + (2).to_bytes(4, "big")
+    assert blob[12:] == array.astype(np.dtype(dtype).newbyteorder(">")).tobytes()
+    if dtype == np.int16:
+        assert blob[14:16] == b"\x01\x02"
+    np.testing.assert_array_equal(parse_idx(blob), array)

@@ -1,5 +1,6 @@
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -337,6 +338,17 @@ def test_header_length_bounds(tmp_path, arrays, size, message):
         load_split(_raw_shard(tmp_path, arrays, body), verify="none")
 
 
+@pytest.mark.parametrize("raw", [b"", b"\x01", bytes(7)])
+def test_header_length_cut_short(raw):
+    """Fewer than the 8 bytes of the length: said as such, whatever those bytes would read as."""
+    import io
+
+    from pipeline.shardreader import _read_header
+
+    with pytest.raises(ShardError, match=rf"^s.safetensors: not a safetensors shard \(ends after {len(raw)} bytes\)$"):
+        _read_header(io.BytesIO(raw), Path("s.safetensors"), 64)
+
+
 def test_tensors_in_any_order_in_the_file(tmp_path, arrays):
     """safetensors orders the data by offset, not by name: labels first is a valid file."""
     images, labels = arrays
@@ -350,7 +362,7 @@ def test_tensors_in_any_order_in_the_file(tmp_path, arrays):
 def test_tensor_of_the_wrong_size_where_it_should_start(tmp_path, arrays):
     header = _tensors((0, 64 * 784 - 1), (64 * 784 - 1, 64 * 784 + 63))
     body = len(header).to_bytes(8, "little") + header + bytes(64 * 785)
-    with pytest.raises(ShardError, match=r"tensor 'images' at bytes 0..50175, expected 0..50176"):
+    with pytest.raises(ShardError, match=r"shard-00000.safetensors: tensor 'images' at bytes 0..50175, expected 0..50176"):
         load_split(_raw_shard(tmp_path, arrays, body), verify="none")
 
 
@@ -431,3 +443,11 @@ def test_damaged_zstd_shard_without_verification(tmp_path, damage, message, rows
     with pytest.raises(ShardError, match=message) as err:
         read_shard_into(shard.parent, entry, "zstd", "none", targets, rows=rows)
     assert str(err.value).startswith(f"{shard}: ")
+
+
+def test_load_split_returns_tensors_on_the_device_asked_for(split_dir, arrays):
+    """"meta" is a device every torch build has: the split must land where it was asked to."""
+    images, labels = load_split(split_dir, device="meta")
+    assert images.device.type == "meta" and labels.device.type == "meta"
+    assert images.shape == (len(arrays[1]), 28, 28) and labels.shape == (len(arrays[1]),)
+    assert images.dtype == labels.dtype == torch.uint8

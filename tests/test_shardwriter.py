@@ -165,3 +165,51 @@ def test_stream_split_of_an_empty_or_one_row_parquet(tmp_path):
     pq.write_table(compact_table(labels[:0], images[:0].reshape(0, 784)), tmp_path / "empty.parquet")
     with pytest.raises(DataError, match=rf"^{tmp_path / 'empty.parquet'}: no samples$"):
         stream_split(tmp_path / "empty.parquet", tmp_path / "empty", dataset="d", split="test", samples_per_shard=4)
+
+
+def _wide(labels: pa.Array, pixels: np.ndarray, **override: pa.Array) -> pa.Table:
+    from pipeline.idx import COLUMNS
+
+    columns = {name: pa.array(pixels[:, i - 1], pa.uint8()) for i, name in enumerate(COLUMNS) if i}
+    return pa.table({"label": labels, **columns, **override})
+
+
+@pytest.mark.parametrize("name, table, message", [
+    ("int64 pixel", lambda l, p: _wide(pa.array(l, pa.uint8()), p, pixel1=pa.array([300] + [0] * 9, pa.int64())),
+     r"column 'pixel1' is int64, expected uint8"),
+    ("float label", lambda l, p: _wide(pa.array(l, pa.float64()), p), r"column 'label' is double, expected uint8"),
+    ("int64 label", lambda l, p: compact_table(l, p).set_column(0, "label", pa.array(l.astype(np.int64) + 256)),
+     r"column 'label' is int64, expected uint8"),
+    ("null label", lambda l, p: _wide(pa.array([None] + list(l[1:]), pa.uint8()), p),
+     r"column 'label' has 1 empty \(null\) values"),
+    ("null pixel", lambda l, p: _wide(pa.array(l, pa.uint8()), p, pixel784=pa.array([1, None, None] + [0] * 7, pa.uint8())),
+     r"column 'pixel784' has 2 empty \(null\) values"),
+    ("null image", lambda l, p: compact_table(l, p).set_column(
+        1, "image", pa.array([None] + [bytes(784)] * 9, compact_table(l, p).schema.field("image").type)),
+     r"column 'image' has 1 empty \(null\) values"),
+])
+def test_parquet_of_other_types_or_with_nulls_is_refused(tmp_path, name, table, message):
+    """A file not written by convert: wider types would wrap (300 -> 44) and a null would read
+    as 0, both silently; the writer refuses them, naming the column."""
+    from pipeline.errors import DataError
+    from pipeline.shardwriter import stream_split
+
+    images, labels = make_split(10, 8)
+    pq.write_table(table(labels, images.reshape(10, 784)), tmp_path / "odd.parquet")
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'odd.parquet'}: {message}$"):
+        stream_split(tmp_path / "odd.parquet", tmp_path / "out", dataset="d", split="train", samples_per_shard=4)
+    assert not (tmp_path / "out" / "manifest.json").exists()  # a folder without one is not a split
+
+
+def test_compact_batches_that_start_inside_a_row_group(tmp_path):
+    """Batches smaller than a row group: each comes out whole, in file order, of the size
+    asked for (pyarrow 26 decodes each into its own buffer; the reader still honours an
+    array's offset, should a version hand out slices)."""
+    from pipeline.shardwriter import iter_samples
+
+    images, labels = make_split(50, 9)
+    pq.write_table(compact_table(labels, images.reshape(50, 784)), tmp_path / "t.parquet", row_group_size=50)
+    batches = list(iter_samples(tmp_path / "t.parquet", batch_rows=7))
+    assert [len(b[0]) for b in batches] == [7] * 7 + [1]
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), images.reshape(50, 784))
+    np.testing.assert_array_equal(np.concatenate([b[0] for b in batches]), labels)
