@@ -213,3 +213,12 @@ def test_compact_batches_that_start_inside_a_row_group(tmp_path):
     assert [len(b[0]) for b in batches] == [7] * 7 + [1]
     np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), images.reshape(50, 784))
     np.testing.assert_array_equal(np.concatenate([b[0] for b in batches]), labels)
+
+
+def test_write_shards_takes_labels_of_any_integer_type(tmp_path):
+    """Labels from a list or an int64 array (what torch/numpy hand out by default) give the
+    same bytes as uint8 ones: they are converted, not written at their own width."""
+    images, labels = make_split(30, 5)
+    for name, given in (("uint8", labels), ("int64", labels.astype(np.int64)), ("list", labels.tolist())):
+        write_shards(images, given, tmp_path / name, dataset="d", split="train", samples_per_shard=12)
+    assert files(tmp_path / "int64") == files(tmp_path / "uint8") == files(tmp_path / "list")
