@@ -35,12 +35,13 @@ import pyarrow.parquet as pq
 
 from pipeline.atomic import atomic_dir, atomic_path
 from pipeline.csvdata import HEADER, is_header, line_body
-from pipeline.errors import DataError, reason
+from pipeline.errors import DataError, is_hex, reason
 from pipeline.idx import COLUMNS, PIXELS, SPLITS
 
 LAYOUTS = ("wide", "compact")
 CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
 IMAGE_TYPE = pa.binary(PIXELS)
+_TYPES = {**{name: pa.uint8() for name in COLUMNS}, "image": IMAGE_TYPE}  # what either layout holds
 LEVELS = {"gzip": (1, 9), "brotli": (0, 11), "zstd": (1, 22)}  # what pyarrow accepts, checked up front
 
 
@@ -184,7 +185,7 @@ def check_types(path: Path, schema: pa.Schema) -> None:
     """Exactly the types this module writes: a file from elsewhere with wider ones (int64,
     float) would be cast to uint8 by its readers and wrap (300 -> 44) without a word."""
     for field in schema:
-        expected = IMAGE_TYPE if field.name == "image" else pa.uint8() if field.name in COLUMNS else None
+        expected = _TYPES.get(field.name)
         if expected is not None and field.type != expected:
             raise DataError(f"{path}: column {field.name!r} is {field.type}, expected {expected}")
 
@@ -193,6 +194,12 @@ def check_present(path: Path, name: str, column: pa.Array | pa.ChunkedArray) -> 
     """Every value there: Arrow reads a null as 0 (or leftover bytes) when asked for numbers."""
     if column.null_count:
         raise DataError(f"{path}: column {name!r} has {column.null_count} empty (null) values")
+
+
+def _present(path: Path, table: pa.Table, name: str) -> pa.ChunkedArray:
+    column = table.column(name)
+    check_present(path, name, column)
+    return column
 
 
 def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -207,22 +214,20 @@ def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if "label" not in table.column_names:
         raise DataError(f"{path}: no 'label' column (columns: {table.column_names[:5]}...)")
     check_types(path, table.schema)
-    for name in table.column_names:
-        if name in (*COLUMNS, "image"):
-            check_present(path, name, table.column(name))
-    labels = table.column("label").to_numpy()
+    labels = _present(path, table, "label").to_numpy()
     if "image" in table.column_names:
-        images = table.column("image").combine_chunks()
+        images = _present(path, table, "image").combine_chunks()
         flat = np.frombuffer(images.buffers()[1], np.uint8, len(images) * PIXELS, images.offset * PIXELS)
     else:
-        missing = [c for c in COLUMNS if c not in table.column_names]
+        names = set(table.column_names)
+        missing = [c for c in COLUMNS if c not in names]
         if missing:
             raise DataError(f"{path}: neither an 'image' column nor the pixel columns (missing {missing[:3]}...)")
         # Fill column-major (each column a contiguous copy), then transpose once: filling
         # row-major column by column is a strided write per byte, ten times slower.
         by_column = np.empty((PIXELS, len(labels)), np.uint8)
         for i, name in enumerate(COLUMNS[1:]):
-            by_column[i] = table.column(name).to_numpy()
+            by_column[i] = _present(path, table, name).to_numpy()
         flat = np.ascontiguousarray(by_column.T)
     return labels, flat.reshape(len(labels), 28, 28)
 
@@ -302,7 +307,6 @@ def measure_reads(out_paths: dict[str, Path], figures: dict) -> None:
 
 
 CHECKSUMS = "SHA256SUMS"
-_HEX = frozenset("0123456789abcdef")
 
 
 def _sha256(path: Path) -> str:
@@ -329,7 +333,7 @@ def _read_sums(sums: Path) -> dict[str, str]:
     recorded: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
         digest, sep, name = line.partition("  ")
-        if not (sep and len(digest) == 64 and set(digest) <= _HEX and name and name not in recorded):
+        if not (sep and is_hex(digest, 64) and name and name not in recorded):
             raise DataError(f"{sums}: line {number} is not '<64 hex digits>  <file>' (or names a file twice)")
         recorded[name] = digest
     return recorded

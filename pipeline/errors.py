@@ -7,6 +7,9 @@ bug and keeps its traceback.
 from __future__ import annotations
 
 
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
 class InputError(ValueError):
     """Bad input: a file, a row, a key or a value that breaks its contract. The message
     names the file (and line, column, key or shard) and what was expected."""
@@ -14,6 +17,11 @@ class InputError(ValueError):
 
 class DataError(InputError):
     """Input data that breaks the data set's contract; the message says what and where."""
+
+
+def is_hex(value: str, length: int) -> bool:
+    """A digest as every file here records it: exactly `length` lowercase hex digits."""
+    return len(value) == length and set(value) <= _HEX_DIGITS
 
 
 def reason(err: BaseException, limit: int = 200) -> str:

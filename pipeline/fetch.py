@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pipeline.atomic import atomic_dir, atomic_path
-from pipeline.errors import InputError
+from pipeline.errors import InputError, is_hex
 from pipeline.progress import byte_bar
 
 MIRROR_ENV = "PIPELINE_MIRROR"
@@ -74,7 +74,7 @@ def parse_files(files: Mapping[str, Mapping[str, str]]) -> list[FileSpec]:
         if role not in ROLES:
             raise ValueError(f"unknown file role {role!r}; expected one of {ROLES}")
         sha = str(entry.get("sha256", "")).lower()
-        if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        if not is_hex(sha, 64):
             raise ValueError(f"file {role}: sha256 must be 64 hex digits, got {sha!r}")
         specs.append(FileSpec(role=role, name=str(entry["name"]), sha256=sha))
     roles = {s.role for s in specs}

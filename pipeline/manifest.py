@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, is_hex
 
 FORMAT_VERSION = 2
 IMAGE_SHAPE = (28, 28)
@@ -53,7 +53,6 @@ def write_manifest(folder: Path, manifest: dict) -> None:
     (Path(folder) / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-_HEX = frozenset("0123456789abcdef")
 MAX_COUNT = 1 << 31            # samples in one split: far above any real data set, far below petabytes
 SAMPLE_BYTES = 28 * 28 + 1     # one image and its label
 MAX_HEADER = 1 << 20           # the safetensors header bound the reader enforces
@@ -87,7 +86,7 @@ def _count(file: Path, key: str, value, low: int = 0, high: int = MAX_COUNT) -> 
 
 def _digest(file: Path, key: str, value, length: int) -> str:
     _expect(file, key, value, str, f"{length} hex digits")
-    if len(value) != length or not set(value) <= _HEX:
+    if not is_hex(value, length):
         raise _fail(file, key, f"expected {length} lowercase hex digits, got {value!r:.80}")
     return value
 

@@ -151,11 +151,13 @@ def _parquet(path: Path) -> Iterator[pq.ParquetFile]:
         raise DataError(f"{path}: not a readable Parquet split ({reason(err)})") from None
 
 
-def _column(path: Path, batch: pa.RecordBatch, index: int) -> pa.Array:
+def _complete(path: Path, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch, once none of its columns has a null."""
     from pipeline.convert import check_present
 
-    check_present(path, batch.schema.names[index], batch.column(index))
-    return batch.column(index)
+    for name, column in zip(batch.schema.names, batch.columns):
+        check_present(path, name, column)
+    return batch
 
 
 def iter_samples(path: Path, batch_rows: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -166,13 +168,14 @@ def iter_samples(path: Path, batch_rows: int = 8192) -> Iterator[tuple[np.ndarra
         # use_threads=False: pyarrow's threaded reader decodes row groups ahead, which is
         # memory growing with the file; one at a time keeps it bounded.
         for batch in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
-            labels = _column(path, batch, 0).to_numpy()
+            batch = _complete(path, batch)
+            labels = batch.column(0).to_numpy()
             if compact:
-                images = _column(path, batch, 1)
+                images = batch.column(1)
                 flat = np.frombuffer(images.buffers()[1], np.uint8, len(images) * PIXELS, images.offset * PIXELS)
                 yield labels, flat.reshape(len(images), PIXELS)
             else:
-                by_column = np.stack([_column(path, batch, i).to_numpy() for i in range(1, 785)])
+                by_column = np.stack([batch.column(i).to_numpy() for i in range(1, 785)])
                 yield labels, np.ascontiguousarray(by_column.T)
 
 
@@ -181,7 +184,7 @@ def _label_digest(path: Path) -> hashlib._Hash:
     digest = hashlib.sha256()
     with _parquet(path) as source:
         for batch in source.iter_batches(batch_size=1 << 16, columns=["label"], use_threads=False):
-            digest.update(_column(path, batch, 0).to_numpy().tobytes())
+            digest.update(_complete(path, batch).column(0).to_numpy().tobytes())
     return digest
 
 
