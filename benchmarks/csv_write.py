@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.csvdata import HEADER, load_idx_split, write_csv
+from pipeline.stages.csvdata import HEADER, load_idx_split, write_csv
 
 
 def main(raw: Path) -> None:

@@ -25,9 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.datapaths import Resident  # noqa: E402
+from pipeline.bench.datapaths import Resident  # noqa: E402
 from pipeline.standalone import build_inputs  # noqa: E402
-from pipeline.train import Execution, StaticSteps, Timing, TrainConfig, train_static  # noqa: E402
+from pipeline.bench.runners import Execution, StaticSteps, Timing, TrainConfig, train_static  # noqa: E402
 
 CANDIDATES = {
     "eager fp32, no graph": Execution(),

@@ -17,14 +17,13 @@ import argparse
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 STEPS = {
     "convert (CSV -> compact Parquet)":
-        "from pipeline.convert import Codec, write_compact, write_checksums\n"
+        "from pipeline.core.codec import Codec\nfrom pipeline.stages.convert import write_compact\nfrom pipeline.stages.parquet import write_checksums\n"
         "from pathlib import Path\nimport shutil\n"
         "d = Path(W) / 'pq' / 'compact'; d.mkdir(parents=True, exist_ok=True)\n"
         "write_compact(Path(W) / 'train.csv', d / 'train.parquet', Codec.parse('zstd-3'), 65536)\n"
@@ -32,17 +31,17 @@ STEPS = {
         "for s in ('train', 'test'): shutil.copy(d / 'train.parquet', Path(W) / 'pq' / 'wide' / f'{s}.parquet')\n"
         "write_checksums(Path(W) / 'pq')",
     "shard, streaming writer":
-        "from pipeline.shardwriter import stream_split\nfrom pathlib import Path\n"
+        "from pipeline.stages.shard import stream_split\nfrom pathlib import Path\n"
         "stream_split(Path(W) / 'pq/compact/train.parquet', Path(W) / 'shards/train', dataset='x', split='train',"
         " samples_per_shard=32768)",
     "shard, in-memory writer":
-        "from pipeline.convert import read_parquet_arrays\nfrom pipeline.shards import write_shards\n"
+        "from pipeline.stages.parquet import read_parquet_arrays\nfrom pipeline.shards import write_shards\n"
         "from pathlib import Path\nl, i = read_parquet_arrays(Path(W) / 'pq/compact/train.parquet')\n"
         "write_shards(i, l, Path(W) / 'shards-mem/train', dataset='x', split='train', samples_per_shard=32768)",
     "load, whole split":
         "from pipeline.shards import load_split\nfrom pathlib import Path\nx, y = load_split(Path(W) / 'shards/train')",
     "load, one rank of two":
-        "from pipeline.ranks import RankShards\nfrom pathlib import Path\n"
+        "from pipeline.shards.ranks import RankShards\nfrom pathlib import Path\n"
         "e = RankShards(Path(W) / 'shards/train', 0, 2, seed=42).epoch(0)",
 }
 

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load as load_bytes
 from safetensors.torch import load_file
 
-from pipeline.convert import read_parquet_arrays
+from pipeline.stages.parquet import read_parquet_arrays
 from pipeline.shards import DeviceBatches, load_split, write_shards
 
 

@@ -1,7 +1,12 @@
 """Where does PyTorch training time go on MNIST, and how fast can the data path be?
 
-One module per pipeline concern (fetch, idx, csvdata, convert, codecs, shards, bench,
-report); `python -m pipeline --help` lists one command per DVC stage.
+    core/     errors, atomic writes, params and their schema, the data set's schema
+    stages/   one module per DVC stage: paths and params in, files out
+    shards/   the shard library: format, writer, reader, loaders, per-rank ranges
+    bench/    the training ladder: the seed's Datasets, data paths, runners
+    cli.py    `python -m pipeline <stage>`: one thin command per stage
+
+The shard library imports no stage; `python -m pipeline --help` lists the commands.
 """
 
 __version__ = "0.1.0"

@@ -1,7 +1,8 @@
 """`python -m pipeline <stage>`: one thin command per DVC stage.
 
-Each command reads its knobs from params.yaml, calls the stage function, and turns the
-stage's own validation errors into a one-paragraph message and exit status 1.
+Each command reads its knobs from params.yaml (checked whole against its schema first),
+calls the stage's function in `pipeline.stages`, and turns bad input into one line on
+stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pipeline.params import ParamsError, load_params, section
+from pipeline.core.params import load_params, section
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,7 +43,7 @@ def stage_command(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from pipeline.errors import InputError
+        from pipeline.core.errors import InputError
 
         try:
             return func(*args, **kwargs)
@@ -56,9 +57,18 @@ def stage_command(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def resolve_device(device: str) -> str:
+    """`auto` is CUDA when this torch build sees a GPU, else the CPU."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def load_checked(path: Path) -> dict:
     """params.yaml, validated whole against its schema before any stage does work."""
-    from pipeline.params import validate_params
+    from pipeline.core.params import validate_params
 
     return validate_params(load_params(path), path)
 
@@ -88,7 +98,7 @@ def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> Non
     file:// URL or an http(s) URL), then DATASET's `mirrors` in sources.yaml. Each file is
     un-gzipped and hashed while it streams; a mismatch moves on to the next mirror.
     """
-    from pipeline.fetch import FetchSettings, fetch_dataset, load_sources
+    from pipeline.stages.fetch import FetchSettings, fetch_dataset, load_sources
 
     settings = FetchSettings(**section(load_checked(params_path), "fetch"))
     files, mirrors = load_sources(sources_path, dataset)
@@ -101,7 +111,7 @@ def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> Non
 @stage_command
 def csv_command(raw: Path, out: Path) -> None:
     """Render train.csv and test.csv: header, then label + 784 pixels per row."""
-    from pipeline.csvdata import render_csvs
+    from pipeline.stages.csvdata import render_csvs
 
     render_csvs(raw, out)
 
@@ -120,7 +130,7 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, p
     Writes both layouts: `wide` (label + pixel1..pixel784, the seed's) and `compact`
     (label + one 784-byte image value). Malformed CSVs are rejected with file and line.
     """
-    from pipeline.convert import convert_dataset
+    from pipeline.stages.convert import convert_dataset
 
     params = load_checked(params_path)
     rows = int(section(params, "convert", "row_group_rows"))
@@ -135,7 +145,7 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, p
 @stage_command
 def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
     """Gather every convert stage's figures into the codec size/speed table."""
-    from pipeline.codecs import write_codecs
+    from pipeline.stages.codecs import write_codecs
 
     params = load_checked(params_path)
     write_codecs(figures, list(section(params, "datasets")), list(section(params, "convert", "codecs")),
@@ -150,7 +160,7 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
 @stage_command
 def shard(dataset: str, parquet: Path, out: Path, params_path: Path) -> None:
     """Write DATASET's Parquet as safetensors shards with a checksummed manifest."""
-    from pipeline.shardwriter import shard_dataset
+    from pipeline.stages.shard import shard_dataset
 
     settings = section(load_checked(params_path), "shard")
     shard_dataset(parquet, out, dataset, int(settings["samples_per_shard"]),
@@ -172,14 +182,11 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, device: str, par
     Variants, epochs, batch size and which slow variants are timed on sampled steps come
     from the `bench` block of params.yaml. Progress per variant and epoch goes to stderr.
     """
-    import torch
-
-    from pipeline.bench import run_bench, settings_from_params, write_bench
+    from pipeline.bench.ladder import settings_from_params
+    from pipeline.stages.bench import bench_dataset
 
     settings = settings_from_params(section(load_checked(params_path), "bench"))
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    write_bench(run_bench(dataset, parquet, shards, device, settings), out)
+    bench_dataset(dataset, parquet, shards, out, resolve_device(device), settings)
 
 
 @main.command()
@@ -191,7 +198,7 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, device: str, par
 def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> None:
     """The headline figures that `dvc metrics show` / `dvc exp show` compare: per data set,
     the train Parquet MB in the codec under study and the fastest steady epoch."""
-    from pipeline.summary import write_summary
+    from pipeline.stages.summary import write_summary
 
     params = load_checked(params_path)
     write_summary(figures, bench_dir, list(section(params, "datasets")), str(section(params, "convert", "codec")),
@@ -201,15 +208,15 @@ def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> Non
 @main.command()
 @input_dir("--bench", "Folder of the bench stages' metrics JSON files.", dest="bench_dir")
 @click.option("--codecs", "codecs_path", type=click.Path(path_type=Path), help="The codecs metrics JSON.")
-@click.option("--readme", type=click.Path(path_type=Path, exists=True), default=Path("README.md"),
-              show_default=True, help="README whose Results section is regenerated.")
+@click.option("--readme", type=click.Path(path_type=Path, exists=True), required=True,
+              help="README whose generated blocks are rewritten (dvc.yaml declares it the stage's output).")
 @output_path("--plot", "Ladder plot data CSV to write.")
 @click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("results"),
               show_default=True, help="Committed bench results of other machines, one folder each.")
 @stage_command
 def report(bench_dir: Path, codecs_path: Path | None, readme: Path, plot: Path, results_dir: Path) -> None:
     """Regenerate the README's Results section and the ladder plot data from metrics/ and results/."""
-    from pipeline.report import write_report
+    from pipeline.stages.report import write_report
 
     write_report(sorted(bench_dir.glob("*.json")), codecs_path, readme, plot, results_dir)
 
@@ -239,13 +246,10 @@ def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[s
     raw file against sources.yaml, runs params.yaml's bench, and writes
     results/<gpu-slug>/<dataset>.json for `dvc repro report` to render in the README.
     """
-    import torch
-
     from pipeline.standalone import run_standalone
 
     overrides = {k: v for k, v in (("epochs", epochs), ("sample_steps", sample_steps)) if v is not None}
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device)
     names = list(datasets) or list(section(load_params(params_path), "datasets"))
     run_standalone(mirror, out_root, work, names, params_path, sources_path, device, commit, overrides)
 
@@ -263,9 +267,9 @@ def train(dataset: str, shards: Path, out: Path, record: bool, params_path: Path
     torchrun --standalone --nproc-per-node N -m pipeline train DATASET --shards ... --out ...
 
     gloo on the CPU, nccl on CUDA; the global batch (train.batch_size) is split across the N
-    ranks, each reading only the shards it is dealt per epoch.
+    ranks, each reading only its contiguous range of the shuffled shards per epoch.
     """
-    from pipeline.ddp import train_ddp
+    from pipeline.stages.train import train_ddp
 
     settings = section(load_checked(params_path), "train")
     train_ddp(shards, out, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],

@@ -30,12 +30,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from pipeline.atomic import atomic_path
-from pipeline.bench import run_bench, settings_from_params, write_bench
-from pipeline.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
-from pipeline.idx import COLUMNS, SPLITS, read_split
-from pipeline.params import load_params, section
-from pipeline.shardwriter import write_shards
+from pipeline.core.atomic import atomic_path
+from pipeline.bench.ladder import run_bench, settings_from_params
+from pipeline.stages.bench import write_bench
+from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
+from pipeline.core.dataset import COLUMNS, SPLITS
+from pipeline.stages.idx import read_split
+from pipeline.core.params import load_params, section, validate_params
+from pipeline.shards.writer import write_shards
 
 
 def device_slug(device: torch.device) -> str:
@@ -66,10 +68,23 @@ def build_inputs(dataset: str, mirror: Path, work: Path, sources: Path, samples_
     return parquet, shards
 
 
+def checked(params: dict, path: Path) -> dict:
+    """params.yaml (with the command line's overrides) checked against its schema where
+    pydantic is installed; the lent GPU machines lack it, and are told so."""
+    try:
+        import pydantic  # noqa: F401
+    except ImportError:
+        print(f"{path}: not checked against its schema (pydantic is not installed here)", file=sys.stderr)
+        return params
+    return validate_params(params, path)
+
+
 def run_standalone(mirror: Path, out_root: Path, work: Path, datasets: list[str], params_path: Path,
                    sources: Path, device: str, commit: str, overrides: dict) -> list[Path]:
     params = load_params(params_path)
-    settings = settings_from_params(section(params, "bench"), **overrides)
+    params["bench"] = {**section(params, "bench"), **overrides}
+    checked(params, params_path)
+    settings = settings_from_params(params["bench"])
     samples_per_shard = int(section(params, "shard", "samples_per_shard"))
     device_ = torch.device(device)
     written = []

@@ -14,7 +14,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.idx import idx_bytes
+from pipeline.stages.idx import idx_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench_settings(**overrides):
+    """The repository's params.yaml `bench` block, schema-checked, with `overrides`: tests
+    state only what they change, and no default is written twice."""
+    from pipeline.bench.ladder import settings_from_params
+    from pipeline.core.params import load_params, validate_params
+
+    params = load_params(ROOT / "params.yaml")
+    params["bench"] = {**params["bench"], **overrides}
+    return settings_from_params(validate_params(params)["bench"])
 
 IDX_NAMES = {
     "train_images": "train-images-idx3-ubyte.gz",
@@ -157,8 +170,8 @@ def write_unchecked_split(folder: Path, images: np.ndarray, labels: np.ndarray) 
     what a foreign or hostile writer could produce."""
     import xxhash
 
-    from pipeline.manifest import new_manifest, write_manifest
-    from pipeline.shardwriter import shard_bytes
+    from pipeline.shards.format import new_manifest, write_manifest
+    from pipeline.shards.writer import shard_bytes
 
     blob = shard_bytes(images, labels, "none", 0)
     folder.mkdir(parents=True)

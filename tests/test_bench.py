@@ -1,5 +1,4 @@
 import json
-import os
 import math
 
 import numpy as np
@@ -7,17 +6,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.bench import (VARIANTS, BenchSettings, finish, native_bf16, run_bench, run_variant, settings_from_params,
-                            summarise, write_bench)
-from pipeline.convert import convert_dataset
-from pipeline.csvdata import write_csv
-from pipeline.datapaths import DataPath, Resident, data_path
-from pipeline.model import SimpleCNN, parameter_count
-from pipeline.seed import NaiveDataset, PreprocessedDataset
-from pipeline.shards import DeviceBatches, shard_dataset
-from pipeline.train import (Execution, StaticSteps, Timing, TrainConfig, _compiled_graphs, eager_floor, train_eager,
+from pipeline.bench.ladder import finish, native_bf16, run_bench, run_variant, summarise
+from pipeline.core.variants import VARIANTS
+from pipeline.core.params import ParamsError
+from pipeline.stages.bench import write_bench
+from pipeline.stages.convert import convert_dataset
+from pipeline.stages.csvdata import write_csv
+from pipeline.bench.datapaths import DataPath, Resident, data_path
+from pipeline.bench.model import SimpleCNN, parameter_count
+from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
+from pipeline.shards import DeviceBatches
+from pipeline.stages.shard import shard_dataset
+from pipeline.bench.runners import (Execution, StaticSteps, Timing, TrainConfig, _compiled_graphs, eager_floor, train_eager,
                             train_static)
-from conftest import make_split
+from conftest import bench_settings, make_split
 
 CPU = torch.device("cpu")
 
@@ -62,7 +64,7 @@ def test_dataset_v1_items_match_the_seed(prepared):
 @pytest.mark.slow
 def test_every_variant_runs_with_its_costs(prepared):
     root, _ = prepared
-    settings = BenchSettings(epochs=2, batch_size=64, num_workers=1, sample=("naive_bs16", "naive"),
+    settings = bench_settings(epochs=2, batch_size=64, num_workers=1, sample=["naive_bs16", "naive"],
                              sample_steps=3, sample_epochs=2)
     doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
     assert list(doc["variants"]) == list(VARIANTS)
@@ -81,7 +83,7 @@ def test_every_variant_runs_with_its_costs(prepared):
 
 
 def test_summarise_scales_sampled_steps_and_adds_setup():
-    settings = BenchSettings(epochs=5, sample_steps=4)
+    settings = bench_settings(epochs=5, sample_steps=4)
     timing = Timing(train_s=[3.0, 1.0, 2.0], test_s=[0.5, 0.3, 0.4], accuracy=0.5, setup_s=1.5)
     entry = summarise(timing, 38, 3, settings, sampled=True)
     # steady: the median of the epochs after the first, 1.5 s over 4 steps -> 38 steps: x 9.5;
@@ -101,7 +103,7 @@ def test_summarise_scales_sampled_steps_and_adds_setup():
 @pytest.mark.parametrize("variant", ["preprocessed", "batched", "device", "graphed", "compiled"])
 def test_accuracy_rises_on_an_easy_task(prepared, variant):
     root, _ = prepared
-    settings = BenchSettings(batch_size=32, epochs=3, num_workers=1)
+    settings = bench_settings(batch_size=32, epochs=3, num_workers=1, sample=[])
     timing, _, _ = run_variant(variant, root / "pq" / "wide", root / "shards", CPU, settings)
     assert np.isfinite(timing.loss)
     assert timing.accuracy > 0.9  # ten well-separated classes: chance is 0.1
@@ -178,7 +180,7 @@ def test_warm_up_leaves_no_trace_in_training():
 
 @pytest.mark.slow
 def test_eager_floor_is_the_fastest_epoch(monkeypatch):
-    import pipeline.train as train
+    import pipeline.bench.runners as train
 
     seen = {}
 
@@ -191,17 +193,16 @@ def test_eager_floor_is_the_fastest_epoch(monkeypatch):
     assert seen == {"steps": 5, "epochs": 3, "batches": 5}
 
 
-def test_settings_from_params_rejects_what_it_cannot_run():
-    settings = settings_from_params({"epochs": 2, "variants": ["device", "graphed"], "sample": []})
-    assert settings.variants == ("device", "graphed") and settings.epochs == 2
-    with pytest.raises(ValueError, match="unknown key.*bench.epoch"):
-        settings_from_params({"epoch": 2})
-    with pytest.raises(ValueError, match="unknown variant.*'fast'"):
-        settings_from_params({"variants": ["fast"]})
-    with pytest.raises(ValueError, match="cannot be sampled"):
-        settings_from_params({"sample": ["graphed"]})
-    with pytest.raises(ValueError, match="compile_mode 'turbo'"):
-        BenchSettings(compiled={"cpu": {"compile_mode": "turbo"}}).execution("compiled", CPU)
+def test_bench_settings_are_checked_once_by_the_params_schema():
+    settings = bench_settings(epochs=2, variants=["device", "graphed"], sample=[])
+    assert settings.variants == ("device", "graphed") and settings.epochs == 2 and settings.sample == ()
+    for overrides, message in (({"epoch": 2}, "bench.epoch: Extra inputs"),
+                               ({"variants": ["fast"]}, "bench.variants.0: Input should be"),
+                               ({"sample": ["graphed"]}, "cannot be sampled"),
+                               ({"compiled": {"cpu": {"compile_mode": "turbo", "autocast": False, "channels_last": False,
+                                                      "cuda_graph": False}}}, "bench.compiled.cpu.compile_mode")):
+        with pytest.raises(ParamsError, match=message):
+            bench_settings(**overrides)
 
 
 @pytest.mark.slow
@@ -244,7 +245,7 @@ def test_finish_speedups_throughput_and_accuracy_check():
         "device": _entry(4.0, 1.0, 26.0, 0.9900),      # exactly at the tolerance: ok
         "compiled": _entry(1.5, 0.5, 40.0, 0.9699),    # just outside it
     }}
-    finish(document, BenchSettings(accuracy_tolerance=0.01))
+    finish(document, bench_settings(accuracy_tolerance=0.01))
     v = document["variants"]
     assert v["naive"]["speedup"] == 1.0 and v["naive"]["wall_speedup"] == 1.0
     assert v["preprocessed"]["speedup"] == 5.0 and v["device"]["speedup"] == 20.0 and v["compiled"]["speedup"] == 50.0
@@ -258,7 +259,7 @@ def test_finish_speedups_throughput_and_accuracy_check():
 def test_finish_without_naive_or_preprocessed():
     document = {"params": {"train_samples": 100}, "variants": {
         "batched": _entry(2.0, 1.0, 5.0, 0.5), "device": _entry(1.0, 1.0, 4.0, 0.52)}}
-    finish(document, BenchSettings(accuracy_tolerance=0.01))
+    finish(document, bench_settings(accuracy_tolerance=0.01))
     v = document["variants"]
     assert "speedup" not in v["device"]                       # nothing to compare against
     assert v["batched"]["accuracy_ok"] is True and v["device"]["accuracy_ok"] is False  # anchored on the first
@@ -299,19 +300,19 @@ def test_bench_document_is_written_readable_and_whole(tmp_path):
 def test_summary_keys_and_rounding():
     timing = Timing(train_s=[3.123456789, 1.987654321], test_s=[0.61234567, 0.3], accuracy=0.98765,
                     setup_s=1.23486, warmup_s=0.5556, capture_s=0.1234567, cuda_graph=True, recompiles=2)
-    entry = summarise(timing, 10, 3, BenchSettings(epochs=2), sampled=False)
+    entry = summarise(timing, 10, 3, bench_settings(epochs=2), sampled=False)
     assert entry == {
         "train_s": 2.5556, "test_s": 0.4562, "first_epoch_train_s": 3.1235, "setup_s": 1.235, "warmup_s": 0.556,
         "capture_s": 0.123, "wall_s": 7.258,
         "accuracy": 0.9877, "extrapolated": False, "cuda_graph": True, "recompiles": 2,
         "measured": {"train_s": [3.1235, 1.9877], "test_s": [0.6123, 0.3]}}
     # No test pass ran: no accuracy (not 0, which would read as a broken model)
-    unmeasured = summarise(Timing(train_s=[1.0], test_s=[0.5]), 10, 3, BenchSettings(epochs=1), sampled=False)
+    unmeasured = summarise(Timing(train_s=[1.0], test_s=[0.5]), 10, 3, bench_settings(epochs=1), sampled=False)
     assert unmeasured["accuracy"] is None
 
 
 def test_execution_per_variant_and_device(monkeypatch):
-    settings = BenchSettings()
+    settings = bench_settings()
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert settings.execution("graphed", cuda) == Execution(cuda_graph=True)
     assert settings.execution("graphed", cpu) == Execution(cuda_graph=True)  # recorded as not captured off CUDA
@@ -319,18 +320,18 @@ def test_execution_per_variant_and_device(monkeypatch):
                                                              channels_last=True, cuda_graph=True)
     assert settings.execution("compiled", cpu) == Execution(compile_mode="none", autocast=native_bf16(cpu),
                                                             channels_last=True, cuda_graph=False)
-    monkeypatch.setattr("pipeline.bench.native_bf16", lambda device: True)  # a CPU with native bf16
+    monkeypatch.setattr("pipeline.bench.ladder.native_bf16", lambda device: True)  # a CPU with native bf16
     assert settings.execution("compiled", cpu) == Execution(compile_mode="none", autocast=True,
                                                             channels_last=True, cuda_graph=False)
-    sparse = BenchSettings(compiled={"cpu": {"compile_mode": "max-autotune", "autocast": False}})
+    sparse = bench_settings(compiled={"cpu": {"compile_mode": "max-autotune", "autocast": False, "channels_last": False, "cuda_graph": False}})
     assert sparse.execution("compiled", cpu) == Execution(compile_mode="max-autotune")  # the rest: defaults
     assert sparse.execution("compiled", cuda) == Execution()                           # no entry: eager fp32
-    assert BenchSettings(num_workers=3).workers() == 3
+    assert bench_settings(num_workers=3).workers() == 3
     for cores, workers in ((16, 4), (3, 3), (None, 1)):  # 0: at most 4, one where the count is unknown
-        monkeypatch.setattr("pipeline.bench.os.cpu_count", lambda cores=cores: cores)
+        monkeypatch.setattr("pipeline.bench.ladder.os.cpu_count", lambda cores=cores: cores)
         assert settings.workers() == workers
     assert settings.train_config() == TrainConfig(batch_size=512, lr=1e-3, seed=42)
-    assert BenchSettings(batch_size=64, lr=0.01, seed=7).train_config() == TrainConfig(batch_size=64, lr=0.01, seed=7)
+    assert bench_settings(batch_size=64, lr=0.01, seed=7).train_config() == TrainConfig(batch_size=64, lr=0.01, seed=7)
 
 
 def test_finish_anchors_on_preprocessed_and_rounds_to_hundredths():
@@ -339,12 +340,12 @@ def test_finish_anchors_on_preprocessed_and_rounds_to_hundredths():
         "naive": _entry(90.0, 10.0, 300.0, None),
         "preprocessed": _entry(20.0, 10.0, 21.0, 0.60),
     }}
-    finish(document, BenchSettings(accuracy_tolerance=0.05))
+    finish(document, bench_settings(accuracy_tolerance=0.05))
     v = document["variants"]
     assert v["batched"]["accuracy_ok"] is False and v["preprocessed"]["accuracy_ok"] is True
     assert v["batched"]["speedup"] == 33.33 and v["preprocessed"]["speedup"] == 3.33
     assert v["batched"]["wall_speedup"] == 42.86 and v["preprocessed"]["wall_speedup"] == 14.29
     assert "samples_per_s" not in v["batched"]  # no sample count: no throughput
     sampled_only = {"params": {"train_samples": 10}, "variants": {"naive": _entry(1.0, 1.0, 2.0, None)}}
-    finish(sampled_only, BenchSettings())  # nothing measured accuracy: no check, no error
+    finish(sampled_only, bench_settings())  # nothing measured accuracy: no check, no error
     assert "accuracy_ok" not in sampled_only["variants"]["naive"]

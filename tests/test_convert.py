@@ -8,9 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.codecs import write_codecs
-from pipeline.convert import Codec, convert_dataset, iter_csv, read_parquet_arrays
-from pipeline.csvdata import DataError, write_csv
+from pipeline.stages.codecs import write_codecs
+from pipeline.core.codec import Codec
+from pipeline.stages.convert import convert_dataset, iter_csv
+from pipeline.stages.parquet import read_parquet_arrays
+from pipeline.stages.csvdata import DataError, write_csv
 from conftest import make_split
 
 
@@ -192,7 +194,7 @@ def test_codec_table(tmp_path, csv_dir):
 def test_row_groups_are_exact_whatever_the_blocks():
     """Blocks smaller than, straddling and larger than a row group: every group but the last
     holds exactly `rows`, in order (so the file's bytes do not depend on the CSV reader's blocks)."""
-    from pipeline.convert import _RowGroups
+    from pipeline.stages.convert import _RowGroups
 
     class Recorder:  # keeps what a ParquetWriter would have written (the buffer is reused)
         def __init__(self) -> None:
@@ -237,7 +239,7 @@ def test_wide_parquet_without_its_pixel_columns(tmp_path):
 def test_parquet_reader_refuses_other_types_and_nulls(tmp_path):
     """read_parquet_arrays reads what convert writes; a foreign file with int64 pixels (300
     would wrap to 44) or a null pixel (read as 0) is refused, the column named."""
-    from pipeline.idx import COLUMNS
+    from pipeline.core.dataset import COLUMNS
 
     wide = {name: pa.array([1, 2], pa.uint8()) for name in COLUMNS}
     cases = {"int64": ({**wide, "pixel9": pa.array([300, 2], pa.int64())}, r"column 'pixel9' is int64, expected uint8"),
@@ -260,7 +262,7 @@ def test_rows_counted_across_csv_blocks_and_figures_consistent(tmp_path, csv_dir
     import functools
     import time
 
-    import pipeline.convert as convert
+    import pipeline.stages.convert as convert
 
     monkeypatch.setattr(convert, "iter_csv", functools.partial(convert.iter_csv, block_bytes=8192))
     start = time.perf_counter()

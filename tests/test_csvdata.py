@@ -2,8 +2,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.csvdata import HEADER, COLUMNS, DataError, copy_csv, render_csvs, write_csv
-from pipeline.idx import write_idx
+from pipeline.stages.csvdata import HEADER, COLUMNS, DataError, copy_csv, render_csvs, write_csv
+from pipeline.stages.idx import write_idx
 
 
 def test_exact_bytes_for_known_input(tmp_path):

@@ -1,6 +1,6 @@
 """How a library's error is quoted inside ours."""
 
-from pipeline.errors import reason
+from pipeline.core.errors import reason
 
 
 def test_reason_is_the_first_line_cut_or_the_type_when_empty():

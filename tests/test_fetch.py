@@ -4,8 +4,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from pipeline.fetch import FetchError, FetchSettings, fetch_dataset, load_sources, mirror_bases, parse_files
-from pipeline.idx import read_idx
+from pipeline.stages.fetch import FetchError, FetchSettings, fetch_dataset, load_sources, mirror_bases, parse_files
+from pipeline.stages.idx import read_idx
 
 FAST = FetchSettings(timeout_s=1.0, retries=1, backoff_s=0.01)
 
@@ -62,7 +62,7 @@ def test_mirror_order():
 
 def test_backoff_doubles_between_retries(tmp_path, tiny, http_server, monkeypatch, capsys):
     pauses: list[float] = []
-    monkeypatch.setattr("pipeline.fetch.time.sleep", pauses.append)
+    monkeypatch.setattr("pipeline.stages.fetch.time.sleep", pauses.append)
     serve(http_server, "/m", tiny)
     http_server.fail_first["/m/train-images-idx3-ubyte.gz"] = 3
     fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw",
@@ -76,7 +76,7 @@ def test_backoff_doubles_between_retries(tmp_path, tiny, http_server, monkeypatc
 
 def test_retries_exhausted_then_next_mirror(tmp_path, tiny, http_server, monkeypatch):
     pauses: list[float] = []
-    monkeypatch.setattr("pipeline.fetch.time.sleep", pauses.append)
+    monkeypatch.setattr("pipeline.stages.fetch.time.sleep", pauses.append)
     serve(http_server, "/bad", tiny)
     serve(http_server, "/good", tiny)
     http_server.fail_first["/bad/train-images-idx3-ubyte.gz"] = 99
@@ -133,7 +133,7 @@ def test_checksum_mismatch_lists_every_mirror(tmp_path, tiny, http_server):
     name = "test-labels.idx"
     bad = tiny.arrays["test_labels"].copy()
     bad[0] = (bad[0] + 1) % 10
-    from pipeline.idx import idx_bytes
+    from pipeline.stages.idx import idx_bytes
     corrupt = gzip.compress(idx_bytes(bad))
     serve(http_server, "/m", tiny, {"t10k-labels-idx1-ubyte.gz": corrupt})
     (tmp_path / "raw").mkdir()
@@ -272,7 +272,7 @@ def test_mirror_paths_with_url_characters(tmp_path, tiny, monkeypatch):
 
 def test_empty_file_is_content_too(tmp_path):
     """A 0-byte file whose checksum is that of nothing is fetched (not mistaken for gzip)."""
-    from pipeline.fetch import FileSpec, fetch_file
+    from pipeline.stages.fetch import FileSpec, fetch_file
 
     (tmp_path / "mirror").mkdir()
     (tmp_path / "mirror" / "empty.csv").write_bytes(b"")

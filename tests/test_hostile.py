@@ -11,16 +11,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
-from pipeline.atomic import BusyError, atomic_dir, locked
-from pipeline.convert import convert_dataset, iter_csv, read_parquet_arrays
-from pipeline.csvdata import write_csv
-from pipeline.errors import DataError
-from pipeline.params import ParamsError, validate_params
-from pipeline.shards import ShardError, load_split, read_manifest, shard_dataset, write_shards
+from pipeline.core.atomic import BusyError, atomic_dir, locked
+from pipeline.stages.convert import convert_dataset, iter_csv
+from pipeline.stages.parquet import read_parquet_arrays
+from pipeline.stages.csvdata import write_csv
+from pipeline.core.errors import DataError
+from pipeline.core.params import ParamsError, validate_params
+from pipeline.shards import ShardError, load_split, read_manifest, write_shards
+from pipeline.stages.shard import shard_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,7 +89,7 @@ MANIFEST_CASES = {
 
 
 def _manifest(count: int, shard_counts: list[int], codec: str = "none") -> dict:
-    from pipeline.manifest import SAMPLE_BYTES, new_manifest, shard_file
+    from pipeline.shards.format import SAMPLE_BYTES, new_manifest, shard_file
 
     shards = [{"file": shard_file(i, codec), "count": n, "bytes": n * SAMPLE_BYTES + 100, "sha256": "a" * 64,
                "xxh3_128": "b" * 32} for i, n in enumerate(shard_counts)]
@@ -98,7 +99,7 @@ def _manifest(count: int, shard_counts: list[int], codec: str = "none") -> dict:
 def test_manifest_boundaries_accepted():
     """The edges of what the schema allows are allowed: an empty split, a one-sample shard,
     the largest count, a 255-character name, no `source` key."""
-    from pipeline.manifest import MAX_BYTES, MAX_COUNT, check_manifest, shard_name
+    from pipeline.shards.format import MAX_BYTES, MAX_COUNT, check_manifest, shard_name
 
     file = Path("/split/manifest.json")
     for manifest in (_manifest(0, []), _manifest(1, [1]), _manifest(MAX_COUNT, [MAX_COUNT], "zstd")):
@@ -117,7 +118,7 @@ def test_manifest_boundaries_accepted():
     with pytest.raises(ShardError, match=r"shards\[0\]\.count: 0 is outside 1\.\."):
         check_manifest(_manifest(0, [0]), file)
     # An uncompressed shard is its samples plus an 8-byte length and a header of 1..MAX_HEADER bytes
-    from pipeline.manifest import MAX_HEADER, SAMPLE_BYTES
+    from pipeline.shards.format import MAX_HEADER, SAMPLE_BYTES
 
     for size, ok in ((3 * SAMPLE_BYTES, False), (3 * SAMPLE_BYTES + 1, True),
                      (3 * SAMPLE_BYTES + 8 + MAX_HEADER, True), (3 * SAMPLE_BYTES + 9 + MAX_HEADER, False)):
@@ -321,7 +322,7 @@ def test_missing_parquet_is_named(tmp_path):
 
 
 def test_parquet_listed_but_missing_is_named(parquet):
-    from pipeline.convert import verify_checksum
+    from pipeline.stages.parquet import verify_checksum
 
     train = parquet / "train.parquet"
     verify_checksum(train)  # as written: fine
@@ -346,7 +347,7 @@ def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
 
 def test_a_concurrent_process_is_refused(tmp_path):
     dest = tmp_path / "out"
-    code = ("import sys, time; from pipeline.atomic import atomic_dir\n"
+    code = ("import sys, time; from pipeline.core.atomic import atomic_dir\n"
             "with atomic_dir(sys.argv[1]) as t:\n print('in', flush=True); time.sleep(3)\n")
     first = subprocess.Popen([sys.executable, "-c", code, str(dest)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert first.stdout.readline().strip() == "in"
@@ -358,11 +359,11 @@ def test_a_concurrent_process_is_refused(tmp_path):
 
 def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
     dest = tmp_path / "out.parquet"
-    code = ("import os, sys; from pipeline.atomic import atomic_path\n"
+    code = ("import os, sys; from pipeline.core.atomic import atomic_path\n"
             "with atomic_path(sys.argv[1]) as t:\n open(t, 'w').write('half'); os._exit(9)\n")
     killed = subprocess.run([sys.executable, "-c", code, str(dest)], cwd=ROOT)
     assert killed.returncode == 9 and list(tmp_path.glob(".out.parquet.*.tmp")) and not dest.exists()
-    from pipeline.atomic import write_text
+    from pipeline.core.atomic import write_text
 
     write_text(dest, "whole")
     assert dest.read_text() == "whole" and not list(tmp_path.glob(".out.parquet.*"))
@@ -409,7 +410,7 @@ def test_cli_hostile_manifest_in_bench(tmp_path, shard_dir):
 def test_streamed_shard_writer_checks_page_crcs_itself(csv_dir, tmp_path):
     """Uncompressed pages: one flipped pixel byte decodes fine, only the page CRC sees it.
     stream_split (called without the stage's SHA256SUMS check) must refuse the file."""
-    from pipeline.shardwriter import stream_split
+    from pipeline.stages.shard import stream_split
 
     convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "f.json", "none")
     path = tmp_path / "pq" / "compact" / "train.parquet"
@@ -425,8 +426,8 @@ def test_zstd_frame_size_bounds():
     count x 785 bytes, at most that plus the 8-byte length and the largest header."""
     import zstandard
 
-    from pipeline.manifest import MAX_HEADER, SAMPLE_BYTES
-    from pipeline.shardreader import _check_frame
+    from pipeline.shards.format import MAX_HEADER, SAMPLE_BYTES
+    from pipeline.shards.reader import _check_frame
 
     frame = lambda size: zstandard.ZstdCompressor().compress(bytes(size))  # noqa: E731
     low, high = 2 * SAMPLE_BYTES, 2 * SAMPLE_BYTES + 8 + MAX_HEADER
@@ -449,7 +450,7 @@ def test_zstd_frame_size_bounds():
     lambda text: text.splitlines()[0][:66] + "\n" + text,            # no file name
 ])
 def test_damaged_checksum_list_is_refused_not_read_around(parquet, damage):
-    from pipeline.convert import verify_checksum
+    from pipeline.stages.parquet import verify_checksum
 
     sums = parquet.parent / "SHA256SUMS"
     sums.write_text(damage(sums.read_text()))
@@ -458,7 +459,7 @@ def test_damaged_checksum_list_is_refused_not_read_around(parquet, damage):
 
 
 def test_checksum_list_that_is_not_text_is_refused(parquet):
-    from pipeline.convert import verify_checksum
+    from pipeline.stages.parquet import verify_checksum
 
     sums = parquet.parent / "SHA256SUMS"
     sums.write_bytes(b"\xff\xfe" + sums.read_bytes())

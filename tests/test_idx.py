@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from pipeline.errors import DataError
-from pipeline.idx import IdxError, idx_bytes, parse_idx, read_idx, read_split, write_idx
+from pipeline.core.errors import DataError
+from pipeline.stages.idx import IdxError, idx_bytes, parse_idx, read_idx, read_split, write_idx
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 28, 28), (2, 3, 4, 5)])

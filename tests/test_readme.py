@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.report import ReportError, embed, render, results_docs, splice
+from pipeline.stages.report import ReportError, embed, render, results_docs, splice
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.report import END, START, ladder_rows, render, splice
+from pipeline.stages.report import END, START, ladder_rows, render, splice
 
 
 def doc(name, naive_s):
@@ -38,7 +38,7 @@ def test_results_folders_render_as_their_own_tables(tmp_path):
     wall_s) included, labelled with the commit they were measured at."""
     import json
 
-    from pipeline.report import results_docs
+    from pipeline.stages.report import results_docs
 
     new = doc("mnist", 70.0)
     new["env"].update(commit="abc1234", date="2026-11-23")

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.convert import convert_dataset
-from pipeline.csvdata import write_csv
-from pipeline.loaders import to_float
-from pipeline.shards import DeviceBatches, ShardDataset, ShardError, load_split, shard_dataset, write_shards
+from pipeline.stages.convert import convert_dataset
+from pipeline.stages.csvdata import write_csv
+from pipeline.shards.loaders import to_float
+from pipeline.shards import DeviceBatches, ShardDataset, ShardError, load_split, write_shards
+from pipeline.stages.shard import shard_dataset
 from conftest import write_unchecked_split
 
 
@@ -170,7 +171,7 @@ def test_device_batches_float_and_normalised(arrays):
 def test_shuffle_is_drawn_on_the_cpu(arrays):
     """The order is the CPU generator's wherever the data live, so a GPU run and a CPU run of
     one seed train on the same batches (a CUDA generator would give another permutation)."""
-    from pipeline.loaders import epoch_seed
+    from pipeline.shards.loaders import epoch_seed
 
     images, labels = (torch.from_numpy(a) for a in arrays)
     batches = DeviceBatches(images, labels, batch_size=8, seed=5)
@@ -232,7 +233,7 @@ def test_load_split_refuses_a_label_outside_0_to_9(tmp_path, arrays):
     labels[40] = 10
     folder = tmp_path / "s"
     write_unchecked_split(folder, images, labels)
-    with pytest.raises(ShardError, match="a label is outside 0..9"):
+    with pytest.raises(ShardError, match=r"label \d+ at sample \d+ is outside 0..9"):
         load_split(folder)
     labels[40] = 9  # the same file with a valid label loads: the check is on the label alone
     write_unchecked_split(tmp_path / "ok", images, labels)
@@ -343,7 +344,7 @@ def test_header_length_cut_short(raw):
     """Fewer than the 8 bytes of the length: said as such, whatever those bytes would read as."""
     import io
 
-    from pipeline.shardreader import _read_header
+    from pipeline.shards.reader import _read_header
 
     with pytest.raises(ShardError, match=rf"^s.safetensors: not a safetensors shard \(ends after {len(raw)} bytes\)$"):
         _read_header(io.BytesIO(raw), Path("s.safetensors"), 64)
@@ -379,7 +380,7 @@ def test_link_to_a_shard_inside_the_folder_is_refused(split_dir):
 def test_split_name_and_empty_row_range(split_dir, arrays):
     with pytest.raises(ShardError, match="manifest is for split 'train', expected 'test'"):
         load_split(split_dir, split="test")
-    from pipeline.shardreader import read_shard_into
+    from pipeline.shards.reader import read_shard_into
 
     manifest = json.loads((split_dir / "manifest.json").read_text())
     empty = {"images": torch.empty((0, 28, 28), dtype=torch.uint8), "labels": torch.empty(0, dtype=torch.uint8)}
@@ -432,7 +433,7 @@ def _safetensors(images_at: tuple[int, int], labels_at: tuple[int, int], tail: b
 def test_damaged_zstd_shard_without_verification(tmp_path, damage, message, rows):
     """Every way a zstd shard can be broken below its checksum is a ShardError naming the
     file (never zstandard's own exception), for whole reads and for row ranges."""
-    from pipeline.shardreader import read_shard_into
+    from pipeline.shards.reader import read_shard_into
 
     good = _zstd_shard(tmp_path / "good")
     shard = _zstd_shard(tmp_path / "bad", damage(good.read_bytes()))

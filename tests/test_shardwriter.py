@@ -10,9 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.convert import compact_table, convert_dataset, write_checksums
-from pipeline.csvdata import write_csv
-from pipeline.shards import ShardError, ShardWriter, load_split, shard_dataset, write_shards
+from pipeline.stages.convert import convert_dataset
+from pipeline.stages.parquet import compact_table
+from pipeline.stages.csvdata import write_csv
+from pipeline.shards import ShardError, ShardWriter, load_split, write_shards
+from pipeline.stages.shard import shard_dataset
 from conftest import make_split
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +60,7 @@ def test_shard_bytes_do_not_depend_on_how_the_input_arrives(tmp_path, batch_rows
 def test_writer_refuses_label_ten(tmp_path):
     images, labels = make_split(30, 1)
     labels[17] = 10
-    with pytest.raises(ShardError, match="^d/train: label 10 is outside 0..9$"):  # no origin given: data set/split
+    with pytest.raises(ShardError, match="^d/train: label 10 at sample 17 is outside 0..9$"):  # no origin given: data set/split
         write_shards(images, labels, tmp_path / "s", dataset="d", split="train", samples_per_shard=8)
     assert not (tmp_path / "s").exists()
 
@@ -79,7 +81,7 @@ def test_memory_is_bounded_by_one_shard(tmp_path):
     code = f"""
 import tracemalloc, pyarrow as pa
 from pathlib import Path
-from pipeline.shardwriter import stream_split
+from pipeline.stages.shard import stream_split
 run = lambda out: stream_split(Path({str(path)!r}), Path(out), dataset='big', split='train',
                                samples_per_shard=2000, batch_rows=1000)
 run({str(tmp_path / 'warm')!r})  # the first call's lazy imports are not the writer's memory
@@ -99,8 +101,8 @@ print(tracemalloc.get_traced_memory()[1], pa.default_memory_pool().max_memory())
 def test_parquet_column_order_and_extra_columns_do_not_matter(tmp_path, layout):
     """Columns are read by name: a file written by another tool, with its columns in another
     order and one more, gives the same shards (label first would be a guess)."""
-    from pipeline.idx import COLUMNS
-    from pipeline.shardwriter import stream_split
+    from pipeline.core.dataset import COLUMNS
+    from pipeline.stages.shard import stream_split
 
     images, labels = make_split(40, 3)
     if layout == "compact":
@@ -121,7 +123,7 @@ def test_parquet_column_order_and_extra_columns_do_not_matter(tmp_path, layout):
 
 
 def test_stream_split_passes_the_zstd_level_on_and_names_its_source(tmp_path):
-    from pipeline.shardwriter import stream_split
+    from pipeline.stages.shard import stream_split
 
     images, labels = make_split(300, 4)
     pq.write_table(compact_table(labels, images.reshape(300, 784)), tmp_path / "train.parquet")
@@ -137,7 +139,7 @@ def test_stream_split_passes_the_zstd_level_on_and_names_its_source(tmp_path):
     assert sizes[19] < sizes[1]  # the level reached the compressor, not only the manifest
     labels[7] = 10
     pq.write_table(compact_table(labels, images.reshape(300, 784)), tmp_path / "bad.parquet")
-    with pytest.raises(ShardError, match=rf"^{tmp_path / 'bad.parquet'}: label 10 is outside 0\.\.9$"):
+    with pytest.raises(ShardError, match=rf"^{tmp_path / 'bad.parquet'}: label 10 at sample 7 is outside 0\.\.9$"):
         stream_split(tmp_path / "bad.parquet", tmp_path / "bad", dataset="d", split="train", samples_per_shard=300)
 
 
@@ -155,8 +157,8 @@ def test_writer_edges_one_sample_shards_nested_folder_default_level(tmp_path):
 
 
 def test_stream_split_of_an_empty_or_one_row_parquet(tmp_path):
-    from pipeline.errors import DataError
-    from pipeline.shardwriter import stream_split
+    from pipeline.core.errors import DataError
+    from pipeline.stages.shard import stream_split
 
     images, labels = make_split(1, 6)
     pq.write_table(compact_table(labels, images.reshape(1, 784)), tmp_path / "one.parquet")
@@ -168,7 +170,7 @@ def test_stream_split_of_an_empty_or_one_row_parquet(tmp_path):
 
 
 def _wide(labels: pa.Array, pixels: np.ndarray, **override: pa.Array) -> pa.Table:
-    from pipeline.idx import COLUMNS
+    from pipeline.core.dataset import COLUMNS
 
     columns = {name: pa.array(pixels[:, i - 1], pa.uint8()) for i, name in enumerate(COLUMNS) if i}
     return pa.table({"label": labels, **columns, **override})
@@ -191,8 +193,8 @@ def _wide(labels: pa.Array, pixels: np.ndarray, **override: pa.Array) -> pa.Tabl
 def test_parquet_of_other_types_or_with_nulls_is_refused(tmp_path, name, table, message):
     """A file not written by convert: wider types would wrap (300 -> 44) and a null would read
     as 0, both silently; the writer refuses them, naming the column."""
-    from pipeline.errors import DataError
-    from pipeline.shardwriter import stream_split
+    from pipeline.core.errors import DataError
+    from pipeline.stages.shard import stream_split
 
     images, labels = make_split(10, 8)
     pq.write_table(table(labels, images.reshape(10, 784)), tmp_path / "odd.parquet")
@@ -205,7 +207,7 @@ def test_compact_batches_that_start_inside_a_row_group(tmp_path):
     """Batches smaller than a row group: each comes out whole, in file order, of the size
     asked for (pyarrow 26 decodes each into its own buffer; the reader still honours an
     array's offset, should a version hand out slices)."""
-    from pipeline.shardwriter import iter_samples
+    from pipeline.stages.shard import iter_samples
 
     images, labels = make_split(50, 9)
     pq.write_table(compact_table(labels, images.reshape(50, 784)), tmp_path / "t.parquet", row_group_size=50)

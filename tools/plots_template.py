@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from dvc_render.html import PAGE_HTML  # noqa: E402  (DVC's own page: we only swap its scripts)
 
-from pipeline.atomic import write_text  # noqa: E402
+from pipeline.core.atomic import write_text  # noqa: E402
 
 BUILDS = {  # package: (version, file inside the tarball)
     "vega": ("5.33.1", "package/build/vega.min.js"),

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
-from pipeline.seed import NaiveDataset, PreprocessedDataset
-from pipeline.loaders import DeviceBatches, ShardDataset
-from pipeline.shardreader import load_split
+from pipeline.core.dataset import SPLITS
+from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
+from pipeline.core.variants import EAGER_VARIANTS, LOADER_VARIANTS
+from pipeline.shards.loaders import DeviceBatches, ShardDataset
+from pipeline.shards.reader import load_split
 
-LOADER_VARIANTS = ("naive_bs16", "naive", "workers", "persistent", "pinned", "preprocessed")
-EAGER_VARIANTS = LOADER_VARIANTS + ("batched", "device")
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Resident:
 
     @classmethod
     def load(cls, shards: Path, device: torch.device) -> Resident:
-        (train_x, train_y), (test_x, test_y) = (load_split(Path(shards) / split, device) for split in ("train", "test"))
+        (train_x, train_y), (test_x, test_y) = (load_split(Path(shards) / split, device) for split in SPLITS)
         return cls(train_x, train_y, test_x, test_y)
 
 
@@ -74,7 +74,7 @@ def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *
     steps = lambda n, b: math.ceil(n / b)  # noqa: E731
     if variant in LOADER_VARIANTS:
         cls = PreprocessedDataset if variant == "preprocessed" else NaiveDataset
-        train_set, test_set = (cls(Path(parquet) / f"{split}.parquet") for split in ("train", "test"))
+        train_set, test_set = (cls(Path(parquet) / f"{split}.parquet") for split in SPLITS)
         options = loader_options(variant, workers, device)
         batch = 16 if variant == "naive_bs16" else batch_size
         train_loader = _loader(train_set, batch, True, seed, **options)
@@ -82,7 +82,7 @@ def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *
         return DataPath(lambda: train_loader, lambda: test_loader,
                         steps(len(train_set), batch), steps(len(test_set), batch))
     if variant == "batched":
-        train_set, test_set = (ShardDataset(Path(shards) / split) for split in ("train", "test"))
+        train_set, test_set = (ShardDataset(Path(shards) / split) for split in SPLITS)
         pin = device.type == "cuda"
         train_loader = train_set.loader(batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed),
                                         pin_memory=pin)

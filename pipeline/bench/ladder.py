@@ -18,59 +18,45 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import math
 import os
 import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from pipeline.datapaths import EAGER_VARIANTS, Resident, data_path
-from pipeline.model import SimpleCNN, parameter_count
-from pipeline.manifest import read_manifest
-from pipeline.train import (Execution, Timing, TrainConfig, cudnn_benchmark, eager_floor, static_floor, train_eager,
+from pipeline.bench.datapaths import Resident, data_path
+from pipeline.bench.model import SimpleCNN, parameter_count
+from pipeline.shards.format import read_manifest
+from pipeline.core.variants import STATIC_VARIANTS
+from pipeline.bench.runners import (Execution, Timing, TrainConfig, cudnn_benchmark, eager_floor, static_floor, train_eager,
                             train_static)
-
-STATIC_VARIANTS = ("graphed", "compiled")
-VARIANTS = EAGER_VARIANTS + STATIC_VARIANTS
-
-
-def _default_compiled() -> dict:
-    return {"cpu": {"compile_mode": "none", "autocast": "auto", "channels_last": True, "cuda_graph": False},
-            "cuda": {"compile_mode": "default", "autocast": True, "channels_last": True, "cuda_graph": True}}
-
 
 @dataclass(frozen=True)
 class BenchSettings:
-    epochs: int = 5
-    batch_size: int = 512
-    lr: float = 1e-3
-    seed: int = 42
-    num_workers: int = 0                 # 0: min(4, CPU count)
-    variants: tuple[str, ...] = VARIANTS
+    """params.yaml's `bench` block, as the params schema (`pipeline.core.params`) checked it:
+    that schema is the one place its keys, ranges and defaults are stated."""
+
+    parquet_codec: str                   # the naive rungs' Parquet codec (dvc.yaml picks the folder)
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int
+    num_workers: int                     # 0: min(4, CPU count)
+    variants: tuple[str, ...]
     # Variants timed over `sample_steps` train steps (and as many test steps) per epoch for
     # `sample_epochs` epochs, then scaled to a full epoch. Empty: every variant runs in full.
-    sample: tuple[str, ...] = ()
-    sample_steps: int = 20
-    sample_epochs: int = 2
-    accuracy_tolerance: float = 0.01     # vs the `preprocessed` variant (the seed's best)
-    # What `compiled` adds, per device type (see `train.Execution`); chosen by measurement.
-    compiled: dict = field(default_factory=_default_compiled)
-    floor: bool = True                   # also time the pure-compute floor (a fixed batch)
-    parquet_codec: str = "snappy"        # the naive rungs' Parquet codec (dvc.yaml picks the folder)
-
-    def __post_init__(self) -> None:
-        unknown = [v for v in (*self.variants, *self.sample) if v not in VARIANTS]
-        if unknown:
-            raise ValueError(f"bench: unknown variant(s) {unknown}; expected some of {list(VARIANTS)}")
-        static = [v for v in self.sample if v in STATIC_VARIANTS]
-        if static:
-            raise ValueError(f"bench.sample: {static} run whole epochs as one graph and cannot be sampled")
+    sample: tuple[str, ...]
+    sample_steps: int
+    sample_epochs: int
+    accuracy_tolerance: float            # vs the `preprocessed` variant (the seed's best)
+    # What `compiled` adds, per device type (see `runners.Execution`); chosen by measurement.
+    compiled: dict
+    floor: bool                          # also time the pure-compute floor
 
     def workers(self) -> int:
         return self.num_workers or min(4, os.cpu_count() or 1)
@@ -240,18 +226,7 @@ def finish(document: dict, settings: BenchSettings) -> None:
     document["accuracy_tolerance"] = settings.accuracy_tolerance
 
 
-def write_bench(document: dict, out: Path) -> None:
-    from pipeline.atomic import write_text
-
-    write_text(Path(out), json.dumps(document, indent=2) + "\n")
-
-
-def settings_from_params(raw: dict, **overrides) -> BenchSettings:
-    """BenchSettings from params.yaml's `bench` block (lists become tuples), plus overrides."""
-    raw = {**raw, **overrides}
-    for key in ("variants", "sample"):
-        raw[key] = tuple(raw.get(key) or ())
-    unknown = sorted(set(raw) - set(BenchSettings.__dataclass_fields__))
-    if unknown:
-        raise ValueError(f"params.yaml: unknown key(s) bench.{', bench.'.join(unknown)}")
-    return BenchSettings(**raw)
+def settings_from_params(block: dict) -> BenchSettings:
+    """BenchSettings from params.yaml's `bench` block, already checked by the params schema
+    (lists become tuples)."""
+    return BenchSettings(**{**block, "variants": tuple(block["variants"]), "sample": tuple(block["sample"])})

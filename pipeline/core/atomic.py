@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 
 
 class BusyError(InputError):

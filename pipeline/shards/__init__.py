@@ -1,15 +1,28 @@
-"""The shard API in one import: what a user of the shards needs, from the modules that
-hold it (format: `manifest`; writing: `shardwriter`; reading: `shardreader`; feeding a
-training loop: `loaders`; one DDP rank's part: `ranks`).
+"""The shard library: write a data set as a few large checksummed tensor files, read it back
+verified, and feed a training loop from it, on one process or per DDP rank.
 
     from pipeline.shards import load_split, DeviceBatches, ShardDataset
+
+Modules: `format` (the manifest and sample schema), `writer`, `reader`, `loaders` (feeding a
+training loop), `ranks` (one DDP rank's part of a split). It needs torch, numpy and
+safetensors (xxhash and zstandard when present) and imports nothing of the pipeline's
+stages: no polars, pyarrow, dvc or pydantic.
 """
 
-from pipeline.loaders import DeviceBatches, ShardDataset, to_float
-from pipeline.manifest import FORMAT_VERSION, IMAGE_SHAPE, ShardError, check_manifest, read_manifest
-from pipeline.ranks import RankShards
-from pipeline.shardreader import VERIFY, load_split
-from pipeline.shardwriter import ShardWriter, shard_dataset, write_shards
+import importlib
 
-__all__ = ["FORMAT_VERSION", "IMAGE_SHAPE", "VERIFY", "DeviceBatches", "RankShards", "ShardDataset", "ShardError",
-           "ShardWriter", "check_manifest", "load_split", "read_manifest", "shard_dataset", "to_float", "write_shards"]
+_WHERE = {
+    "FORMAT_VERSION": "format", "IMAGE_SHAPE": "format", "ShardError": "format", "check_manifest": "format",
+    "read_manifest": "format", "DeviceBatches": "loaders", "ShardDataset": "loaders", "to_float": "loaders",
+    "RankShards": "ranks", "VERIFY": "reader", "load_split": "reader", "ShardWriter": "writer",
+    "write_shards": "writer",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    """Each name imported from its module on first use, so that `pipeline.shards.format` (which
+    the stages use for the sample schema) loads without torch."""
+    if name not in _WHERE:
+        raise AttributeError(f"module 'pipeline.shards' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"pipeline.shards.{_WHERE[name]}"), name)

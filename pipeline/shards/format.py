@@ -14,15 +14,48 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.errors import InputError, is_hex
+from pipeline.core.errors import InputError, is_hex
 
 FORMAT_VERSION = 2
 IMAGE_SHAPE = (28, 28)
+NUM_CLASSES = 10               # labels are class indices 0..NUM_CLASSES-1
 CODECS = ("none", "zstd")
 
 
 class ShardError(InputError):
     """A shard folder that does not match its manifest; the message names file and check."""
+
+
+def first_bad_label(labels) -> int | None:
+    """The index of the first label outside 0..NUM_CLASSES-1 (numpy array or CPU tensor), or
+    None: the one label rule that every reader and writer, and the stages, ask."""
+    values = labels.numpy() if hasattr(labels, "numpy") else labels
+    bad = (values >= NUM_CLASSES).nonzero()[0]
+    return int(bad[0]) if len(bad) else None
+
+
+def label_error(labels, where: str, ids=None) -> ShardError | None:
+    """A ShardError naming `where`, the first label out of range and its sample (`ids[i]`
+    when given: the sample's index in its split), or None when all fit."""
+    index = first_bad_label(labels)
+    if index is None:
+        return None
+    sample = index if ids is None else int(ids[index])
+    return ShardError(f"{where}: label {int(labels[index])} at sample {sample} is outside 0..{NUM_CLASSES - 1}")
+
+
+def zstd():
+    """The zstandard module, imported where used: only zstd shards need it, and the lent GPU
+    machines lack it."""
+    import zstandard
+
+    return zstandard
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The one mix of (seed, epoch) behind every shuffle (DeviceBatches, ranks): runs repeat
+    exactly and epochs differ."""
+    return seed * 1_000_003 + epoch
 
 
 def suffix(codec: str) -> str:

@@ -15,13 +15,8 @@ from pathlib import Path
 
 import torch
 
-from pipeline.shardreader import load_split
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    """The one mix of (seed, epoch) behind every shuffle (DeviceBatches, ranks): runs repeat
-    exactly and epochs differ."""
-    return seed * 1_000_003 + epoch
+from pipeline.shards.format import epoch_seed
+from pipeline.shards.reader import load_split
 
 
 def to_float(images: torch.Tensor, mean: float | None = None, std: float | None = None,

@@ -22,9 +22,8 @@ from pathlib import Path
 
 import torch
 
-from pipeline.loaders import epoch_seed
-from pipeline.manifest import IMAGE_SHAPE, ShardError, read_manifest
-from pipeline.shardreader import VERIFY, read_shard_into
+from pipeline.shards.format import IMAGE_SHAPE, epoch_seed, label_error, read_manifest
+from pipeline.shards.reader import VERIFY, read_shard_into
 
 Piece = tuple[int, int, int]  # (shard, first row, stop row)
 
@@ -96,8 +95,9 @@ class RankShards:
                             {"images": images[start:end], "labels": labels[start:end]}, rows=(first, stop))
             ids[start:end] = torch.arange(self.starts[shard] + first, self.starts[shard] + stop)
             start = end
-        if n and int(labels.max()) > 9:
-            raise ShardError(f"{self.folder}: a label is outside 0..9")
+        error = label_error(labels, str(self.folder), ids=ids)
+        if error:
+            raise error
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch) * 1009 + self.rank)
         return RankEpoch(images, labels, ids, torch.randperm(n, generator=generator),
                          sum(self.counts) - n * self.world_size)

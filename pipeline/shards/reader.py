@@ -19,15 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.manifest import IMAGE_SHAPE, MAX_HEADER, SAMPLE_BYTES, ShardError, max_shard_bytes, read_manifest
+from pipeline.shards.format import (IMAGE_SHAPE, MAX_HEADER, SAMPLE_BYTES, ShardError, label_error, max_shard_bytes,
+                                    read_manifest, zstd)
 
 VERIFY = ("xxh3", "sha256", "none")
-
-
-def _zstd():
-    import zstandard  # only zstd shards need it; the GPU machines lack it
-
-    return zstandard
 
 
 def _hasher(verify: str):
@@ -116,7 +111,7 @@ def _tiles(path: Path, regions: dict[str, tuple[int, int]], count: int):
 def _check_frame(path: Path, blob: bytes, count: int) -> None:
     """A zstd shard's frame states its decompressed size: it must be what `count` samples
     take, before anything that size is allocated or decompressed."""
-    size = _zstd().frame_content_size(blob)
+    size = zstd().frame_content_size(blob)
     if size < 0:  # -1: the writer streamed the frame and never said; ours always says
         raise ShardError(f"{path}: zstd frame does not state its decompressed size")
     if not count * SAMPLE_BYTES < size <= max_shard_bytes(count):
@@ -171,9 +166,9 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
             _verify(path, entry, verify, blob)
             try:  # (damage not caught by a checksum, verify "none", is seen here)
                 _check_frame(path, blob, count)
-                _read_zstd(_zstd().ZstdDecompressor().stream_reader(io.BytesIO(blob)), path, count, targets,
+                _read_zstd(zstd().ZstdDecompressor().stream_reader(io.BytesIO(blob)), path, count, targets,
                            first, stop)
-            except _zstd().ZstdError as err:
+            except zstd().ZstdError as err:
                 raise ShardError(f"{path}: corrupt zstd data ({err})") from None
             return
         # ACCESS_COPY: private and writable (nothing is written), so torch takes it without a warning.
@@ -213,6 +208,7 @@ def load_split(path: Path, device: str | torch.device = "cpu", *, dataset: str |
         read_shard_into(folder, entry, compression, verify,
                          {"images": images[start:stop], "labels": labels[start:stop]})
         start = stop
-    if labels.numel() and int(labels.max()) > 9:
-        raise ShardError(f"{folder}: a label is outside 0..9")
+    error = label_error(labels, str(folder))
+    if error:
+        raise error
     return images.to(device, non_blocking=pin), labels.to(device, non_blocking=pin)  # on the CPU: themselves

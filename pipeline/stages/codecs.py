@@ -11,8 +11,10 @@ import io
 import json
 from pathlib import Path
 
-from pipeline.atomic import write_text
-from pipeline.convert import LAYOUTS, Codec
+from pipeline.core.atomic import write_text
+from pipeline.core.codec import Codec
+from pipeline.core.dataset import SPLITS
+from pipeline.stages.parquet import LAYOUTS
 
 
 def _round(value: float, digits: int = 3) -> float:
@@ -28,7 +30,7 @@ def codec_table(figures_dir: Path, datasets: list[str], codecs: list[str]) -> di
             path = Path(figures_dir) / dataset / f"{label}.json"
             figures = json.loads(path.read_text())
             for layout in LAYOUTS:
-                for split in ("train", "test"):
+                for split in SPLITS:
                     entry = figures[split][layout]
                     table.setdefault(dataset, {}).setdefault(layout, {}).setdefault(label, {})[split] = {
                         "MB": round(entry["bytes"] / 1e6, 3),

@@ -20,12 +20,10 @@ line by line to name the first bad line.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,48 +31,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.atomic import atomic_dir, atomic_path
-from pipeline.csvdata import HEADER, is_header, line_body
-from pipeline.errors import DataError, is_hex, reason
-from pipeline.idx import COLUMNS, PIXELS, SPLITS
+from pipeline.core.atomic import atomic_dir, atomic_path
+from pipeline.stages.csvdata import HEADER, is_header, line_body
+from pipeline.core.codec import Codec
+from pipeline.core.errors import DataError, reason
+from pipeline.core.dataset import COLUMNS, NUM_CLASSES, PIXELS, SPLITS
+from pipeline.shards.format import first_bad_label
+from pipeline.stages.parquet import IMAGE_TYPE, LAYOUTS, compact_table, read_parquet_arrays, write_checksums
 
-LAYOUTS = ("wide", "compact")
-CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
-IMAGE_TYPE = pa.binary(PIXELS)
-_TYPES = {**{name: pa.uint8() for name in COLUMNS}, "image": IMAGE_TYPE}  # what either layout holds
-LEVELS = {"gzip": (1, 9), "brotli": (0, 11), "zstd": (1, 22)}  # what pyarrow accepts, checked up front
-
-
-@dataclass(frozen=True)
-class Codec:
-    """A Parquet codec and optional level, spelled `name` or `name-level` in params."""
-
-    name: str
-    level: int | None = None
-
-    @classmethod
-    def parse(cls, spec: str) -> Codec:
-        name, _, level = str(spec).partition("-")
-        if name not in CODECS:
-            raise ValueError(f"unknown codec {spec!r}; expected one of {CODECS}, optionally -<level>")
-        if level and not level.isdigit():
-            raise ValueError(f"codec {spec!r}: the level after '-' must be an integer")
-        if level and name in ("none", "snappy", "lz4"):
-            raise ValueError(f"codec {spec!r}: {name} takes no level")
-        if level and not LEVELS[name][0] <= int(level) <= LEVELS[name][1]:
-            raise ValueError(f"codec {spec!r}: {name} levels are {LEVELS[name][0]}..{LEVELS[name][1]}")
-        return cls(name, int(level) if level else None)
-
-    @property
-    def label(self) -> str:
-        return self.name if self.level is None else f"{self.name}-{self.level}"
-
-    def writer_options(self) -> dict:
-        return {"compression": self.name, "compression_level": self.level}
-
-    def polars_options(self) -> dict:
-        return {"compression": "uncompressed" if self.name == "none" else self.name,
-                "compression_level": self.level}
 
 
 # ---------------------------------------------------------------- reading the CSV
@@ -102,7 +66,7 @@ def _locate_bad_line(lines: bytes, first_number: int) -> str:
         if len(fields) != len(COLUMNS):
             return f"line {number}: {len(fields)} columns, expected {len(COLUMNS)}"
         for column, text in zip(COLUMNS, fields):
-            top = 9 if column == "label" else 255
+            top = NUM_CLASSES - 1 if column == "label" else 255
             if not (text.strip().isascii() and text.strip().isdigit()):
                 return f"line {number}, column {column!r}: {text!r} is not a non-negative integer"
             if int(text) > top:
@@ -146,9 +110,9 @@ def _parse_block(csv_path: Path, first: int, block: bytes) -> tuple[np.ndarray, 
     if table.dtype != np.uint8:
         raise DataError(f"{csv_path}: {_locate_bad_line(block, first)}")
     labels = table[:, 0]
-    bad = np.flatnonzero(labels > 9)
-    if bad.size:
-        raise DataError(f"{csv_path}: line {first + bad[0]}, column 'label': {labels[bad[0]]} is outside 0..9")
+    bad = first_bad_label(labels)
+    if bad is not None:
+        raise DataError(f"{csv_path}: line {first + bad}, column 'label': {labels[bad]} is outside 0..{NUM_CLASSES - 1}")
     # Pixels stay column-major: whoever needs rows transposes once, on its own copy (the
     # row-group buffer does so as it fills).
     return labels, table[:, 1:]
@@ -172,64 +136,6 @@ def iter_csv(csv_path: Path, block_bytes: int = 16 << 20) -> Iterator[tuple[np.n
 
 
 # ---------------------------------------------------------------- layouts
-
-
-def compact_table(labels: np.ndarray, pixels: np.ndarray) -> pa.Table:
-    """One row-major 784-byte value per image, zero-copy over `pixels`."""
-    images = pa.FixedSizeBinaryArray.from_buffers(IMAGE_TYPE, len(labels),
-                                                  [None, pa.py_buffer(np.ascontiguousarray(pixels))])
-    return pa.Table.from_arrays([pa.array(labels, pa.uint8()), images], names=["label", "image"])
-
-
-def check_types(path: Path, schema: pa.Schema) -> None:
-    """Exactly the types this module writes: a file from elsewhere with wider ones (int64,
-    float) would be cast to uint8 by its readers and wrap (300 -> 44) without a word."""
-    for field in schema:
-        expected = _TYPES.get(field.name)
-        if expected is not None and field.type != expected:
-            raise DataError(f"{path}: column {field.name!r} is {field.type}, expected {expected}")
-
-
-def check_present(path: Path, name: str, column: pa.Array | pa.ChunkedArray) -> None:
-    """Every value there: Arrow reads a null as 0 (or leftover bytes) when asked for numbers."""
-    if column.null_count:
-        raise DataError(f"{path}: column {name!r} has {column.null_count} empty (null) values")
-
-
-def _present(path: Path, table: pa.Table, name: str) -> pa.ChunkedArray:
-    column = table.column(name)
-    check_present(path, name, column)
-    return column
-
-
-def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(labels [n], images [n, 28, 28]) uint8 from either layout, page checksums verified
-    where the writer stored them; a damaged file is a DataError naming it."""
-    try:
-        table = pq.read_table(path, page_checksum_verification=True)
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing") from None
-    except (pa.ArrowException, OSError) as err:
-        raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason(err)})") from None
-    if "label" not in table.column_names:
-        raise DataError(f"{path}: no 'label' column (columns: {table.column_names[:5]}...)")
-    check_types(path, table.schema)
-    labels = _present(path, table, "label").to_numpy()
-    if "image" in table.column_names:
-        images = _present(path, table, "image").combine_chunks()
-        flat = np.frombuffer(images.buffers()[1], np.uint8, len(images) * PIXELS, images.offset * PIXELS)
-    else:
-        names = set(table.column_names)
-        missing = [c for c in COLUMNS if c not in names]
-        if missing:
-            raise DataError(f"{path}: neither an 'image' column nor the pixel columns (missing {missing[:3]}...)")
-        # Fill column-major (each column a contiguous copy), then transpose once: filling
-        # row-major column by column is a strided write per byte, ten times slower.
-        by_column = np.empty((PIXELS, len(labels)), np.uint8)
-        for i, name in enumerate(COLUMNS[1:]):
-            by_column[i] = _present(path, table, name).to_numpy()
-        flat = np.ascontiguousarray(by_column.T)
-    return labels, flat.reshape(len(labels), 28, 28)
 
 
 # ---------------------------------------------------------------- the stage
@@ -304,58 +210,6 @@ def measure_reads(out_paths: dict[str, Path], figures: dict) -> None:
         start = time.perf_counter()
         read_parquet_arrays(path)
         figures[layout].update(bytes=path.stat().st_size, read_s=time.perf_counter() - start)
-
-
-CHECKSUMS = "SHA256SUMS"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def write_checksums(folder: Path) -> None:
-    """`SHA256SUMS` beside the Parquet files (`sha256sum -c` reads it): what later stages
-    check before they trust a file that sat on a disk or went through a copy."""
-    names = [f"{layout}/{split}.parquet" for layout in LAYOUTS for split in SPLITS]
-    (folder / CHECKSUMS).write_text("".join(f"{_sha256(folder / name)}  {name}\n" for name in names))
-
-
-def _read_sums(sums: Path) -> dict[str, str]:
-    """`sha256sum`'s text format, read strictly: a damaged list must not pass as a shorter one."""
-    try:
-        text = sums.read_bytes()[:1 << 20].decode("ascii")
-    except UnicodeDecodeError:
-        raise DataError(f"{sums}: not a SHA256SUMS text file (bytes that are not ASCII)") from None
-    recorded: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        digest, sep, name = line.partition("  ")
-        if not (sep and is_hex(digest, 64) and name and name not in recorded):
-            raise DataError(f"{sums}: line {number} is not '<64 hex digits>  <file>' (or names a file twice)")
-        recorded[name] = digest
-    return recorded
-
-
-def verify_checksum(path: Path) -> None:
-    """Check `<codec>/<layout>/<split>.parquet` against its folder's SHA256SUMS."""
-    path = Path(path)
-    sums = path.parent.parent / CHECKSUMS
-    name = f"{path.parent.name}/{path.name}"
-    try:
-        recorded = _read_sums(sums)
-    except FileNotFoundError:
-        raise DataError(f"{sums}: missing, so {path} cannot be checked (not written by the convert stage?)") from None
-    if name not in recorded:
-        raise DataError(f"{sums}: no checksum for {name}")
-    if not path.is_file():
-        raise DataError(f"{path}: missing ({sums.name} lists it: the convert stage's output is incomplete)")
-    actual = _sha256(path)
-    if actual != recorded[name]:
-        raise DataError(f"{path}: checksum mismatch: {sums.name} says {recorded[name][:16]}..., file is "
-                        f"{actual[:16]}... (damaged after the convert stage wrote it)")
 
 
 def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec: str,

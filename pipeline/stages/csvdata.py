@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.atomic import atomic_dir, atomic_path
-from pipeline.errors import DataError
-from pipeline.idx import COLUMNS, PIXELS, SPLITS, read_split
+from pipeline.core.atomic import atomic_dir, atomic_path
+from pipeline.core.errors import DataError
+from pipeline.core.dataset import COLUMNS, PIXELS, SPLITS
+from pipeline.stages.idx import read_split
 
 HEADER = ",".join(COLUMNS) + "\n"
 HEADER_LINE = HEADER.rstrip("\n").encode()

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pipeline.atomic import atomic_dir, atomic_path
-from pipeline.errors import InputError, is_hex
-from pipeline.progress import byte_bar
+from pipeline.core.atomic import atomic_dir, atomic_path
+from pipeline.core.errors import InputError, is_hex
+from pipeline.core.progress import byte_bar
 
 MIRROR_ENV = "PIPELINE_MIRROR"
 CHUNK = 1 << 20

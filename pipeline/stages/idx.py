@@ -11,13 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.atomic import atomic_path
-from pipeline.errors import DataError, InputError
-
-SPLITS = ("train", "test")
-PIXELS = 28 * 28
-# The seed's wide layout, and the CSV header of the Kaggle edition: label, pixel1..pixel784.
-COLUMNS = ["label"] + [f"pixel{i}" for i in range(1, PIXELS + 1)]
+from pipeline.core.atomic import atomic_path
+from pipeline.core.errors import DataError, InputError
+from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES
+from pipeline.shards.format import first_bad_label
 
 # Type codes of the IDX format; MNIST only uses 0x08, the others are read for completeness.
 _DTYPES: dict[int, np.dtype] = {
@@ -84,8 +81,8 @@ def read_split(raw_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     """Images [n, 28, 28] uint8 and labels [n] uint8 of one fetched split, cross-checked."""
     images_path, labels_path = Path(raw_dir) / f"{split}-images.idx", Path(raw_dir) / f"{split}-labels.idx"
     images, labels = read_idx(images_path), read_idx(labels_path)
-    if images.ndim != 3 or images.shape[1:] != (28, 28) or images.dtype != np.uint8:
-        raise DataError(f"{images_path}: expected uint8 images of shape [n, 28, 28], got "
+    if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE or images.dtype != np.uint8:
+        raise DataError(f"{images_path}: expected uint8 images of shape [n, {IMAGE_SHAPE[0]}, {IMAGE_SHAPE[1]}], got "
                         f"{images.dtype} {list(images.shape)}")
     if labels.ndim != 1 or labels.dtype != np.uint8:
         raise DataError(f"{labels_path}: expected uint8 labels of shape [n], got "
@@ -93,7 +90,7 @@ def read_split(raw_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     if len(images) != len(labels):
         raise DataError(f"{split}: {len(images):,} images in {images_path} but "
                         f"{len(labels):,} labels in {labels_path}")
-    bad = np.flatnonzero(labels > 9)
-    if bad.size:
-        raise DataError(f"{labels_path}: label {labels[bad[0]]} at index {bad[0]} is outside 0..9")
+    bad = first_bad_label(labels)
+    if bad is not None:
+        raise DataError(f"{labels_path}: label {labels[bad]} at index {bad} is outside 0..{NUM_CLASSES - 1}")
     return images, labels

@@ -20,8 +20,8 @@ import json
 import re
 from pathlib import Path
 
-from pipeline.atomic import write_text
-from pipeline.errors import InputError
+from pipeline.core.atomic import write_text
+from pipeline.core.errors import InputError
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 EMBED = re.compile(r"<!-- embed: (?P<path>\S+) -->\n```(?P<lang>\w*)\n.*?```\n<!-- /embed -->", re.DOTALL)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.atomic import write_text
-from pipeline.convert import Codec
+from pipeline.core.atomic import write_text
+from pipeline.core.codec import Codec
 
 
 def fastest(variants: dict) -> tuple[str, dict]:

@@ -23,12 +23,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from pipeline.atomic import write_text
-from pipeline.errors import InputError
-from pipeline.model import SimpleCNN
-from pipeline.ranks import RankShards
-from pipeline.loaders import DeviceBatches, to_float
-from pipeline.shardreader import load_split
+from pipeline.core.atomic import write_text
+from pipeline.core.errors import InputError
+from pipeline.bench.model import SimpleCNN
+from pipeline.shards.ranks import RankShards
+from pipeline.shards.loaders import DeviceBatches, to_float
+from pipeline.shards.reader import load_split
 
 
 def _device() -> torch.device:
