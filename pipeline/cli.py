@@ -168,25 +168,44 @@ def shard(dataset: str, parquet: Path, out: Path, params_path: Path) -> None:
 
 
 @main.command()
+@output_path("--out", "JSON file for the fingerprint (rewritten only when it changes).")
+@click.option("--device", default="auto", show_default=True, help="The device the bench will use: auto, cpu, cuda.")
+@stage_command
+def machine(out: Path, device: str) -> None:
+    """Fingerprint this machine (CPU, cores, memory, GPU, torch, CUDA): the bench's input.
+
+    DVC runs this on every `dvc repro`; the bench reruns only when the fingerprint changes,
+    that is on another machine or another torch."""
+    from pipeline.stages.machine import write_machine
+
+    write_machine(out, device)
+
+
+@main.command()
 @click.argument("dataset")
 @input_dir("--parquet", "Folder with the wide-layout train.parquet and test.parquet (the seed's input).")
 @input_dir("--shards", "The shard stage's folder for DATASET (train/, test/).")
 @output_path("--out", "Metrics JSON to write.")
+@click.option("--machine", "machine_path", type=click.Path(path_type=Path), required=True,
+              help="The machine stage's fingerprint, recorded with the results.")
 @click.option("--device", default="auto", show_default=True,
               help="Torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1, ...")
 @PARAMS_OPTION
 @stage_command
-def bench(dataset: str, parquet: Path, shards: Path, out: Path, device: str, params_path: Path) -> None:
+def bench(dataset: str, parquet: Path, shards: Path, out: Path, machine_path: Path, device: str,
+          params_path: Path) -> None:
     """Time the seed's training ladder and the faster variants on DATASET.
 
     Variants, epochs, batch size and which slow variants are timed on sampled steps come
-    from the `bench` block of params.yaml. Progress per variant and epoch goes to stderr.
+    from the `bench` block of params.yaml. Progress per variant and epoch, with the time
+    left, goes to stderr; a variant whose epochs disagree is marked unstable and named in a
+    warning at the end.
     """
     from pipeline.bench.ladder import settings_from_params
-    from pipeline.stages.bench import bench_dataset
+    from pipeline.stages.bench import bench_dataset, read_machine
 
     settings = settings_from_params(section(load_checked(params_path), "bench"))
-    bench_dataset(dataset, parquet, shards, out, resolve_device(device), settings)
+    bench_dataset(dataset, parquet, shards, out, resolve_device(device), settings, read_machine(machine_path))
 
 
 @main.command()
@@ -225,7 +244,7 @@ def report(bench_dir: Path, codecs_path: Path | None, readme: Path, plot: Path, 
 @click.option("--mirror", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
               help="Folder holding <dataset>/ with the four IDX .gz files (e.g. ../shared/datasets).")
 @click.option("--out", "out_root", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
-              help="Results root: writes <out>/<gpu-slug>/<dataset>.json.")
+              help="Results root: writes <out>/<machine>/<dataset>.json.")
 @click.option("--work", type=click.Path(path_type=Path), default=Path("/tmp/pipeline-standalone"),
               show_default=True, help="Scratch folder for the raw files, Parquet and shards.")
 @click.option("--dataset", "datasets", multiple=True, help="Data set(s) to run; default: params.yaml's list.")
@@ -244,7 +263,7 @@ def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[s
 
     Builds the wide Parquet and the shards with pyarrow and the shard writer, checks every
     raw file against sources.yaml, runs params.yaml's bench, and writes
-    results/<gpu-slug>/<dataset>.json for `dvc repro report` to render in the README.
+    results/<machine>/<dataset>.json for `dvc repro report` to render in the README.
     """
     from pipeline.standalone import run_standalone
 

@@ -14,14 +14,13 @@ bench as `dvc repro`:
 - shards: `shardwriter.write_shards`, the shard stage's own writer fed from memory;
 - bench: `bench.run_bench` with params.yaml's `bench` block.
 
-Results go to `results/<gpu-slug>/<dataset>.json` with the device, torch and CUDA versions,
-the project's commit and the date, for the report stage to render in the README.
+Results go to `results/<machine>/<dataset>.json` with the machine's fingerprint (the machine
+stage's), the project's commit and the date, for the report stage to render in the README.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import re
 import sys
 from pathlib import Path
 
@@ -32,19 +31,13 @@ import torch
 
 from pipeline.core.atomic import atomic_path
 from pipeline.bench.ladder import run_bench, settings_from_params
-from pipeline.stages.bench import write_bench
+from pipeline.stages.bench import warn_unstable, write_bench
+from pipeline.stages.machine import fingerprint
 from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
 from pipeline.core.dataset import COLUMNS, SPLITS
 from pipeline.stages.idx import read_split
 from pipeline.core.params import load_params, section, validate_params
 from pipeline.shards.writer import write_shards
-
-
-def device_slug(device: torch.device) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'h100-80gb-hbm3'; the CPU's machine name off CUDA."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu-{__import__('platform').machine()}"
-    name = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.IGNORECASE)
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
 
 
 def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path) -> None:
@@ -91,9 +84,12 @@ def run_standalone(mirror: Path, out_root: Path, work: Path, datasets: list[str]
     for dataset in datasets:
         parquet, shards = build_inputs(dataset, Path(mirror), Path(work), Path(sources), samples_per_shard)
         document = run_bench(dataset, parquet, shards, device_, settings)
-        document["env"].update(commit=commit, date=dt.date.today().isoformat())
-        out = Path(out_root) / device_slug(device_) / f"{dataset}.json"
+        machine = fingerprint(device)
+        document.update(machine=machine, date=dt.date.today().isoformat())
+        document["env"].update(commit=commit)
+        out = Path(out_root) / machine["name"] / f"{dataset}.json"
         write_bench(document, out)
+        warn_unstable(document)
         print(f"wrote {out}", file=sys.stderr)
         written.append(out)
     return written

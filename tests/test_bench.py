@@ -17,9 +17,9 @@ from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
 from pipeline.shards import DeviceBatches
 from pipeline.stages.shard import shard_dataset
-from pipeline.bench.runners import (Execution, StaticSteps, Timing, TrainConfig, _compiled_graphs, eager_floor, train_eager,
+from pipeline.bench.runners import (Execution, StaticSteps, Timing, TrainConfig, _compiled_graphs, train_eager,
                             train_static)
-from conftest import bench_settings, make_split
+from conftest import ROOT, bench_settings, make_split
 
 CPU = torch.device("cpu")
 
@@ -65,7 +65,7 @@ def test_dataset_v1_items_match_the_seed(prepared):
 def test_every_variant_runs_with_its_costs(prepared):
     root, _ = prepared
     settings = bench_settings(epochs=2, batch_size=64, num_workers=1, sample=["naive_bs16", "naive"],
-                             sample_steps=3, sample_epochs=2)
+                              sample_steps=3, sample_epochs=2, budget_steps=5)
     doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
     assert list(doc["variants"]) == list(VARIANTS)
     assert doc["params"]["train_samples"] == 600 and doc["params"]["parameters"] == 206_922
@@ -80,6 +80,15 @@ def test_every_variant_runs_with_its_costs(prepared):
     assert doc["variants"]["naive"]["speedup"] == 1.0 == doc["variants"]["naive"]["wall_speedup"]
     assert doc["floor"]["train_s"] > 0 and doc["floor"]["compiled_train_s"] > 0
     assert doc["compiled_options"]["autocast"] == native_bf16(CPU)
+    for name, entry in doc["variants"].items():
+        budget = entry["budget"]
+        parts = [budget[f"{part}_s"] for part in ("data_wait", "copy", "compute", "overhead", "other")]
+        assert budget["steps"] == 5 and min(parts) >= 0 and budget["compute_s"] > 0
+        assert sum(parts) == pytest.approx(budget["step_s"], abs=1e-5)   # the parts add up to the step
+        assert budget["epoch_step_s"] > 0
+        assert entry["spread"]["min"] <= entry["spread"]["median"] <= entry["spread"]["max"]
+        assert isinstance(entry["unstable"], bool) and (entry["unstable_reason"] is None) != entry["unstable"]
+    assert doc["variants"]["naive"]["budget"]["data_wait_s"] > 0  # per-item pandas work, in the main process
 
 
 def test_summarise_scales_sampled_steps_and_adds_setup():
@@ -179,18 +188,18 @@ def test_warm_up_leaves_no_trace_in_training():
 
 
 @pytest.mark.slow
-def test_eager_floor_is_the_fastest_epoch(monkeypatch):
-    import pipeline.bench.runners as train
+def test_the_floor_is_the_same_training_without_a_data_path(monkeypatch):
+    """Pregathered steps train exactly as `graphed` does (same batches, same order, same
+    gradients): only the gather and conversion have left the clock."""
+    data, config = resident(), TrainConfig(batch_size=32)
+    plain = train_static(data, CPU, config, Execution(), epochs=2)
+    pregathered = train_static(data, CPU, config, Execution(), epochs=2, pregathered=True)
+    assert pregathered.loss == pytest.approx(plain.loss, rel=1e-6)
+    assert pregathered.accuracy == plain.accuracy
+    import pipeline.bench.runners as runners
 
-    seen = {}
-
-    def fake_train_eager(path, device, config, *, epochs, progress):
-        seen.update(steps=path.train_steps, epochs=epochs, batches=len(list(path.train())))
-        return Timing(train_s=[3.0, 1.0, 2.0])
-
-    monkeypatch.setattr(train, "train_eager", fake_train_eager)
-    assert eager_floor(CPU, TrainConfig(batch_size=8), 5) == 1.0  # a neighbour's burst only slows an epoch
-    assert seen == {"steps": 5, "epochs": 3, "batches": 5}
+    monkeypatch.setattr(runners, "train_static", lambda *a, **k: Timing(train_s=[3.0, 1.0, 2.0]))
+    assert runners.floor(data, CPU, config, Execution()) == 1.0  # a neighbour's burst only slows an epoch
 
 
 def test_bench_settings_are_checked_once_by_the_params_schema():
@@ -210,32 +219,79 @@ def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
     """The GPU-machine path: IDX mirror -> checked files -> Parquet + shards -> results/<slug>/."""
     import yaml
 
-    from pipeline.standalone import device_slug, run_standalone
+    from pipeline.stages.machine import fingerprint
+    from pipeline.standalone import run_standalone
 
     tiny.write_mirror(tmp_path / "mirror" / "tiny")
     (tmp_path / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"files": tiny.files}}))
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({
-        "shard": {"samples_per_shard": 40},
-        "bench": {"epochs": 1, "batch_size": 16, "num_workers": 1, "variants": ["naive", "device", "graphed"],
-                  "sample": ["naive"], "sample_steps": 2, "sample_epochs": 1, "floor": False}}))
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["datasets"], params["shard"]["samples_per_shard"] = ["tiny"], 40
+    params["bench"].update(epochs=1, batch_size=16, num_workers=1, variants=["naive", "device", "graphed"],
+                           sample=["naive"], sample_steps=2, sample_epochs=1, floor=False, budget_steps=3)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     written = run_standalone(tmp_path / "mirror", tmp_path / "results", tmp_path / "work", ["tiny"],
                              tmp_path / "params.yaml", tmp_path / "sources.yaml", "cpu", "abc1234", {})
-    assert written == [tmp_path / "results" / device_slug(CPU) / "tiny.json"]
+    assert written == [tmp_path / "results" / fingerprint("cpu")["name"] / "tiny.json"]
     doc = json.loads(written[0].read_text())
-    assert doc["env"]["commit"] == "abc1234" and doc["env"]["date"]
+    assert doc["env"]["commit"] == "abc1234" and doc["date"] and doc["machine"] == fingerprint("cpu")
     assert doc["params"]["train_samples"] == 64 and list(doc["variants"]) == ["naive", "device", "graphed"]
     assert math.isfinite(doc["variants"]["graphed"]["wall_s"])
 
 
-def test_device_slug_names_the_gpu(monkeypatch):
-    from pipeline.standalone import device_slug
+def test_machine_fingerprint_names_the_gpu_and_is_stable(monkeypatch, tmp_path):
+    from pipeline.stages.machine import fingerprint, write_machine
 
+    write_machine(tmp_path / "a.json")
+    write_machine(tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()  # DVC sees no change
+    assert json.loads((tmp_path / "a.json").read_text())["device"] in ("cpu", "cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    assert device_slug(torch.device("cuda")) == "h100-80gb-hbm3"
+    gpu = fingerprint()
+    assert (gpu["name"], gpu["gpu"], gpu["gpu_count"], gpu["device"]) == ("h100-80gb-hbm3", "NVIDIA H100 80GB HBM3",
+                                                                          8, "cuda")
+    assert fingerprint("cpu")["name"].endswith(f"-{gpu['cores']}c")  # the same box benched on its CPU
 
 
-def _entry(train_s: float, test_s: float, wall_s: float, accuracy: float | None) -> dict:
-    return {"train_s": train_s, "test_s": test_s, "wall_s": wall_s, "accuracy": accuracy}
+def _entry(train_s: float, test_s: float, wall_s: float, accuracy: float | None, spread: float = 0.0) -> dict:
+    return {"train_s": train_s, "test_s": test_s, "wall_s": wall_s, "accuracy": accuracy,
+            "spread": {"min": train_s * (1 - spread / 2), "median": train_s, "max": train_s * (1 + spread / 2)}}
+
+
+def test_unstable_variants_are_marked_with_why():
+    document = {"params": {"train_samples": 100}, "env": {"device_type": "cpu"}, "floor": {"train_s": 10.0},
+                "variants": {"persistent": _entry(20.0, 1.0, 50.0, None), "pinned": _entry(30.0, 1.0, 70.0, None),
+                             "preprocessed": _entry(12.0, 1.0, 60.0, 0.9, spread=0.5),
+                             "device": _entry(11.0, 1.0, 60.0, 0.9, spread=0.1),
+                             "graphed": _entry(7.0, 1.0, 40.0, 0.9)}}
+    finish(document, bench_settings(max_spread=0.2))
+    v = document["variants"]
+    assert "50% apart from pinned" in v["persistent"]["unstable_reason"] and v["pinned"]["unstable"]
+    assert v["preprocessed"]["unstable_reason"] == "epochs spread 50% of their median"
+    assert v["device"]["unstable"] is False and v["device"]["unstable_reason"] is None
+    assert v["graphed"]["unstable"] is False  # no floor of its own options was timed: nothing to compare
+    document["floor"]["graphed_train_s"] = 10.0
+    finish(document, bench_settings(max_spread=0.2))
+    assert v["graphed"]["below_floor"] and "below its floor 10 s" in v["graphed"]["unstable_reason"]
+    document["env"]["device_type"] = "cuda"  # pinned pins there: different work, no twin
+    finish(document, bench_settings(max_spread=0.2))
+    assert not v["persistent"]["unstable"]
+
+
+def test_stage_warns_once_naming_the_unstable(capsys):
+    import io
+
+    from pipeline.stages.bench import warn_unstable
+
+    stream = io.StringIO()
+    warn_unstable({"dataset": "d", "variants": {"a": {"unstable": False}, "b": {"unstable": True,
+                                                                             "unstable_reason": "x"}}}, stream)
+    assert stream.getvalue() == ("warning: d: unstable on this machine: b (x). Re-run on a quiet machine: "
+                                 "dvc repro -f bench@d\n")
+    stream = io.StringIO()
+    warn_unstable({"dataset": "d", "variants": {"a": {"unstable": False}}}, stream)
+    assert stream.getvalue() == ""
 
 
 def test_finish_speedups_throughput_and_accuracy_check():
@@ -280,6 +336,7 @@ def test_resident_variants_train_shuffled(prepared, variant):
         steps = StaticSteps(data, CPU, TrainConfig(batch_size=64, seed=42), Execution())
         orders = []
         for e in (0, 1):
+            steps.before_epoch(e)
             steps.train_epoch(e)
             orders.append(data.train_labels[steps.order[:600]].clone())
         first, second = orders
@@ -305,7 +362,8 @@ def test_summary_keys_and_rounding():
         "train_s": 2.5556, "test_s": 0.4562, "first_epoch_train_s": 3.1235, "setup_s": 1.235, "warmup_s": 0.556,
         "capture_s": 0.123, "wall_s": 7.258,
         "accuracy": 0.9877, "extrapolated": False, "cuda_graph": True, "recompiles": 2,
-        "measured": {"train_s": [3.1235, 1.9877], "test_s": [0.6123, 0.3]}}
+        "measured": {"train_s": [3.1235, 1.9877], "test_s": [0.6123, 0.3]},
+        "spread": {"min": 1.9877, "median": 2.5556, "max": 3.1235}, "budget": None}
     # No test pass ran: no accuracy (not 0, which would read as a broken model)
     unmeasured = summarise(Timing(train_s=[1.0], test_s=[0.5]), 10, 3, bench_settings(epochs=1), sampled=False)
     assert unmeasured["accuracy"] is None

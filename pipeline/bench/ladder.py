@@ -24,7 +24,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -33,8 +33,7 @@ from pipeline.bench.datapaths import Resident, data_path
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.shards.format import read_manifest
 from pipeline.core.variants import STATIC_VARIANTS
-from pipeline.bench.runners import (Execution, Timing, TrainConfig, cudnn_benchmark, eager_floor, static_floor, train_eager,
-                            train_static)
+from pipeline.bench.runners import Execution, Timing, TrainConfig, cudnn_benchmark, floor, train_eager, train_static
 
 @dataclass(frozen=True)
 class BenchSettings:
@@ -56,7 +55,11 @@ class BenchSettings:
     accuracy_tolerance: float            # vs the `preprocessed` variant (the seed's best)
     # What `compiled` adds, per device type (see `runners.Execution`); chosen by measurement.
     compiled: dict
-    floor: bool                          # also time the pure-compute floor
+    floor: bool                          # also time the floor: the same steps with no data path
+    # A variant whose timed epochs spread more than this (max - min over the median), or
+    # whose twin doing identical work disagrees by more, is marked unstable.
+    max_spread: float
+    budget_steps: int                    # train steps profiled per variant for its time budget
 
     def workers(self) -> int:
         return self.num_workers or min(4, os.cpu_count() or 1)
@@ -99,14 +102,16 @@ def run_variant(variant: str, parquet: Path, shards: Path, device: torch.device,
     if variant in STATIC_VARIANTS:
         data = Resident.load(shards, device)
         timing = train_static(data, device, config, settings.execution(variant, device),
-                              epochs=settings.epochs, started=started, progress=progress)
+                              epochs=settings.epochs, started=started, progress=progress,
+                              budget_steps=settings.budget_steps)
         return timing, math.ceil(len(data.train_labels) / config.batch_size), \
             math.ceil(len(data.test_labels) / config.batch_size)
     sampled = variant in settings.sample
     path = data_path(variant, parquet, shards, device, batch_size=config.batch_size, seed=config.seed,
                      workers=settings.workers())
     timing = train_eager(path, device, config, epochs=settings.sample_epochs if sampled else settings.epochs,
-                         steps=settings.sample_steps if sampled else None, started=started, progress=progress)
+                         steps=settings.sample_steps if sampled else None, started=started, progress=progress,
+                         budget_steps=settings.budget_steps)
     return timing, path.train_steps, path.test_steps
 
 
@@ -148,7 +153,30 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
         "cuda_graph": timing.cuda_graph,
         "recompiles": timing.recompiles,
         "measured": {"train_s": [round(s, 4) for s in timing.train_s], "test_s": [round(s, 4) for s in timing.test_s]},
+        "spread": spread(timing.train_s),
+        "budget": None if timing.budget is None else {
+            **timing.budget, "epoch_step_s": round((steady_sample_step(timing, settings, sampled, train_steps)), 6)},
     }
+
+
+def steady_epochs(seconds: list[float]) -> list[float]:
+    """The timed epochs that show the steady state: all but the first (worker start-up,
+    first cuDNN search, caches) when at least two others remain."""
+    return seconds[1:] if len(seconds) >= 3 else seconds
+
+
+def spread(seconds: list[float]) -> dict:
+    """min / median / max of the steady train epochs, in seconds per timed epoch (sampled
+    variants: per sampled epoch, which is what was measured)."""
+    steady = steady_epochs(seconds)
+    return {"min": round(min(steady), 4), "median": round(statistics.median(steady), 4),
+            "max": round(max(steady), 4)}
+
+
+def steady_sample_step(timing: Timing, settings: BenchSettings, sampled: bool, train_steps: int) -> float:
+    """Seconds per train step in the timed epochs, to set beside the profiled pass's."""
+    steps = min(settings.sample_steps, train_steps) if sampled else train_steps
+    return statistics.median(steady_epochs(timing.train_s)) / max(steps, 1)
 
 
 # pragma: no mutate start (runs training: exercised by test_bench, too slow per mutant)
@@ -174,10 +202,12 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
     start = time.perf_counter()
     torch.zeros(1, device=device)
     init_s = time.perf_counter() - start
-    for variant in settings.variants:
+    started = time.perf_counter()
+    for done, variant in enumerate(settings.variants):
         sampled = variant in settings.sample
-        print(f"{dataset}/{variant}: {'sampled ' if sampled else ''}"
-              f"{settings.sample_epochs if sampled else settings.epochs} epochs", file=sys.stderr)
+        print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: "
+              f"{'sampled ' if sampled else ''}{settings.sample_epochs if sampled else settings.epochs} epochs"
+              f"{eta(time.perf_counter() - started, done, len(settings.variants))}", file=sys.stderr, flush=True)
         timing, train_steps, test_steps = run_variant(variant, Path(parquet), Path(shards), device, settings,
                                                       progress=f"{dataset}/{variant}")
         results[variant] = summarise(timing, train_steps, test_steps, settings, sampled)
@@ -192,14 +222,38 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
                 "compiled_options": dataclasses.asdict(settings.execution("compiled", device)),
                 "variants": results}
     if settings.floor:
-        config = settings.train_config()
-        document["floor"] = {"train_s": round(eager_floor(device, config, math.ceil(n_train / config.batch_size)), 4)}
-        if "compiled" in results:
-            data = Resident.load(shards, device)
-            document["floor"]["compiled_train_s"] = round(
-                static_floor(data, device, config, settings.execution("compiled", device)), 4)
+        print(f"{dataset}: floors (the same steps, data resident and converted)", file=sys.stderr, flush=True)
+        document["floor"] = floors(shards, device, settings, list(results))
     finish(document, settings)
     return document
+
+
+def eta(elapsed: float, done: int, total: int) -> str:
+    """'; about 3m left' from the variants done so far (the first has nothing to go by)."""
+    if not done:
+        return ""
+    left = elapsed / done * (total - done)
+    return f"; {elapsed / 60:.0f}m so far, about {left / 60:.0f}m left" if left >= 60 else \
+        f"; {elapsed:.0f}s so far, about {left:.0f}s left"
+
+
+FLOOR_OF = {"graphed": "graphed", "compiled": "compiled"}  # every other rung runs plain eager steps
+
+
+def floors(shards: Path, device: torch.device, settings: BenchSettings, variants: list[str]) -> dict:
+    """Per execution the variants use, the floor's seconds per epoch (`runners.floor`);
+    options that are the same work on this device are timed once."""
+    data = Resident.load(shards, device)
+    config = settings.train_config()
+    timed: dict = {}
+    out = {}
+    for key in dict.fromkeys(FLOOR_OF.get(v, "eager") for v in variants):
+        execution = Execution() if key == "eager" else settings.execution(key, device)
+        same = replace(execution, cuda_graph=execution.cuda_graph and device.type == "cuda")
+        if same not in timed:
+            timed[same] = round(floor(data, device, config, execution), 4)
+        out["train_s" if key == "eager" else f"{key}_train_s"] = timed[same]
+    return out
 
 
 # pragma: no mutate end
@@ -224,6 +278,39 @@ def finish(document: dict, settings: BenchSettings) -> None:
             # difference of exactly the tolerance passes (0.99 - 0.98 is 0.01000000000000001).
             entry["accuracy_ok"] = round(abs(entry["accuracy"] - anchor["accuracy"]), 6) <= settings.accuracy_tolerance
     document["accuracy_tolerance"] = settings.accuracy_tolerance
+    flag_unstable(document, settings.max_spread)
+
+
+# On the CPU `pinned` does exactly what `persistent` does (pin_memory only pins for CUDA):
+# two timings of one piece of work, so their gap is the machine's noise.
+TWINS = {"cpu": [("persistent", "pinned")]}
+
+
+def flag_unstable(document: dict, max_spread: float) -> list[str]:
+    """Mark each variant `unstable` (with why) whose steady epochs spread more than
+    `max_spread` of their median, whose twin disagrees by more than that, or that beats the
+    floor of its own options by more than that; returns the names marked."""
+    variants, floor_ = document["variants"], document.get("floor") or {}
+    reasons: dict[str, list[str]] = {name: [] for name in variants}
+    for name, entry in variants.items():
+        low, mid, high = (entry["spread"][k] for k in ("min", "median", "max"))
+        if mid > 0 and (high - low) / mid > max_spread:
+            reasons[name].append(f"epochs spread {(high - low) / mid:.0%} of their median")
+        bound = floor_.get("train_s" if name not in FLOOR_OF else f"{FLOOR_OF[name]}_train_s")
+        if bound and entry["train_s"] < bound * (1 - max_spread):
+            reasons[name].append(f"{entry['train_s']:.3g} s/epoch is below its floor {bound:.3g} s")
+            entry["below_floor"] = True
+    device_type = document.get("env", {}).get("device_type", "cpu")
+    for a, b in TWINS.get(device_type, []):
+        if a in variants and b in variants:
+            x, y = variants[a]["train_s"], variants[b]["train_s"]
+            if min(x, y) > 0 and abs(x - y) / min(x, y) > max_spread:
+                for name, twin in ((a, b), (b, a)):
+                    reasons[name].append(f"{abs(x - y) / min(x, y):.0%} apart from {twin}, which does the same work here")
+    for name, entry in variants.items():
+        entry["unstable"] = bool(reasons[name])
+        entry["unstable_reason"] = "; ".join(reasons[name]) or None
+    return [name for name, why in reasons.items() if why]
 
 
 def settings_from_params(block: dict) -> BenchSettings:

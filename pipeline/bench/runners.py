@@ -20,6 +20,7 @@ autotuning, capturing) is timed as setup and reported, never hidden.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import sys
 import time
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from pipeline.bench import budget
 from pipeline.bench.datapaths import DataPath, Resident
 from pipeline.bench.model import SimpleCNN
 from pipeline.shards.loaders import DeviceBatches, to_float
@@ -65,6 +67,7 @@ class Timing:
     capture_s: float = 0.0          # of which: capturing the CUDA graphs
     cuda_graph: bool = False        # whether the epochs really replayed a CUDA graph
     recompiles: int = 0             # graphs compiled during the timed epochs (must be 0)
+    budget: dict | None = None      # where a train step's time goes (`budget.profile_steps`)
 
 
 def sync(device: torch.device) -> None:
@@ -108,9 +111,12 @@ def _report(progress: str, epoch: int, epochs: int, timing: Timing) -> None:
 
 
 def _timed_epochs(timing: Timing, device: torch.device, epochs: int, train_epoch: Callable[[int], None],
-                  test_pass: Callable[[], float], mean_loss: Callable[[], float], progress: str) -> None:
-    """The clock both runners share: train, then test, each timed after synchronising."""
+                  test_pass: Callable[[], float], mean_loss: Callable[[], float], progress: str,
+                  before_epoch: Callable[[int], None] = lambda epoch: None) -> None:
+    """The clock both runners share: train, then test, each timed after synchronising;
+    `before_epoch` runs off the clock."""
     for epoch in range(epochs):
+        before_epoch(epoch)
         sync(device)
         start = time.perf_counter()
         train_epoch(epoch)
@@ -140,8 +146,10 @@ def _limited(iterable: Iterable, steps: int | None) -> Iterator:
 
 
 def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, epochs: int,
-                steps: int | None = None, started: float | None = None, progress: str = "") -> Timing:
-    """The seed's loop over `path`'s batches; `steps` caps the steps per epoch (sampled timing)."""
+                steps: int | None = None, started: float | None = None, progress: str = "",
+                budget_steps: int = 0) -> Timing:
+    """The seed's loop over `path`'s batches; `steps` caps the steps per epoch (sampled timing).
+    After the timed epochs, `budget_steps` more steps are profiled (`budget.profile_steps`)."""
     started = time.perf_counter() if started is None else started
     model, forward, optimizer = build_model(device, config, Execution(), graph=False)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -151,15 +159,18 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
     timing.setup_s = time.perf_counter() - started
     total_loss = torch.zeros((), device=device)
 
+    def train_step(batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+        x, y = batch
+        loss = loss_fn(forward(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total_loss.add_(loss.detach())
+
     def train_epoch(epoch: int) -> None:
         total_loss.zero_()
         for item in _limited(path.train(), steps):
-            x, y = _as_batch(item, device, non_blocking)
-            loss = loss_fn(forward(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total_loss.add_(loss.detach())
+            train_step(_as_batch(item, device, non_blocking))
 
     def test_pass() -> float:
         correct, seen = torch.zeros((), device=device, dtype=torch.long), 0
@@ -172,6 +183,10 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
 
     _timed_epochs(timing, device, epochs, train_epoch, test_pass,
                   lambda: total_loss.item() / max(steps or path.train_steps, 1), progress)
+    if budget_steps:
+        timing.budget = budget.profile_steps(budget.endless(path.train),
+                                             lambda item: _as_batch(item, device, non_blocking), train_step,
+                                             budget_steps, device)
     return timing
 
 
@@ -189,11 +204,12 @@ def _padded(n: int, batch: int, device: torch.device) -> tuple[torch.Tensor, tor
 class StaticSteps:
     """A run at one batch shape over resident data; see the module docstring for why.
 
-    `fixed=True` trains on the first batch over and over (the compute floor: the same
-    steps with no data movement at all)."""
+    `pregathered=True` converts each epoch's batches, in that epoch's order, before its clock
+    starts: the timed epoch is then the same steps over the same data with no data path at
+    all (the floor every variant with these options is compared with)."""
 
     def __init__(self, data: Resident, device: torch.device, config: TrainConfig, execution: Execution,
-                 fixed: bool = False) -> None:
+                 pregathered: bool = False) -> None:
         self.device, self.execution, self.batch = device, execution, config.batch_size
         self.graph = execution.cuda_graph and device.type == "cuda"
         self.model, self.forward, self.optimizer = build_model(device, config, execution, self.graph)
@@ -203,10 +219,10 @@ class StaticSteps:
         self.train_steps, self.test_steps = math.ceil(n_train / b), math.ceil(n_test / b)
         self.order = torch.zeros(self.train_steps * b, dtype=torch.long, device=device)
         _, self.weights = _padded(n_train, b, device)
-        if fixed:
-            self.order.copy_(torch.arange(len(self.order), device=device) % min(b, n_train))
-            self.weights.fill_(1 / min(b, n_train))
-        self.fixed = fixed
+        self.pregathered = pregathered
+        if pregathered:  # static buffers, refilled off the clock (a captured graph reads them)
+            self.xs = torch.zeros((len(self.order), 1, *data.train_images.shape[1:]), device=device)
+            self.ys = torch.zeros(len(self.order), dtype=torch.long, device=device)
         self.test_mask, _ = _padded(n_test, b, device)
         self.test_order = torch.arange(len(self.test_mask), device=device) * self.test_mask
         self.batches = DeviceBatches(data.train_images, data.train_labels, b, shuffle=True, seed=config.seed)
@@ -219,11 +235,21 @@ class StaticSteps:
         index = order[step * self.batch : (step + 1) * self.batch]
         return to_float(images[index]), labels[index].long()
 
-    def _train_step(self, step: int) -> None:
+    def _gather(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A train step's batch: gathered and converted, or (pregathered) a view."""
+        weights = self.weights[step * self.batch : (step + 1) * self.batch]
+        if self.pregathered:
+            window = slice(step * self.batch, (step + 1) * self.batch)
+            return self.xs[window], self.ys[window], weights
         x, y = self._batch(self.data.train_images, self.data.train_labels, self.order, step)
+        return x, y, weights
+
+    def _train_step(self, step: int) -> None:
+        self._update(*self._gather(step))
+
+    def _update(self, x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> None:
         with _autocast(self.device, self.execution.autocast):
             logits = self.forward(x)
-        weights = self.weights[step * self.batch : (step + 1) * self.batch]
         loss = (F.cross_entropy(logits.float(), y, reduction="none") * weights).sum()
         loss.backward()
         self.optimizer.step()
@@ -289,13 +315,28 @@ class StaticSteps:
             timing.capture_s = time.perf_counter() - start
         self._reset()
 
+    def before_epoch(self, epoch: int) -> None:
+        """Off the clock: this epoch's permutation (the `device` variant's, exactly) and,
+        pregathered, its batches."""
+        self.order[: len(self.data.train_labels)].copy_(self.batches.indices(epoch))
+        if self.pregathered:
+            self.xs.copy_(to_float(self.data.train_images[self.order]))
+            self.ys.copy_(self.data.train_labels[self.order].long())
+
     def train_epoch(self, epoch: int) -> None:
-        if not self.fixed:  # this epoch's permutation (the `device` variant's, exactly)
-            self.order[: len(self.data.train_labels)].copy_(self.batches.indices(epoch))
         if self.train_graph is not None:
             self.train_graph.replay()
         else:
             self._train_epoch()
+
+    def profile(self, steps: int) -> dict:
+        """Where a step's time goes (`budget`): the gather is the data wait, the update the
+        step; a captured epoch is profiled whole (its steps cannot be marked one by one)."""
+        if self.train_graph is not None:
+            return budget.timed_window(self.train_graph.replay, self.device, self.train_steps)
+        batches = (self._gather(step) for epoch in itertools.count() for step in range(self.train_steps))
+        return budget.profile_steps(batches, lambda batch: batch, lambda batch: self._update(*batch), steps,
+                                    self.device)
 
     def test_pass(self) -> float:
         if self.test_graph is not None:
@@ -322,39 +363,32 @@ def cudnn_benchmark(device: torch.device) -> Iterator[None]:
 
 
 def train_static(data: Resident, device: torch.device, config: TrainConfig, execution: Execution, *,
-                 epochs: int, started: float | None = None, fixed: bool = False, test: bool = True,
-                 progress: str = "") -> Timing:
-    """Train `epochs` epochs at one batch shape; see `StaticSteps`."""
+                 epochs: int, started: float | None = None, pregathered: bool = False, test: bool = True,
+                 progress: str = "", budget_steps: int = 0) -> Timing:
+    """Train `epochs` epochs at one batch shape; see `StaticSteps`. After the timed epochs,
+    `budget_steps` steps are profiled (a whole replayed epoch when it is one CUDA graph)."""
     started = time.perf_counter() if started is None else started
     timing = Timing()
     with cudnn_benchmark(device):
-        run = StaticSteps(data, device, config, execution, fixed=fixed)
+        run = StaticSteps(data, device, config, execution, pregathered=pregathered)
         run.prepare(timing)
         timing.cuda_graph = run.train_graph is not None
         compiled_before = _compiled_graphs()
         sync(device)
         timing.setup_s = time.perf_counter() - started
         _timed_epochs(timing, device, epochs, run.train_epoch, run.test_pass if test else lambda: 0.0,
-                      lambda: run.total_loss.item() / run.train_steps, progress)
+                      lambda: run.total_loss.item() / run.train_steps, progress, run.before_epoch)
         timing.recompiles = _compiled_graphs() - compiled_before
+        if budget_steps:
+            timing.budget = run.profile(budget_steps)
     return timing
 
 
-def eager_floor(device: torch.device, config: TrainConfig, train_steps: int, epochs: int = 3) -> float:
-    """Seconds per epoch of the seed's training steps alone, on one pre-made batch.
-
-    The fastest epoch, not the median: a floor is what the steps can do, and on a shared
-    machine a neighbour's burst only ever slows an epoch down."""
-    torch.manual_seed(config.seed)
-    x = to_float(torch.randint(0, 256, (config.batch_size, 28, 28), dtype=torch.uint8, device=device))
-    y = torch.randint(0, 10, (config.batch_size,), device=device)
-    path = DataPath(lambda: [(x, y)] * train_steps, lambda: [], train_steps, 0)
-    return min(train_eager(path, device, config, epochs=epochs, progress="floor").train_s)
-
-
-def static_floor(data: Resident, device: torch.device, config: TrainConfig, execution: Execution,
-                 epochs: int = 3) -> float:
-    """The same, for a static-step execution: its steps on one fixed batch, fastest epoch."""
-    timing = train_static(data, device, config, execution, epochs=epochs, fixed=True, test=False,
+def floor(data: Resident, device: torch.device, config: TrainConfig, execution: Execution,
+          epochs: int = 3) -> float:
+    """Seconds per epoch of the same steps over the real split, already resident and
+    converted, in the same order: what a variant with `execution`'s options would take with no
+    data path at all. The fastest epoch: a neighbour's burst only ever slows one down."""
+    timing = train_static(data, device, config, execution, epochs=epochs, pregathered=True, test=False,
                           progress="floor")
     return min(timing.train_s)

@@ -79,6 +79,8 @@ class Bench(Strict):
     accuracy_tolerance: Number = Field(ge=0, le=1)
     compiled: dict[Literal["cpu", "cuda"], Execution]
     floor: StrictBool
+    max_spread: Number = Field(gt=0, le=10)
+    budget_steps: StrictInt = Field(ge=0, le=10_000)
 
     @model_validator(mode="after")
     def _sampled(self) -> Bench:

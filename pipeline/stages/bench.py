@@ -1,22 +1,54 @@
 """Stage `bench@<dataset>`: the training ladder (`pipeline.bench.ladder`) run on this
-machine, written as the data set's bench metrics."""
+machine, written as the data set's bench metrics, labelled with the machine it measured."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import sys
 from pathlib import Path
 
 from pipeline.bench.ladder import BenchSettings, run_bench
 from pipeline.core.atomic import write_text
+from pipeline.core.errors import InputError
+
+MACHINE_KEYS = {"name": str, "cpu": str, "cores": int, "memory_gb": float, "gpu": (str, type(None)),
+                "gpu_count": int, "torch": str, "cuda": (str, type(None)), "device": str, "python": str}
+
+
+def read_machine(path: Path) -> dict:
+    """The machine stage's fingerprint, checked: the bench copies it into every result."""
+    try:
+        machine = json.loads(Path(path).read_bytes()[: 1 << 16])
+    except (OSError, ValueError) as err:
+        raise InputError(f"{path}: not a machine fingerprint ({err}); run `dvc repro machine`") from None
+    if not isinstance(machine, dict) or set(machine) != set(MACHINE_KEYS):
+        raise InputError(f"{path}: expected the keys {sorted(MACHINE_KEYS)}")
+    for key, kind in MACHINE_KEYS.items():
+        if not isinstance(machine[key], kind) or isinstance(machine[key], bool):
+            raise InputError(f"{path}: {key}: {machine[key]!r:.40} is not a {getattr(kind, '__name__', kind)}")
+    return machine
 
 
 def write_bench(document: dict, out: Path) -> None:
     write_text(Path(out), json.dumps(document, indent=2) + "\n")
 
 
-def bench_dataset(dataset: str, parquet: Path, shards: Path, out: Path, device: str,
-                  settings: BenchSettings) -> dict:
+def warn_unstable(document: dict, stream=sys.stderr) -> None:
+    """One line naming the variants whose figures are not to be trusted, and what to do."""
+    shaky = [f"{name} ({entry['unstable_reason']})" for name, entry in document["variants"].items()
+             if entry.get("unstable")]
+    if shaky:
+        print(f"warning: {document['dataset']}: unstable on this machine: {'; '.join(shaky)}. Re-run on a "
+              f"quiet machine: dvc repro -f bench@{document['dataset']}", file=stream)
+
+
+def bench_dataset(dataset: str, parquet: Path, shards: Path, out: Path, device: str, settings: BenchSettings,
+                  machine: dict) -> dict:
     """Every variant of `settings` on one data set's wide Parquet and shards -> `out`."""
     document = run_bench(dataset, Path(parquet), Path(shards), device, settings)
+    document["machine"] = machine
+    document["date"] = dt.date.today().isoformat()
     write_bench(document, out)
+    warn_unstable(document)
     return document

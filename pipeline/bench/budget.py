@@ -1,0 +1,209 @@
+"""Where a train step's time goes: exclusive parts that add up to the step's wall time.
+
+A short profiled pass, outside the timed epochs, runs a variant's own train steps under
+`torch.profiler`, each step cut into three marked ranges: `data_wait` (blocked on the next
+batch: the `next()` of its loader, as Lightning's profiler counts it), `copy` (moving the
+batch to the device) and `step` (forward, backward, optimizer). The profiler also records
+every torch op on the host and, on CUDA, every kernel and memcpy on the device. Each instant
+of the pass is then counted once, in priority order, as PyTorch's TensorBoard plugin does for
+its step-time breakdown, so the parts sum to the pass's wall time by construction:
+
+- on CUDA: `compute` (a kernel runs) > `copy` (a memcpy runs, or the host is copying) >
+  `data_wait` > `overhead` (the host is inside a step while the device is idle: Python,
+  kernel launches; Holistic Trace Analysis calls it host wait) > `other` (between steps);
+- on the CPU, where the host does the work itself: `data_wait` > `copy` > `compute` (inside
+  a torch op that the step called) > `overhead` (inside the step, outside every op: Python
+  and dispatch) > `other`.
+
+Why the profiler rather than timers alone: only its op and kernel events separate computing
+from issuing work. Its own cost (a few microseconds per recorded op) lands mostly in the
+naive rungs' per-item work, which it can only make look slower, never faster; the stage
+records the pass's step time beside the timed epochs' so the difference is visible.
+
+The interval arithmetic below is plain code over (start, end) pairs, so it is tested on the
+CPU with synthetic event lists, CUDA categories included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+Interval = tuple[float, float]
+PARTS = ("data_wait", "copy", "compute", "overhead", "other")
+RANGE = "budget:"  # the prefix of the profiler ranges this module marks
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, merged, non-empty intervals covering exactly what `intervals` cover."""
+    merged: list[Interval] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def intersect(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
+    """What both cover."""
+    a, b = union(a), union(b)
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if start < end:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
+    """What `a` covers and `b` does not."""
+    out: list[Interval] = []
+    cuts = union(b)
+    for start, end in union(a):
+        for cut_start, cut_end in cuts:
+            if cut_end <= start or cut_start >= end:
+                continue
+            if cut_start > start:
+                out.append((start, cut_start))
+            start = max(start, cut_end)
+            if start >= end:
+                break
+        if start < end:
+            out.append((start, end))
+    return out
+
+
+def length(intervals: Iterable[Interval]) -> float:
+    return sum(end - start for start, end in union(intervals))
+
+
+def exclusive(window: Interval, layers: list[tuple[str, list[Interval]]]) -> dict[str, float]:
+    """Each layer's time inside `window` not already claimed by an earlier layer, and
+    `other` for what no layer covers: the parts sum to the window's length exactly."""
+    claimed: list[Interval] = []
+    parts: dict[str, float] = {}
+    for name, intervals in layers:
+        free = subtract(intersect(intervals, [window]), claimed)
+        parts[name] = parts.get(name, 0.0) + length(free)
+        claimed = union(claimed + free)
+    parts["other"] = (window[1] - window[0]) - length(claimed)
+    return parts
+
+
+def split(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[Interval],
+          memcpy: list[Interval], cuda: bool) -> dict[str, float]:
+    """The parts of a profiled pass, in seconds, from its marked ranges (`data_wait`, `copy`,
+    `step`), the host's top-level op intervals and, on CUDA, the device's kernel and memcpy
+    intervals (all in seconds on one clock)."""
+    marked = [i for name in ("data_wait", "copy", "step") for i in ranges.get(name, [])]
+    if not marked:
+        raise ValueError("a profiled pass with no marked range")
+    window = (min(s for s, _ in marked), max(e for _, e in marked))
+    steps = ranges.get("step", [])
+    if cuda:
+        layers = [("compute", kernels), ("copy", memcpy + ranges.get("copy", [])),
+                  ("data_wait", ranges.get("data_wait", [])), ("overhead", steps)]
+    else:
+        layers = [("data_wait", ranges.get("data_wait", [])), ("copy", ranges.get("copy", [])),
+                  ("compute", intersect(ops, steps)), ("overhead", steps)]
+    parts = exclusive(window, layers)
+    return {name: parts.get(name, 0.0) for name in PARTS}
+
+
+# ---------------------------------------------------------------- reading a torch.profiler trace
+
+
+def trace_intervals(events: Iterable[Any]) -> tuple[dict[str, list[Interval]], list[Interval], list[Interval],
+                                                    list[Interval]]:
+    """(marked ranges by name, host top-level ops, device kernels, device memcpys) from
+    `profile.events()`, in seconds. A top-level op is one called by the step itself: its
+    parent is a marked range or nothing (its children are inside it already)."""
+    ranges: dict[str, list[Interval]] = {}
+    ops: list[Interval] = []
+    kernels: list[Interval] = []
+    memcpy: list[Interval] = []
+    for event in events:
+        interval = (event.time_range.start / 1e6, event.time_range.end / 1e6)
+        on_device = event.device_type != torch.autograd.DeviceType.CPU
+        if event.name.startswith(RANGE):
+            if not on_device:
+                ranges.setdefault(event.name[len(RANGE):], []).append(interval)
+        elif on_device:
+            (memcpy if "memcpy" in event.name.lower() else kernels).append(interval)
+        elif event.cpu_parent is None or event.cpu_parent.name.startswith(RANGE):
+            ops.append(interval)
+    return ranges, ops, kernels, memcpy
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Callable[[Any], None], steps: int,
+                  device: torch.device, warmup: int = 2) -> dict:
+    """Run `steps` train steps (after `warmup` unprofiled ones) under the profiler and
+    return the parts per step, in seconds, with the pass's step time (`step_s`).
+
+    `batches` yields what the variant's loader yields; `to_device` moves one to the device;
+    `step` trains on it."""
+    for _ in range(warmup):
+        step(to_device(next(batches)))
+    _sync(device)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for index in range(steps):
+            with torch.profiler.record_function(RANGE + "data_wait"):
+                item = next(batches)
+            with torch.profiler.record_function(RANGE + "copy"):
+                batch = to_device(item)
+            with torch.profiler.record_function(RANGE + "step"):
+                step(batch)
+                if index == steps - 1:
+                    _sync(device)  # the device's queue drains inside the last step
+    parts = split(*trace_intervals(prof.events()), cuda=device.type == "cuda")
+    return per_step(parts, steps)
+
+
+def per_step(parts: dict[str, float], steps: int) -> dict:
+    """Seconds per step, rounded to a microsecond, with `step_s` their exact sum."""
+    out = {f"{name}_s": round(seconds / steps, 6) for name, seconds in parts.items()}
+    out["step_s"] = round(sum(out[f"{name}_s"] for name in PARTS), 6)
+    out["steps"] = steps
+    return out
+
+
+def timed_window(run: Callable[[], None], device: torch.device, steps: int) -> dict:
+    """The parts of a whole replayed epoch (one CUDA graph), where no step can be marked:
+    kernels are compute, memcpys copy, the rest of the host's wait overhead."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    _sync(device)
+    with torch.profiler.profile(activities=activities) as prof:
+        with torch.profiler.record_function(RANGE + "step"):
+            run()
+            _sync(device)
+    parts = split(*trace_intervals(prof.events()), cuda=device.type == "cuda")
+    return per_step(parts, steps)
+
+
+def endless(make: Callable[[], Iterable]) -> Iterator:
+    """Batches from `make()`, started again whenever it runs out (a profiled pass may need
+    more steps than one small epoch has)."""
+    while True:
+        empty = True
+        for item in make():
+            empty = False
+            yield item
+        if empty:
+            raise ValueError("a data path with no batches")
