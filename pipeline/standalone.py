@@ -36,6 +36,7 @@ from pipeline.stages.machine import fingerprint
 from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
 from pipeline.core.dataset import COLUMNS, SPLITS
 from pipeline.stages.idx import read_split
+from pipeline.stages.parquet import write_checksums
 from pipeline.core.params import load_params, section, validate_params
 from pipeline.shards.writer import write_shards
 
@@ -55,10 +56,11 @@ def build_inputs(dataset: str, mirror: Path, work: Path, sources: Path, samples_
     fetch_dataset(dataset, files, [], raw, FetchSettings(retries=0), env={MIRROR_ENV: str(mirror)})
     for split in SPLITS:
         images, labels = read_split(raw, split)
-        write_wide_parquet(images, labels, parquet / f"{split}.parquet")
+        write_wide_parquet(images, labels, parquet / "wide" / f"{split}.parquet")
         write_shards(images, labels, shards / split, dataset=dataset, split=split,
                      samples_per_shard=samples_per_shard, compression="none")
-    return parquet, shards
+    write_checksums(parquet, layouts=("wide",))  # the bench checks the Parquet against it, as in the pipeline
+    return parquet / "wide", shards
 
 
 def checked(params: dict, path: Path) -> dict:

@@ -113,7 +113,7 @@ def test_summarise_scales_sampled_steps_and_adds_setup():
 def test_accuracy_rises_on_an_easy_task(prepared, variant):
     root, _ = prepared
     settings = bench_settings(batch_size=32, epochs=3, num_workers=1, sample=[])
-    timing, _, _ = run_variant(variant, root / "pq" / "wide", root / "shards", CPU, settings)
+    timing, _, _ = run_variant(variant, "tiny", root / "pq" / "wide", root / "shards", CPU, settings)
     assert np.isfinite(timing.loss)
     assert timing.accuracy > 0.9  # ten well-separated classes: chance is 0.1
 
@@ -124,7 +124,7 @@ def test_same_batches_same_training(prepared):
     root, _ = prepared
     results = []
     for variant in ("preprocessed", "batched"):
-        path = data_path(variant, root / "pq" / "wide", root / "shards", CPU, batch_size=64, seed=42, workers=1)
+        path = data_path(variant, root / "pq" / "wide", root / "shards", CPU, dataset="tiny", batch_size=64, seed=42, workers=1)
         timing = train_eager(path, CPU, TrainConfig(batch_size=64), epochs=1)
         results.append((timing.accuracy, timing.loss))
     assert results[0][0] == results[1][0]
@@ -327,9 +327,9 @@ def test_resident_variants_train_shuffled(prepared, variant):
     """`device` (and `graphed`/`compiled`, which take its order) see a fresh seeded
     permutation each epoch, the same for the same seed."""
     root, _ = prepared
-    data = Resident.load(root / "shards", CPU)
+    data = Resident.load(root / "shards", CPU, "tiny")
     if variant == "device":
-        path = data_path("device", root / "pq" / "wide", root / "shards", CPU, batch_size=64, seed=42, workers=1)
+        path = data_path("device", root / "pq" / "wide", root / "shards", CPU, dataset="tiny", batch_size=64, seed=42, workers=1)
         epoch = lambda: torch.cat([y for _, y in path.train()])  # noqa: E731
         first, second = epoch(), epoch()
     else:

@@ -44,9 +44,32 @@ class Resident:
     test_labels: torch.Tensor
 
     @classmethod
-    def load(cls, shards: Path, device: torch.device) -> Resident:
-        (train_x, train_y), (test_x, test_y) = (load_split(Path(shards) / split, device) for split in SPLITS)
+    def load(cls, shards: Path, device: torch.device, dataset: str) -> Resident:
+        """Both splits of `dataset`, verified: a folder of another data set or split is refused."""
+        (train_x, train_y), (test_x, test_y) = (load_split(Path(shards) / split, device, dataset=dataset, split=split)
+                                                for split in SPLITS)
         return cls(train_x, train_y, test_x, test_y)
+
+
+def checked_parquet(parquet: Path, split: str) -> Path:
+    """The wide split the seed's Datasets read, checked before they touch it: its bytes
+    against the convert stage's SHA256SUMS (polars writes no page checksums), and its columns
+    by name and order (the seed's Datasets take pixels by position: columns in another order
+    would train on scrambled images without a word)."""
+    import pyarrow.parquet as pq
+
+    from pipeline.core.dataset import COLUMNS
+    from pipeline.core.errors import DataError
+    from pipeline.stages.parquet import verify_checksum
+
+    path = Path(parquet) / f"{split}.parquet"
+    verify_checksum(path)
+    names = pq.read_schema(path).names
+    if names != COLUMNS:
+        first = next((i for i, (a, b) in enumerate(zip(names, COLUMNS)) if a != b), min(len(names), len(COLUMNS)))
+        raise DataError(f"{path}: columns are not label, pixel1..pixel{len(COLUMNS) - 1} in order "
+                        f"(column {first + 1} is {names[first] if first < len(names) else 'missing'!r})")
+    return path
 
 
 def _loader(dataset, batch_size: int, shuffle: bool, seed: int, **kwargs) -> torch.utils.data.DataLoader:
@@ -68,13 +91,14 @@ def loader_options(variant: str, workers: int, device: torch.device) -> dict:
     return options
 
 
-def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *, batch_size: int,
+def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *, dataset: str, batch_size: int,
               seed: int, workers: int) -> DataPath:
-    """Build one eager variant's batch sources from its inputs (wide Parquet or shards)."""
+    """Build one eager variant's batch sources from `dataset`'s inputs (wide Parquet or shards),
+    each checked before use."""
     steps = lambda n, b: math.ceil(n / b)  # noqa: E731
     if variant in LOADER_VARIANTS:
         cls = PreprocessedDataset if variant == "preprocessed" else NaiveDataset
-        train_set, test_set = (cls(Path(parquet) / f"{split}.parquet") for split in SPLITS)
+        train_set, test_set = (cls(checked_parquet(parquet, split)) for split in SPLITS)
         options = loader_options(variant, workers, device)
         batch = 16 if variant == "naive_bs16" else batch_size
         train_loader = _loader(train_set, batch, True, seed, **options)
@@ -82,7 +106,7 @@ def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *
         return DataPath(lambda: train_loader, lambda: test_loader,
                         steps(len(train_set), batch), steps(len(test_set), batch))
     if variant == "batched":
-        train_set, test_set = (ShardDataset(Path(shards) / split) for split in SPLITS)
+        train_set, test_set = (ShardDataset(Path(shards) / split, dataset=dataset, split=split) for split in SPLITS)
         pin = device.type == "cuda"
         train_loader = train_set.loader(batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed),
                                         pin_memory=pin)
@@ -90,7 +114,7 @@ def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *
         return DataPath(lambda: train_loader, lambda: test_loader,
                         steps(len(train_set), batch_size), steps(len(test_set), batch_size))
     if variant == "device":
-        data = Resident.load(shards, device)
+        data = Resident.load(shards, device, dataset)
         train = DeviceBatches(data.train_images, data.train_labels, batch_size, shuffle=True, seed=seed)
         test = DeviceBatches(data.test_images, data.test_labels, batch_size, shuffle=False)
         return DataPath(lambda: train, lambda: test, len(train), len(test))

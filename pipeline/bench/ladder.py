@@ -91,7 +91,7 @@ def native_bf16(device: torch.device) -> bool:
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
-def run_variant(variant: str, parquet: Path, shards: Path, device: torch.device,
+def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device: torch.device,
                 settings: BenchSettings, progress: str = "") -> tuple[Timing, int, int]:
     """Build one variant's inputs and train it; returns (timing, train steps, test steps).
 
@@ -100,14 +100,14 @@ def run_variant(variant: str, parquet: Path, shards: Path, device: torch.device,
     started = time.perf_counter()
     config = settings.train_config()
     if variant in STATIC_VARIANTS:
-        data = Resident.load(shards, device)
+        data = Resident.load(shards, device, dataset)
         timing = train_static(data, device, config, settings.execution(variant, device),
                               epochs=settings.epochs, started=started, progress=progress,
                               budget_steps=settings.budget_steps)
         return timing, math.ceil(len(data.train_labels) / config.batch_size), \
             math.ceil(len(data.test_labels) / config.batch_size)
     sampled = variant in settings.sample
-    path = data_path(variant, parquet, shards, device, batch_size=config.batch_size, seed=config.seed,
+    path = data_path(variant, parquet, shards, device, dataset=dataset, batch_size=config.batch_size, seed=config.seed,
                      workers=settings.workers())
     timing = train_eager(path, device, config, epochs=settings.sample_epochs if sampled else settings.epochs,
                          steps=settings.sample_steps if sampled else None, started=started, progress=progress,
@@ -208,7 +208,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: "
               f"{'sampled ' if sampled else ''}{settings.sample_epochs if sampled else settings.epochs} epochs"
               f"{eta(time.perf_counter() - started, done, len(settings.variants))}", file=sys.stderr, flush=True)
-        timing, train_steps, test_steps = run_variant(variant, Path(parquet), Path(shards), device, settings,
+        timing, train_steps, test_steps = run_variant(variant, dataset, Path(parquet), Path(shards), device, settings,
                                                       progress=f"{dataset}/{variant}")
         results[variant] = summarise(timing, train_steps, test_steps, settings, sampled)
         # Free this variant's loaders now: their (persistent) worker processes must not
@@ -223,7 +223,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
                 "variants": results}
     if settings.floor:
         print(f"{dataset}: floors (the same steps, data resident and converted)", file=sys.stderr, flush=True)
-        document["floor"] = floors(shards, device, settings, list(results))
+        document["floor"] = floors(dataset, shards, device, settings, list(results))
     finish(document, settings)
     return document
 
@@ -240,10 +240,10 @@ def eta(elapsed: float, done: int, total: int) -> str:
 FLOOR_OF = {"graphed": "graphed", "compiled": "compiled"}  # every other rung runs plain eager steps
 
 
-def floors(shards: Path, device: torch.device, settings: BenchSettings, variants: list[str]) -> dict:
+def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSettings, variants: list[str]) -> dict:
     """Per execution the variants use, the floor's seconds per epoch (`runners.floor`);
     options that are the same work on this device are timed once."""
-    data = Resident.load(shards, device)
+    data = Resident.load(shards, device, dataset)
     config = settings.train_config()
     timed: dict = {}
     out = {}

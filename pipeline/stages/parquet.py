@@ -94,10 +94,10 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_checksums(folder: Path) -> None:
+def write_checksums(folder: Path, layouts: tuple[str, ...] = LAYOUTS) -> None:
     """`SHA256SUMS` beside the Parquet files (`sha256sum -c` reads it): what later stages
     check before they trust a file that sat on a disk or went through a copy."""
-    names = [f"{layout}/{split}.parquet" for layout in LAYOUTS for split in SPLITS]
+    names = [f"{layout}/{split}.parquet" for layout in layouts for split in SPLITS]
     (folder / CHECKSUMS).write_text("".join(f"{_sha256(folder / name)}  {name}\n" for name in names))
 
 
