@@ -407,3 +407,35 @@ def test_finish_anchors_on_preprocessed_and_rounds_to_hundredths():
     sampled_only = {"params": {"train_samples": 10}, "variants": {"naive": _entry(1.0, 1.0, 2.0, None)}}
     finish(sampled_only, bench_settings())  # nothing measured accuracy: no check, no error
     assert "accuracy_ok" not in sampled_only["variants"]["naive"]
+
+
+def test_the_seeds_parquet_is_checked_before_the_seeds_datasets_read_it(tmp_path):
+    """A flipped byte (polars writes no page checksums) or columns in another order (the
+    seed's Datasets take pixels by position) are refused, naming the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.bench.datapaths import checked_parquet
+    from pipeline.core.dataset import COLUMNS
+    from pipeline.core.errors import DataError
+    from pipeline.stages.parquet import write_checksums
+
+    images, labels = make_split(20, 3)
+    flat = images.reshape(20, -1)
+    columns = [pa.array(labels)] + [pa.array(flat[:, i].copy()) for i in range(784)]
+    for split in ("train", "test"):
+        (tmp_path / "wide").mkdir(exist_ok=True)
+        pq.write_table(pa.Table.from_arrays(columns, names=COLUMNS), tmp_path / "wide" / f"{split}.parquet")
+    write_checksums(tmp_path, layouts=("wide",))
+    assert checked_parquet(tmp_path / "wide", "train") == tmp_path / "wide" / "train.parquet"
+    reversed_names = ["label"] + COLUMNS[:0:-1]
+    pq.write_table(pa.Table.from_arrays(columns, names=reversed_names), tmp_path / "wide" / "test.parquet")
+    write_checksums(tmp_path, layouts=("wide",))
+    with pytest.raises(DataError, match=r"test.parquet: columns are not label, pixel1..pixel784 in order "
+                                        r"\(column 2 is 'pixel784'\)"):
+        checked_parquet(tmp_path / "wide", "test")
+    data = bytearray((tmp_path / "wide" / "train.parquet").read_bytes())
+    data[len(data) // 2] ^= 1
+    (tmp_path / "wide" / "train.parquet").write_bytes(bytes(data))
+    with pytest.raises(DataError, match="train.parquet: checksum mismatch"):
+        checked_parquet(tmp_path / "wide", "train")
