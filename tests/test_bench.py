@@ -83,9 +83,9 @@ def test_every_variant_runs_with_its_costs(prepared):
     for name, entry in doc["variants"].items():
         budget = entry["budget"]
         parts = [budget[f"{part}_s"] for part in ("data_wait", "copy", "compute", "overhead", "other")]
-        assert budget["steps"] == 5 and min(parts) >= 0 and budget["compute_s"] > 0
+        assert budget["steps"] == (3 if entry["extrapolated"] else 5) and min(parts) >= 0 and budget["compute_s"] > 0
         assert sum(parts) == pytest.approx(budget["step_s"], abs=1e-5)   # the parts add up to the step
-        assert budget["epoch_step_s"] > 0
+        assert budget["epoch_step_s"] > 0 and budget["vs_epoch"] == round(budget["step_s"] / budget["epoch_step_s"], 3)
         assert entry["spread"]["min"] <= entry["spread"]["median"] <= entry["spread"]["max"]
         assert isinstance(entry["unstable"], bool) and (entry["unstable_reason"] is None) != entry["unstable"]
     assert doc["variants"]["naive"]["budget"]["data_wait_s"] > 0  # per-item pandas work, in the main process

@@ -109,9 +109,12 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
     sampled = variant in settings.sample
     path = data_path(variant, parquet, shards, device, dataset=dataset, batch_size=config.batch_size, seed=config.seed,
                      workers=settings.workers())
+    # A sampled variant's budget is one more sampled epoch, profiled: the same steps from a
+    # fresh iterator (worker start-up included) that its timed figures are made of.
     timing = train_eager(path, device, config, epochs=settings.sample_epochs if sampled else settings.epochs,
                          steps=settings.sample_steps if sampled else None, started=started, progress=progress,
-                         budget_steps=settings.budget_steps)
+                         budget_steps=(settings.sample_steps if sampled else settings.budget_steps)
+                         if settings.budget_steps else 0, budget_warmup=0 if sampled else 2)
     return timing, path.train_steps, path.test_steps
 
 
@@ -154,9 +157,16 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
         "recompiles": timing.recompiles,
         "measured": {"train_s": [round(s, 4) for s in timing.train_s], "test_s": [round(s, 4) for s in timing.test_s]},
         "spread": spread(timing.train_s),
-        "budget": None if timing.budget is None else {
-            **timing.budget, "epoch_step_s": round((steady_sample_step(timing, settings, sampled, train_steps)), 6)},
+        "budget": None if timing.budget is None else with_epoch_step(
+            timing.budget, steady_sample_step(timing, settings, sampled, train_steps)),
     }
+
+
+def with_epoch_step(budget: dict, epoch_step_s: float) -> dict:
+    """The budget beside the timed epochs' seconds per step, and their ratio: the profiled
+    pass is a sample of the same steps, so the two should agree within the noise."""
+    ratio = budget["step_s"] / epoch_step_s if epoch_step_s > 0 else None
+    return {**budget, "epoch_step_s": round(epoch_step_s, 6), "vs_epoch": None if ratio is None else round(ratio, 3)}
 
 
 def steady_epochs(seconds: list[float]) -> list[float]:

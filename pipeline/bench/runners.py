@@ -147,9 +147,10 @@ def _limited(iterable: Iterable, steps: int | None) -> Iterator:
 
 def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, epochs: int,
                 steps: int | None = None, started: float | None = None, progress: str = "",
-                budget_steps: int = 0) -> Timing:
+                budget_steps: int = 0, budget_warmup: int = 2) -> Timing:
     """The seed's loop over `path`'s batches; `steps` caps the steps per epoch (sampled timing).
-    After the timed epochs, `budget_steps` more steps are profiled (`budget.profile_steps`)."""
+    After the timed epochs, `budget_steps` more steps are profiled (`budget.profile_steps`),
+    after `budget_warmup` unprofiled ones from a fresh iterator."""
     started = time.perf_counter() if started is None else started
     model, forward, optimizer = build_model(device, config, Execution(), graph=False)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -186,7 +187,7 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
     if budget_steps:
         timing.budget = budget.profile_steps(budget.endless(path.train),
                                              lambda item: _as_batch(item, device, non_blocking), train_step,
-                                             budget_steps, device)
+                                             budget_steps, device, warmup=budget_warmup)
     return timing
 
 
