@@ -15,7 +15,7 @@ bench as `dvc repro`:
 - bench: `bench.run_bench` with params.yaml's `bench` block.
 
 Results go to `results/<gpu-slug>/<dataset>.json` with the device, torch and CUDA versions,
-the project's commit and the date, for the report stage to render in the README.
+the project's commit and the date, for the report stage to render (docs/results.md).
 """
 
 from __future__ import annotations
