@@ -85,6 +85,12 @@ class Budget(Loose):
     other_s: Seconds
 
 
+class Measured(Loose):
+    """The raw epoch times the bench took (for sampled variants: the sampled steps only)."""
+    train_s: list[Seconds] = Field(max_length=10_000)
+    test_s: list[Seconds] = Field(max_length=10_000)
+
+
 class Variant(Loose):
     train_s: Seconds
     test_s: Seconds
@@ -101,6 +107,7 @@ class Variant(Loose):
     unstable: StrictBool = False
     unstable_reason: Optional[Text] = None
     budget: Optional[Budget] = None
+    measured: Optional[Measured] = None
 
 
 class Machine(Loose):
@@ -328,8 +335,8 @@ def best_variant(run: Run) -> tuple[str, Variant]:
 
 
 def headline(machines: dict[str, dict[str, Run]]) -> str:
-    """Per machine and data set: the seed's naive loop, the seed's best, this project's best."""
-    lines = ["| machine | data set | naive | seed's best (`preprocessed`) | this project's best | vs naive |",
+    """Per machine and data set: the write-up's naive loop, its best rung, and the fastest here."""
+    lines = ["| machine | data set | naive | the write-up's best (`preprocessed`) | best here | vs naive |",
              "|---|---|---:|---:|---:|---:|"]
     for machine, runs in machines.items():
         for dataset, run in runs.items():
@@ -342,7 +349,8 @@ def headline(machines: dict[str, dict[str, Run]]) -> str:
             lines.append(f"| `{machine}` | {dataset} | {opt(naive and naive.train_s)}{naive and flag('naive') or ''} "
                          f"| {opt(seed and seed.train_s)}{seed and flag('preprocessed') or ''} "
                          f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} |")
-    return "\n".join(lines) + "\n\nSeconds per train epoch (steady: the median of the timed epochs)."
+    return "\n".join(lines) + ("\n\nSeconds per train epoch (steady: the median of the timed epochs); vs naive: "
+                               "`naive` over the best.")
 
 
 def codec_table(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> str:
@@ -434,9 +442,36 @@ def image(name: str, alt: str, prefix: str) -> str:
     return f"![{alt}]({prefix}img/{name}.svg)"
 
 
+def spent_s(run: Run) -> float | None:
+    """Seconds the bench spent on a run's variants: each one's setup and every epoch it
+    actually timed (a sampled variant's sampled steps, not its extrapolated epoch); None
+    when a variant does not record them."""
+    total = 0.0
+    for v in run.doc.variants.values():
+        if v.measured is None:
+            return None
+        total += (v.setup_s or 0.0) + sum(v.measured.train_s) + sum(v.measured.test_s)
+    return total
+
+
+def bench_time(machines: dict[str, dict[str, Run]]) -> str:
+    """How long the bench ran on each CPU machine, from what its metrics record."""
+    lines = []
+    for machine, runs in machines.items():
+        cpu = [r for r in runs.values() if (r.doc.machine.device if r.doc.machine else r.doc.env.device_type) == "cpu"]
+        spent = [spent_s(r) for r in cpu]
+        if cpu and None not in spent:
+            first = cpu[0]
+            cores = first.doc.machine.cores if first.doc.machine else first.doc.env.cpu_count
+            lines.append(f"- `{machine}` ({cores} cores): {num(sum(spent) / 60)} minutes for "
+                         f"{', '.join(r.doc.dataset for r in cpu)} (setup and timed epochs of every variant)")
+    return "\n".join(lines) or "No CPU bench run on record yet."
+
+
 def blocks(machines: dict[str, dict[str, Run]], codecs: dict | None, images: set[str]) -> dict[str, str]:
     """The README's generated blocks, by name."""
-    out = {"headline": headline(machines) if machines else "No bench results yet: run `dvc repro`."}
+    out = {"headline": headline(machines) if machines else "No bench results yet: run `dvc repro`.",
+           "bench-time": bench_time(machines)}
     out["ladder-chart"] = (image("ladder", "Seconds per train epoch per rung, per machine (log scale)", "docs/")
                            if "ladder" in images else "No bench results yet.")
     out["budget-chart"] = (image("budget", "Where a train step's time goes, per rung", "docs/")
