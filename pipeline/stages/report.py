@@ -481,9 +481,13 @@ def blocks(machines: dict[str, dict[str, Run]], codecs: dict | None, images: set
 
 
 def benchmark_outputs(root: Path) -> list[Path]:
-    """Recorded benchmark outputs: results/benchmarks/<machine>/<name>.txt."""
-    base = root / "results" / "benchmarks"
-    return sorted(base.glob("*/*.txt")) if base.is_dir() else []
+    """Recorded benchmark outputs: results/benchmarks/<machine>/<name>.txt, and the text
+    outputs kept beside a machine's bench results (results/<machine>/<name>.txt)."""
+    base = root / "results"
+    if not base.is_dir():
+        return []
+    machines = [p.parent for p in base.glob("*/*.json")]
+    return sorted(set(base.glob("benchmarks/*/*.txt")) | {t for m in machines for t in m.glob("*.txt")})
 
 
 def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, images: set[str], root: Path) -> str:
