@@ -250,7 +250,7 @@ def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[s
 
     Builds the wide Parquet and the shards with pyarrow and the shard writer, checks every
     raw file against sources.yaml, runs params.yaml's bench, and writes
-    results/<gpu-slug>/<dataset>.json for `dvc repro report` to render in docs/results.md.
+    results/<gpu-slug>/<dataset>.json for `dvc repro report` to render in the README.
     """
     from pipeline.standalone import run_standalone
 

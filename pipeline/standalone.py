@@ -15,7 +15,7 @@ bench as `dvc repro`:
 - bench: `bench.run_bench` with params.yaml's `bench` block.
 
 Results go to `results/<gpu-slug>/<dataset>.json` with the device, torch and CUDA versions,
-the project's commit and the date, for the report stage to render (docs/results.md).
+the project's commit and the date, for the report stage to render in the README.
 """
 
 from __future__ import annotations
