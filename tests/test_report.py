@@ -96,7 +96,7 @@ def test_report_writes_every_output_from_tiny_metrics(tmp_path):
 
     page = (root / "docs/results.md").read_text()
     assert page.index("## `box-a`") < page.index("## `box-b`")  # this machine first
-    assert "| preprocessed **unstable** | 10.0 | 9.50 / 14.0 |" in page
+    assert "| preprocessed **unstable** | 10.0 | 45% |" in page  # (max - min) / median
     assert "&lt;script&gt;x&lt;/script&gt;" in page and "<script>" not in page and "<b>" not in page
     assert "spread 47% &gt; 20% \\| &lt;script" in page  # a pipe cannot open a column
     assert "commit abc1234, 2026-11-01" in page and "Compute floor" in page

@@ -57,7 +57,7 @@ class ReportError(InputError):
 # --- the schema of what is rendered ------------------------------------------------------
 
 Slug = Annotated[str, StringConstraints(pattern=SLUG, strict=True)]
-Text = Annotated[str, StringConstraints(max_length=200, strict=True)]  # escaped where rendered
+Text = Annotated[str, StringConstraints(max_length=2000, strict=True)]  # escaped where rendered
 Seconds = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]  # under four months
 Ratio = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -288,17 +288,27 @@ def machine_line(run: Run) -> str:
     return f"{what}{when}; {d.params.epochs} epochs, batch {d.params.batch_size} ({source})"
 
 
+def spread_text(spread: Spread | None) -> str:
+    """(max - min) / median of the timed epochs, as a percentage: unit-free, so it reads the
+    same for a sampled variant (whose epochs are its sampled steps) as for a full one."""
+    if spread is None:
+        return "n/a"
+    if spread.median == 0:
+        return "0%" if spread.max == spread.min else "n/a"
+    return f"{100 * (spread.max - spread.min) / spread.median:.0f}%"
+
+
 def ladder_table(run: Run) -> str:
     """One data set's ladder on one machine: steady figures beside what a user pays."""
     lines = [f"**{run.doc.dataset}**: {machine_line(run)}", "",
-             "| variant | train s/epoch | min / max | test s/epoch | setup s | wall s | accuracy "
+             "| variant | train s/epoch | spread | test s/epoch | setup s | wall s | accuracy "
              "| vs naive: steady / wall |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, v in run.doc.variants.items():
         mark = " *" if v.extrapolated else ""
         mark += " (graph)" if v.cuda_graph else ""
         mark += " **unstable**" if v.unstable else ""
-        spread = f"{num(v.spread.min)} / {num(v.spread.max)}" if v.spread else "n/a"
+        spread = spread_text(v.spread)
         accuracy = opt(v.accuracy, lambda a: f"{a:.4f}") + ("" if v.accuracy_ok else " (outside tolerance)")
         vs = f"{opt(v.speedup)}x" + (f" / {num(v.wall_speedup)}x" if v.wall_speedup is not None else "")
         lines.append(f"| {name}{mark} | {num(v.train_s)} | {spread} | {num(v.test_s)} | {opt(v.setup_s)} "
@@ -432,9 +442,9 @@ def chart_specs(machines: dict[str, dict[str, Run]], codecs: dict | None) -> dic
 
 NOTE = ("`*` sampled: timed over a fixed number of steps per epoch and scaled to the whole epoch "
         "(accuracy not measured). `(graph)`: each epoch replays one CUDA graph. **unstable**: the timed "
-        "epochs spread more than `bench.max_spread`, or a twin doing identical work disagrees. min / max: "
-        "of the timed epochs. setup s: everything before the first timed step; wall s: setup plus every "
-        "epoch, train and test. vs naive: `naive`'s steady train + test per epoch over the row's, then "
+        "epochs spread more than `bench.max_spread`, a twin doing identical work disagrees, or it beats "
+        "its floor. spread: (max - min) / median of the timed epochs. setup s: everything before the "
+        "first timed step; wall s: setup plus every epoch, train and test. vs naive: `naive`'s steady train + test per epoch over the row's, then "
         "its wall s over the row's.")
 
 
