@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import json
 import math
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.stages.charts import BUDGET_LABELS
 from pipeline.stages.report import ReportError, embed, num, render_all, splice, text, write_report
 
 README = ("# t\n\n<!-- generated: ladder-chart -->\nold\n<!-- /generated -->\n\n"
@@ -229,3 +231,22 @@ def test_write_report_changes_nothing_on_bad_input(tmp_path):
                      root / "results", root / "docs/results.md", root / "docs/img", root / "metrics/ladder.csv",
                      root / "metrics/budget.csv")
     assert outputs(root) == before
+
+
+def test_plot_data_goes_through_the_csv_writer():
+    from pipeline.stages.report import csv_text
+
+    tricky = ['a,b', 'line\nbreak', 'quote "q"']
+    assert list(csv.reader(csv_text(["name"], [[t] for t in tricky]).splitlines(keepends=True))) == \
+        [["name"], *[[t] for t in tricky]]
+
+
+def test_charts_carry_only_slugs_and_numbers(tmp_path):
+    """Free text (CPU and GPU names, reasons) never reaches a chart: only checked names."""
+    root = tree(tmp_path)
+    _, specs = render_all([root / "metrics/bench/tiny.json"], root / "metrics/codecs.json", None, README, root)
+    for spec in specs.values():
+        for row in spec["data"]["values"]:
+            for value in row.values():
+                assert (isinstance(value, (int, float)) or value in BUDGET_LABELS.values()
+                        or re.fullmatch(r"[a-z0-9][a-z0-9_-]*( / [a-z0-9][a-z0-9_-]*)?", value)), value
