@@ -175,13 +175,14 @@ def test_a_variant_name_must_be_a_slug(tmp_path):
 
 def test_bad_files_are_one_line_errors(tmp_path):
     for content, message in (("{", "not JSON"), ("[1, 2]", "(top level): Input should be a valid dictionary"),
+                             ("[" * 100_000, "nested too deeply"), ('{"dataset": NaN}', "holds NaN"),
                              (json.dumps({"dataset": "tiny", "params": {"epochs": 1, "batch_size": 1},
                                           "variants": {"a": variant(1.0)}}), "neither 'machine' nor")):
         root = tree(tmp_path / str(len(message)), {"tiny.json": {}})
         (root / "metrics/bench/tiny.json").write_text(content)
         result = run_report(root)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
-    root = tree(tmp_path / "machine", results={"Bad Name/tiny.json": old_doc()})
+    root = tree(tmp_path / "machine", results={"Bad Name/tiny.json": old_doc(), "Notes/readme.txt": "x"})
     result = run_report(root)
     assert result.returncode == 2 and "plain slug" in result.stderr
 

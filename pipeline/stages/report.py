@@ -177,6 +177,8 @@ def read_json(path: Path) -> Any:
         return json.loads(data, parse_constant=lambda name: _refuse_constant(path, name))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ReportError(f"{path}: not JSON ({err})") from None
+    except RecursionError:
+        raise ReportError(f"{path}: nested too deeply; not a metrics file") from None
 
 
 def _refuse_constant(path: Path, name: str) -> None:
@@ -229,9 +231,10 @@ def collect_runs(bench_paths: list[Path], results_dir: Path | None) -> list[Run]
     runs = [load_run(p, THIS_MACHINE, True) for p in sorted(bench_paths)]
     if results_dir is not None and Path(results_dir).is_dir():
         for folder in sorted(p for p in Path(results_dir).iterdir() if p.is_dir()):
-            if not re.match(SLUG, folder.name):
+            documents = sorted(folder.glob("*.json"))
+            if documents and not re.fullmatch(SLUG.strip("^$"), folder.name):
                 raise ReportError(f"{folder}: a machine folder's name must be a plain slug (a-z, 0-9, '-', '_')")
-            runs += [load_run(p, folder.name, False) for p in sorted(folder.glob("*.json"))]
+            runs += [load_run(p, folder.name, False) for p in documents]
     return runs
 
 
