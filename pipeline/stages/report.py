@@ -487,6 +487,8 @@ def blocks(machines: dict[str, dict[str, Run]], codecs: dict | None, images: set
            "bench-time": bench_time(machines)}
     out["ladder-chart"] = (image("ladder", "Seconds per train epoch per rung, per machine (log scale)", "docs/")
                            if "ladder" in images else "No bench results yet.")
+    out["codec-chart"] = (image("codecs", "Train split size by Parquet codec", "docs/")
+                          if "codecs" in images else "No codec table yet: run `dvc repro codecs`.")
     out["budget-chart"] = (image("budget", "Where a train step's time goes, per rung", "docs/")
                            if "budget" in images else
                            "The bench metrics on hand carry no time budget yet: run `dvc repro bench@mnist`.")
