@@ -322,7 +322,8 @@ def ladder_table(run: Run) -> str:
         lines += ["", "Unstable (re-run on a quiet machine before trusting these): " + "; ".join(reasons) + "."]
     floor = run.doc.floor
     if floor.train_s is not None:
-        extra = f"; with `compiled`'s options {num(floor.compiled_train_s)}" if floor.compiled_train_s is not None else ""
+        extra = (f"; with `compiled`'s options {num(floor.compiled_train_s)} s/epoch"
+                 if floor.compiled_train_s is not None else "")
         lines += ["", f"Compute floor (the same steps with no data path): {num(floor.train_s)} s/epoch{extra}."]
     return "\n".join(lines)
 
