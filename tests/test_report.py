@@ -85,7 +85,10 @@ def outputs(root: Path) -> dict[str, bytes]:
 
 def test_report_writes_every_output_from_tiny_metrics(tmp_path):
     root = tree(tmp_path, results={"box-b/tiny.json": old_doc(commit="abc1234"),
-                                   "benchmarks/box-a/load.txt": "$ python load.py\n12.5 ms\n"})
+                                   "benchmarks/box-a/load.txt": "$ python load.py\n12.5 ms\n",
+                                   "scale/two_nodes.json": {"nodes": 2},  # not a bench result: left alone
+                                   "scale/notes.txt": "not embedded",
+                                   "box-b/steps.txt": "kernel table\n"})  # beside a machine's results: shown
     result = run_report(root)
     assert result.returncode == 0, result.stderr
     readme = (root / "README.md").read_text()
@@ -105,6 +108,8 @@ def test_report_writes_every_output_from_tiny_metrics(tmp_path):
     assert "| device | 4.70 | 0.100 | 0 | 4.00 | 0.500 | 0.100 |" in page  # ms per step
     assert "<!-- embed: results/benchmarks/box-a/load.txt -->\n```\n$ python load.py\n12.5 ms\n```" in page
     assert "| tiny | compact | 4.70 MB / 0.0100 s | 1.20 MB / 0.0100 s |" in page
+    assert "<!-- embed: results/box-b/steps.txt -->\n```\nkernel table\n```" in page
+    assert "scale/" not in page and "two_nodes" not in page and "not embedded" not in page
 
     with open(root / "metrics/ladder.csv", newline="") as f:
         assert list(csv.reader(f)) == [["variant", "tiny"], ["naive", "40.0"], ["preprocessed", "10.0"],

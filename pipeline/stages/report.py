@@ -219,22 +219,29 @@ class Run:
         return self.doc.date or (self.doc.env.date if self.doc.env else None)
 
 
-def load_run(path: Path, default_machine: str, local: bool) -> Run:
-    doc = checked(path, read_json(path), BenchDoc)
+def is_bench_document(data: Any) -> bool:
+    """A bench result (it has a ladder), as opposed to other JSON kept under results/ (a
+    scale or loader benchmark's own figures), which this stage leaves alone."""
+    return isinstance(data, dict) and "variants" in data
+
+
+def load_run(path: Path, default_machine: str, local: bool, data: Any = None) -> Run:
+    doc = checked(path, read_json(path) if data is None else data, BenchDoc)
     if doc.machine is None and doc.env is None:
         raise ReportError(f"{path}: machine: Field required (neither 'machine' nor the older 'env')")
     return Run(doc, Path(path), doc.machine.name if doc.machine else default_machine, local)
 
 
 def collect_runs(bench_paths: list[Path], results_dir: Path | None) -> list[Run]:
-    """This machine's runs and every committed machine's, all checked."""
+    """This machine's runs (every file of metrics/bench/) and every committed machine's (the
+    bench results among results/<machine>/*.json), all checked."""
     runs = [load_run(p, THIS_MACHINE, True) for p in sorted(bench_paths)]
     if results_dir is not None and Path(results_dir).is_dir():
         for folder in sorted(p for p in Path(results_dir).iterdir() if p.is_dir()):
-            documents = sorted(folder.glob("*.json"))
+            documents = [(p, data) for p in sorted(folder.glob("*.json")) if is_bench_document(data := read_json(p))]
             if documents and not re.fullmatch(SLUG.strip("^$"), folder.name):
                 raise ReportError(f"{folder}: a machine folder's name must be a plain slug (a-z, 0-9, '-', '_')")
-            runs += [load_run(p, folder.name, False) for p in documents]
+            runs += [load_run(p, folder.name, False, data) for p, data in documents]
     return runs
 
 
@@ -496,17 +503,16 @@ def blocks(machines: dict[str, dict[str, Run]], codecs: dict | None, images: set
     return out
 
 
-def benchmark_outputs(root: Path) -> list[Path]:
+def benchmark_outputs(root: Path, folders: set[Path]) -> list[Path]:
     """Recorded benchmark outputs: results/benchmarks/<machine>/<name>.txt, and the text
-    outputs kept beside a machine's bench results (results/<machine>/<name>.txt)."""
-    base = root / "results"
-    if not base.is_dir():
-        return []
-    machines = [p.parent for p in base.glob("*/*.json")]
-    return sorted(set(base.glob("benchmarks/*/*.txt")) | {t for m in machines for t in m.glob("*.txt")})
+    outputs kept beside a machine's bench results (`folders`: results/<machine>/)."""
+    base = root.resolve() / "results"
+    recorded = set(base.glob("benchmarks/*/*.txt")) if base.is_dir() else set()
+    return sorted(recorded | {t for folder in folders for t in folder.glob("*.txt")})
 
 
-def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, images: set[str], root: Path) -> str:
+def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, images: set[str], root: Path,
+                 folders: set[Path]) -> str:
     """docs/results.md, whole."""
     parts = ["# Results", "",
              "<!-- Written by `dvc repro report` from metrics/ and results/; edits here are overwritten. -->", "",
@@ -535,14 +541,14 @@ def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, image
                   "array (`metrics/codecs.json`).", "", codec_table(codecs), ""]
         if "codecs" in images:
             parts += [image("codecs", "Train split size by Parquet codec", ""), ""]
-    outputs = benchmark_outputs(root)
+    outputs = benchmark_outputs(root, folders)
     if outputs:
         parts += ["## Storage and loading benchmarks", "",
                   "Each block is a benchmark's own output, recorded with `python benchmarks/record.py NAME -- "
                   "COMMAND` (the command is its first line). Re-run them on your machine the same way: the "
                   "figures depend on its cores, memory bandwidth and disk cache.", ""]
         for path in outputs:
-            name = path.relative_to(root).as_posix()
+            name = path.relative_to(root.resolve()).as_posix()
             parts += [f"### `{name}`", "", f"<!-- embed: {name} -->", "```", "```", "<!-- /embed -->", ""]
     train = sorted((root / "metrics" / "train").glob("*.json")) if (root / "metrics" / "train").is_dir() else []
     if train:
@@ -620,7 +626,9 @@ def render_all(bench_paths: list[Path], codecs_path: Path | None, results_dir: P
     specs = chart_specs(machines, codecs)
     local = [r for r in runs if r.local]
     readme = embed(splice(readme_text, blocks(machines, codecs, set(specs))), root)
-    rendered = Rendered(readme=readme, results=results_page(machines, codecs, set(specs), root),
+    inside = root.resolve()
+    folders = {r.path.parent.resolve() for r in runs if not r.local and r.path.resolve().is_relative_to(inside)}
+    rendered = Rendered(readme=readme, results=results_page(machines, codecs, set(specs), root, folders),
                         ladder_csv=ladder_csv(local), budget_csv=budget_csv(local),
                         specs={name: charts.spec_text(s) for name, s in specs.items()})
     return rendered, specs
