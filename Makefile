@@ -5,8 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The CPU build; on a CUDA machine use e.g. TORCH_SPEC='torch==2.13.0' with PyTorch's CUDA index.
 TORCH_SPEC ?= torch==2.13.0
-# Local mirror of the raw files; unset it to download from the internet mirrors.
-PIPELINE_MIRROR ?= $(abspath ../shared/datasets)
+# PIPELINE_MIRROR, when set (e.g. `make repro PIPELINE_MIRROR=/data/idx`), is a folder or URL
+# holding <dataset>/ with the raw files, tried before the internet mirrors of sources.yaml.
 export PIPELINE_MIRROR
 
 .PHONY: setup repro test mutants plots plots-template clean
@@ -30,7 +30,7 @@ test: setup
 # [tool.mutmut] in pyproject.toml. Starts fresh: mutmut keeps a mutant's verdict until its
 # function changes, so after new tests old survivors would be reported unchecked (resume a
 # stopped run with `mutmut run`). The score table goes to results/mutation/score.md, which
-# the README embeds (`dvc repro report` refreshes it).
+# docs/results.md embeds (`dvc repro report` refreshes it).
 MUTMUT_CHILDREN ?= $(shell nproc)
 mutants: setup
 	rm -rf mutants

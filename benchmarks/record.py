@@ -1,11 +1,11 @@
-"""Run a benchmark and keep what it printed, for the README to embed.
+"""Run a benchmark and keep what it printed, for the docs to embed.
 
     python benchmarks/record.py scale -- python benchmarks/scale.py data/csv/mnist/train.csv --scale 10
 
 writes results/benchmarks/<machine>/scale.txt: the command, the machine (CPU model, cores,
 memory) and the benchmark's output, exactly as printed. `dvc repro report` copies each such
-file into the README block that names it, and a test fails while they differ, so a figure
-in the README is always one a command printed, on the machine it names.
+file into docs/results.md (and into any README block that names it), and a test fails while
+they differ, so such a figure is always one a command printed, on the machine it names.
 """
 
 from __future__ import annotations

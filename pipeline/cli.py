@@ -225,19 +225,25 @@ def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> Non
 
 
 @main.command()
-@input_dir("--bench", "Folder of the bench stages' metrics JSON files.", dest="bench_dir")
+@input_dir("--bench", "Folder of this machine's bench metrics JSON files.", dest="bench_dir")
 @click.option("--codecs", "codecs_path", type=click.Path(path_type=Path), help="The codecs metrics JSON.")
-@click.option("--readme", type=click.Path(path_type=Path, exists=True), required=True,
-              help="README whose generated blocks are rewritten (dvc.yaml declares it the stage's output).")
-@output_path("--plot", "Ladder plot data CSV to write.")
 @click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("results"),
               show_default=True, help="Committed bench results of other machines, one folder each.")
+@click.option("--readme", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
+              help="README whose generated and embed blocks are rewritten (the prose around them is kept).")
+@output_path("--page", "The results page to write whole (docs/results.md).")
+@output_path("--images", "Folder of the charts to write (SVG and the Vega-Lite spec of each).")
+@output_path("--ladder-plot", "Ladder plot data CSV (this machine) for `dvc plots show`.")
+@output_path("--budget-plot", "Time budget plot data CSV (this machine) for `dvc plots show`.")
 @stage_command
-def report(bench_dir: Path, codecs_path: Path | None, readme: Path, plot: Path, results_dir: Path) -> None:
-    """Regenerate the README's Results section and the ladder plot data from metrics/ and results/."""
+def report(bench_dir: Path, codecs_path: Path | None, results_dir: Path, readme: Path, page: Path, images: Path,
+           ladder_plot: Path, budget_plot: Path) -> None:
+    """Render the README's generated blocks, the results page, the charts and the plot data
+    from metrics/ and results/."""
     from pipeline.stages.report import write_report
 
-    write_report(sorted(bench_dir.glob("*.json")), codecs_path, readme, plot, results_dir)
+    write_report(sorted(bench_dir.glob("*.json")), codecs_path, readme, results_dir, page, images,
+                 ladder_plot, budget_plot)
 
 
 @main.command("standalone-bench")

@@ -1,56 +1,258 @@
+"""The report stage on tiny fake metrics: what it writes, and what it refuses to embed."""
+
+from __future__ import annotations
+
+import csv
+import re
+import json
+import math
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
 import pytest
 
-from pipeline.stages.report import END, START, ladder_rows, render, splice
+from pipeline.stages.charts import BUDGET_LABELS
+from pipeline.stages.report import ReportError, embed, num, render_all, splice, text, write_report
+
+README = ("# t\n\n<!-- generated: ladder-chart -->\nold\n<!-- /generated -->\n\n"
+          "<!-- generated: headline -->\n<!-- /generated -->\n\n<!-- generated: budget-chart -->\n<!-- /generated -->\n"
+          "tail\n")
 
 
-def doc(name, naive_s):
-    return {"dataset": name,
-            "env": {"device": "cpu0", "device_type": "cpu", "torch": "2", "cpu_count": 2, "threads": 2},
-            "params": {"epochs": 5, "batch_size": 512},
-            "floor": {"train_s": 1.5},
-            "variants": {
-                "naive": {"train_s": naive_s, "test_s": 1.0, "total_s": 5 * (naive_s + 1), "accuracy": None,
-                          "extrapolated": True, "speedup": 1.0, "samples_per_s": 10},
-                "device": {"train_s": 2.0, "test_s": 0.1, "total_s": 10.5, "accuracy": 0.97,
-                           "extrapolated": False, "speedup": 3.3, "samples_per_s": 900, "accuracy_ok": False},
+def variant(train_s, *, extrapolated=False, budget=None, **extra):
+    v = {"train_s": train_s, "test_s": train_s / 10, "setup_s": 0.1, "wall_s": 5 * train_s, "accuracy": None
+         if extrapolated else 0.97, "extrapolated": extrapolated, "speedup": 1.0, "wall_speedup": 1.0}
+    if budget:
+        step = sum(budget)
+        v["budget"] = dict(zip(("data_wait_s", "copy_s", "compute_s", "overhead_s", "other_s"), budget), step_s=step)
+    return {**v, **extra}
+
+
+def new_doc(dataset="tiny", name="box-a", day="2026-11-20", **variants):
+    return {"dataset": dataset, "date": day,
+            "machine": {"name": name, "cpu": "Some CPU <b>", "cores": 2, "memory_gb": 8.0, "gpu": None,
+                        "gpu_count": 0, "torch": "2.13.0+cpu", "cuda": None, "device": "cpu"},
+            "params": {"epochs": 3, "batch_size": 32}, "floor": {"train_s": 1.0, "compiled_train_s": 0.9},
+            "variants": variants or {
+                "naive": variant(40.0, extrapolated=True, budget=(0.03, 0.0, 0.01, 0.001, 0.0)),
+                "preprocessed": variant(10.0, spread={"min": 9.5, "median": 10.0, "max": 14.0}, unstable=True,
+                                        unstable_reason="epochs spread 47% > 20% | <script>x</script>"),
+                "device": variant(2.0, budget=(0.0001, 0.0, 0.004, 0.0005, 0.0001)),
             }}
 
 
-def test_render_and_splice():
-    body = render([doc("a", 40.0), doc("b", 50.0)], None)
-    assert "| naive * | 40.000 |" in body and "| device | 2.000 |" in body
-    assert "0.9700 (outside tolerance)" in body and "Compute floor" in body
-    readme = f"intro\n{START}\nold\n{END}\nrest\n"
-    out = splice(readme, body)
-    assert out.startswith("intro\n") and out.endswith(f"{END}\nrest\n") and "old" not in out
-    assert splice(out, body) == out
-    with pytest.raises(ValueError, match="markers"):
-        splice("no markers", body)
+def old_doc(dataset="tiny", device="Old GPU", commit=None):
+    env = {"device": device, "device_type": "cuda", "torch": "2.11", "cpu_count": 16}
+    if commit:
+        env.update(commit=commit, date="2026-11-01")
+    return {"dataset": dataset, "env": env, "params": {"epochs": 5, "batch_size": 512},
+            "variants": {"naive": variant(70.0, extrapolated=True), "compiled": variant(0.05)}}
 
 
-def test_ladder_rows():
-    assert ladder_rows([doc("a", 40.0), doc("b", 50.0)]).splitlines() == [
-        "variant,a,b", "naive,40.0,50.0", "device,2.0,2.0"]
+def tree(tmp_path: Path, local: dict | None = None, results: dict | None = None) -> Path:
+    """A repository folder: README, metrics/bench, metrics/codecs.json, results/<machine>/."""
+    root = tmp_path / "repo"
+    (root / "metrics" / "bench").mkdir(parents=True)
+    (root / "README.md").write_text(README)
+    for name, doc in (local or {"tiny.json": new_doc()}).items():
+        (root / "metrics" / "bench" / name).write_text(json.dumps(doc))
+    codecs = {"tiny": {"compact": {c: {"train": {"MB": mb, "read_s": 0.01}} for c, mb in (("none", 4.7), ("zstd-3", 1.2))}}}
+    (root / "metrics" / "codecs.json").write_text(json.dumps(codecs))
+    for path, doc in (results or {}).items():
+        (root / "results" / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / "results" / path).write_text(json.dumps(doc) if isinstance(doc, dict) else doc)
+    return root
 
 
-def test_results_folders_render_as_their_own_tables(tmp_path):
-    """Each results/<machine>/ folder becomes its own section, old documents (no setup_s or
-    wall_s) included, labelled with the commit they were measured at."""
-    import json
+def run_report(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "report", "--bench", "metrics/bench", "--codecs", "metrics/codecs.json",
+         "--results", "results", "--readme", "README.md", "--page", "docs/results.md", "--images", "docs/img",
+         "--ladder-plot", "metrics/ladder.csv", "--budget-plot", "metrics/budget.csv"],
+        cwd=root, capture_output=True, text=True, env={"PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+                                                         "PATH": "/usr/bin:/bin"})
 
-    from pipeline.stages.report import results_docs
 
-    new = doc("mnist", 70.0)
-    new["env"].update(commit="abc1234", date="2026-11-23")
-    new["variants"]["device"].update(setup_s=0.05, wall_s=1.35, wall_speedup=310.0, cuda_graph=True)
-    (tmp_path / "h100").mkdir()
-    (tmp_path / "h100" / "mnist.json").write_text(json.dumps(new))
-    (tmp_path / "old").mkdir()
-    (tmp_path / "old" / "mnist.json").write_text(json.dumps(doc("mnist", 60.0)))
-    (tmp_path / "empty").mkdir()
-    machines = results_docs(tmp_path)
-    assert [name for name, _ in machines] == ["h100", "old"]
-    body = render([], None, machines)
-    assert "### `results/h100/`" in body and "commit abc1234, 2026-11-23" in body
-    assert "| device (graph) | 2.000 | 0.100 | n/a | 0.05 | 1.35 | 0.9700 (outside tolerance) | 3.3x / 310.0x |" in body
-    assert "| naive * | 60.000 | 1.000 | n/a | n/a | n/a | n/a | 1.0x |" in body  # old schema: n/a
+def outputs(root: Path) -> dict[str, bytes]:
+    names = ["README.md", "docs/results.md", "metrics/ladder.csv", "metrics/budget.csv"]
+    files = {n: (root / n).read_bytes() for n in names if (root / n).exists()}
+    if (root / "docs/img").is_dir():
+        files.update({f"docs/img/{p.name}": p.read_bytes() for p in sorted((root / "docs/img").iterdir())})
+    return files
+
+
+def test_report_writes_every_output_from_tiny_metrics(tmp_path):
+    root = tree(tmp_path, results={"box-b/tiny.json": old_doc(commit="abc1234"),
+                                   "benchmarks/box-a/load.txt": "$ python load.py\n12.5 ms\n",
+                                   "scale/two_nodes.json": {"nodes": 2},  # not a bench result: left alone
+                                   "scale/notes.txt": "not embedded",
+                                   "box-b/steps.txt": "kernel table\n"})  # beside a machine's results: shown
+    result = run_report(root)
+    assert result.returncode == 0, result.stderr
+    readme = (root / "README.md").read_text()
+    assert readme.startswith("# t\n\n<!-- generated: ladder-chart -->\n![") and readme.endswith("tail\n")
+    assert "](docs/img/ladder.svg)" in readme and "](docs/img/budget.svg)" in readme
+    headline = readme.split("<!-- generated: headline -->\n")[1].split("<!-- /generated -->")[0]
+    # the unstable best-of-the-seed is marked; the project's best is the fastest full run
+    assert "| `box-a` | tiny | 40.0 | 10.0 (unstable) | 2.00 (`device`) | 20.0x |" in headline
+    assert "| `box-b` | tiny | 70.0 | n/a | 0.0500 (`compiled`) | 1400x |" in headline
+
+    page = (root / "docs/results.md").read_text()
+    assert page.index("## `box-a`") < page.index("## `box-b`")  # this machine first
+    assert "| preprocessed **unstable** | 10.0 | 45% |" in page  # (max - min) / median
+    assert "&lt;script&gt;x&lt;/script&gt;" in page and "<script>" not in page and "<b>" not in page
+    assert "spread 47% &gt; 20% \\| &lt;script" in page  # a pipe cannot open a column
+    assert "commit abc1234, 2026-11-01" in page and "Compute floor" in page
+    assert "| device | 4.70 | 0.100 | 0 | 4.00 | 0.500 | 0.100 |" in page  # ms per step
+    assert "<!-- embed: results/benchmarks/box-a/load.txt -->\n```\n$ python load.py\n12.5 ms\n```" in page
+    assert "| tiny | compact | 4.70 MB / 0.0100 s | 1.20 MB / 0.0100 s |" in page
+    assert "<!-- embed: results/box-b/steps.txt -->\n```\nkernel table\n```" in page
+    assert "scale/" not in page and "two_nodes" not in page and "not embedded" not in page
+
+    with open(root / "metrics/ladder.csv", newline="") as f:
+        assert list(csv.reader(f)) == [["variant", "tiny"], ["naive", "40.0"], ["preprocessed", "10.0"],
+                                       ["device", "2.0"]]
+    with open(root / "metrics/budget.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["variant", "part", "tiny"] and len(rows) == 1 + 2 * 5
+    assert math.isclose(sum(float(r[2]) for r in rows[1:] if r[0] == "device"), 0.0047)
+
+    for name in ("ladder", "codecs", "budget"):
+        svg = ET.fromstring((root / f"docs/img/{name}.svg").read_text())  # well-formed XML
+        assert svg.tag.endswith("svg")
+        spec = json.loads((root / f"docs/img/{name}.vl.json").read_text())
+        assert spec["data"]["values"]
+    ladder = (root / "docs/img/ladder.svg").read_text()
+    assert "box-a" in ladder and "preprocessed" in ladder
+
+    before = outputs(root)
+    assert run_report(root).returncode == 0
+    assert outputs(root) == before  # deterministic, and the README does not grow
+
+
+def test_newest_run_of_each_machine(tmp_path):
+    """A machine both measured here and committed shows its later run; undated runs lose."""
+    committed_newer = new_doc(day="2026-11-25", **{"naive": variant(30.0), "device": variant(3.0)})
+    root = tree(tmp_path, results={"box-a/tiny.json": committed_newer, "old/tiny.json": old_doc()})
+    rendered, _ = render_all(sorted((root / "metrics/bench").glob("*.json")), root / "metrics/codecs.json",
+                             root / "results", README, root)
+    assert "| `box-a` | tiny | 30.0 | n/a | 3.00 (`device`) | 10.0x |" in rendered.readme
+    assert "`box-a/tiny.json`" in rendered.results and "on this machine" not in rendered.results
+    assert "| `old` | tiny |" in rendered.readme  # an older document: named by its folder
+    # ladder.csv stays this machine's own figures, for `dvc plots show`
+    assert rendered.ladder_csv.splitlines()[1] == "naive,40.0"
+
+
+@pytest.mark.parametrize("key, value, message", [
+    (("variants", "device", "train_s"), float("nan"), "NaN"),
+    (("variants", "device", "train_s"), float("inf"), "Infinity"),
+    (("variants", "device", "train_s"), 1e308, "variants.device.train_s: Input should be less than or equal to"),
+    (("variants", "device", "test_s"), -1.0, "variants.device.test_s: Input should be greater than or equal to 0"),
+    (("variants", "device", "accuracy"), 1.5, "variants.device.accuracy"),
+    (("variants", "device", "budget", "copy_s"), "1", "variants.device.budget.copy_s: Input should be a valid number"),
+    (("dataset",), "a,b\nc", "dataset: String should match pattern"),
+    (("machine", "name"), "x <!-- /generated --> y", "machine.name: String should match pattern"),
+    (("machine", "cores"), True, "machine.cores: Input should be a valid integer"),
+])
+def test_bad_numbers_and_names_are_refused(tmp_path, key, value, message):
+    doc = new_doc()
+    target = doc
+    for part in key[:-1]:
+        target = target[part]
+    target[key[-1]] = value
+    root = tree(tmp_path, {"tiny.json": doc})
+    before = outputs(root)
+    result = run_report(root)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "metrics/bench/tiny.json" in result.stderr and message in result.stderr, result.stderr
+    assert outputs(root) == before  # nothing written
+
+
+def test_a_variant_name_must_be_a_slug(tmp_path):
+    doc = new_doc(**{"naive": variant(1.0), "</script><script>alert(1)</script>": variant(0.5)})
+    root = tree(tmp_path, {"tiny.json": doc})
+    result = run_report(root)
+    assert result.returncode == 2 and "variants.</script>" in result.stderr and "pattern" in result.stderr
+
+
+def test_bad_files_are_one_line_errors(tmp_path):
+    for content, message in (("{", "not JSON"), ("[1, 2]", "(top level): Input should be a valid dictionary"),
+                             ("[" * 100_000, "nested too deeply"), ('{"dataset": NaN}', "holds NaN"),
+                             (json.dumps({"dataset": "tiny", "params": {"epochs": 1, "batch_size": 1},
+                                          "variants": {"a": variant(1.0)}}), "neither 'machine' nor")):
+        root = tree(tmp_path / str(len(message)), {"tiny.json": {}})
+        (root / "metrics/bench/tiny.json").write_text(content)
+        result = run_report(root)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    root = tree(tmp_path / "machine", results={"Bad Name/tiny.json": old_doc(), "Notes/readme.txt": "x"})
+    result = run_report(root)
+    assert result.returncode == 2 and "plain slug" in result.stderr
+
+
+def test_free_text_is_escaped():
+    assert text("a|b <x> &\n  c") == "a\\|b &lt;x&gt; &amp; c"
+    assert "<!--" not in text("<!-- /generated -->")
+
+
+def test_numbers_have_three_significant_figures():
+    assert [num(x) for x in (0, 0.05352, 1.349, 68.76, 1494.05)] == ["0", "0.0535", "1.35", "68.8", "1494"]
+
+
+def test_splice_is_stable_and_refuses_markers():
+    out = splice(README, {"ladder-chart": "A", "headline": "B", "budget-chart": "C"})
+    assert "old" not in out and splice(out, {"ladder-chart": "A", "headline": "B", "budget-chart": "C"}) == out
+    with pytest.raises(ReportError, match="block marker"):
+        splice(README, {"ladder-chart": "x <!-- /generated -->", "headline": "", "budget-chart": ""})
+    with pytest.raises(ReportError, match="unknown generated block 'nope'"):
+        splice("<!-- generated: nope -->\n<!-- /generated -->", {})
+
+
+def test_embed_refreshes_and_refuses(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.txt").write_text("new figures\n")
+    block = "x\n<!-- embed: results/a.txt -->\n```\nold\n```\n<!-- /embed -->\ny\n"
+    assert embed(block, tmp_path) == "x\n<!-- embed: results/a.txt -->\n```\nnew figures\n```\n<!-- /embed -->\ny\n"
+    for name, message in (("../outside.txt", "only files under"), ("results/none.txt", "no such file"),
+                          ("README.md", "only files under")):
+        with pytest.raises(ReportError, match=message):
+            embed(block.replace("results/a.txt", name), tmp_path)
+    for hostile, message in (("a <!-- /embed --> b\n", "block marker"), ("```\nrm -rf /\n", "code fence")):
+        (tmp_path / "results" / "a.txt").write_text(hostile)
+        with pytest.raises(ReportError, match=message):
+            embed(block, tmp_path)
+    (tmp_path / "results" / "a.txt").write_text("| new |\n")
+    table = "<!-- include: results/a.txt -->\n| old |\n<!-- /include -->\n"
+    assert embed(table, tmp_path) == "<!-- include: results/a.txt -->\n| new |\n<!-- /include -->\n"
+
+
+def test_write_report_changes_nothing_on_bad_input(tmp_path):
+    root = tree(tmp_path)
+    (root / "README.md").write_text(README.replace("headline", "unknown-block"))
+    before = outputs(root)
+    with pytest.raises(ReportError, match="unknown generated block"):
+        write_report([root / "metrics/bench/tiny.json"], root / "metrics/codecs.json", root / "README.md",
+                     root / "results", root / "docs/results.md", root / "docs/img", root / "metrics/ladder.csv",
+                     root / "metrics/budget.csv")
+    assert outputs(root) == before
+
+
+def test_plot_data_goes_through_the_csv_writer():
+    from pipeline.stages.report import csv_text
+
+    tricky = ['a,b', 'line\nbreak', 'quote "q"']
+    assert list(csv.reader(csv_text(["name"], [[t] for t in tricky]).splitlines(keepends=True))) == \
+        [["name"], *[[t] for t in tricky]]
+
+
+def test_charts_carry_only_slugs_and_numbers(tmp_path):
+    """Free text (CPU and GPU names, reasons) never reaches a chart: only checked names."""
+    root = tree(tmp_path)
+    _, specs = render_all([root / "metrics/bench/tiny.json"], root / "metrics/codecs.json", None, README, root)
+    for spec in specs.values():
+        for row in spec["data"]["values"]:
+            for value in row.values():
+                assert (isinstance(value, (int, float)) or value in BUDGET_LABELS.values()
+                        or re.fullmatch(r"[a-z0-9][a-z0-9_-]*( / [a-z0-9][a-z0-9_-]*)?", value)), value

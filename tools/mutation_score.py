@@ -2,7 +2,7 @@
 
     python tools/mutation_score.py --seconds 1234 > results/mutation/score.md
 
-`make mutants` runs mutmut and then this; the README embeds the table it writes.
+`make mutants` runs mutmut and then this; docs/results.md embeds the table it writes.
 """
 
 from __future__ import annotations

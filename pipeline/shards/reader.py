@@ -2,9 +2,9 @@
 
 Loading memory-maps each shard, hashes it in place with xxh3 and copies each tensor once
 into its place in the output. sha256 stays in the manifest for `sha256sum`-style checks and
-`verify="sha256"`. What this machine measures (`python benchmarks/shard_load.py`): the
-verified load runs at about a quarter of memory-copy speed (xxh3 is most of it), the
-unverified one close to it; the README has the figures.
+`verify="sha256"`. How fast each way loads, next to a plain memory copy of the same bytes,
+depends on the machine: `python benchmarks/shard_load.py` measures it, and docs/results.md
+shows the recorded runs.
 """
 
 from __future__ import annotations
@@ -145,8 +145,8 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
     (all of it by default). The whole file is verified either way; only the rows are copied.
 
     Uncompressed: the file is memory-mapped, hashed in place and each tensor copied once
-    into its slice by torch (multi-threaded), which runs at memory-copy speed; a read()
-    into the output ran at half that. zstd: the small file is read, hashed, and
+    into its slice by torch (multi-threaded); a read() into the output was slower
+    (`benchmarks/shard_load.py` compares the ways). zstd: the small file is read, hashed, and
     decompressed as a stream straight into the slices (rows outside a..b are skipped)."""
     count = entry["count"]
     first, stop = rows or (0, count)

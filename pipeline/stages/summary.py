@@ -7,7 +7,7 @@ set, the train split's Parquet MB in the codec under study (the `convert.codec` 
 column of its own) and the fastest variant's steady seconds per epoch. A codec experiment
 changes the first (its shards are byte-identical, so no training reruns); a bench change,
 the second. The full tables are `metrics/codecs.json` and `metrics/bench/<dataset>.json`,
-drawn by `dvc plots` and rendered in the README's Results.
+drawn by `dvc plots` and rendered in docs/results.md.
 """
 
 from __future__ import annotations
