@@ -205,9 +205,10 @@ class RemoteShards:
                 self.counts.bytes += len(chunk)
                 if hasher is not None:
                     hasher.update(chunk)
-        if got != size:
-            raise ShardError(f"{'more than' if got > size else 'only'} {got:,} bytes, manifest says {size:,} "
-                             f"({'partial download' if got < size else 'not this shard'})")
+        if got < size:
+            raise ShardError(f"only {got:,} of the manifest's {size:,} bytes (partial download)")
+        if got > size:
+            raise ShardError(f"longer than the manifest's {size:,} bytes (not this shard)")
         return None if hasher is None else hasher.hexdigest()
 
     def _make_room(self, needed: int) -> None:
