@@ -105,6 +105,22 @@ def test_a_damaged_download_is_refused_naming_the_shard(remote_split, tmp_path, 
     split.local(1)  # the other shards are fine
 
 
+def test_ranks_sharing_a_cache_fetch_each_shard_once(remote_split, tmp_path):
+    """Two ranks of one node, one cache folder: the per-shard lock makes one fetch, the other hit."""
+    import threading
+
+    _, url, _, _ = remote_split
+    splits = [RemoteShards(url, tmp_path / "cache", 1 << 30) for _ in range(2)]
+    threads = [threading.Thread(target=lambda s=s: [s.local(i) for i in range(4)]) for s in splits]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(splits[0].counts.shards + splits[1].counts.shards) == sorted(
+        f"shard-0000{i}.safetensors" for i in range(4))
+    assert splits[0].counts.hits + splits[1].counts.hits == 4 and len(cached(tmp_path / "cache")) == 4
+
+
 def test_a_failed_try_is_retried_and_a_damaged_copy_fetched_anew(remote_split, tmp_path, monkeypatch):
     local, url, _, _ = remote_split
     split = RemoteShards(url, tmp_path / "cache", 1 << 30)
@@ -195,8 +211,25 @@ def test_device_batches_resume_mid_epoch_exactly():
     resumed.load_state_dict(state)
     rest = [y.tolist() for _ in range(2) for _, y in resumed][:len(full) - 3]
     assert taken + rest == full
-    with pytest.raises(ValueError, match="world_size 2, this loader has 1"):
+    with pytest.raises(ShardError, match="world_size 2, this loader has 1"):
         DeviceBatches(images, labels, batch_size=10, seed=5).load_state_dict(state)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shards", "s3://bucket/shards"], "Error: --shards s3://bucket/shards: a URL needs --cache"),
+    (["--shards", ".", "--resume"], "Error: --resume needs --checkpoint"),
+    (["--shards", "no/such/folder"], "no/such/folder is neither a folder nor a URL"),
+])
+def test_train_arguments_are_checked_in_one_line(args, message, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(main, ["train", "t", "--out", str(tmp_path / "o.json"), *args,
+                                       "--params", str(ROOT / "params.yaml")])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
 
 
 # --- two nodes and a resumed run, under torchrun -------------------------------------------------
@@ -378,3 +411,20 @@ def test_resuming_mid_epoch_with_another_world_size_is_refused(resumed):
     line = ("run.pt: data position: saved by 2 ranks at step 2 of epoch 1, this job has 1; resume mid-epoch with "
             "the same world size (a new world size can start at an epoch's start)")
     assert sum(line in text for text in refused.splitlines()) == 1, refused[-2000:]
+
+
+def test_the_docs_show_the_measured_results():
+    """docs/scale.md's block is benchmarks/two_nodes.py's rendering of results/scale/two_nodes.json."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("two_nodes", ROOT / "benchmarks" / "two_nodes.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results = json.loads(bench.RESULTS.read_text())
+    text = bench.DOC.read_text()
+    assert f"{bench.BEGIN}\n{bench.render(results)}\n{bench.END}" in text
+    for layout in results["layouts"]:  # what the page says of them holds
+        assert all(node["train_bytes"] == 0 and node["test_bytes"] == 0 for node in layout["runs"]["warm"])
+        cold = layout["runs"]["cold"]
+        assert len({node["params_sha256"] for run in layout["runs"].values() for node in run}) == 1
+        assert all(0 < node["train_bytes"] <= layout["train_bytes"] for node in cold)

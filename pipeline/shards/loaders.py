@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.shards.format import epoch_seed
+from pipeline.shards.format import ShardError, epoch_seed
 from pipeline.shards.reader import load_split
 
 
@@ -116,15 +116,15 @@ class DeviceBatches:
                 "world_size": self.world_size, "count": len(self.labels), "batch_size": self.batch_size}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume at `state`'s position; refused (ValueError, naming the key) when the state was
+        """Resume at `state`'s position; refused (ShardError, naming the key) when the state was
         saved with another order: seed, shuffle, world size, split size or batch size."""
         ours = self.state_dict()
         for key in ("seed", "shuffle", "world_size", "count", "batch_size"):
             if state.get(key) != ours[key]:
-                raise ValueError(f"DeviceBatches state: {key} {state.get(key)!r}, this loader has {ours[key]!r}")
+                raise ShardError(f"DeviceBatches state: {key} {state.get(key)!r}, this loader has {ours[key]!r}")
         epoch, position = state.get("epoch"), state.get("position")
         if not (isinstance(epoch, int) and isinstance(position, int) and epoch >= 0 and 0 <= position <= len(self)):
-            raise ValueError(f"DeviceBatches state: epoch {epoch!r}, position {position!r} is out of range")
+            raise ShardError(f"DeviceBatches state: epoch {epoch!r}, position {position!r} is out of range")
         self.epoch, self.position, self._taken = epoch, position, None
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -144,6 +144,7 @@ class RankStream:
         self.shards, self.batch_size, self.device = shards, batch_size, torch.device(device)
         self.epoch, self.step = 0, 0
         self.part: RankEpoch | None = None  # the epoch read last (kept for its `dropped` and `seen`)
+        self._read_epoch = -1
 
     def steps(self) -> int:
         """Batches per epoch: the same on every rank (equal ranges), the last one partial."""
@@ -172,7 +173,7 @@ class RankStream:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """The rest of the current epoch; the position moves past each batch as it is yielded,
         and to the next epoch's start once this one is done."""
-        if self.part is None or self._read_epoch != self.epoch:
+        if self._read_epoch != self.epoch:
             self.part, self._read_epoch = self.shards.epoch(self.epoch), self.epoch
             self._images, self._labels = self.part.images.to(self.device), self.part.labels.to(self.device)
             self._order = self.part.order.to(self.device)

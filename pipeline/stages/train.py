@@ -57,13 +57,13 @@ def train_ddp(shards: Path | str, out: Path, *, epochs: int, batch_size: int, lr
               checkpoint: Path | None = None, checkpoint_every: int = 0, resume: bool = False) -> dict | None:
     """Train SimpleCNN on `shards` (a folder or a URL) with every rank of the torchrun job;
     rank 0 returns the metrics."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        raise InputError("train runs under torchrun: torchrun --standalone --nproc-per-node N "
-                         "-m pipeline train DATASET --shards ... --out ...")
     if is_url(shards) and cache is None:
         raise InputError(f"--shards {shards}: a URL needs --cache, the node-local folder its shards are fetched into")
     if resume and checkpoint is None:
         raise InputError("--resume needs --checkpoint, the file to resume from")
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise InputError("train runs under torchrun: torchrun --standalone --nproc-per-node N "
+                         "-m pipeline train DATASET --shards ... --out ...")
     device = _device()
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
