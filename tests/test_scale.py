@@ -157,8 +157,8 @@ def test_a_rank_stream_resumes_mid_epoch_exactly(tmp_path):
     images, labels = make_split(230, 4)
     write_shards(images, labels, tmp_path / "s", dataset="t", split="train", samples_per_shard=25)
 
-    def stream(world=2, rank=1):
-        return RankStream(RankShards(tmp_path / "s", rank, world, seed=3), batch_size=20)
+    def stream(world=2, rank=1, batch=20):
+        return RankStream(RankShards(tmp_path / "s", rank, world, seed=3), batch_size=batch)
 
     whole = stream()
     full = [ids.tolist() for _ in range(3) for _, _, ids in whole]
@@ -179,13 +179,13 @@ def test_a_rank_stream_resumes_mid_epoch_exactly(tmp_path):
     with pytest.raises(ShardError, match="saved by 2 ranks at step 2 of epoch 1, this job has 3; resume mid-epoch "
                                          "with the same world size"):
         stream(world=3, rank=0).load_state_dict(state)
-    for key, value in (("seed", 4), ("batch_size", 10), ("count", 231)):
+    for key, value in (("seed", 4), ("global_batch", 20), ("count", 231)):
         with pytest.raises(ShardError, match=f"saved with {key} {value}"):
             stream().load_state_dict({**state, key: value})
     with pytest.raises(ShardError, match="step 7 is not a position"):
         stream().load_state_dict({**state, "step": 7})
-    # at an epoch's start a new world size cuts the epoch its own way
-    other, fresh = stream(world=3, rank=0), stream(world=3, rank=0)
+    # at an epoch's start a new world size cuts the epoch its own way (same global batch: 40)
+    other, fresh = stream(world=4, rank=0, batch=10), stream(world=4, rank=0, batch=10)
     other.load_state_dict({**state, "step": 0})
     fresh.epoch = 1
     assert [ids.tolist() for _, _, ids in other] == [ids.tolist() for _, _, ids in fresh]

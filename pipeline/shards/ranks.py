@@ -130,7 +130,7 @@ class RankShards:
 class RankStream:
     """One rank's batches, epoch after epoch, as (images uint8, labels uint8, ids) on `device`,
     resumable mid-epoch: `state_dict()` is the position of the next batch (epoch, step) with
-    what fixes the sample order (seed, world size, split size, batch size); a stream loaded
+    what fixes the sample order (seed, world size, split size, global batch); a stream loaded
     with it yields exactly the batches an uninterrupted one would from there on.
 
     Resuming with a different world size is refused unless the state is at an epoch's start:
@@ -153,21 +153,21 @@ class RankStream:
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "step": self.step, "seed": self.shards.seed,
                 "world_size": self.shards.world_size, "count": sum(self.shards.counts),
-                "batch_size": self.batch_size}
+                "global_batch": self.batch_size * self.shards.world_size}
 
     def load_state_dict(self, state: dict) -> None:
         ours = self.state_dict()
-        for key in ("seed", "count", "batch_size"):
-            if state.get(key) != ours[key]:
-                raise ShardError(f"data position: saved with {key} {state.get(key)!r}, this run has {ours[key]!r}; "
-                                 f"it cannot continue that sample order")
         epoch, step = state.get("epoch"), state.get("step")
-        if not (isinstance(epoch, int) and isinstance(step, int) and epoch >= 0 and 0 <= step <= self.steps()):
-            raise ShardError(f"data position: epoch {epoch!r}, step {step!r} is not a position in this split")
-        if state.get("world_size") != ours["world_size"] and step:
+        if state.get("world_size") != ours["world_size"] and step != 0:
             raise ShardError(f"data position: saved by {state.get('world_size')!r} ranks at step {step} of epoch "
                              f"{epoch}, this job has {ours['world_size']}; resume mid-epoch with the same world "
                              f"size (a new world size can start at an epoch's start)")
+        for key in ("seed", "count", "global_batch"):
+            if state.get(key) != ours[key]:
+                raise ShardError(f"data position: saved with {key} {state.get(key)!r}, this run has {ours[key]!r}; "
+                                 f"it cannot continue that sample order")
+        if not (isinstance(epoch, int) and isinstance(step, int) and epoch >= 0 and 0 <= step <= self.steps()):
+            raise ShardError(f"data position: epoch {epoch!r}, step {step!r} is not a position in this split")
         self.epoch, self.step = epoch, step
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
