@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -428,3 +429,22 @@ def test_the_docs_show_the_measured_results():
         cold = layout["runs"]["cold"]
         assert len({node["params_sha256"] for run in layout["runs"].values() for node in run}) == 1
         assert all(0 < node["train_bytes"] <= layout["train_bytes"] for node in cold)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not a checkpoint", "not a readable checkpoint"),
+    (None, "not a train checkpoint (expected keys"),
+])
+def test_a_bad_checkpoint_is_one_line(tmp_path, content, message):
+    from pipeline.core.errors import InputError
+    from pipeline.stages.train import Checkpoints
+
+    path = tmp_path / "c.pt"
+    if content is None:
+        torch.save({"model": {}}, path)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(InputError, match=re.escape(f"c.pt: {message}")) as caught:
+        Checkpoints(path, 1, resume=True).load(torch.device("cpu"))
+    assert "\n" not in str(caught.value)
+    assert Checkpoints(tmp_path / "none.pt", 1, resume=True).load(torch.device("cpu")) is None  # a fresh start

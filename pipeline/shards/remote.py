@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.core.errors import reason
 from pipeline.shards.format import ShardError, check_manifest, suffix
 from pipeline.shards.reader import VERIFY, _hasher
 
@@ -112,7 +113,7 @@ class RemoteShards:
         except FileNotFoundError:
             raise ShardError(f"{where}: missing (is {self.url} a shard folder?)") from None
         except Exception as err:  # whatever the store answers (refused, unreachable, denied): one line
-            raise ShardError(f"{where}: cannot read ({type(err).__name__}: {_first_line(err)})") from None
+            raise ShardError(f"{where}: cannot read ({type(err).__name__}: {reason(err)})") from None
         if len(raw) > MAX_MANIFEST:
             raise ShardError(f"{where}: larger than {MAX_MANIFEST:,} bytes")
         self.counts.manifest_bytes += len(raw)
@@ -178,7 +179,7 @@ class RemoteShards:
             except ShardError as err:
                 problem = str(err)
             except Exception as err:  # the store's answer, whatever it was: retried, then one line
-                problem = f"{type(err).__name__}: {_first_line(err)}"
+                problem = f"{type(err).__name__}: {reason(err)}"
             finally:
                 tmp.unlink(missing_ok=True)
         raise ShardError(f"{source}: {problem} (after {self.retries + 1} tries); nothing cached")
@@ -232,7 +233,3 @@ class RemoteShards:
         finally:
             os.close(fd)  # (the lock file stays: removing it would race with a waiter)
 
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:200] if text else "no message"

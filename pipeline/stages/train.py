@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pipeline.core.atomic import atomic_path, write_text
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, reason
 from pipeline.bench.model import SimpleCNN
 from pipeline.shards.ranks import RankShards, RankStream
 from pipeline.shards.loaders import to_float
@@ -97,7 +97,7 @@ class Checkpoints:
         try:
             state = torch.load(self.path, map_location=device, weights_only=True)
         except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, OSError) as err:
-            raise InputError(f"{self.path}: not a readable checkpoint ({str(err).splitlines()[0][:200]})") from None
+            raise InputError(f"{self.path}: not a readable checkpoint ({reason(err)})") from None
         keys = {"model", "optimizer", "data", "history", "loss_so_far", "global_step"}
         if not isinstance(state, dict) or not keys <= set(state):
             raise InputError(f"{self.path}: not a train checkpoint (expected keys {sorted(keys)})")
@@ -121,13 +121,16 @@ def _train(shards: Path | str, out: Path, device: torch.device, epochs: int, bat
     history, loss_so_far, global_step = [], 0.0, 0
     state = checkpoints.load(device)
     if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
         try:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
             stream.load_state_dict(state["data"])
+            history, loss_so_far, global_step = list(state["history"]), float(state["loss_so_far"]), \
+                int(state["global_step"])
         except InputError as err:
             raise InputError(f"{checkpoints.path}: {err}") from None
-        history, loss_so_far, global_step = list(state["history"]), float(state["loss_so_far"]), state["global_step"]
+        except (RuntimeError, ValueError, KeyError, TypeError) as err:  # weights of another model, a bad state
+            raise InputError(f"{checkpoints.path}: does not fit this model and optimizer ({reason(err)})") from None
         if rank == 0:
             print(f"train: resumed from {checkpoints.path} at epoch {stream.epoch + 1}, step {stream.step}",
                   file=sys.stderr, flush=True)
@@ -139,14 +142,15 @@ def _train(shards: Path | str, out: Path, device: torch.device, epochs: int, bat
     steps = stream.steps()
 
     def snapshot() -> dict:
-        total = torch.tensor([loss_sum], device=device, dtype=torch.float64)
+        total = loss_sum.clone()
         dist.all_reduce(total)  # the epoch's loss so far, over all ranks (each rank's part differs)
         return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "data": stream.state_dict(),
                 "history": history, "loss_so_far": total.item(), "global_step": global_step}
 
     while stream.epoch < epochs:
         epoch, start = stream.epoch, time.perf_counter()
-        loss_sum = loss_so_far / world if stream.step else 0.0  # (each rank holds its share of the saved sum)
+        # Summed on the device (no sync per step); resumed mid-epoch, each rank holds its share of the saved sum.
+        loss_sum = torch.full((), loss_so_far / world if stream.step else 0.0, device=device, dtype=torch.float64)
         loss_so_far = 0.0
         read_before, read_seconds = _fetched(train_split), 0.0
         for images, labels, ids in stream:
@@ -156,7 +160,7 @@ def _train(shards: Path | str, out: Path, device: torch.device, epochs: int, bat
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP averages gradients across ranks: the global batch's mean
             optimizer.step()
-            loss_sum += loss.item()
+            loss_sum += loss.detach()
             global_step += 1
             if record:
                 log.append([global_step, *ids.tolist()])
@@ -169,7 +173,7 @@ def _train(shards: Path | str, out: Path, device: torch.device, epochs: int, bat
         if test_x is None:
             part = test_split.epoch(0)
             test_x, test_y = part.images.to(device), part.labels.to(device)
-        total = torch.tensor([loss_sum], device=device, dtype=torch.float64)
+        total = loss_sum.clone()
         dist.all_reduce(total)
         correct = torch.zeros((), device=device, dtype=torch.long)
         with torch.inference_mode():
@@ -184,7 +188,7 @@ def _train(shards: Path | str, out: Path, device: torch.device, epochs: int, bat
                         "read_seconds": round(read_seconds, 3),
                         "fetched_bytes": _fetched(train_split) - read_before})
         if checkpoints.due(global_step) or checkpoints.path and stream.epoch == epochs:
-            loss_sum = 0.0
+            loss_sum.zero_()  # (the epoch's loss is in `history` now)
             checkpoints.save(snapshot())
         if rank == 0:
             print(f"train epoch {epoch + 1}/{epochs}: {history[-1]}", file=sys.stderr, flush=True)
