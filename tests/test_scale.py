@@ -415,7 +415,7 @@ def test_resuming_mid_epoch_with_another_world_size_is_refused(resumed):
 
 
 def test_the_docs_show_the_measured_results():
-    """docs/scale.md's block is benchmarks/two_nodes.py's rendering of results/scale/two_nodes.json."""
+    """docs/scale.md's block is benchmarks/two_nodes.py's rendering of results/scale/mnist/two_nodes.json."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("two_nodes", ROOT / "benchmarks" / "two_nodes.py")
