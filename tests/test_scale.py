@@ -154,6 +154,19 @@ def test_a_missing_or_foreign_location_is_one_line(tmp_path):
         RankShards(url, 0, 1, seed=0)
 
 
+@pytest.mark.slow
+def test_an_unreachable_store_is_one_line(tmp_path, monkeypatch):
+    """(s3fs and botocore retry the connection a few times first: seconds.)"""
+    pytest.importorskip("s3fs")
+    for name, value in (("AWS_ENDPOINT_URL", "http://127.0.0.1:9"), ("AWS_ACCESS_KEY_ID", "a"),
+                        ("AWS_SECRET_ACCESS_KEY", "a"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ShardError, match=r"^s3://bucket/train/manifest.json: cannot read \(EndpointConnectionError: "
+                                         r"[^\n]*127.0.0.1:9[^\n]*\)$"):
+        RemoteShards("s3://bucket/train", tmp_path / "cache", 1 << 20)
+    assert cached(tmp_path / "cache") == []
+
+
 def test_a_rank_stream_resumes_mid_epoch_exactly(tmp_path):
     images, labels = make_split(230, 4)
     write_shards(images, labels, tmp_path / "s", dataset="t", split="train", samples_per_shard=25)
