@@ -152,6 +152,8 @@ def test_a_missing_or_foreign_location_is_one_line(tmp_path):
         RemoteShards(url, tmp_path / "c", 1 << 20)
     with pytest.raises(ValueError, match="needs a cache folder"):
         RankShards(url, 0, 1, seed=0)
+    with pytest.raises(ShardError, match=r"^nosuch://bucket/train: cannot open \(Protocol not known: nosuch\)$"):
+        RemoteShards("nosuch://bucket/train", tmp_path / "c", 1 << 20)
 
 
 @pytest.mark.slow

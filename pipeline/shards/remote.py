@@ -86,7 +86,11 @@ class RemoteShards:
             raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
         if max_bytes < 1 or retries < 0:
             raise ValueError(f"max_bytes must be positive and retries not negative (got {max_bytes}, {retries})")
-        import fsspec  # lazily: only remote splits need it
+        try:
+            import fsspec  # lazily: only remote splits need it
+        except ImportError:
+            raise ShardError(f"{url}: reading shards from a URL needs fsspec (and s3fs for s3://): "
+                             f"pip install -e '.[s3]'") from None
 
         self.url, self.verify, self.retries, self.max_bytes = str(url).rstrip("/"), verify, retries, max_bytes
         self.cache = Path(cache)
@@ -95,8 +99,8 @@ class RemoteShards:
         self.counts = FetchCounts()
         try:
             self.fs, self.root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
-        except (ImportError, ValueError) as err:
-            raise ShardError(f"{self.url}: cannot open ({err})") from None
+        except (ImportError, ValueError) as err:  # an unknown scheme, or its package missing (s3fs for s3://)
+            raise ShardError(f"{self.url}: cannot open ({reason(err)})") from None
         self.manifest = self._read_manifest()
         codec = self.manifest["compression"]["codec"]
         for entry in self.manifest["shards"]:
