@@ -281,21 +281,32 @@ def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[s
 
 @main.command()
 @click.argument("dataset")
-@input_dir("--shards", "The shard stage's folder for DATASET (train/, test/).")
+@click.option("--shards", required=True,
+              help="The shard stage's folder for DATASET (train/, test/), or its URL (s3://bucket/prefix).")
 @output_path("--out", "Metrics JSON that rank 0 writes.")
+@click.option("--cache", type=click.Path(path_type=Path, file_okay=False),
+              help="Node-local folder that shards read from a URL are fetched into (bound: train.cache_mib).")
+@click.option("--checkpoint", type=click.Path(path_type=Path, dir_okay=False),
+              help="File rank 0 saves model, optimizer and data position to every train.checkpoint_every steps.")
+@click.option("--resume", is_flag=True, help="Continue from --checkpoint when it exists (mid-epoch too).")
 @click.option("--record", is_flag=True, help="Also write each rank's samples and final weights (for checks).")
 @PARAMS_OPTION
 @stage_command
-def train(dataset: str, shards: Path, out: Path, record: bool, params_path: Path) -> None:
+def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: Path | None, resume: bool,
+          record: bool, params_path: Path) -> None:
     """Train SimpleCNN on DATASET with DistributedDataParallel; run it under torchrun:
 
     torchrun --standalone --nproc-per-node N -m pipeline train DATASET --shards ... --out ...
 
     gloo on the CPU, nccl on CUDA; the global batch (train.batch_size) is split across the N
-    ranks, each reading only its contiguous range of the shuffled shards per epoch.
+    ranks, each reading only its contiguous range of the shuffled shards per epoch. Two nodes,
+    shards in S3, resumable: docs/scale.md.
     """
     from pipeline.stages.train import train_ddp
 
+    if "://" not in shards and not Path(shards).is_dir():
+        raise click.BadParameter(f"{shards} is neither a folder nor a URL", param_hint="--shards")
     settings = section(load_checked(params_path), "train")
     train_ddp(shards, out, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],
-              seed=settings["seed"], record=record)
+              seed=settings["seed"], record=record, cache=cache, cache_mib=settings["cache_mib"],
+              checkpoint=checkpoint, checkpoint_every=settings["checkpoint_every"], resume=resume)

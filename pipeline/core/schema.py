@@ -96,6 +96,8 @@ class Train(Strict):
     batch_size: StrictInt = Field(ge=1, le=1 << 16)
     lr: Number = Field(gt=0, le=10)
     seed: StrictInt = Field(ge=0, lt=1 << 63)
+    checkpoint_every: StrictInt = Field(ge=0, le=1 << 30)  # optimizer steps; 0: never
+    cache_mib: StrictInt = Field(ge=1, le=1 << 30)         # the node-local cache of a remote split
 
     @model_validator(mode="after")
     def _even(self) -> Train:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.shards.format import epoch_seed
+from pipeline.shards.format import ShardError, epoch_seed
 from pipeline.shards.reader import load_split
 
 
@@ -81,18 +81,20 @@ class DeviceBatches:
     world_size: int = 1
     dtype: torch.dtype = torch.float32
     epoch: int = 0
+    position: int = 0  # batches of `epoch` already taken: the next iteration starts after them
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside 0..{self.world_size - 1}")
         self.per_rank = len(self.labels) // self.world_size
+        self._taken: tuple[int, int] | None = None  # (epoch, batches taken) while an iteration runs
 
     def __len__(self) -> int:
         whole = self.per_rank // self.batch_size
         return whole if self.drop_last else math.ceil(self.per_rank / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self.epoch, self.position, self._taken = epoch, 0, None
 
     def indices(self, epoch: int) -> torch.Tensor:
         """This rank's sample order for `epoch`, on the data's device."""
@@ -104,10 +106,34 @@ class DeviceBatches:
         mine = order[: self.per_rank * self.world_size][self.rank :: self.world_size]
         return mine[: len(self) * self.batch_size].to(self.labels.device)  # drop_last: whole batches
 
+    def state_dict(self) -> dict:
+        """Where the next batch comes from (epoch, position: batches of it already taken), with
+        what fixes the order; `load_state_dict` of it resumes exactly there, mid-epoch too."""
+        epoch, position = self._taken or (self.epoch, self.position)
+        if position >= len(self):
+            epoch, position = epoch + 1, 0
+        return {"epoch": epoch, "position": position, "seed": self.seed, "shuffle": self.shuffle,
+                "world_size": self.world_size, "count": len(self.labels), "batch_size": self.batch_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume at `state`'s position; refused (ShardError, naming the key) when the state was
+        saved with another order: seed, shuffle, world size, split size or batch size."""
+        ours = self.state_dict()
+        for key in ("seed", "shuffle", "world_size", "count", "batch_size"):
+            if state.get(key) != ours[key]:
+                raise ShardError(f"DeviceBatches state: {key} {state.get(key)!r}, this loader has {ours[key]!r}")
+        epoch, position = state.get("epoch"), state.get("position")
+        if not (isinstance(epoch, int) and isinstance(position, int) and epoch >= 0 and 0 <= position <= len(self)):
+            raise ShardError(f"DeviceBatches state: epoch {epoch!r}, position {position!r} is out of range")
+        self.epoch, self.position, self._taken = epoch, position, None
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        order = self.indices(self.epoch)
-        self.epoch += 1
-        for start in range(0, len(order), self.batch_size):
-            index = order[start : start + self.batch_size]
+        epoch, first = self.epoch, self.position
+        order = self.indices(epoch)
+        self.epoch, self.position = epoch + 1, 0  # the next iteration is the next epoch, even after a break
+        for step in range(first, math.ceil(len(order) / self.batch_size)):
+            index = order[step * self.batch_size : (step + 1) * self.batch_size]
+            self._taken = (epoch, step + 1)
             yield (to_float(self.images[index], self.mean, self.std, self.dtype),
                    self.labels[index].long())
+        self._taken = None

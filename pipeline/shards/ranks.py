@@ -13,16 +13,22 @@ Why cut ranges rather than deal whole shards: with the few large shards DVC like
 27,232 samples, and equalising drops 5,536 samples (9%) every epoch.
 
 A rank's memory is its range, 1/world_size of the split, never the data set.
+
+The split may live in object storage (`s3://bucket/shards/mnist/train`, any fsspec URL): then
+each rank fetches only the shards its range covers into a node-local cache (`remote`).
+`RankStream` walks a rank's batches epoch after epoch and can be saved and resumed mid-epoch.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from pipeline.shards.format import IMAGE_SHAPE, epoch_seed, label_error, read_manifest
+from pipeline.shards.format import IMAGE_SHAPE, ShardError, epoch_seed, label_error, read_manifest
 from pipeline.shards.reader import VERIFY, read_shard_into
 
 Piece = tuple[int, int, int]  # (shard, first row, stop row)
@@ -67,15 +73,28 @@ class RankEpoch:
 
 
 class RankShards:
-    """One rank's view of a shard split; `epoch(e)` reads only this rank's range."""
+    """One rank's view of a shard split; `epoch(e)` reads only this rank's range.
 
-    def __init__(self, folder: Path, rank: int, world_size: int, seed: int, verify: str = "xxh3") -> None:
+    `folder` is a local shard folder or a URL (`s3://...`); a URL needs `cache`, the node-local
+    folder its shards are fetched into, and `cache_bytes`, that folder's bound."""
+
+    def __init__(self, folder: Path | str, rank: int, world_size: int, seed: int, verify: str = "xxh3",
+                 cache: Path | None = None, cache_bytes: int = 1 << 40, storage_options: dict | None = None) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
         if verify not in VERIFY:
             raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
-        self.folder, self.rank, self.world_size, self.seed, self.verify = Path(folder), rank, world_size, seed, verify
-        self.manifest = read_manifest(self.folder)
+        self.remote = None
+        if "://" in str(folder):
+            from pipeline.shards.remote import RemoteShards
+
+            if cache is None:
+                raise ValueError(f"{folder}: a remote split needs a cache folder")
+            self.remote = RemoteShards(str(folder), Path(cache), cache_bytes, verify=verify,
+                                       storage_options=storage_options)
+        self.folder = folder if self.remote else Path(folder)
+        self.rank, self.world_size, self.seed, self.verify = rank, world_size, seed, verify
+        self.manifest = self.remote.manifest if self.remote else read_manifest(self.folder)
         self.counts = [entry["count"] for entry in self.manifest["shards"]]
         if sum(self.counts) < world_size:
             raise ValueError(f"{self.folder}: {sum(self.counts)} samples cannot feed {world_size} ranks")
@@ -91,8 +110,13 @@ class RankShards:
         codec = self.manifest["compression"]["codec"]
         for shard, first, stop in mine:
             end = start + stop - first
-            read_shard_into(self.folder, self.manifest["shards"][shard], codec, self.verify,
-                            {"images": images[start:end], "labels": labels[start:end]}, rows=(first, stop))
+            if self.remote:  # fetched (or found) in the cache and verified there: not hashed twice
+                folder, entry = self.remote.local(shard)
+                read_shard_into(folder, entry, codec, "none",
+                                {"images": images[start:end], "labels": labels[start:end]}, rows=(first, stop))
+            else:
+                read_shard_into(self.folder, self.manifest["shards"][shard], codec, self.verify,
+                                {"images": images[start:end], "labels": labels[start:end]}, rows=(first, stop))
             ids[start:end] = torch.arange(self.starts[shard] + first, self.starts[shard] + stop)
             start = end
         error = label_error(labels, str(self.folder), ids=ids)
@@ -101,3 +125,61 @@ class RankShards:
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch) * 1009 + self.rank)
         return RankEpoch(images, labels, ids, torch.randperm(n, generator=generator),
                          sum(self.counts) - n * self.world_size)
+
+
+class RankStream:
+    """One rank's batches, epoch after epoch, as (images uint8, labels uint8, ids) on `device`,
+    resumable mid-epoch: `state_dict()` is the position of the next batch (epoch, step) with
+    what fixes the sample order (seed, world size, split size, global batch); a stream loaded
+    with it yields exactly the batches an uninterrupted one would from there on.
+
+    Resuming with a different world size is refused unless the state is at an epoch's start:
+    mid-epoch, the samples still due were cut into ranges for the old world size, and a new cut
+    would repeat or skip some. At an epoch's start, the new world size simply cuts that epoch
+    and the following ones its own way (each epoch still covers the split once)."""
+
+    def __init__(self, shards: RankShards, batch_size: int, device: torch.device | str = "cpu") -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.shards, self.batch_size, self.device = shards, batch_size, torch.device(device)
+        self.epoch, self.step = 0, 0
+        self.part: RankEpoch | None = None  # the epoch read last (kept for its `dropped` and `seen`)
+        self._read_epoch = -1
+
+    def steps(self) -> int:
+        """Batches per epoch: the same on every rank (equal ranges), the last one partial."""
+        return math.ceil(sum(self.shards.counts) // self.shards.world_size / self.batch_size)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "step": self.step, "seed": self.shards.seed,
+                "world_size": self.shards.world_size, "count": sum(self.shards.counts),
+                "global_batch": self.batch_size * self.shards.world_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        ours = self.state_dict()
+        epoch, step = state.get("epoch"), state.get("step")
+        if state.get("world_size") != ours["world_size"] and step != 0:
+            raise ShardError(f"data position: saved by {state.get('world_size')!r} ranks at step {step} of epoch "
+                             f"{epoch}, this job has {ours['world_size']}; resume mid-epoch with the same world "
+                             f"size (a new world size can start at an epoch's start)")
+        for key in ("seed", "count", "global_batch"):
+            if state.get(key) != ours[key]:
+                raise ShardError(f"data position: saved with {key} {state.get(key)!r}, this run has {ours[key]!r}; "
+                                 f"it cannot continue that sample order")
+        if not (isinstance(epoch, int) and isinstance(step, int) and epoch >= 0 and 0 <= step <= self.steps()):
+            raise ShardError(f"data position: epoch {epoch!r}, step {step!r} is not a position in this split")
+        self.epoch, self.step = epoch, step
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The rest of the current epoch; the position moves past each batch as it is yielded,
+        and to the next epoch's start once this one is done."""
+        if self._read_epoch != self.epoch:
+            self.part, self._read_epoch = self.shards.epoch(self.epoch), self.epoch
+            self._images, self._labels = self.part.images.to(self.device), self.part.labels.to(self.device)
+            self._order = self.part.order.to(self.device)
+        while self.step < self.steps():
+            index = self._order[self.step * self.batch_size : (self.step + 1) * self.batch_size]
+            ids = self.part.ids[self.part.order[self.step * self.batch_size : (self.step + 1) * self.batch_size]]
+            self.step += 1
+            yield self._images[index], self._labels[index], ids
+        self.epoch, self.step = self.epoch + 1, 0

@@ -9,12 +9,21 @@ gradients, so each step's update is the seed's mean over 512 samples and the lea
 stays the seed's (1e-3): no scaling rule is needed because the global batch does not change.
 Each rank reads only its shards (`ranks.RankShards`); the test split is sliced across ranks
 and the correct counts summed. Rank 0 writes the metrics.
+
+Past one machine (docs/scale.md): `--shards` may be a URL (`s3://bucket/shards/mnist`); each
+node then fetches only the shards its ranks' ranges cover into its `--cache` folder. With
+`--checkpoint`, rank 0 saves model, optimizer and data position every `train.checkpoint_every`
+optimizer steps (atomically: a kill leaves the previous checkpoint); `--resume` continues from
+it, mid-epoch, with exactly the batches and weights an uninterrupted run would have had. A
+different world size is refused mid-epoch and accepted at an epoch's start (`RankStream`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import signal
 import sys
 import time
 from pathlib import Path
@@ -23,12 +32,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from pipeline.core.atomic import write_text
-from pipeline.core.errors import InputError
+from pipeline.core.atomic import atomic_path, write_text
+from pipeline.core.errors import InputError, reason
 from pipeline.bench.model import SimpleCNN
-from pipeline.shards.ranks import RankShards
-from pipeline.shards.loaders import DeviceBatches, to_float
-from pipeline.shards.reader import load_split
+from pipeline.shards.ranks import RankShards, RankStream
+from pipeline.shards.loaders import to_float
+from pipeline.shards.remote import is_url, join
+
+# Fault injection for the resume test: the rank named by PIPELINE_TRAIN_KILL_RANK kills itself
+# (SIGKILL: no cleanup, as a lost node) after this many optimizer steps.
+KILL_AFTER = "PIPELINE_TRAIN_KILL_AFTER_STEP"
 
 
 def _device() -> torch.device:
@@ -39,68 +52,154 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
-def train_ddp(shards: Path, out: Path, *, epochs: int, batch_size: int, lr: float, seed: int,
-              record: bool = False) -> dict | None:
-    """Train SimpleCNN on `shards` with every rank of the torchrun job; rank 0 returns the metrics."""
+def train_ddp(shards: Path | str, out: Path, *, epochs: int, batch_size: int, lr: float, seed: int,
+              record: bool = False, cache: Path | None = None, cache_mib: int = 4096,
+              checkpoint: Path | None = None, checkpoint_every: int = 0, resume: bool = False) -> dict | None:
+    """Train SimpleCNN on `shards` (a folder or a URL) with every rank of the torchrun job;
+    rank 0 returns the metrics."""
+    if is_url(shards) and cache is None:
+        raise InputError(f"--shards {shards}: a URL needs --cache, the node-local folder its shards are fetched into")
+    if resume and checkpoint is None:
+        raise InputError("--resume needs --checkpoint, the file to resume from")
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise InputError("train runs under torchrun: torchrun --standalone --nproc-per-node N "
                          "-m pipeline train DATASET --shards ... --out ...")
     device = _device()
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
-        return _train(Path(shards), Path(out), device, epochs, batch_size, lr, seed, record)
+        location = str(shards) if is_url(shards) else Path(shards)
+        return _train(location, Path(out), device, epochs, batch_size, lr, seed, record,
+                      Checkpoints(checkpoint, checkpoint_every, resume), cache, cache_mib << 20)
     finally:
         dist.destroy_process_group()
 
 
-def _train(shards: Path, out: Path, device: torch.device, epochs: int, batch_size: int, lr: float, seed: int,
-           record: bool) -> dict | None:
+class Checkpoints:
+    """Rank 0 saves {model, optimizer, data position, history, epoch loss so far} to one file,
+    atomically, every `every` optimizer steps; every rank reads it back on `--resume` (so the
+    file must be where all nodes see it). Loaded with `weights_only`: a checkpoint is data,
+    never code."""
+
+    def __init__(self, path: Path | None, every: int, resume: bool) -> None:
+        self.path, self.every, self.resume = (Path(path) if path else None), every, resume
+
+    def due(self, step: int) -> bool:
+        return self.path is not None and self.every > 0 and step % self.every == 0
+
+    def save(self, state: dict) -> None:
+        if self.path is not None and dist.get_rank() == 0:
+            with atomic_path(self.path) as tmp:
+                torch.save(state, tmp)
+
+    def load(self, device: torch.device) -> dict | None:
+        if not self.resume or not self.path.exists():  # (a relaunch with --resume before any save: a fresh start)
+            return None
+        try:
+            state = torch.load(self.path, map_location=device, weights_only=True)
+        except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, OSError) as err:
+            raise InputError(f"{self.path}: not a readable checkpoint ({reason(err)})") from None
+        keys = {"model", "optimizer", "data", "history", "loss_so_far", "global_step"}
+        if not isinstance(state, dict) or not keys <= set(state):
+            raise InputError(f"{self.path}: not a train checkpoint (expected keys {sorted(keys)})")
+        return state
+
+
+def _train(shards: Path | str, out: Path, device: torch.device, epochs: int, batch_size: int, lr: float, seed: int,
+           record: bool, checkpoints: Checkpoints, cache: Path | None, cache_bytes: int) -> dict | None:
     rank, world = dist.get_rank(), dist.get_world_size()
     if batch_size % world:
         raise ValueError(f"train.batch_size {batch_size} does not split evenly across {world} ranks")
     local_batch = batch_size // world
     torch.manual_seed(seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model = SimpleCNN().to(device)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    train = RankShards(shards / "train", rank, world, seed)
-    test_x, test_y = load_split(shards / "test", device)
-    test = DeviceBatches(test_x, test_y, local_batch, shuffle=False, rank=rank, world_size=world)
-    history, seen = [], {}
-    for epoch in range(epochs):
-        start = time.perf_counter()
-        part = train.epoch(epoch)
-        images, labels, order = part.images.to(device), part.labels.to(device), part.order.to(device)
-        # Equal sample counts on every rank, so the same steps, the last one partial as in the
-        # seed (equal partial batches on every rank: DDP's average is still the global mean).
-        steps = -(-len(order) // local_batch)
-        total = torch.zeros((), device=device)
-        for step in range(steps):
-            index = order[step * local_batch : (step + 1) * local_batch]
-            loss = F.cross_entropy(ddp(to_float(images[index])), labels[index].long())
+    where = {"cache": cache, "cache_bytes": cache_bytes}
+    train_split = RankShards(_split(shards, "train"), rank, world, seed, **where)
+    stream = RankStream(train_split, local_batch, device)
+    # The test split is cut across ranks too (epoch 0's ranges): each reads only its part.
+    test_split = RankShards(_split(shards, "test"), rank, world, seed, **where)
+    history, loss_so_far, global_step = [], 0.0, 0
+    state = checkpoints.load(device)
+    if state is not None:
+        try:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            stream.load_state_dict(state["data"])
+            history, loss_so_far, global_step = list(state["history"]), float(state["loss_so_far"]), \
+                int(state["global_step"])
+        except InputError as err:
+            raise InputError(f"{checkpoints.path}: {err}") from None
+        except (RuntimeError, ValueError, KeyError, TypeError) as err:  # weights of another model, a bad state
+            raise InputError(f"{checkpoints.path}: does not fit this model and optimizer ({reason(err)})") from None
+        if rank == 0:
+            print(f"train: resumed from {checkpoints.path} at epoch {stream.epoch + 1}, step {stream.step}",
+                  file=sys.stderr, flush=True)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)  # (after the load: DDP broadcasts rank 0's weights)
+    kill_after = int(os.environ.get(KILL_AFTER, "0")) if os.environ.get("PIPELINE_TRAIN_KILL_RANK") == str(rank) else 0
+    log: list[list[int]] = []  # with --record: [global step, sample ids...] of each batch this process trained on
+    seen: list[int] = []        # with --record: epoch 1's samples of this rank, in order
+    test_x = test_y = None
+    steps = stream.steps()
+
+    def snapshot() -> dict:
+        total = loss_sum.clone()
+        dist.all_reduce(total)  # the epoch's loss so far, over all ranks (each rank's part differs)
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "data": stream.state_dict(),
+                "history": history, "loss_so_far": total.item(), "global_step": global_step}
+
+    while stream.epoch < epochs:
+        epoch, start = stream.epoch, time.perf_counter()
+        # Summed on the device (no sync per step); resumed mid-epoch, each rank holds its share of the saved sum.
+        loss_sum = torch.full((), loss_so_far / world if stream.step else 0.0, device=device, dtype=torch.float64)
+        loss_so_far = 0.0
+        read_before, read_seconds = _fetched(train_split), 0.0
+        for images, labels, ids in stream:
+            if not read_seconds:  # this epoch's shards read (and fetched) before its first batch
+                read_seconds = time.perf_counter() - start
+            loss = F.cross_entropy(ddp(to_float(images)), labels.long())
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP averages gradients across ranks: the global batch's mean
             optimizer.step()
-            total += loss.detach()
+            loss_sum += loss.detach()
+            global_step += 1
+            if record:
+                log.append([global_step, *ids.tolist()])
+            if stream.step < steps and checkpoints.due(global_step):
+                checkpoints.save(snapshot())
+            if global_step == kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+        if record and epoch == 0:
+            seen = stream.part.seen().tolist()
+        if test_x is None:
+            part = test_split.epoch(0)
+            test_x, test_y = part.images.to(device), part.labels.to(device)
+        total = loss_sum.clone()
         dist.all_reduce(total)
         correct = torch.zeros((), device=device, dtype=torch.long)
         with torch.inference_mode():
-            for x, y in test:
-                correct += (model(x).argmax(1) == y).sum()
+            for first in range(0, len(test_y), local_batch):
+                x, y = test_x[first : first + local_batch], test_y[first : first + local_batch]
+                correct += (model(to_float(x)).argmax(1) == y).sum()
         dist.all_reduce(correct)
         history.append({"epoch": epoch + 1, "loss": round(total.item() / world / max(steps, 1), 5),
-                        "accuracy": round(correct.item() / (len(test) and test.per_rank * world), 4),
-                        "steps": steps, "samples_per_rank": len(order), "dropped": part.dropped,
-                        "seconds": round(time.perf_counter() - start, 3)})
-        if record and epoch == 0:
-            seen = {"ids": part.seen().tolist()}
+                        "accuracy": round(correct.item() / (len(test_y) * world), 4),
+                        "steps": steps, "samples_per_rank": steps and len(stream.part.order),
+                        "dropped": stream.part.dropped, "seconds": round(time.perf_counter() - start, 3),
+                        "read_seconds": round(read_seconds, 3),
+                        "fetched_bytes": _fetched(train_split) - read_before})
+        if checkpoints.due(global_step) or checkpoints.path and stream.epoch == epochs:
+            loss_sum.zero_()  # (the epoch's loss is in `history` now)
+            checkpoints.save(snapshot())
         if rank == 0:
             print(f"train epoch {epoch + 1}/{epochs}: {history[-1]}", file=sys.stderr, flush=True)
     if record:
         params = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
+        fetched = {name: split.remote.counts.as_dict() for name, split in (("train", train_split), ("test", test_split))
+                   if split.remote}
         write_text(out.with_name(f"{out.stem}.rank{rank}.json"), json.dumps(
             {"rank": rank, "steps": [h["steps"] for h in history], "params_sum": float(params.double().sum()),
-             "params_head": params[:8].tolist(), **seen}) + "\n")
+             "params_head": params[:8].tolist(), "params_sha256": _digest(params), "batches": log,
+             "ids": seen, "fetched": fetched, "epochs": history}) + "\n")
     if rank != 0:
         return None
     document = {"world_size": world, "backend": dist.get_backend(), "device": str(device),
@@ -108,3 +207,16 @@ def _train(shards: Path, out: Path, device: torch.device, epochs: int, batch_siz
     write_text(out, json.dumps(document, indent=2) + "\n")
     return document
 
+
+def _split(shards: Path | str, name: str) -> Path | str:
+    return join(shards, name) if isinstance(shards, str) else shards / name
+
+
+def _fetched(split: RankShards) -> int:
+    return split.remote.counts.bytes if split.remote else 0
+
+
+def _digest(params: torch.Tensor) -> str:
+    import hashlib
+
+    return hashlib.sha256(params.numpy().tobytes()).hexdigest()

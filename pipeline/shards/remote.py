@@ -1,0 +1,239 @@
+"""Shards read from where they are stored: a shard split at a URL, fetched shard by shard into
+a bounded node-local cache.
+
+    split = RemoteShards("s3://bucket/shards/mnist/train", cache=Path("/local/cache"), max_bytes=2 << 30)
+    folder, entry = split.local(0)       # shard 0, fetched (or found) in the cache and verified
+
+The file-system layer is fsspec's (s3fs for s3://; any fsspec URL works: gs://, memory://,
+file://), imported when a URL is first opened so that `import pipeline.shards` stays light.
+S3 credentials and endpoint come from the usual places (AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for a MinIO or moto server, ~/.aws), or
+`storage_options`.
+
+Why whole shards rather than byte ranges: the manifest's checksums cover whole files, so a
+shard can only be verified whole; a rank whose range covers part of a shard still fetches all
+of it (at most two such shards per rank and epoch, see `ranks`). Shards are a few large files,
+so this costs at most two shards' worth per rank.
+
+The cache holds verified copies named by content (`<xxh3_128 or sha256><suffix>`): a shard
+that changed upstream is a different name, never a stale hit, and two splits share what they
+have in common. Each fetch streams into a temporary file inside the cache, hashing as it
+goes, and is renamed into place only once size and checksum match; a failed try is retried
+`retries` times, then refused with one line naming the shard. A cached copy is verified again
+before use (a disk can rot; a damaged copy is fetched anew). When a new shard would take the
+cache past `max_bytes`, the least recently used copies go first. Ranks of one node may share a
+cache folder: a per-shard lock makes one of them fetch while the others wait and then hit.
+Nothing is written outside the cache folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.core.errors import reason
+from pipeline.shards.format import ShardError, check_manifest, suffix
+from pipeline.shards.reader import VERIFY, _hasher
+
+MAX_MANIFEST = 64 << 20   # the bound read_manifest applies to a local manifest, too
+CHUNK = 8 << 20           # one ranged GET per chunk: bounded memory whatever the shard's size
+OBJECTS = "objects"       # the cache's verified shard copies; temporaries and locks beside them
+
+
+def is_url(location) -> bool:
+    """A location that names a remote store (`scheme://...`) rather than a local folder."""
+    return "://" in str(location)
+
+
+def join(location: str, name: str) -> str:
+    return f"{str(location).rstrip('/')}/{name}"
+
+
+class _Where(str):
+    """A URL that check_manifest can name in its messages (it asks for `.parent`)."""
+
+    @property
+    def parent(self) -> str:
+        return self.rsplit("/", 1)[0]
+
+
+@dataclass
+class FetchCounts:
+    """What one process fetched: bytes and shards that came over the network, and cache hits."""
+
+    bytes: int = 0
+    shards: list[str] = field(default_factory=list)
+    hits: int = 0
+    manifest_bytes: int = 0
+
+    def as_dict(self) -> dict:
+        return {"bytes": self.bytes, "shards": list(self.shards), "hits": self.hits,
+                "manifest_bytes": self.manifest_bytes}
+
+
+class RemoteShards:
+    """A shard split at `url`, its shards fetched on demand into `cache` (at most `max_bytes`)."""
+
+    def __init__(self, url: str, cache: Path, max_bytes: int, *, verify: str = "xxh3", retries: int = 2,
+                 storage_options: dict | None = None) -> None:
+        if verify not in VERIFY:
+            raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
+        if max_bytes < 1 or retries < 0:
+            raise ValueError(f"max_bytes must be positive and retries not negative (got {max_bytes}, {retries})")
+        try:
+            import fsspec  # lazily: only remote splits need it
+        except ImportError:
+            raise ShardError(f"{url}: reading shards from a URL needs fsspec (and s3fs for s3://): "
+                             f"pip install -e '.[s3]'") from None
+
+        self.url, self.verify, self.retries, self.max_bytes = str(url).rstrip("/"), verify, retries, max_bytes
+        self.cache = Path(cache)
+        self.objects = self.cache / OBJECTS
+        self.objects.mkdir(parents=True, exist_ok=True)
+        self.counts = FetchCounts()
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
+        except (ImportError, ValueError) as err:  # an unknown scheme, or its package missing (s3fs for s3://)
+            raise ShardError(f"{self.url}: cannot open ({reason(err)})") from None
+        self.manifest = self._read_manifest()
+        codec = self.manifest["compression"]["codec"]
+        for entry in self.manifest["shards"]:
+            if entry["bytes"] > max_bytes:
+                raise ShardError(f"{join(self.url, entry['file'])}: {entry['bytes']:,} bytes do not fit the "
+                                 f"cache bound of {max_bytes:,} bytes (raise train.cache_mib)")
+        self._suffix = suffix(codec)
+
+    def _read_manifest(self) -> dict:
+        where = _Where(join(self.url, "manifest.json"))
+        try:
+            with self.fs.open(join(self.root, "manifest.json"), "rb") as file:
+                raw = file.read(MAX_MANIFEST + 1)
+        except FileNotFoundError:
+            raise ShardError(f"{where}: missing (is {self.url} a shard folder?)") from None
+        except Exception as err:  # whatever the store answers (refused, unreachable, denied): one line
+            raise ShardError(f"{where}: cannot read ({type(err).__name__}: {reason(err)})") from None
+        if len(raw) > MAX_MANIFEST:
+            raise ShardError(f"{where}: larger than {MAX_MANIFEST:,} bytes")
+        self.counts.manifest_bytes += len(raw)
+        try:
+            manifest = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+            raise ShardError(f"{where}: not valid JSON ({err})") from None
+        return check_manifest(manifest, where)  # type: ignore[arg-type]  # (it only formats the name)
+
+    def _key(self, entry: dict) -> tuple[str, str]:
+        """(manifest key of the digest, cache file name) for a shard: named by its content."""
+        key, _ = _hasher(self.verify if self.verify != "none" else "sha256")
+        return key, entry[key] + self._suffix
+
+    def local(self, shard: int) -> tuple[Path, dict]:
+        """(folder, entry) for `read_shard_into`: shard `shard` verified in the cache, fetched
+        if it was not there. The entry names the cached copy; its checksums are the manifest's."""
+        entry = self.manifest["shards"][shard]
+        _, name = self._key(entry)
+        with self._locked(name):
+            for stale in self.objects.glob(f".{name}.*.tmp"):  # a killed fetch's leftovers
+                stale.unlink(missing_ok=True)
+            path = self.objects / name
+            if path.is_file() and not path.is_symlink():
+                if self._intact(path, entry) is None:
+                    os.utime(path)  # recently used: evicted last
+                    self.counts.hits += 1
+                    return self.objects, {**entry, "file": name}
+                path.unlink()  # damaged on disk: fetch anew
+            self._fetch(entry, name)
+        return self.objects, {**entry, "file": name}
+
+    def _intact(self, path: Path, entry: dict) -> str | None:
+        """None when `path` has the shard's size and checksum, else what is wrong."""
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            return f"{size:,} bytes, manifest says {entry['bytes']:,}"
+        if self.verify == "none":
+            return None
+        key, hasher = _hasher(self.verify)
+        with path.open("rb") as file:
+            while chunk := file.read(CHUNK):
+                hasher.update(chunk)
+        return None if hasher.hexdigest() == entry[key] else f"checksum mismatch: manifest {key} {entry[key]}"
+
+    def _fetch(self, entry: dict, name: str) -> None:
+        source = join(self.url, entry["file"])
+        self._make_room(entry["bytes"])
+        problem = ""
+        for _ in range(self.retries + 1):
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.objects)
+            tmp = Path(tmp_name)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    digest = self._download(join(self.root, entry["file"]), out, entry["bytes"])
+                problem = self._mismatch(entry, digest)
+                if not problem:
+                    os.replace(tmp, self.objects / name)
+                    self.counts.shards.append(entry["file"])
+                    return
+            except FileNotFoundError:
+                problem = "missing from the store"
+            except ShardError as err:
+                problem = str(err)
+            except Exception as err:  # the store's answer, whatever it was: retried, then one line
+                problem = f"{type(err).__name__}: {reason(err)}"
+            finally:
+                tmp.unlink(missing_ok=True)
+        raise ShardError(f"{source}: {problem} (after {self.retries + 1} tries); nothing cached")
+
+    def _mismatch(self, entry: dict, digest: str | None) -> str:
+        if digest is None:  # verify "none": the size alone was checked
+            return ""
+        key, _ = _hasher(self.verify)
+        return "" if digest == entry[key] else f"checksum mismatch: manifest {key} {entry[key]}, got {digest}"
+
+    def _download(self, path: str, out, size: int) -> str | None:
+        """Stream the object into `out`, hashing as it comes (None for verify "none"), reading
+        at most one byte more than `size`: an object longer than its manifest entry is caught
+        without reading all of it. Every byte received counts in `counts.bytes`."""
+        got = 0
+        hasher = None if self.verify == "none" else _hasher(self.verify)[1]
+        with self.fs.open(path, "rb", block_size=CHUNK, cache_type="none") as file:
+            while got <= size:
+                chunk = file.read(min(CHUNK, size + 1 - got))
+                if not chunk:
+                    break
+                out.write(chunk)
+                got += len(chunk)
+                self.counts.bytes += len(chunk)
+                if hasher is not None:
+                    hasher.update(chunk)
+        if got < size:
+            raise ShardError(f"only {got:,} of the manifest's {size:,} bytes (partial download)")
+        if got > size:
+            raise ShardError(f"longer than the manifest's {size:,} bytes (not this shard)")
+        return None if hasher is None else hasher.hexdigest()
+
+    def _make_room(self, needed: int) -> None:
+        """Evict the least recently used copies until `needed` more bytes fit the bound."""
+        copies = sorted((p.stat().st_mtime_ns, p.name, p.stat().st_size) for p in self.objects.iterdir()
+                        if p.is_file() and not p.name.startswith("."))
+        used = sum(size for *_, size in copies)
+        for _, name, size in copies:
+            if used + needed <= self.max_bytes:
+                break
+            (self.objects / name).unlink(missing_ok=True)
+            used -= size
+
+    @contextlib.contextmanager
+    def _locked(self, name: str) -> Iterator[None]:
+        """One fetcher per shard and cache: other ranks on the node wait, then find it cached."""
+        fd = os.open(self.objects / f".{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # (the lock file stays: removing it would race with a waiter)
+
