@@ -1,6 +1,9 @@
 """Feeding a training loop from shards, three ways, fastest last:
-- `ShardDataset`: map-style, with `__getitems__`, for code that keeps its DataLoader;
-- `load_split` (shardreader): the verified split as uint8 tensors on a device;
+- `ShardDataset`: map-style, for code that keeps its DataLoader: `DataLoader(ShardDataset(path),
+  batch_size=512, shuffle=True)` works as with any dataset (samplers, workers, a
+  `DistributedSampler`, a `collate_fn`), and `ShardDataset.loader()` is the batched fast path
+  (one gather per batch);
+- `load_split` (reader): the verified split as tensors on a device;
 - `DeviceBatches`: the split resident on the device, batches gathered there in a seeded order,
   converted to float per batch; equal batch counts on every DDP rank.
 For data that do not fit one device, `ranks.RankShards` gives each DDP rank only its shards.
@@ -9,14 +12,17 @@ For data that do not fit one device, `ranks.RankShards` gives each DDP rank only
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
-from pipeline.shards.format import epoch_seed
-from pipeline.shards.reader import load_split
+from pipeline.shards.format import Field, epoch_seed
+from pipeline.shards.reader import load_split, read_manifest, read_split
+from pipeline.shards.format import manifest_sample
 
 
 def to_float(images: torch.Tensor, mean: float | None = None, std: float | None = None,
@@ -32,30 +38,97 @@ def to_float(images: torch.Tensor, mean: float | None = None, std: float | None 
     return x
 
 
-class ShardDataset(torch.utils.data.Dataset):
-    """Map-style view of a shard split. `__getitems__` serves a whole batch in one gather;
-    use `collate_fn=ShardDataset.collate` (or `loader()`) so the DataLoader passes it through."""
+def model_ready(field: Field, batch: np.ndarray) -> np.ndarray:
+    """What a model takes of a gathered batch of one field, by the field's declaration: a class
+    label as int64 (what cross-entropy wants); a uint8 image ([H, W] or [C, H, W] per sample)
+    as float32 in 0..1, [b, 1, H, W] for a 2-D one (as `to_float`, the same values); anything
+    else as stored. numpy, single-threaded: on a busy host torch's intra-op threads fight
+    the other processes for the cores (see docs/shards.md)."""
+    if field.classes is not None:
+        return batch.astype(np.int64)
+    if field.dtype == "uint8" and len(field.shape) in (2, 3):
+        x = batch.astype(np.float32)
+        np.divide(x, np.float32(255), out=x)
+        return x[:, None] if len(field.shape) == 2 else x
+    return batch
 
-    def __init__(self, path: Path, **load_kwargs) -> None:
-        self.images, self.labels = load_split(path, **load_kwargs)  # on the CPU: workers share it
+
+class ShardDataset(Dataset):
+    """Map-style view of a shard split, loaded whole and verified (`read_split`), held on the
+    CPU (DataLoader workers share it).
+
+    `dataset[i]` is one sample: a tuple of its fields in the manifest's order, made model-ready
+    (`model_ready`: for MNIST, float [1, 28, 28] in 0..1 and an int64 label; `raw=True` keeps
+    the stored dtypes), then passed through `transform` if given. `__getitems__` follows
+    PyTorch's contract (a list of samples, which the default collate stacks) while gathering
+    the whole batch with one index. `loader()` is the fast path: a `BatchSampler` hands each
+    fetch a batch of indices, the batch is gathered and converted at once and no collate runs.
+    """
+
+    def __init__(self, path: Path, *, raw: bool = False, transform: Callable | None = None, **load_kwargs) -> None:
+        manifest = read_manifest(Path(path), load_kwargs.get("dataset"), load_kwargs.get("split"))
+        self.sample = manifest_sample(manifest)
+        self.columns = read_split(path, **load_kwargs)  # on the CPU: workers share it
+        self.raw, self.transform = raw, transform
+
+    @property
+    def images(self) -> torch.Tensor:  # MNIST's field names, for code written before the schema
+        return self.columns["images"]
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.columns["labels"]
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(next(iter(self.columns.values())))
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        images, labels = self.__getitems__([index])
-        return images[0], labels[0]
+    def batch(self, indices: Sequence[int] | torch.Tensor) -> tuple:
+        """The samples at `indices` as one batch: a tuple of [b, ...] tensors in field order."""
+        index = np.asarray(indices, dtype=np.int64)
+        if index.ndim != 1:
+            raise IndexError(f"expected a sequence of sample indices, got shape {list(index.shape)}")
+        n = len(self)
+        if len(index) and (index.min() < -n or index.max() >= n):
+            raise IndexError(f"sample index out of range 0..{n - 1}")
+        out = []
+        for field in self.sample.fields:
+            values = np.take(self.columns[field.name].numpy(), index, axis=0)
+            out.append(torch.from_numpy(values if self.raw else model_ready(field, values)))
+        out = tuple(out)
+        return self.transform(out) if self.transform is not None else out
 
-    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        index = torch.as_tensor(indices)
-        return to_float(self.images[index]), self.labels[index].long()
+    def __getitem__(self, index: int) -> tuple:
+        return tuple(column[0] for column in self.batch([index]))
 
-    @staticmethod
-    def collate(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return batch
+    def __getitems__(self, indices: list[int]) -> list[tuple]:
+        return list(zip(*(column.unbind(0) for column in self.batch(indices)), strict=True))
 
-    def loader(self, batch_size: int, **kwargs) -> torch.utils.data.DataLoader:
-        return torch.utils.data.DataLoader(self, batch_size=batch_size, collate_fn=self.collate, **kwargs)
+    def loader(self, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
+               generator: torch.Generator | None = None, sampler: Sampler[int] | None = None,
+               **kwargs) -> DataLoader:
+        """The batched fast path: a DataLoader whose every fetch is one `batch()`. `sampler`
+        (e.g. a `DistributedSampler`) orders the samples, or `shuffle` draws a fresh
+        per-sample permutation each epoch from `generator`; other keyword arguments (workers,
+        pin_memory, ...) go to the DataLoader."""
+        if sampler is None:
+            sampler = RandomSampler(self, generator=generator) if shuffle else SequentialSampler(self)
+        elif shuffle:
+            raise ValueError("loader: give shuffle or a sampler, not both")
+        batches = BatchSampler(sampler, batch_size, drop_last)
+        return DataLoader(_Batches(self), batch_size=None, sampler=batches, generator=generator, **kwargs)
+
+
+class _Batches(Dataset):
+    """A ShardDataset indexed by whole batches (what `loader()` hands its DataLoader)."""
+
+    def __init__(self, dataset: ShardDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, indices: list[int]) -> tuple:
+        return self.dataset.batch(indices)
 
 
 @dataclass
