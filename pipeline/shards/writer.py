@@ -17,6 +17,7 @@ the image-classification one.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,54 +40,48 @@ def shard_bytes(columns: Mapping[str, np.ndarray], compression: str, level: int)
     raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
 
 
-def _first(mask: np.ndarray) -> int | None:
-    """The first sample (leading index) where `mask` holds anywhere, or None."""
-    if not mask.size:
-        return None
-    hits = mask.reshape(len(mask), -1).any(axis=1).nonzero()[0]
-    return int(hits[0]) if len(hits) else None
-
-
-def _misfit(field: Field, array: np.ndarray) -> int | None:
-    """The first sample with a value `field.dtype` cannot hold exactly (integers: out of
-    range or not whole; bool: not 0/1; floats: finite values that overflow to inf), or None."""
+def _misfit(field: Field, array: np.ndarray) -> np.ndarray | None:
+    """Where `array` holds values `field.dtype` cannot hold exactly (integers: out of range
+    or not whole; bool: not 0/1; floats: finite values that overflow to inf), as a boolean
+    mask of its shape, or None when every value fits by its dtype alone."""
     target = np.dtype(field.dtype)
     kind = array.dtype.kind
     if kind not in "biuf":
-        return 0 if len(array) else None  # strings, objects, complex: nothing fits
+        return np.ones(array.shape, bool)  # strings, objects, complex: nothing fits
     if field.dtype == "bool":
-        return None if kind == "b" else _first((array != 0) & (array != 1))
+        return None if kind == "b" else (array != 0) & (array != 1)
     if field.dtype in INTEGER:
-        if kind == "b":
+        if kind == "b" or kind in "iu" and np.can_cast(array.dtype, target):
             return None
         info = np.iinfo(target)
-        if kind in "iu" and np.can_cast(array.dtype, target):
-            return None
-        bad = (array < info.min) | (array > info.max)
-        if kind == "f":
-            bad |= ~np.isfinite(array) | (array != np.trunc(array))
-        return _first(bad)
+        if kind in "iu":  # integer against integer: exact
+            return (array < info.min) | (array > info.max)
+        # a float against the powers of two that bound the integer type (exact in floating point)
+        top = 2.0 ** (info.bits - 1 if info.min else info.bits)  # int64: 2**63, uint8: 256
+        with np.errstate(invalid="ignore"):
+            return ~np.isfinite(array) | (array != np.trunc(array)) | (array < info.min) | (array >= top)
     if kind == "f" and array.dtype.itemsize > target.itemsize:  # float narrowing: rounds, must not overflow
         with np.errstate(over="ignore"):
-            return _first(np.isfinite(array) & ~np.isfinite(array.astype(target)))
+            return np.isfinite(array) & ~np.isfinite(array.astype(target))
     if kind in "iu" and target.itemsize == 2:  # int -> float16: 65520 and up become inf
-        return _first(np.abs(array.astype(np.float64)) >= 65520)
+        return np.abs(array.astype(np.float64)) >= 65520
     return None
 
 
 def fit(field: Field, values, where: str, first_id: int = 0) -> np.ndarray:
     """`values` (array-like, [b, *field.shape]) as a C-contiguous array of the field's dtype,
-    or a ShardError naming `where`, the field and the first sample (index `first_id` + i)
-    that does not fit."""
+    or a ShardError naming `where`, the field, the first value that does not fit and its
+    sample (index `first_id` + i)."""
     array = np.asarray(values)
     if array.ndim == 0 or array.shape[1:] != field.shape:
         wanted = ", ".join(["n", *map(str, field.shape)])
         raise ShardError(f"{where}: field {field.name!r}: expected shape [{wanted}], got {list(array.shape)}")
     bad = _misfit(field, array)
-    if bad is not None:
-        value = array[bad].tolist()
-        raise ShardError(f"{where}: field {field.name!r}: value {value!r:.60} at sample {first_id + bad} "
-                         f"does not fit {field.dtype} ({array.dtype} given)")
+    if bad is not None and bad.any():
+        flat = bad.reshape(-1).nonzero()[0][0]
+        sample = int(flat // max(1, math.prod(field.shape)))
+        raise ShardError(f"{where}: field {field.name!r}: value {array.reshape(-1)[flat].item()!r:.40} at sample "
+                         f"{first_id + sample} does not fit {field.dtype} ({array.dtype} given)")
     converted = np.ascontiguousarray(array, dtype=field.dtype)
     field.check_classes(converted, where, first_id)
     return converted
