@@ -311,3 +311,40 @@ def test_transform_and_indices(mnist_split):
     with pytest.raises(IndexError, match=r"sample index out of range 0\.\.99"):
         data[100]
     assert len(data) == 100 and data.images.shape == (100, 28, 28)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("mean", "std"), [(None, None), (0.1307, 0.3081), (0.2860, 0.3530)])
+def test_device_batches_host_path_gives_to_floats_values(mnist_split, dtype, mean, std):
+    """On the CPU, float32/float64 batches are made with numpy (one thread); they must be the
+    values `to_float` gives, bit for bit, as must the torch path's for the other dtypes."""
+    from pipeline.shards import DeviceBatches
+
+    _, images, labels = mnist_split
+    x, y = torch.from_numpy(images), torch.from_numpy(labels)
+    batches = DeviceBatches(x, y, 32, mean=mean, std=std, dtype=dtype, seed=4)
+    for (got_x, got_y), index in zip(batches, batches.indices(0).split(32), strict=True):
+        want = to_float(x[index], mean, std, dtype)
+        assert got_x.dtype == dtype and got_x.shape == want.shape and torch.equal(got_x, want)
+        assert got_y.dtype == torch.int64 and torch.equal(got_y, y[index].long())
+
+
+def test_mapped_split_is_verified_and_pickles_as_its_path(mnist_split, tmp_path):
+    import pickle
+    import shutil
+
+    from pipeline.shards.reader import MappedSplit
+
+    folder, images, _ = mnist_split
+    split = pickle.loads(pickle.dumps(MappedSplit(folder)))  # a spawned worker maps the files again
+    np.testing.assert_array_equal(split.column("images"), images)
+    assert len(pickle.dumps(MappedSplit(folder))) < 1000  # the path, not the data
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    shard = copy / "shard-00001.safetensors"
+    body = bytearray(shard.read_bytes())
+    body[-5] ^= 1
+    shard.write_bytes(bytes(body))
+    with pytest.raises(ShardError, match=r"shard-00001.safetensors: checksum mismatch"):
+        ShardDataset(copy)
+    ShardDataset(copy, verify="none")  # the damage is in a pixel: only the digest could see it

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from pipeline.shards.format import Field, epoch_seed
-from pipeline.shards.reader import load_split, read_manifest, read_split
-from pipeline.shards.format import manifest_sample
+from pipeline.shards.reader import MappedSplit, load_split
 
 
 def to_float(images: torch.Tensor, mean: float | None = None, std: float | None = None,
@@ -54,8 +53,9 @@ def model_ready(field: Field, batch: np.ndarray) -> np.ndarray:
 
 
 class ShardDataset(Dataset):
-    """Map-style view of a shard split, loaded whole and verified (`read_split`), held on the
-    CPU (DataLoader workers share it).
+    """Map-style view of a shard split, verified and memory-mapped (`reader.MappedSplit`: no
+    copy of the data, so the first batch comes as soon as the shards are hashed; DataLoader
+    workers map the same pages).
 
     `dataset[i]` is one sample: a tuple of its fields in the manifest's order, made model-ready
     (`model_ready`: for MNIST, float [1, 28, 28] in 0..1 and an int64 label; `raw=True` keeps
@@ -66,35 +66,26 @@ class ShardDataset(Dataset):
     """
 
     def __init__(self, path: Path, *, raw: bool = False, transform: Callable | None = None, **load_kwargs) -> None:
-        manifest = read_manifest(Path(path), load_kwargs.get("dataset"), load_kwargs.get("split"))
-        self.sample = manifest_sample(manifest)
-        self.columns = read_split(path, **load_kwargs)  # on the CPU: workers share it
+        self.split = MappedSplit(path, **load_kwargs)
+        self.sample = self.split.sample
         self.raw, self.transform = raw, transform
 
     @property
     def images(self) -> torch.Tensor:  # MNIST's field names, for code written before the schema
-        return self.columns["images"]
+        return torch.from_numpy(self.split.column("images").copy())
 
     @property
     def labels(self) -> torch.Tensor:
-        return self.columns["labels"]
+        return torch.from_numpy(self.split.column("labels").copy())
 
     def __len__(self) -> int:
-        return len(next(iter(self.columns.values())))
+        return len(self.split)
 
     def batch(self, indices: Sequence[int] | torch.Tensor) -> tuple:
         """The samples at `indices` as one batch: a tuple of [b, ...] tensors in field order."""
-        index = np.asarray(indices, dtype=np.int64)
-        if index.ndim != 1:
-            raise IndexError(f"expected a sequence of sample indices, got shape {list(index.shape)}")
-        n = len(self)
-        if len(index) and (index.min() < -n or index.max() >= n):
-            raise IndexError(f"sample index out of range 0..{n - 1}")
-        out = []
-        for field in self.sample.fields:
-            values = np.take(self.columns[field.name].numpy(), index, axis=0)
-            out.append(torch.from_numpy(values if self.raw else model_ready(field, values)))
-        out = tuple(out)
+        columns = self.split.take(indices)
+        out = tuple(torch.from_numpy(values if self.raw else model_ready(field, values))
+                    for field, values in zip(self.sample.fields, columns.values(), strict=True))
         return self.transform(out) if self.transform is not None else out
 
     def __getitem__(self, index: int) -> tuple:
@@ -111,11 +102,38 @@ class ShardDataset(Dataset):
         per-sample permutation each epoch from `generator`; other keyword arguments (workers,
         pin_memory, ...) go to the DataLoader."""
         if sampler is None:
-            sampler = RandomSampler(self, generator=generator) if shuffle else SequentialSampler(self)
+            batches = IndexBatches(len(self), batch_size, shuffle=shuffle, drop_last=drop_last, generator=generator)
         elif shuffle:
             raise ValueError("loader: give shuffle or a sampler, not both")
-        batches = BatchSampler(sampler, batch_size, drop_last)
+        else:
+            batches = BatchSampler(sampler, batch_size, drop_last)
         return DataLoader(_Batches(self), batch_size=None, sampler=batches, generator=generator, **kwargs)
+
+
+class IndexBatches(Sampler[np.ndarray]):
+    """Batches of sample indices as int64 arrays cut from one permutation per epoch (the one
+    `RandomSampler` draws from the same generator), or from 0..n-1: what `BatchSampler` over
+    `RandomSampler` gives, without a Python int per sample."""
+
+    def __init__(self, n: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
+                 generator: torch.Generator | None = None) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.n, self.batch_size, self.shuffle, self.drop_last, self.generator = n, batch_size, shuffle, drop_last, generator
+
+    def __len__(self) -> int:
+        return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        if self.shuffle:
+            generator = self.generator
+            if generator is None:  # as RandomSampler does: a fresh seed from torch's global generator
+                generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+            order = torch.randperm(self.n, generator=generator).numpy()
+        else:
+            order = np.arange(self.n, dtype=np.int64)
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            yield order[start : start + self.batch_size]
 
 
 class _Batches(Dataset):
@@ -180,7 +198,27 @@ class DeviceBatches:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order = self.indices(self.epoch)
         self.epoch += 1
+        on_host = self.images.device.type == "cpu" and self.dtype in HOST_FLOATS
         for start in range(0, len(order), self.batch_size):
             index = order[start : start + self.batch_size]
-            yield (to_float(self.images[index], self.mean, self.std, self.dtype),
-                   self.labels[index].long())
+            if on_host:
+                yield self._host_batch(index.numpy())
+            else:
+                yield (to_float(self.images[index], self.mean, self.std, self.dtype),
+                       self.labels[index].long())
+
+    def _host_batch(self, index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch `to_float` would give (the same values: IEEE division and subtraction
+        in the same dtype), made with numpy on one thread. On a loaded 2-core host torch's
+        intra-op threads made an epoch several times slower (docs/shards.md)."""
+        x = np.take(self.images.numpy(), index, axis=0)[:, None].astype(HOST_FLOATS[self.dtype])
+        np.divide(x, x.dtype.type(255), out=x)
+        if self.mean is not None:
+            np.subtract(x, x.dtype.type(self.mean), out=x)
+            np.divide(x, x.dtype.type(self.std), out=x)
+        return torch.from_numpy(x), torch.from_numpy(np.take(self.labels.numpy(), index).astype(np.int64))
+
+
+# The float dtypes numpy computes exactly as torch does (float16: torch computes in float32
+# and rounds once, numpy in float16; bfloat16: no numpy dtype): the others go through torch.
+HOST_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}

@@ -257,3 +257,109 @@ def load_split(path: Path, device: str | torch.device = "cpu", *, dataset: str |
     """`read_split`'s tensors as a tuple in field order: for MNIST's schema (images uint8
     [n, 28, 28], labels uint8 [n])."""
     return tuple(read_split(path, device, dataset=dataset, split=split, verify=verify).values())
+
+
+def map_shard(folder: Path, entry: dict, sample: Sample, verify: str) -> dict[str, np.ndarray]:
+    """One uncompressed shard's fields as read-only numpy arrays over a memory map of the file,
+    after the same checks `read_shard_into` runs (size, digest, header against the schema):
+    no copy, and the pages are the page cache's, shared by every process that maps them."""
+    path = _shard_path(folder, entry["file"])
+    count = entry["count"]
+    try:
+        file = path.open("rb", buffering=0)
+    except FileNotFoundError:
+        raise ShardError(f"{path}: shard listed in the manifest is missing") from None
+    with file:
+        size = os.fstat(file.fileno()).st_size
+        if size != entry["bytes"]:
+            raise ShardError(f"{path}: {size:,} bytes, manifest says {entry['bytes']:,} (truncated?)")
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)  # stays open while an array uses it
+    _verify(path, entry, verify, mapped)
+    templates = allocate(sample, 0)
+    data_start, regions = _read_header(mapped, path, count, templates)
+    end = 0
+    columns = {}
+    for name, begin, end in _tiles(path, regions, count, templates):
+        field = sample[name]
+        flat = np.frombuffer(mapped, field.dtype, count * math.prod(field.shape), data_start + begin)
+        columns[name] = flat.reshape(count, *field.shape)
+    if data_start + end != size:
+        raise ShardError(f"{path}: {size - data_start - end:,} bytes after the last tensor")
+    return {f.name: columns[f.name] for f in sample.fields}
+
+
+class MappedSplit:
+    """A split for random access on the CPU: uncompressed shards memory-mapped and verified
+    in place (no copy: opening a split costs its hashing, not a copy of it; memory is the
+    page cache's), zstd shards decompressed into memory. `take(indices)` gathers a batch
+    with numpy, one thread: on a busy host torch's intra-op threads contend for the cores.
+
+    Pickled (DataLoader workers under spawn/forkserver), it carries only its path: a worker
+    maps the files again, checking sizes and headers but not re-hashing what the parent
+    verified."""
+
+    def __init__(self, path: Path, *, dataset: str | None = None, split: str | None = None,
+                 verify: str = "xxh3") -> None:
+        if verify not in VERIFY:
+            raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
+        self.folder, self.dataset, self.split, self.verify = Path(path), dataset, split, verify
+        self._open(verify)
+
+    def _open(self, verify: str) -> None:
+        manifest = read_manifest(self.folder, self.dataset, self.split)
+        self.sample = manifest_sample(manifest)
+        if manifest["compression"]["codec"] == "zstd":
+            loaded = read_split(self.folder, verify=verify)
+            self.chunks = [{name: t.numpy() for name, t in loaded.items()}] if manifest["count"] else []
+        else:
+            self.chunks = []
+            start = 0
+            for entry in manifest["shards"]:
+                chunk = map_shard(self.folder, entry, self.sample, verify)
+                check_classes(self.sample, chunk, str(self.folder), ids=range(start, start + entry["count"]))
+                self.chunks.append(chunk)
+                start += entry["count"]
+        self.ends = np.cumsum([len(next(iter(c.values()))) for c in self.chunks], dtype=np.int64)
+        self.count = int(self.ends[-1]) if len(self.ends) else 0
+
+    def __getstate__(self) -> dict:
+        return {key: value for key, value in self.__dict__.items() if key not in ("chunks", "ends")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._open("none")
+
+    def __len__(self) -> int:
+        return self.count
+
+    def take(self, indices) -> dict[str, np.ndarray]:
+        """The samples at `indices` (ints, negative from the end), a copy per field [b, *shape]."""
+        index = np.asarray(indices, dtype=np.int64)
+        if index.ndim != 1:
+            raise IndexError(f"expected a sequence of sample indices, got shape {list(index.shape)}")
+        if len(index) and (index.min() < -self.count or index.max() >= self.count):
+            raise IndexError(f"sample index out of range 0..{self.count - 1}")
+        index = np.where(index < 0, index + self.count, index)
+        if len(self.chunks) == 1:
+            return {name: np.take(values, index, axis=0) for name, values in self.chunks[0].items()}
+        shard = np.searchsorted(self.ends, index, side="right")
+        order = np.argsort(shard, kind="stable")
+        bounds = np.searchsorted(shard[order], np.arange(len(self.chunks) + 1))
+        out = {f.name: np.empty((len(index), *f.shape), f.dtype) for f in self.sample.fields}
+        for number, chunk in enumerate(self.chunks):
+            picked = order[bounds[number] : bounds[number + 1]]
+            if len(picked):
+                rows = index[picked] - (self.ends[number - 1] if number else 0)
+                for name, values in chunk.items():
+                    out[name][picked] = np.take(values, rows, axis=0)
+        return out
+
+    def column(self, name: str) -> np.ndarray:
+        """One field of the whole split as one array (a copy when there are several shards)."""
+        parts = [chunk[name] for chunk in self.chunks]
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            field = self.sample[name]
+            return np.empty((0, *field.shape), field.dtype)
+        return np.concatenate(parts)
