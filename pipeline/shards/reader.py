@@ -321,9 +321,33 @@ class MappedSplit:
                 start += entry["count"]
         self.ends = np.cumsum([len(next(iter(c.values()))) for c in self.chunks], dtype=np.int64)
         self.count = int(self.ends[-1]) if len(self.ends) else 0
+        self.whole: dict[str, np.ndarray] | None = self.chunks[0] if len(self.chunks) == 1 else None
+        if self.whole is None and self.chunks:
+            self._join_in_background()
+
+    def _join_in_background(self) -> None:
+        """Copy the mapped shards into one array per field on a thread (numpy copies release
+        the GIL), so that batches are one gather instead of one per shard; until it is done
+        (a few tens of ms for MNIST) batches are gathered shard by shard, so the first batch
+        does not wait for the copy."""
+        import threading
+
+        self._owner = os.getpid()
+
+        def join() -> None:
+            whole = {f.name: np.empty((self.count, *f.shape), f.dtype) for f in self.sample.fields}
+            start = 0
+            for chunk in self.chunks:
+                n = len(next(iter(chunk.values())))
+                for name, values in chunk.items():
+                    whole[name][start : start + n] = values
+                start += n
+            self.whole = whole
+
+        threading.Thread(target=join, name="shards-join", daemon=True).start()
 
     def __getstate__(self) -> dict:
-        return {key: value for key, value in self.__dict__.items() if key not in ("chunks", "ends")}
+        return {key: value for key, value in self.__dict__.items() if key not in ("chunks", "ends", "whole")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -340,8 +364,11 @@ class MappedSplit:
         if len(index) and (index.min() < -self.count or index.max() >= self.count):
             raise IndexError(f"sample index out of range 0..{self.count - 1}")
         index = np.where(index < 0, index + self.count, index)
-        if len(self.chunks) == 1:
-            return {name: np.take(values, index, axis=0) for name, values in self.chunks[0].items()}
+        whole = self.whole
+        if whole is not None:
+            return {name: np.take(values, index, axis=0) for name, values in whole.items()}
+        if self.chunks and os.getpid() != getattr(self, "_owner", os.getpid()):  # forked before the join ended
+            self._join_in_background()
         shard = np.searchsorted(self.ends, index, side="right")
         order = np.argsort(shard, kind="stable")
         bounds = np.searchsorted(shard[order], np.arange(len(self.chunks) + 1))
@@ -356,6 +383,8 @@ class MappedSplit:
 
     def column(self, name: str) -> np.ndarray:
         """One field of the whole split as one array (a copy when there are several shards)."""
+        if self.whole is not None:
+            return self.whole[name]
         parts = [chunk[name] for chunk in self.chunks]
         if len(parts) == 1:
             return parts[0]
