@@ -53,9 +53,9 @@ def model_ready(field: Field, batch: np.ndarray) -> np.ndarray:
 
 
 class ShardDataset(Dataset):
-    """Map-style view of a shard split, verified and memory-mapped (`reader.MappedSplit`: no
-    copy of the data, so the first batch comes as soon as the shards are hashed; DataLoader
-    workers map the same pages).
+    """Map-style view of a shard split, verified and memory-mapped (`reader.MappedSplit`: the
+    first batch comes as soon as the shards are hashed, gathered from the maps, while a
+    thread joins the shards into one array for the batches after it).
 
     `dataset[i]` is one sample: a tuple of its fields in the manifest's order, made model-ready
     (`model_ready`: for MNIST, float [1, 28, 28] in 0..1 and an int64 label; `raw=True` keeps

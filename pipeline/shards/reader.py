@@ -1,4 +1,6 @@
-"""Reading shards back: a whole split (or one shard at a time) into tensors, verified on the way.
+"""Reading shards back, verified on the way: a whole split into tensors (`read_split`,
+`load_split`), rows of one shard (`read_shard_into`, for the ranks), or a split mapped
+for random access without a copy (`MappedSplit`, behind `ShardDataset`).
 
 What each shard must hold comes from the manifest's sample schema: the reader allocates one
 tensor per field, of its dtype and [count, *shape], and checks every shard's safetensors

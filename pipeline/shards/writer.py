@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -111,14 +112,24 @@ class ShardWriter:
         self.filled = 0
         self.count = 0
         self.entries: list[dict] = []
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="shard-sha256")
         self.folder.mkdir(parents=True, exist_ok=True)
 
     def _write(self, columns: dict[str, np.ndarray]) -> None:
+        """Serialise one shard, then hash it with sha256 on a thread while this one writes it
+        and hashes it with xxh3 (hashlib releases the GIL: sha256 alone took as long as the
+        rest of the write). Nothing is left running when this returns, so an error later
+        never races a write into a folder being removed."""
         blob = shard_bytes(columns, self.compression, self.level)
         name = shard_file(len(self.entries), self.compression)
-        (self.folder / name).write_bytes(blob)
+        sha256 = self.pool.submit(lambda: hashlib.sha256(blob).hexdigest())
+        try:
+            (self.folder / name).write_bytes(blob)
+            xxh3 = _xxh3(blob)
+        finally:
+            digest = sha256.result()
         self.entries.append({"file": name, "count": len(next(iter(columns.values()))), "bytes": len(blob),
-                             "sha256": hashlib.sha256(blob).hexdigest(), "xxh3_128": _xxh3(blob)})
+                             "sha256": digest, "xxh3_128": xxh3})
 
     def _flush(self) -> None:
         if self.filled:
@@ -159,6 +170,7 @@ class ShardWriter:
 
     def finish(self, source: dict | None = None) -> dict:
         self._flush()
+        self.pool.shutdown()
         manifest = new_manifest(sample=self.sample, dataset=self.dataset, split=self.split, count=self.count,
                                 codec=self.compression, level=self.level, source=source or {},
                                 shards=self.entries)
