@@ -393,6 +393,11 @@ def installed(name: str) -> bool:
 # ---- one measurement, in its own process -------------------------------------------------
 
 def peak_mb() -> float:
+    """This process's peak resident memory (VmHWM: getrusage's ru_maxrss would carry the
+    parent's peak across fork and exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -536,7 +541,9 @@ def table(runs: dict[int, dict]) -> str:
         lines += [f"**MNIST train x{scale}** ({meta['samples']:,} samples): min / median of {meta['repeat']} runs, "
                   f"each its own process, one torch thread; {meta['host']}; torch {meta['torch']}"
                   + (f"; {versions}" if versions else "")
-                  + (f"; not installed: {', '.join(meta['missing'])}" if meta.get("missing") else "") + ".", ""]
+                  + (f"; not installed: {', '.join(meta['missing'])}" if meta.get("missing") else "") + "."]
+        lines += [f"Re-measured afterwards: `{again['command']}` ({again['host']})." for again in meta.get("remeasured", [])]
+        lines += [""]
         lines.append("| | " + " | ".join(LABELS[s] for s in systems) + " |")
         lines.append("|---|" + "---|" * len(systems))
         rows = [
@@ -577,6 +584,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "peers")
     parser.add_argument("--docs", type=Path, help="a page whose peers:begin/end block gets the table")
+    parser.add_argument("--merge", action="store_true", help="update <out>/scale-<k>.json with these tasks only")
     parser.add_argument("--render", action="store_true", help="only render the table from <out>/scale-*.json")
     args = parser.parse_args()
     if args.child:
@@ -604,8 +612,14 @@ def main() -> None:
             data = make_data(work, scale, args.mnist, args.tiny)
             meta["samples"] = len(load_data(data)[2])
             results = race(scale, systems, args.tasks, args.repeat, work, data, args.timeout)
-        (args.out / f"scale-{scale}.json").write_text(json.dumps({"meta": meta, "results": results},
-                                                                  indent=1, sort_keys=True) + "\n")
+        file = args.out / f"scale-{scale}.json"
+        if args.merge and file.exists():  # re-measured tasks replace theirs, the rest is kept
+            old = json.loads(file.read_text())
+            for system, tasks in results.items():
+                old["results"].setdefault(system, {}).update(tasks)
+            old["meta"].setdefault("remeasured", []).append({"command": meta["command"], "host": meta["host"]})
+            meta, results = old["meta"], old["results"]
+        file.write_text(json.dumps({"meta": meta, "results": results}, indent=1, sort_keys=True) + "\n")
     print(render(args.out, args.docs))
 
 
