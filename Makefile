@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 # holding <dataset>/ with the raw files, tried before the internet mirrors of sources.yaml.
 export PIPELINE_MIRROR
 
-.PHONY: setup repro test mutants plots plots-template clean
+.PHONY: setup repro test mutants plots plots-template clean peers peers-setup
 
 setup: $(VENV)/.installed
 
@@ -48,5 +48,28 @@ plots: setup
 plots-template: setup
 	$(BIN)/python tools/plots_template.py
 
+# The race against the loaders users pick (benchmarks/peers.py): its own virtual environment,
+# so the project's torch is untouched (the peers pull torchvision and would pull another
+# torch). torch is installed first and pinned for the rest; a peer that does not install is
+# reported and left out of the race. Results: results/peers/*.json and results/peers/table.md.
+PEERS_VENV := .venv-peers
+PEERS ?= litdata==0.2.76 mosaicml-streaming==0.13.0 webdataset==1.0.2 pylance==14.0.2
+PEERS_ARGS ?= --scales 1 10
+peers-setup: $(PEERS_VENV)/.installed
+
+$(PEERS_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
+	$(PEERS_VENV)/bin/python -m pip freeze | grep -i '^torch==' > $(PEERS_VENV)/constraints.txt
+	$(PEERS_VENV)/bin/python -m pip install -q --disable-pip-version-check -c $(PEERS_VENV)/constraints.txt -e ".[shards]"
+	for peer in $(PEERS); do \
+	  $(PEERS_VENV)/bin/python -m pip install -q --disable-pip-version-check -c $(PEERS_VENV)/constraints.txt "$$peer" \
+	    || echo "peers: $$peer did not install; the race runs without it" >&2; \
+	done
+	touch $@
+
+peers: peers-setup
+	$(PEERS_VENV)/bin/python benchmarks/peers.py $(PEERS_ARGS) --out results/peers
+
 clean:
-	rm -rf $(VENV) .pytest_cache mutants
+	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache mutants

@@ -77,7 +77,7 @@ def test_rank_shards_check_their_arguments_and_labels(tmp_path):
     assert len(RankShards(tmp_path / "ok", 39, 40, seed=0).epoch(0).seen()) == 1  # one sample each: enough
     labels[3] = 10
     write_unchecked_split(tmp_path / "bad", images, labels)
-    with pytest.raises(ShardError, match="bad: label 10 at sample 3 is outside 0..9"):
+    with pytest.raises(ShardError, match="bad: field 'labels': value 10 at sample 3 is outside 0..9"):
         RankShards(tmp_path / "bad", 0, 1, seed=0).epoch(0)
 
 

@@ -70,10 +70,10 @@ MANIFEST_CASES = {
     "missing key": (_set(["shards"], KeyError), r"\(keys\): missing \['shards'\]"),
     "unknown key": (_set(["extra"], 1), r"\(keys\): missing \[\], unknown \['extra'\]"),
     "bad sha256": (_set(["shards", 0, "sha256"], "zz"), r"shards\[0\]\.sha256: expected 64 lowercase hex"),
-    "bad dtype": (_set(["images", "dtype"], "float64"), r"images: .* expected uint8"),
+    "bad dtype": (_set(["fields", 0, "dtype"], "float65"), r"fields\[0\]: field 'images': dtype 'float65' is not one of"),
     "bad codec": (_set(["compression", "codec"], "lzma"), r"compression\.codec: 'lzma', expected"),
     "shards not a list": (_set(["shards"], {"a": 1}), r"shards: expected a list"),
-    "wrong version": (_set(["format_version"], 1), r"format_version: 1, expected 2"),
+    "wrong version": (_set(["format_version"], 1), r"format_version: 1, expected one of \[2, 3\]"),
     "dataset not a string": (_set(["dataset"], 3), r"dataset: expected a string, got 3$"),
     "compression not an object": (_set(["compression"], []), r"compression: expected an object, got \[\]$"),
     "shard entry not an object": (_set(["shards", 0], 5), r"shards\[0\]: expected an object, got 5$"),
@@ -89,11 +89,12 @@ MANIFEST_CASES = {
 
 
 def _manifest(count: int, shard_counts: list[int], codec: str = "none") -> dict:
-    from pipeline.shards.format import SAMPLE_BYTES, new_manifest, shard_file
+    from pipeline.shards.format import V2_SAMPLE, new_manifest, shard_file
 
+    SAMPLE_BYTES = V2_SAMPLE.row_bytes
     shards = [{"file": shard_file(i, codec), "count": n, "bytes": n * SAMPLE_BYTES + 100, "sha256": "a" * 64,
                "xxh3_128": "b" * 32} for i, n in enumerate(shard_counts)]
-    return new_manifest(dataset="d", split="train", count=count, codec=codec, level=3, source={}, shards=shards)
+    return new_manifest(sample=V2_SAMPLE, dataset="d", split="train", count=count, codec=codec, level=3, source={}, shards=shards)
 
 
 def test_manifest_boundaries_accepted():
@@ -105,7 +106,7 @@ def test_manifest_boundaries_accepted():
     for manifest in (_manifest(0, []), _manifest(1, [1]), _manifest(MAX_COUNT, [MAX_COUNT], "zstd")):
         assert check_manifest(manifest, file) is manifest
     largest = _manifest(MAX_COUNT, [MAX_COUNT], "zstd")
-    largest["shards"][0]["bytes"] = MAX_BYTES  # a shard of 2**31 samples, uncompressed: 1.7 TB
+    largest["shards"][0]["bytes"] = MAX_BYTES  # 16 TiB: a shard of 2**31 samples of 8 KiB
     assert check_manifest(largest, file) is largest
     largest["shards"][0]["bytes"] = MAX_BYTES + 1
     with pytest.raises(ShardError, match=rf"shards\[0\]\.bytes: {MAX_BYTES + 1} is outside 1\.\.{MAX_BYTES}$"):
@@ -118,8 +119,9 @@ def test_manifest_boundaries_accepted():
     with pytest.raises(ShardError, match=r"shards\[0\]\.count: 0 is outside 1\.\."):
         check_manifest(_manifest(0, [0]), file)
     # An uncompressed shard is its samples plus an 8-byte length and a header of 1..MAX_HEADER bytes
-    from pipeline.shards.format import MAX_HEADER, SAMPLE_BYTES
+    from pipeline.shards.format import MAX_HEADER, V2_SAMPLE
 
+    SAMPLE_BYTES = V2_SAMPLE.row_bytes
     for size, ok in ((3 * SAMPLE_BYTES, False), (3 * SAMPLE_BYTES + 1, True),
                      (3 * SAMPLE_BYTES + 8 + MAX_HEADER, True), (3 * SAMPLE_BYTES + 9 + MAX_HEADER, False)):
         manifest = _manifest(3, [3])
@@ -426,19 +428,21 @@ def test_zstd_frame_size_bounds():
     count x 785 bytes, at most that plus the 8-byte length and the largest header."""
     import zstandard
 
-    from pipeline.shards.format import MAX_HEADER, SAMPLE_BYTES
+    from pipeline.shards.format import MAX_HEADER, V2_SAMPLE
     from pipeline.shards.reader import _check_frame
+
+    SAMPLE_BYTES = V2_SAMPLE.row_bytes
 
     frame = lambda size: zstandard.ZstdCompressor().compress(bytes(size))  # noqa: E731
     low, high = 2 * SAMPLE_BYTES, 2 * SAMPLE_BYTES + 8 + MAX_HEADER
     for size in (low + 1, high):
-        _check_frame(Path("s.zst"), frame(size), 2)
+        _check_frame(Path("s.zst"), frame(size), 2, SAMPLE_BYTES)
     for size in (low, high + 1, 0):
         with pytest.raises(ShardError, match=rf"s.zst: zstd frame holds {size:,} bytes, not 2 samples"):
-            _check_frame(Path("s.zst"), frame(size), 2)
+            _check_frame(Path("s.zst"), frame(size), 2, SAMPLE_BYTES)
     unsized = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(low + 1))
     with pytest.raises(ShardError, match=r"s.zst: zstd frame does not state its decompressed size"):
-        _check_frame(Path("s.zst"), unsized, 2)
+        _check_frame(Path("s.zst"), unsized, 2, SAMPLE_BYTES)
 
 
 @pytest.mark.parametrize("damage", [

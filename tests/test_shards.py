@@ -46,7 +46,9 @@ def test_round_trip_from_parquet(tmp_path, tiny):
 def test_manifest_and_sizes(split_dir):
     manifest = json.loads((split_dir / "manifest.json").read_text())
     assert manifest["dataset"] == "tiny" and manifest["split"] == "train"
-    assert manifest["images"] == {"dtype": "uint8", "shape": [28, 28]}
+    assert manifest["format_version"] == 3
+    assert manifest["fields"] == [{"name": "images", "dtype": "uint8", "shape": [28, 28]},
+                                  {"name": "labels", "dtype": "uint8", "shape": [], "classes": 10}]
     for entry in manifest["shards"]:
         assert (split_dir / entry["file"]).stat().st_size == entry["bytes"]
 
@@ -233,7 +235,7 @@ def test_load_split_refuses_a_label_outside_0_to_9(tmp_path, arrays):
     labels[40] = 10
     folder = tmp_path / "s"
     write_unchecked_split(folder, images, labels)
-    with pytest.raises(ShardError, match=r"label \d+ at sample \d+ is outside 0..9"):
+    with pytest.raises(ShardError, match=r"s: field 'labels': value 10 at sample 40 is outside 0..9$"):
         load_split(folder)
     labels[40] = 9  # the same file with a valid label loads: the check is on the label alone
     write_unchecked_split(tmp_path / "ok", images, labels)
@@ -242,9 +244,12 @@ def test_load_split_refuses_a_label_outside_0_to_9(tmp_path, arrays):
 
 
 @pytest.mark.parametrize(("images", "labels", "message"), [
-    (np.zeros((4, 28, 28), np.float32), np.zeros(4, np.uint8), r"expected uint8 images \[n, 28, 28\] and n labels, got float32"),
-    (np.zeros((4, 28, 27), np.uint8), np.zeros(4, np.uint8), r"got uint8 \[4, 28, 27\]"),
-    (np.zeros((4, 28, 28), np.uint8), np.zeros(3, np.uint8), r"and 3 labels"),
+    (np.full((4, 28, 28), 0.5, np.float32), np.zeros(4, np.uint8),
+     r"^d/train: field 'images': value .*0\.5.* at sample 0 does not fit uint8 \(float32 given\)$"),
+    (np.zeros((4, 28, 27), np.uint8), np.zeros(4, np.uint8),
+     r"^d/train: field 'images': expected shape \[n, 28, 28\], got \[4, 28, 27\]$"),
+    (np.zeros((4, 28, 28), np.uint8), np.zeros(3, np.uint8),
+     r"^d/train: fields of one batch differ in length: \{'images': 4, 'labels': 3\}$"),
 ])
 def test_write_shards_checks_its_input(tmp_path, images, labels, message):
     with pytest.raises(ShardError, match=message):
@@ -347,7 +352,7 @@ def test_header_length_cut_short(raw):
     from pipeline.shards.reader import _read_header
 
     with pytest.raises(ShardError, match=rf"^s.safetensors: not a safetensors shard \(ends after {len(raw)} bytes\)$"):
-        _read_header(io.BytesIO(raw), Path("s.safetensors"), 64)
+        _read_header(io.BytesIO(raw), Path("s.safetensors"), 64, {"labels": torch.empty(64, dtype=torch.uint8)})
 
 
 def test_tensors_in_any_order_in_the_file(tmp_path, arrays):

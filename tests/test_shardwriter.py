@@ -13,6 +13,7 @@ import pytest
 from pipeline.stages.convert import convert_dataset
 from pipeline.stages.parquet import compact_table
 from pipeline.stages.csvdata import write_csv
+from pipeline.core.dataset import MNIST
 from pipeline.shards import ShardError, ShardWriter, load_split, write_shards
 from pipeline.stages.shard import shard_dataset
 from conftest import make_split
@@ -49,9 +50,10 @@ def test_shard_bytes_do_not_depend_on_how_the_input_arrives(tmp_path, batch_rows
     """Batches smaller, equal to and larger than a shard, and ones that straddle shard ends."""
     images, labels = make_split(100, 5)
     whole = write_shards(images, labels, tmp_path / "whole", dataset="d", split="train", samples_per_shard=24)
-    writer = ShardWriter(tmp_path / "fed", dataset="d", split="train", samples_per_shard=24)
-    for start in range(0, 100, batch_rows):
-        writer.add(labels[start:start + batch_rows], images[start:start + batch_rows].reshape(-1, 784))
+    writer = ShardWriter(tmp_path / "fed", sample=MNIST, dataset="d", split="train", samples_per_shard=24)
+    for start in range(0, 100, batch_rows):  # int64 labels (numpy's default): converted, whatever the batch
+        writer.add({"labels": labels[start:start + batch_rows].astype(np.int64),
+                    "images": images[start:start + batch_rows]})
     assert writer.finish() == whole
     assert files(tmp_path / "fed") == files(tmp_path / "whole")
     assert [s["count"] for s in whole["shards"]] == [24, 24, 24, 24, 4]
@@ -60,7 +62,7 @@ def test_shard_bytes_do_not_depend_on_how_the_input_arrives(tmp_path, batch_rows
 def test_writer_refuses_label_ten(tmp_path):
     images, labels = make_split(30, 1)
     labels[17] = 10
-    with pytest.raises(ShardError, match="^d/train: label 10 at sample 17 is outside 0..9$"):  # no origin given: data set/split
+    with pytest.raises(ShardError, match="^d/train: field 'labels': value 10 at sample 17 is outside 0..9$"):  # no origin given: data set/split
         write_shards(images, labels, tmp_path / "s", dataset="d", split="train", samples_per_shard=8)
     assert not (tmp_path / "s").exists()
 
@@ -139,7 +141,7 @@ def test_stream_split_passes_the_zstd_level_on_and_names_its_source(tmp_path):
     assert sizes[19] < sizes[1]  # the level reached the compressor, not only the manifest
     labels[7] = 10
     pq.write_table(compact_table(labels, images.reshape(300, 784)), tmp_path / "bad.parquet")
-    with pytest.raises(ShardError, match=rf"^{tmp_path / 'bad.parquet'}: label 10 at sample 7 is outside 0\.\.9$"):
+    with pytest.raises(ShardError, match=rf"^{tmp_path / 'bad.parquet'}: field 'labels': value 10 at sample 7 is outside 0\.\.9$"):
         stream_split(tmp_path / "bad.parquet", tmp_path / "bad", dataset="d", split="train", samples_per_shard=300)
 
 

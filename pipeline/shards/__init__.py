@@ -1,7 +1,10 @@
 """The shard library: write a data set as a few large checksummed tensor files, read it back
 verified, and feed a training loop from it, on one process or per DDP rank.
 
-    from pipeline.shards import load_split, DeviceBatches, ShardDataset
+    from pipeline.shards import Field, Sample, write_shards, ShardDataset, load_split, DeviceBatches
+
+Any fixed-shape data: a `Sample` of named `Field`s (dtype, shape per sample, classes for a
+label), declared in each split's manifest and checked on every write and read.
 
 Modules: `format` (the manifest and sample schema), `writer`, `reader`, `loaders` (feeding a
 training loop), `ranks` (one DDP rank's part of a split). It needs torch, numpy and
@@ -12,10 +15,10 @@ stages: no polars, pyarrow, dvc or pydantic.
 import importlib
 
 _WHERE = {
-    "FORMAT_VERSION": "format", "IMAGE_SHAPE": "format", "ShardError": "format", "check_manifest": "format",
-    "read_manifest": "format", "DeviceBatches": "loaders", "ShardDataset": "loaders", "to_float": "loaders",
-    "RankShards": "ranks", "VERIFY": "reader", "load_split": "reader", "ShardWriter": "writer",
-    "write_shards": "writer",
+    "FORMAT_VERSION": "format", "Field": "format", "Sample": "format", "ShardError": "format",
+    "check_manifest": "format", "read_manifest": "format", "DeviceBatches": "loaders", "ShardDataset": "loaders",
+    "to_float": "loaders", "RankShards": "ranks", "VERIFY": "reader", "load_split": "reader", "read_split": "reader",
+    "ShardWriter": "writer", "write_shards": "writer", "write_split": "writer",
 }
 __all__ = sorted(_WHERE)
 

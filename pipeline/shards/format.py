@@ -1,47 +1,160 @@
-"""What a shard folder is: the manifest's format, how a writer builds it, and the schema a
-reader checks before opening anything it names.
+"""What a shard folder is: the sample schema, the manifest's format, how a writer builds it,
+and the checks a reader runs before opening anything it names.
 
-A split is a few large safetensors files (images uint8 [n, 28, 28], labels uint8 [n]; no
-pickle, memory-mappable), optionally zstd-compressed, listed in `manifest.json` with counts,
-sizes, sha256 and xxh3-128. A few large shards rather than many small files, because DVC
-(and every file system) pays per file. Writer (`shardwriter`), whole-split reader
-(`shardreader`) and per-rank reader (`ranks`) all go through this module, so the format is
-stated once.
+A split is a few large safetensors files, one tensor per field of the sample schema (e.g.
+images uint8 [n, 28, 28] and labels uint8 [n]; no pickle, memory-mappable), optionally
+zstd-compressed, listed in `manifest.json` with counts, sizes, sha256 and xxh3-128. The
+manifest declares the sample's fields (name, dtype, shape of one sample and, for a class
+label, its number of classes); every reader and writer checks data against that
+declaration, never against constants, so any fixed-shape data fits (MNIST is one instance:
+`pipeline.core.dataset.MNIST`). A few large shards rather than many small files, because DVC
+(and every file system) pays per file. Writer, whole-split reader and per-rank reader all go
+through this module, so the format is stated once.
+
+Format versions: 3 declares the fields (`"fields": [...]`); 2, the MNIST-only format before
+it (fixed `images` uint8 [28, 28] and `labels` uint8 0..9 keys), is still read: `read_manifest`
+turns it into the version-3 form in memory.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import InputError, is_hex
 
-FORMAT_VERSION = 2
-IMAGE_SHAPE = (28, 28)
-NUM_CLASSES = 10               # labels are class indices 0..NUM_CLASSES-1
+FORMAT_VERSION = 3
+READ_VERSIONS = (2, 3)         # what read_manifest accepts; 2 is upgraded in memory
 CODECS = ("none", "zstd")
+
+# numpy dtype name -> safetensors dtype code (little-endian, as safetensors stores them).
+DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "int16": "I16", "uint32": "U32",
+          "int32": "I32", "uint64": "U64", "int64": "I64", "float16": "F16", "float32": "F32", "float64": "F64"}
+ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "uint32": 4, "int32": 4, "uint64": 8,
+            "int64": 8, "float16": 2, "float32": 4, "float64": 8}
+INTEGER = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"}
+MAX_FIELDS = 64                # fields in one sample
+MAX_SAMPLE_BYTES = 1 << 30     # one sample, all fields: 1 GiB (a 16k x 16k RGBA image fits)
+MAX_DIMS = 8
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a Python identifier: a tensor name, a key, an argument
 
 
 class ShardError(InputError):
-    """A shard folder that does not match its manifest; the message names file and check."""
+    """A shard folder that does not match its manifest, or data that do not match the sample
+    schema; the message names the file (or data set) and the check."""
 
 
-def first_bad_label(labels) -> int | None:
-    """The index of the first label outside 0..NUM_CLASSES-1 (numpy array or CPU tensor), or
-    None: the one label rule that every reader and writer, and the stages, ask."""
-    values = labels.numpy() if hasattr(labels, "numpy") else labels
-    bad = (values >= NUM_CLASSES).nonzero()[0]
-    return int(bad[0]) if len(bad) else None
+@dataclass(frozen=True)
+class Field:
+    """One tensor of every sample: its name (the safetensors tensor name), numpy dtype name,
+    shape of one sample (`()` for a scalar) and, for a class label, the number of classes
+    (values 0..classes-1, checked on write and on read)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...] = ()
+    classes: int | None = None
+
+    def __post_init__(self) -> None:
+        problem = field_problem(self)
+        if problem:
+            raise ValueError(f"field {self.name!r}: {problem}")
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes one sample of this field takes in a shard."""
+        return math.prod(self.shape) * ITEMSIZE[self.dtype]
+
+    def to_json(self) -> dict:
+        entry = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+        if self.classes is not None:
+            entry["classes"] = self.classes
+        return entry
+
+    def first_bad(self, values) -> int | None:
+        """The index of the first sample whose value is outside 0..classes-1 (a numpy array
+        or CPU tensor of this field), or None: the one class-label rule every reader and
+        writer asks. Always None for a field without classes."""
+        if self.classes is None or not len(values):
+            return None
+        array = values.numpy() if hasattr(values, "numpy") else values
+        flat = array.reshape(len(array), -1)
+        bad = ((flat >= self.classes) | (flat < 0)).any(axis=1).nonzero()[0]
+        return int(bad[0]) if len(bad) else None
+
+    def check_classes(self, values, where: str, first_id: int = 0) -> None:
+        """Raise a ShardError naming `where`, this field and the sample (its index in the
+        split: `first_id` + position) when a value is outside the classes."""
+        index = self.first_bad(values)
+        if index is not None:
+            value = values[index]
+            shown = value.tolist() if hasattr(value, "tolist") else value
+            raise ShardError(f"{where}: field {self.name!r}: value {shown} at sample {first_id + index} "
+                             f"is outside 0..{self.classes - 1}")
 
 
-def label_error(labels, where: str, ids=None) -> ShardError | None:
-    """A ShardError naming `where`, the first label out of range and its sample (`ids[i]`
-    when given: the sample's index in its split), or None when all fit."""
-    index = first_bad_label(labels)
-    if index is None:
-        return None
-    sample = index if ids is None else int(ids[index])
-    return ShardError(f"{where}: label {int(labels[index])} at sample {sample} is outside 0..{NUM_CLASSES - 1}")
+def field_problem(field: Field) -> str | None:
+    """What is wrong with a field's declaration, or None: the one rule for both a Field built
+    in code and one read from a manifest."""
+    if not isinstance(field.name, str) or not _NAME.fullmatch(field.name):
+        return "the name must be a Python identifier of at most 64 characters"
+    if not isinstance(field.dtype, str) or field.dtype not in DTYPES:
+        return f"dtype {field.dtype!r:.30} is not one of {sorted(DTYPES)}"
+    shape = field.shape
+    if (not isinstance(shape, tuple) or len(shape) > MAX_DIMS
+            or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_SAMPLE_BYTES for d in shape)):
+        return f"shape {shape!r:.60} must be at most {MAX_DIMS} dimensions of 1..{MAX_SAMPLE_BYTES}"
+    if math.prod(shape) * ITEMSIZE[field.dtype] > MAX_SAMPLE_BYTES:
+        return f"one sample takes over {MAX_SAMPLE_BYTES:,} bytes"
+    if field.classes is not None:
+        if field.dtype not in INTEGER:
+            return f"classes need an integer dtype, not {field.dtype}"
+        top = (1 << (8 * ITEMSIZE[field.dtype] - (0 if field.dtype.startswith("u") else 1))) - 1
+        if isinstance(field.classes, bool) or not isinstance(field.classes, int) or not 1 <= field.classes <= top + 1:
+            return f"classes {field.classes!r:.30} must be an integer in 1..{top + 1} (what {field.dtype} holds)"
+    return None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The fields of one sample, in order (the order `load_split` returns and a
+    `ShardDataset` yields them in)."""
+
+    fields: tuple[Field, ...]
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.fields]
+        if not 1 <= len(names) <= MAX_FIELDS:
+            raise ValueError(f"a sample has 1..{MAX_FIELDS} fields, got {len(names)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"field names must be distinct, got {names}")
+        if self.row_bytes > MAX_SAMPLE_BYTES:
+            raise ValueError(f"one sample takes {self.row_bytes:,} bytes, over {MAX_SAMPLE_BYTES:,}")
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes one sample takes in a shard, all fields."""
+        return sum(f.row_bytes for f in self.fields)
+
+    def __getitem__(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def to_json(self) -> list[dict]:
+        return [f.to_json() for f in self.fields]
+
+
+# What format version 2 declared implicitly: MNIST's images and labels.
+V2_SAMPLE = Sample((Field("images", "uint8", (28, 28)), Field("labels", "uint8", (), classes=10)))
 
 
 def zstd():
@@ -66,16 +179,15 @@ def shard_file(number: int, codec: str) -> str:
     return f"shard-{number:05d}{suffix(codec)}"
 
 
-def new_manifest(*, dataset: str, split: str, count: int, codec: str, level: int, source: dict,
+def new_manifest(*, sample: Sample, dataset: str, split: str, count: int, codec: str, level: int, source: dict,
                  shards: list[dict]) -> dict:
-    """The manifest both writers produce (key order included: the bytes are DVC's cache key)."""
+    """The manifest every writer produces (key order included: the bytes are DVC's cache key)."""
     return {
         "format_version": FORMAT_VERSION,
         "dataset": dataset,
         "split": split,
         "count": int(count),
-        "images": {"dtype": "uint8", "shape": list(IMAGE_SHAPE)},
-        "labels": {"dtype": "uint8"},
+        "fields": sample.to_json(),
         "compression": {"codec": codec, "level": level if codec == "zstd" else None},
         "source": source,
         "shards": shards,
@@ -87,17 +199,14 @@ def write_manifest(folder: Path, manifest: dict) -> None:
 
 
 MAX_COUNT = 1 << 31            # samples in one split: far above any real data set, far below petabytes
-SAMPLE_BYTES = 28 * 28 + 1     # one image and its label
 MAX_HEADER = 1 << 20           # the safetensors header bound the reader enforces
+MAX_BYTES = 1 << 44            # one shard file, whatever its codec (16 TiB)
 
 
-def max_shard_bytes(count: int) -> int:
-    """The most a shard of `count` samples can take uncompressed: its samples, the 8-byte
-    header length and the largest header the reader accepts."""
-    return count * SAMPLE_BYTES + 8 + MAX_HEADER
-
-
-MAX_BYTES = max_shard_bytes(MAX_COUNT)
+def max_shard_bytes(count: int, row_bytes: int) -> int:
+    """The most a shard of `count` samples of `row_bytes` each can take uncompressed: its
+    samples, the 8-byte header length and the largest header the reader accepts."""
+    return count * row_bytes + 8 + MAX_HEADER
 
 
 def _fail(file: Path, key: str, message: str) -> ShardError:
@@ -133,25 +242,66 @@ def shard_name(file: Path, key: str, value) -> str:
     return value
 
 
+def parse_fields(value, file: Path = Path("manifest.json")) -> Sample:
+    """A manifest's `fields` list as a Sample, every declaration checked (names, dtypes,
+    shapes, classes, sizes) before any shard is opened."""
+    _expect(file, "fields", value, list, "a list of fields")
+    if not 1 <= len(value) <= MAX_FIELDS:
+        raise _fail(file, "fields", f"{len(value)} fields, expected 1..{MAX_FIELDS}")
+    fields = []
+    for number, entry in enumerate(value):
+        where = f"fields[{number}]"
+        _expect(file, where, entry, dict, "an object")
+        extra = set(entry) - {"name", "dtype", "shape", "classes"}
+        if extra or not {"name", "dtype", "shape"} <= set(entry):
+            raise _fail(file, where, f"expected keys name, dtype, shape (and classes), got {sorted(entry)!r:.80}")
+        shape = _expect(file, f"{where}.shape", entry["shape"], list, "a list of sizes")
+        try:
+            field = Field(entry["name"], entry["dtype"], tuple(shape), entry.get("classes"))
+        except ValueError as err:
+            raise _fail(file, where, str(err)) from None
+        fields.append(field)
+    try:
+        return Sample(tuple(fields))
+    except ValueError as err:
+        raise _fail(file, "fields", str(err)) from None
+
+
+def _upgrade_v2(manifest: dict, file: Path) -> dict:
+    """A version-2 manifest (MNIST-only: fixed `images` and `labels` keys) in version-3 form."""
+    v2 = {"images": {"dtype": "uint8", "shape": [28, 28]}, "labels": {"dtype": "uint8"}}
+    for key, wanted in v2.items():
+        if manifest[key] != wanted:
+            raise _fail(file, key, f"{manifest[key]!r:.80}, expected {wanted} (format version 2)")
+    upgraded = {key: value for key, value in manifest.items() if key not in v2}
+    upgraded["fields"] = V2_SAMPLE.to_json()
+    return upgraded
+
+
+_KEYS = {2: {"format_version", "dataset", "split", "count", "images", "labels", "compression", "source", "shards"},
+         3: {"format_version", "dataset", "split", "count", "fields", "compression", "source", "shards"}}
+
+
 def check_manifest(manifest, file: Path) -> dict:
     """The manifest's schema, checked before anything it names is opened: known keys and
-    types, file names confined to the folder and listed once, counts that add up and sizes
-    that can hold them. The reader runs where only torch is installed, so this is plain
-    code rather than a schema library."""
+    types, declared fields, file names confined to the folder and listed once, counts that
+    add up and sizes that can hold them. Returns it in version-3 form (a version-2 one
+    upgraded). The reader runs where only torch is installed, so this is plain code rather
+    than a schema library."""
     _expect(file, "(top level)", manifest, dict, "a JSON object")
-    known = {"format_version", "dataset", "split", "count", "images", "labels", "compression", "source", "shards"}
+    version = manifest.get("format_version")
+    if version not in READ_VERSIONS or isinstance(version, bool):
+        raise _fail(file, "format_version", f"{version!r:.20}, expected one of {list(READ_VERSIONS)}")
+    known = _KEYS[version]
     missing, extra = known - {"source"} - set(manifest), set(manifest) - known
     if missing or extra:
         raise _fail(file, "(keys)", f"missing {sorted(missing)}, unknown {sorted(extra)}")
-    if manifest["format_version"] != FORMAT_VERSION:
-        raise _fail(file, "format_version", f"{manifest['format_version']!r:.20}, expected {FORMAT_VERSION}")
+    if version == 2:
+        manifest = _upgrade_v2(manifest, file)
     for key in ("dataset", "split"):
         _expect(file, key, manifest[key], str, "a string")
     count = _count(file, "count", manifest["count"])
-    if manifest["images"] != {"dtype": "uint8", "shape": list(IMAGE_SHAPE)}:
-        raise _fail(file, "images", f"{manifest['images']!r:.80}, expected uint8 {list(IMAGE_SHAPE)}")
-    if manifest["labels"] != {"dtype": "uint8"}:
-        raise _fail(file, "labels", f"{manifest['labels']!r:.80}, expected uint8")
+    row_bytes = parse_fields(manifest["fields"], file).row_bytes
     compression = _expect(file, "compression", manifest["compression"], dict, "an object")
     if compression.get("codec") not in CODECS:
         raise _fail(file, "compression.codec", f"{compression.get('codec')!r:.30}, expected 'none' or 'zstd'")
@@ -170,8 +320,8 @@ def check_manifest(manifest, file: Path) -> dict:
         seen.add(name)
         n = _count(file, f"{where}.count", entry.get("count"), low=1)
         size = _count(file, f"{where}.bytes", entry.get("bytes"), low=1, high=MAX_BYTES)
-        if compression["codec"] == "none" and not n * SAMPLE_BYTES < size <= max_shard_bytes(n):
-            raise _fail(file, f"{where}.bytes", f"{size:,} bytes cannot hold {n:,} samples of {SAMPLE_BYTES} bytes")
+        if compression["codec"] == "none" and not n * row_bytes < size <= max_shard_bytes(n, row_bytes):
+            raise _fail(file, f"{where}.bytes", f"{size:,} bytes cannot hold {n:,} samples of {row_bytes} bytes")
         _digest(file, f"{where}.sha256", entry.get("sha256"), 64)
         _digest(file, f"{where}.xxh3_128", entry.get("xxh3_128"), 32)
         total += n
@@ -180,7 +330,14 @@ def check_manifest(manifest, file: Path) -> dict:
     return manifest
 
 
+def manifest_sample(manifest: dict) -> Sample:
+    """The sample schema of a manifest that `check_manifest` passed."""
+    return parse_fields(manifest["fields"])
+
+
 def read_manifest(path: Path, dataset: str | None = None, split: str | None = None) -> dict:
+    """The folder's manifest.json, checked, in version-3 form; `dataset`/`split` when given
+    must match it."""
     path = Path(path)
     file = path / "manifest.json"
     try:
@@ -189,7 +346,7 @@ def read_manifest(path: Path, dataset: str | None = None, split: str | None = No
         raise ShardError(f"{file}: missing (is {path} a shard folder?)") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise ShardError(f"{file}: not valid JSON ({err})") from None
-    check_manifest(manifest, file)
+    manifest = check_manifest(manifest, file)
     for key, wanted in (("dataset", dataset), ("split", split)):
         if wanted is not None and manifest.get(key) != wanted:
             raise ShardError(f"{file}: manifest is for {key} {manifest.get(key)!r}, expected {wanted!r}")

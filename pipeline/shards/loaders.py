@@ -1,6 +1,9 @@
 """Feeding a training loop from shards, three ways, fastest last:
-- `ShardDataset`: map-style, with `__getitems__`, for code that keeps its DataLoader;
-- `load_split` (shardreader): the verified split as uint8 tensors on a device;
+- `ShardDataset`: map-style, for code that keeps its DataLoader: `DataLoader(ShardDataset(path),
+  batch_size=512, shuffle=True)` works as with any dataset (samplers, workers, a
+  `DistributedSampler`, a `collate_fn`), and `ShardDataset.loader()` is the batched fast path
+  (one gather per batch);
+- `load_split` (reader): the verified split as tensors on a device;
 - `DeviceBatches`: the split resident on the device, batches gathered there in a seeded order,
   converted to float per batch; equal batch counts on every DDP rank.
 For data that do not fit one device, `ranks.RankShards` gives each DDP rank only its shards.
@@ -9,14 +12,16 @@ For data that do not fit one device, `ranks.RankShards` gives each DDP rank only
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
-from pipeline.shards.format import ShardError, epoch_seed
-from pipeline.shards.reader import load_split
+from pipeline.shards.format import Field, ShardError, epoch_seed
+from pipeline.shards.reader import MappedSplit
 
 
 def to_float(images: torch.Tensor, mean: float | None = None, std: float | None = None,
@@ -32,30 +37,116 @@ def to_float(images: torch.Tensor, mean: float | None = None, std: float | None 
     return x
 
 
-class ShardDataset(torch.utils.data.Dataset):
-    """Map-style view of a shard split. `__getitems__` serves a whole batch in one gather;
-    use `collate_fn=ShardDataset.collate` (or `loader()`) so the DataLoader passes it through."""
+def model_ready(field: Field, batch: np.ndarray) -> np.ndarray:
+    """What a model takes of a gathered batch of one field, by the field's declaration: a class
+    label as int64 (what cross-entropy wants); a uint8 image ([H, W] or [C, H, W] per sample)
+    as float32 in 0..1, [b, 1, H, W] for a 2-D one (as `to_float`, the same values); anything
+    else as stored. numpy, single-threaded: on a busy host torch's intra-op threads fight
+    the other processes for the cores (see docs/shards.md)."""
+    if field.classes is not None:
+        return batch.astype(np.int64)
+    if field.dtype == "uint8" and len(field.shape) in (2, 3):
+        x = batch.astype(np.float32)
+        np.divide(x, np.float32(255), out=x)
+        return x[:, None] if len(field.shape) == 2 else x
+    return batch
 
-    def __init__(self, path: Path, **load_kwargs) -> None:
-        self.images, self.labels = load_split(path, **load_kwargs)  # on the CPU: workers share it
+
+class ShardDataset(Dataset):
+    """Map-style view of a shard split, verified and memory-mapped (`reader.MappedSplit`: the
+    first batch comes as soon as the shards are hashed, gathered from the maps, while a
+    thread joins the shards into one array for the batches after it).
+
+    `dataset[i]` is one sample: a tuple of its fields in the manifest's order, made model-ready
+    (`model_ready`: for MNIST, float [1, 28, 28] in 0..1 and an int64 label; `raw=True` keeps
+    the stored dtypes), then passed through `transform` if given. `__getitems__` follows
+    PyTorch's contract (a list of samples, which the default collate stacks) while gathering
+    the whole batch with one index. `loader()` is the fast path: a `BatchSampler` hands each
+    fetch a batch of indices, the batch is gathered and converted at once and no collate runs.
+    """
+
+    def __init__(self, path: Path, *, raw: bool = False, transform: Callable | None = None, **load_kwargs) -> None:
+        self.split = MappedSplit(path, **load_kwargs)
+        self.sample = self.split.sample
+        self.raw, self.transform = raw, transform
+
+    @property
+    def images(self) -> torch.Tensor:  # MNIST's field names, for code written before the schema
+        return torch.from_numpy(self.split.column("images").copy())
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return torch.from_numpy(self.split.column("labels").copy())
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(self.split)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        images, labels = self.__getitems__([index])
-        return images[0], labels[0]
+    def batch(self, indices: Sequence[int] | torch.Tensor) -> tuple:
+        """The samples at `indices` as one batch: a tuple of [b, ...] tensors in field order."""
+        columns = self.split.take(indices)
+        out = tuple(torch.from_numpy(values if self.raw else model_ready(field, values))
+                    for field, values in zip(self.sample.fields, columns.values(), strict=True))
+        return self.transform(out) if self.transform is not None else out
 
-    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        index = torch.as_tensor(indices)
-        return to_float(self.images[index]), self.labels[index].long()
+    def __getitem__(self, index: int) -> tuple:
+        return tuple(column[0] for column in self.batch([index]))
 
-    @staticmethod
-    def collate(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return batch
+    def __getitems__(self, indices: list[int]) -> list[tuple]:
+        return list(zip(*(column.unbind(0) for column in self.batch(indices)), strict=True))
 
-    def loader(self, batch_size: int, **kwargs) -> torch.utils.data.DataLoader:
-        return torch.utils.data.DataLoader(self, batch_size=batch_size, collate_fn=self.collate, **kwargs)
+    def loader(self, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
+               generator: torch.Generator | None = None, sampler: Sampler[int] | None = None,
+               **kwargs) -> DataLoader:
+        """The batched fast path: a DataLoader whose every fetch is one `batch()`. `sampler`
+        (e.g. a `DistributedSampler`) orders the samples, or `shuffle` draws a fresh
+        per-sample permutation each epoch from `generator`; other keyword arguments (workers,
+        pin_memory, ...) go to the DataLoader."""
+        if sampler is None:
+            batches = IndexBatches(len(self), batch_size, shuffle=shuffle, drop_last=drop_last, generator=generator)
+        elif shuffle:
+            raise ValueError("loader: give shuffle or a sampler, not both")
+        else:
+            batches = BatchSampler(sampler, batch_size, drop_last)
+        return DataLoader(_Batches(self), batch_size=None, sampler=batches, generator=generator, **kwargs)
+
+
+class IndexBatches(Sampler[np.ndarray]):
+    """Batches of sample indices as int64 arrays cut from one permutation per epoch (the one
+    `RandomSampler` draws from the same generator), or from 0..n-1: what `BatchSampler` over
+    `RandomSampler` gives, without a Python int per sample."""
+
+    def __init__(self, n: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
+                 generator: torch.Generator | None = None) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.n, self.batch_size, self.shuffle, self.drop_last, self.generator = n, batch_size, shuffle, drop_last, generator
+
+    def __len__(self) -> int:
+        return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        if self.shuffle:
+            generator = self.generator
+            if generator is None:  # as RandomSampler does: a fresh seed from torch's global generator
+                generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+            order = torch.randperm(self.n, generator=generator).numpy()
+        else:
+            order = np.arange(self.n, dtype=np.int64)
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            yield order[start : start + self.batch_size]
+
+
+class _Batches(Dataset):
+    """A ShardDataset indexed by whole batches (what `loader()` hands its DataLoader)."""
+
+    def __init__(self, dataset: ShardDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, indices: list[int]) -> tuple:
+        return self.dataset.batch(indices)
 
 
 @dataclass
@@ -131,9 +222,29 @@ class DeviceBatches:
         epoch, first = self.epoch, self.position
         order = self.indices(epoch)
         self.epoch, self.position = epoch + 1, 0  # the next iteration is the next epoch, even after a break
+        on_host = self.images.device.type == "cpu" and self.dtype in HOST_FLOATS
         for step in range(first, math.ceil(len(order) / self.batch_size)):
             index = order[step * self.batch_size : (step + 1) * self.batch_size]
             self._taken = (epoch, step + 1)
-            yield (to_float(self.images[index], self.mean, self.std, self.dtype),
-                   self.labels[index].long())
+            if on_host:
+                yield self._host_batch(index.numpy())
+            else:
+                yield (to_float(self.images[index], self.mean, self.std, self.dtype),
+                       self.labels[index].long())
         self._taken = None
+
+    def _host_batch(self, index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch `to_float` would give (the same values: IEEE division and subtraction
+        in the same dtype), made with numpy on one thread. On a loaded 2-core host torch's
+        intra-op threads made an epoch several times slower (docs/shards.md)."""
+        x = np.take(self.images.numpy(), index, axis=0)[:, None].astype(HOST_FLOATS[self.dtype])
+        np.divide(x, x.dtype.type(255), out=x)
+        if self.mean is not None:
+            np.subtract(x, x.dtype.type(self.mean), out=x)
+            np.divide(x, x.dtype.type(self.std), out=x)
+        return torch.from_numpy(x), torch.from_numpy(np.take(self.labels.numpy(), index).astype(np.int64))
+
+
+# The float dtypes numpy computes exactly as torch does (float16: torch computes in float32
+# and rounds once, numpy in float16; bfloat16: no numpy dtype): the others go through torch.
+HOST_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}

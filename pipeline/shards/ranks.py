@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from pipeline.shards.format import IMAGE_SHAPE, ShardError, epoch_seed, label_error, read_manifest
-from pipeline.shards.reader import VERIFY, read_shard_into
+from pipeline.shards.format import ShardError, epoch_seed, manifest_sample, read_manifest
+from pipeline.shards.reader import VERIFY, allocate, check_classes, read_shard_into
 
 Piece = tuple[int, int, int]  # (shard, first row, stop row)
 
@@ -59,13 +59,19 @@ def pieces(counts: list[int], world_size: int, seed: int, epoch: int) -> list[li
 class RankEpoch:
     """A rank's samples for one epoch, as read, and the order to take them in: batches
     gather `images[order[a:b]]`, so the shuffle costs no copy of the data (a shuffled copy
-    would double the rank's peak memory)."""
+    would double the rank's peak memory). Each field is also an attribute
+    (`part.images`, `part.labels` for MNIST's schema)."""
 
-    images: torch.Tensor      # uint8 [n, 28, 28], this rank's range, as read
-    labels: torch.Tensor      # uint8 [n]
+    columns: dict[str, torch.Tensor]  # each field of the sample, this rank's range, as read
     ids: torch.Tensor         # each sample's index in the split (for checks and logs)
     order: torch.Tensor       # long [n]: this epoch's shuffled positions into images/labels
     dropped: int              # samples of the split no rank trains on this epoch (< world_size)
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        columns = self.__dict__.get("columns", {})
+        if name in columns:
+            return columns[name]
+        raise AttributeError(f"{type(self).__name__!r} has no field or attribute {name!r}")
 
     def seen(self) -> torch.Tensor:
         """The split indices this rank trains on this epoch, in order."""
@@ -95,6 +101,7 @@ class RankShards:
         self.folder = folder if self.remote else Path(folder)
         self.rank, self.world_size, self.seed, self.verify = rank, world_size, seed, verify
         self.manifest = self.remote.manifest if self.remote else read_manifest(self.folder)
+        self.sample = manifest_sample(self.manifest)
         self.counts = [entry["count"] for entry in self.manifest["shards"]]
         if sum(self.counts) < world_size:
             raise ValueError(f"{self.folder}: {sum(self.counts)} samples cannot feed {world_size} ranks")
@@ -103,27 +110,24 @@ class RankShards:
     def epoch(self, epoch: int) -> RankEpoch:
         mine = pieces(self.counts, self.world_size, self.seed, epoch)[self.rank]
         n = sum(self.counts) // self.world_size
-        images = torch.empty((n, *IMAGE_SHAPE), dtype=torch.uint8)
-        labels = torch.empty(n, dtype=torch.uint8)
+        columns = allocate(self.sample, n)
         ids = torch.empty(n, dtype=torch.long)
         start = 0
         codec = self.manifest["compression"]["codec"]
         for shard, first, stop in mine:
             end = start + stop - first
+            targets = {name: column[start:end] for name, column in columns.items()}
             if self.remote:  # fetched (or found) in the cache and verified there: not hashed twice
                 folder, entry = self.remote.local(shard)
-                read_shard_into(folder, entry, codec, "none",
-                                {"images": images[start:end], "labels": labels[start:end]}, rows=(first, stop))
+                read_shard_into(folder, entry, codec, "none", targets, rows=(first, stop))
             else:
-                read_shard_into(self.folder, self.manifest["shards"][shard], codec, self.verify,
-                                {"images": images[start:end], "labels": labels[start:end]}, rows=(first, stop))
+                read_shard_into(self.folder, self.manifest["shards"][shard], codec, self.verify, targets,
+                                rows=(first, stop))
             ids[start:end] = torch.arange(self.starts[shard] + first, self.starts[shard] + stop)
             start = end
-        error = label_error(labels, str(self.folder), ids=ids)
-        if error:
-            raise error
+        check_classes(self.sample, columns, str(self.folder), ids=ids)
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch) * 1009 + self.rank)
-        return RankEpoch(images, labels, ids, torch.randperm(n, generator=generator),
+        return RankEpoch(columns, ids, torch.randperm(n, generator=generator),
                          sum(self.counts) - n * self.world_size)
 
 

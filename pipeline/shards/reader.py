@@ -1,4 +1,10 @@
-"""Reading shards back: a whole split into tensors, verified on the way.
+"""Reading shards back, verified on the way: a whole split into tensors (`read_split`,
+`load_split`), rows of one shard (`read_shard_into`, for the ranks), or a split mapped
+for random access without a copy (`MappedSplit`, behind `ShardDataset`).
+
+What each shard must hold comes from the manifest's sample schema: the reader allocates one
+tensor per field, of its dtype and [count, *shape], and checks every shard's safetensors
+header against those (names, dtypes, shapes, offsets) before copying a byte.
 
 Loading memory-maps each shard, hashes it in place with xxh3 and copies each tensor once
 into its place in the output. sha256 stays in the manifest for `sha256sum`-style checks and
@@ -12,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import mmap
 import os
 from pathlib import Path
@@ -19,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.shards.format import (IMAGE_SHAPE, MAX_HEADER, SAMPLE_BYTES, ShardError, label_error, max_shard_bytes,
+from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, manifest_sample, max_shard_bytes,
                                     read_manifest, zstd)
 
 VERIFY = ("xxh3", "sha256", "none")
@@ -56,9 +63,14 @@ def _readinto(source, view: memoryview, path: Path) -> None:
         view = view[got:]
 
 
-def _read_header(source, path: Path, count: int) -> tuple[int, dict[str, tuple[int, int]]]:
+def _dtype_name(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor]) -> tuple[int, dict[str, tuple[int, int]]]:
     """The safetensors header (8-byte little-endian length + JSON), checked against the
-    manifest; returns its length in bytes and {tensor: (begin, end)} within the data area."""
+    schema the targets carry (a tensor per field: its dtype and [count, *shape]); returns
+    the header's length in bytes and {tensor: (begin, end)} within the data area."""
     raw = source.read(8)
     if len(raw) < 8:
         raise ShardError(f"{path}: not a safetensors shard (ends after {len(raw)} bytes)")
@@ -69,14 +81,18 @@ def _read_header(source, path: Path, count: int) -> tuple[int, dict[str, tuple[i
         header = json.loads(source.read(size))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ShardError(f"{path}: not a readable safetensors header ({err})") from None
+    if isinstance(header, dict) and set(header) - set(targets) - {"__metadata__"}:
+        raise ShardError(f"{path}: tensors {sorted(set(header) - set(targets) - {'__metadata__'})!r:.80} "
+                         f"are not fields of the manifest's sample {sorted(targets)}")
     regions = {}
-    for name, shape in (("images", [count, *IMAGE_SHAPE]), ("labels", [count])):
+    for name, target in targets.items():
+        shape, dtype = [count, *target.shape[1:]], _dtype_name(target)
         info = header.get(name) if isinstance(header, dict) else None
         if not isinstance(info, dict):
             raise ShardError(f"{path}: no tensor {name!r}")
-        if info.get("dtype") != "U8" or info.get("shape") != shape:
+        if info.get("dtype") != DTYPES[dtype] or info.get("shape") != shape:
             raise ShardError(f"{path}: tensor {name!r} is {info.get('dtype')} {info.get('shape')}, "
-                             f"expected U8 (uint8) {shape}")
+                             f"expected {DTYPES[dtype]} ({dtype}) {shape}")
         offsets = info.get("data_offsets")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
             raise ShardError(f"{path}: tensor {name!r} has no valid data_offsets ({offsets!r})")
@@ -93,28 +109,35 @@ def _verify(path: Path, entry: dict, verify: str, data) -> None:
         raise ShardError(f"{path}: checksum mismatch: manifest {key} {entry.get(key)}, file {hasher.hexdigest()}")
 
 
-ROW_BYTES = {"images": IMAGE_SHAPE[0] * IMAGE_SHAPE[1], "labels": 1}
+def _row_bytes(target: torch.Tensor) -> int:
+    """Bytes one sample of a field takes (its target's row)."""
+    return math.prod(target.shape[1:]) * target.element_size()
 
 
-def _tiles(path: Path, regions: dict[str, tuple[int, int]], count: int):
+def _bytes_of(target: torch.Tensor) -> torch.Tensor:
+    """The target's memory as a flat uint8 tensor (a view: writing it fills the target)."""
+    return target.reshape(-1).view(torch.uint8)
+
+
+def _tiles(path: Path, regions: dict[str, tuple[int, int]], count: int, targets: dict[str, torch.Tensor]):
     """(name, begin, end) in file order, checking the tensors tile the data area with no
     holes (as safetensors requires) and have the sizes the manifest's count implies."""
     position = 0
     for name, (begin, end) in sorted(regions.items(), key=lambda item: item[1]):
-        size = count * ROW_BYTES[name]
+        size = count * _row_bytes(targets[name])
         if begin != position or end - begin != size:
             raise ShardError(f"{path}: tensor {name!r} at bytes {begin}..{end}, expected {position}..{position + size}")
         yield name, begin, end
         position = end
 
 
-def _check_frame(path: Path, blob: bytes, count: int) -> None:
+def _check_frame(path: Path, blob: bytes, count: int, row_bytes: int) -> None:
     """A zstd shard's frame states its decompressed size: it must be what `count` samples
-    take, before anything that size is allocated or decompressed."""
+    of `row_bytes` take, before anything that size is allocated or decompressed."""
     size = zstd().frame_content_size(blob)
     if size < 0:  # -1: the writer streamed the frame and never said; ours always says
         raise ShardError(f"{path}: zstd frame does not state its decompressed size")
-    if not count * SAMPLE_BYTES < size <= max_shard_bytes(count):
+    if not count * row_bytes < size <= max_shard_bytes(count, row_bytes):
         raise ShardError(f"{path}: zstd frame holds {size:,} bytes, not {count:,} samples")
 
 
@@ -128,12 +151,12 @@ def _skip(stream, size: int, path: Path) -> None:
 
 def _read_zstd(stream, path: Path, count: int, targets: dict[str, torch.Tensor], first: int, stop: int) -> None:
     """Decompress straight into the targets' rows, skipping the rows outside first..stop."""
-    _, regions = _read_header(stream, path, count)
-    for name, _, _ in _tiles(path, regions, count):
-        row = ROW_BYTES[name]
+    _, regions = _read_header(stream, path, count, targets)
+    for name, _, _ in _tiles(path, regions, count, targets):
+        row = _row_bytes(targets[name])
         _skip(stream, first * row, path)
         if stop > first:  # (an empty view cannot be cast to bytes)
-            _readinto(stream, memoryview(targets[name].numpy()).cast("B"), path)
+            _readinto(stream, memoryview(_bytes_of(targets[name]).numpy()), path)
         _skip(stream, (count - stop) * row, path)
     if stream.read(1):
         raise ShardError(f"{path}: bytes after the last tensor")
@@ -141,8 +164,9 @@ def _read_zstd(stream, path: Path, count: int, targets: dict[str, torch.Tensor],
 
 def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
                     targets: dict[str, torch.Tensor], rows: tuple[int, int] | None = None) -> None:
-    """Fill `targets` ("images", "labels": tensors of rows b - a) with rows a..b of one shard
-    (all of it by default). The whole file is verified either way; only the rows are copied.
+    """Fill `targets` (one tensor per field of the manifest's sample, b - a rows of its dtype
+    and shape: see `allocate`) with rows a..b of one shard (all of it by default). The whole
+    file is verified either way; only the rows are copied.
 
     Uncompressed: the file is memory-mapped, hashed in place and each tensor copied once
     into its slice by torch (multi-threaded); a read() into the output was slower
@@ -165,7 +189,7 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
             blob = file.read()
             _verify(path, entry, verify, blob)
             try:  # (damage not caught by a checksum, verify "none", is seen here)
-                _check_frame(path, blob, count)
+                _check_frame(path, blob, count, sum(_row_bytes(t) for t in targets.values()))
                 _read_zstd(zstd().ZstdDecompressor().stream_reader(io.BytesIO(blob)), path, count, targets,
                            first, stop)
             except zstd().ZstdError as err:
@@ -174,41 +198,199 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
         # ACCESS_COPY: private and writable (nothing is written), so torch takes it without a warning.
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
             _verify(path, entry, verify, mapped)
-            data_start, regions = _read_header(mapped, path, count)
-            for name, begin, end in _tiles(path, regions, count):  # two tensors: `end` is the last one's
-                row = ROW_BYTES[name]
+            data_start, regions = _read_header(mapped, path, count, targets)
+            end = 0
+            for name, begin, end in _tiles(path, regions, count, targets):  # `end`: the last tensor's
+                row = _row_bytes(targets[name])
                 source = np.frombuffer(mapped, np.uint8, (stop - first) * row, data_start + begin + first * row)
-                targets[name].view(-1).copy_(torch.from_numpy(source))
+                _bytes_of(targets[name]).copy_(torch.from_numpy(source))
                 del source  # the map cannot close while an array still points into it
             if data_start + end != size:
                 raise ShardError(f"{path}: {size - data_start - end:,} bytes after the last tensor")
 
 
-def load_split(path: Path, device: str | torch.device = "cpu", *, dataset: str | None = None,
-               split: str | None = None, verify: str = "xxh3") -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole split as (images uint8 [n, 28, 28], labels uint8 [n]) on `device`.
+def allocate(sample: Sample, count: int, pin: bool = False) -> dict[str, torch.Tensor]:
+    """Empty tensors for `count` samples, one per field of `sample` ([count, *shape], its
+    dtype), in field order: what `read_shard_into` fills."""
+    return {f.name: torch.empty((count, *f.shape), dtype=getattr(torch, f.dtype), pin_memory=pin)
+            for f in sample.fields}
+
+
+def check_classes(sample: Sample, columns: dict[str, torch.Tensor], where: str, ids=None) -> None:
+    """Every class-label field's values within its classes, or a ShardError naming `where`,
+    the field and the sample (its index in the split: `ids[i]` when given)."""
+    for field in sample.fields:
+        index = field.first_bad(columns[field.name])
+        if index is not None:
+            sample_id = index if ids is None else int(ids[index])
+            field.check_classes(columns[field.name][index : index + 1], where, sample_id)
+
+
+def read_split(path: Path, device: str | torch.device = "cpu", *, dataset: str | None = None,
+               split: str | None = None, verify: str = "xxh3") -> dict[str, torch.Tensor]:
+    """The whole split as {field: tensor [n, *shape] of its dtype} on `device`, in the
+    manifest's field order.
 
     verify: "xxh3" (default; the mapped file is hashed in place, about a fifth of the load time),
     "sha256" (the cryptographic digest, ~1 GB/s), or "none". Sizes, tensor names, dtypes,
-    shapes, counts and labels are always checked. For CUDA the split is read straight into
-    pinned memory, then copied to the device asynchronously.
+    shapes, counts and class labels are always checked. For CUDA the split is read straight
+    into pinned memory, then copied to the device asynchronously.
     """
     if verify not in VERIFY:
         raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
     folder = Path(path)
     manifest = read_manifest(folder, dataset, split)
+    sample = manifest_sample(manifest)
     compression = manifest["compression"]["codec"]
     device = torch.device(device)
     pin = device.type == "cuda"
-    images = torch.empty((manifest["count"], *IMAGE_SHAPE), dtype=torch.uint8, pin_memory=pin)
-    labels = torch.empty(manifest["count"], dtype=torch.uint8, pin_memory=pin)
+    columns = allocate(sample, manifest["count"], pin)
     start = 0
     for entry in manifest["shards"]:
         stop = start + entry["count"]
-        read_shard_into(folder, entry, compression, verify,
-                         {"images": images[start:stop], "labels": labels[start:stop]})
+        read_shard_into(folder, entry, compression, verify, {name: t[start:stop] for name, t in columns.items()})
         start = stop
-    error = label_error(labels, str(folder))
-    if error:
-        raise error
-    return images.to(device, non_blocking=pin), labels.to(device, non_blocking=pin)  # on the CPU: themselves
+    check_classes(sample, columns, str(folder))
+    return {name: t.to(device, non_blocking=pin) for name, t in columns.items()}  # on the CPU: themselves
+
+
+def load_split(path: Path, device: str | torch.device = "cpu", *, dataset: str | None = None,
+               split: str | None = None, verify: str = "xxh3") -> tuple[torch.Tensor, ...]:
+    """`read_split`'s tensors as a tuple in field order: for MNIST's schema (images uint8
+    [n, 28, 28], labels uint8 [n])."""
+    return tuple(read_split(path, device, dataset=dataset, split=split, verify=verify).values())
+
+
+def map_shard(folder: Path, entry: dict, sample: Sample, verify: str) -> dict[str, np.ndarray]:
+    """One uncompressed shard's fields as read-only numpy arrays over a memory map of the file,
+    after the same checks `read_shard_into` runs (size, digest, header against the schema):
+    no copy, and the pages are the page cache's, shared by every process that maps them."""
+    path = _shard_path(folder, entry["file"])
+    count = entry["count"]
+    try:
+        file = path.open("rb", buffering=0)
+    except FileNotFoundError:
+        raise ShardError(f"{path}: shard listed in the manifest is missing") from None
+    with file:
+        size = os.fstat(file.fileno()).st_size
+        if size != entry["bytes"]:
+            raise ShardError(f"{path}: {size:,} bytes, manifest says {entry['bytes']:,} (truncated?)")
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)  # stays open while an array uses it
+    _verify(path, entry, verify, mapped)
+    templates = allocate(sample, 0)
+    data_start, regions = _read_header(mapped, path, count, templates)
+    end = 0
+    columns = {}
+    for name, begin, end in _tiles(path, regions, count, templates):
+        field = sample[name]
+        flat = np.frombuffer(mapped, field.dtype, count * math.prod(field.shape), data_start + begin)
+        columns[name] = flat.reshape(count, *field.shape)
+    if data_start + end != size:
+        raise ShardError(f"{path}: {size - data_start - end:,} bytes after the last tensor")
+    return {f.name: columns[f.name] for f in sample.fields}
+
+
+class MappedSplit:
+    """A split for random access on the CPU: uncompressed shards memory-mapped and verified
+    in place (no copy: opening a split costs its hashing, not a copy of it; memory is the
+    page cache's), zstd shards decompressed into memory. `take(indices)` gathers a batch
+    with numpy, one thread: on a busy host torch's intra-op threads contend for the cores.
+
+    Pickled (DataLoader workers under spawn/forkserver), it carries only its path: a worker
+    maps the files again, checking sizes and headers but not re-hashing what the parent
+    verified."""
+
+    def __init__(self, path: Path, *, dataset: str | None = None, split: str | None = None,
+                 verify: str = "xxh3") -> None:
+        if verify not in VERIFY:
+            raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
+        self.folder, self.dataset, self.split, self.verify = Path(path), dataset, split, verify
+        self._open(verify)
+
+    def _open(self, verify: str) -> None:
+        manifest = read_manifest(self.folder, self.dataset, self.split)
+        self.sample = manifest_sample(manifest)
+        if manifest["compression"]["codec"] == "zstd":
+            loaded = read_split(self.folder, verify=verify)
+            self.chunks = [{name: t.numpy() for name, t in loaded.items()}] if manifest["count"] else []
+        else:
+            self.chunks = []
+            start = 0
+            for entry in manifest["shards"]:
+                chunk = map_shard(self.folder, entry, self.sample, verify)
+                check_classes(self.sample, chunk, str(self.folder), ids=range(start, start + entry["count"]))
+                self.chunks.append(chunk)
+                start += entry["count"]
+        self.ends = np.cumsum([len(next(iter(c.values()))) for c in self.chunks], dtype=np.int64)
+        self.count = int(self.ends[-1]) if len(self.ends) else 0
+        self.whole: dict[str, np.ndarray] | None = self.chunks[0] if len(self.chunks) == 1 else None
+        if self.whole is None and self.chunks:
+            self._join_in_background()
+
+    def _join_in_background(self) -> None:
+        """Copy the mapped shards into one array per field on a thread (numpy copies release
+        the GIL), so that batches are one gather instead of one per shard; until it is done
+        (a few tens of ms for MNIST) batches are gathered shard by shard, so the first batch
+        does not wait for the copy."""
+        import threading
+
+        self._owner = os.getpid()
+
+        def join() -> None:
+            whole = {f.name: np.empty((self.count, *f.shape), f.dtype) for f in self.sample.fields}
+            start = 0
+            for chunk in self.chunks:
+                n = len(next(iter(chunk.values())))
+                for name, values in chunk.items():
+                    whole[name][start : start + n] = values
+                start += n
+            self.whole = whole
+
+        threading.Thread(target=join, name="shards-join", daemon=True).start()
+
+    def __getstate__(self) -> dict:
+        return {key: value for key, value in self.__dict__.items() if key not in ("chunks", "ends", "whole")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._open("none")
+
+    def __len__(self) -> int:
+        return self.count
+
+    def take(self, indices) -> dict[str, np.ndarray]:
+        """The samples at `indices` (ints, negative from the end), a copy per field [b, *shape]."""
+        index = np.asarray(indices, dtype=np.int64)
+        if index.ndim != 1:
+            raise IndexError(f"expected a sequence of sample indices, got shape {list(index.shape)}")
+        if len(index) and (index.min() < -self.count or index.max() >= self.count):
+            raise IndexError(f"sample index out of range 0..{self.count - 1}")
+        index = np.where(index < 0, index + self.count, index)
+        whole = self.whole
+        if whole is not None:
+            return {name: np.take(values, index, axis=0) for name, values in whole.items()}
+        if self.chunks and os.getpid() != getattr(self, "_owner", os.getpid()):  # forked before the join ended
+            self._join_in_background()
+        shard = np.searchsorted(self.ends, index, side="right")
+        order = np.argsort(shard, kind="stable")
+        bounds = np.searchsorted(shard[order], np.arange(len(self.chunks) + 1))
+        out = {f.name: np.empty((len(index), *f.shape), f.dtype) for f in self.sample.fields}
+        for number, chunk in enumerate(self.chunks):
+            picked = order[bounds[number] : bounds[number + 1]]
+            if len(picked):
+                rows = index[picked] - (self.ends[number - 1] if number else 0)
+                for name, values in chunk.items():
+                    out[name][picked] = np.take(values, rows, axis=0)
+        return out
+
+    def column(self, name: str) -> np.ndarray:
+        """One field of the whole split as one array (a copy when there are several shards)."""
+        if self.whole is not None:
+            return self.whole[name]
+        parts = [chunk[name] for chunk in self.chunks]
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            field = self.sample[name]
+            return np.empty((0, *field.shape), field.dtype)
+        return np.concatenate(parts)

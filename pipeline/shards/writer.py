@@ -1,32 +1,91 @@
 """Writing shards: one writer, fed samples in batches of any size, memory bounded by one
 shard whatever the size of the split.
 
-`ShardWriter` fills one preallocated shard buffer and writes each shard as soon as it is
-full (a full shard's worth handed over at once is written straight from the caller's
-array, no copy). `write_shards` feeds it a split held in memory; the shard stage
-(`pipeline.stages.shard`) feeds it record batches streamed from Parquet, so both give the
-same bytes.
+Every batch is checked against the sample schema and converted to each field's declared
+dtype before anything is buffered: a value that does not fit (out of the dtype's range, a
+fraction for an integer field, an overflow for a float one, a class label outside its
+classes) is refused with the field and the sample's index in the split. Because the
+conversion comes first, the bytes never depend on how the caller batches or which dtype
+it hands over. `ShardWriter` fills one preallocated shard buffer per field and writes each
+shard as soon as it is full (a full shard's worth handed over at once is written straight
+from the converted array, no further copy). `write_shards` feeds it a split held in memory;
+the shard stage (`pipeline.stages.shard`) feeds it record batches streamed from Parquet, so
+both give the same bytes. `write_split` is the general entry point; `write_shards(images, labels, ...)`
+the image-classification one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.core.atomic import atomic_dir
-from pipeline.shards.format import CODECS, IMAGE_SHAPE, ShardError, label_error, new_manifest, shard_file, write_manifest, zstd
+from pipeline.shards.format import (CODECS, INTEGER, V2_SAMPLE, Field, Sample, ShardError, new_manifest, shard_file,
+                                    write_manifest, zstd)
 
-def shard_bytes(images: np.ndarray, labels: np.ndarray, compression: str, level: int) -> bytes:
+
+def shard_bytes(columns: Mapping[str, np.ndarray], compression: str, level: int) -> bytes:
+    """One shard's file: the columns as safetensors tensors (named by field), optionally zstd."""
     from safetensors.numpy import save
 
-    raw = save({"images": np.ascontiguousarray(images), "labels": np.ascontiguousarray(labels)})
+    raw = save({name: np.ascontiguousarray(values) for name, values in columns.items()})
     if compression == "none":
         return raw
     if compression == "zstd":
         return zstd().ZstdCompressor(level=level).compress(raw)
     raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
+
+
+def _misfit(field: Field, array: np.ndarray) -> np.ndarray | None:
+    """Where `array` holds values `field.dtype` cannot hold exactly (integers: out of range
+    or not whole; bool: not 0/1; floats: finite values that overflow to inf), as a boolean
+    mask of its shape, or None when every value fits by its dtype alone."""
+    target = np.dtype(field.dtype)
+    kind = array.dtype.kind
+    if kind not in "biuf":
+        return np.ones(array.shape, bool)  # strings, objects, complex: nothing fits
+    if field.dtype == "bool":
+        return None if kind == "b" else (array != 0) & (array != 1)
+    if field.dtype in INTEGER:
+        if kind == "b" or kind in "iu" and np.can_cast(array.dtype, target):
+            return None
+        info = np.iinfo(target)
+        if kind in "iu":  # integer against integer: exact
+            return (array < info.min) | (array > info.max)
+        # a float against the powers of two that bound the integer type (exact in floating point)
+        top = 2.0 ** (info.bits - 1 if info.min else info.bits)  # int64: 2**63, uint8: 256
+        with np.errstate(invalid="ignore"):
+            return ~np.isfinite(array) | (array != np.trunc(array)) | (array < info.min) | (array >= top)
+    if kind == "f" and array.dtype.itemsize > target.itemsize:  # float narrowing: rounds, must not overflow
+        with np.errstate(over="ignore"):
+            return np.isfinite(array) & ~np.isfinite(array.astype(target))
+    if kind in "iu" and target.itemsize == 2:  # int -> float16: 65520 and up become inf
+        return np.abs(array.astype(np.float64)) >= 65520
+    return None
+
+
+def fit(field: Field, values, where: str, first_id: int = 0) -> np.ndarray:
+    """`values` (array-like, [b, *field.shape]) as a C-contiguous array of the field's dtype,
+    or a ShardError naming `where`, the field, the first value that does not fit and its
+    sample (index `first_id` + i)."""
+    array = np.asarray(values)
+    if array.ndim == 0 or array.shape[1:] != field.shape:
+        wanted = ", ".join(["n", *map(str, field.shape)])
+        raise ShardError(f"{where}: field {field.name!r}: expected shape [{wanted}], got {list(array.shape)}")
+    bad = _misfit(field, array)
+    if bad is not None and bad.any():
+        flat = bad.reshape(-1).nonzero()[0][0]
+        sample = int(flat // max(1, math.prod(field.shape)))
+        raise ShardError(f"{where}: field {field.name!r}: value {array.reshape(-1)[flat].item()!r:.40} at sample "
+                         f"{first_id + sample} does not fit {field.dtype} ({array.dtype} given)")
+    converted = np.ascontiguousarray(array, dtype=field.dtype)
+    field.check_classes(converted, where, first_id)
+    return converted
 
 
 def _xxh3(data: bytes) -> str:
@@ -37,77 +96,105 @@ def _xxh3(data: bytes) -> str:
 
 class ShardWriter:
     """Samples in (any batch sizes), numbered shards out into `folder`; `finish` writes the
-    manifest. Labels outside the format's classes are refused here, so neither feeder can write them."""
+    manifest. Values that do not fit the sample schema are refused here, so no feeder can
+    write them."""
 
-    def __init__(self, folder: Path, *, dataset: str, split: str, samples_per_shard: int,
+    def __init__(self, folder: Path, *, sample: Sample, dataset: str, split: str, samples_per_shard: int,
                  compression: str = "none", level: int = 3, origin: str | None = None) -> None:
         if samples_per_shard < 1:
             raise ValueError("samples_per_shard must be at least 1")
         if compression not in CODECS:
             raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
-        self.folder, self.dataset, self.split = Path(folder), dataset, split
+        self.folder, self.sample, self.dataset, self.split = Path(folder), sample, dataset, split
         self.origin = origin or f"{dataset}/{split}"  # what error messages name
         self.size, self.compression, self.level = samples_per_shard, compression, level
-        self.labels = np.empty(0, np.uint8)  # the buffer, allocated on first partial shard
-        self.images = np.empty((0, *IMAGE_SHAPE), np.uint8)
+        self.buffers: dict[str, np.ndarray] = {}  # allocated on the first partial shard
         self.filled = 0
         self.count = 0
         self.entries: list[dict] = []
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="shard-sha256")
         self.folder.mkdir(parents=True, exist_ok=True)
 
-    def _write(self, images: np.ndarray, labels: np.ndarray) -> None:
-        blob = shard_bytes(images, labels, self.compression, self.level)
+    def _write(self, columns: dict[str, np.ndarray]) -> None:
+        """Serialise one shard, then hash it with sha256 on a thread while this one writes it
+        and hashes it with xxh3 (hashlib releases the GIL: sha256 alone took as long as the
+        rest of the write). Nothing is left running when this returns, so an error later
+        never races a write into a folder being removed."""
+        blob = shard_bytes(columns, self.compression, self.level)
         name = shard_file(len(self.entries), self.compression)
-        (self.folder / name).write_bytes(blob)
-        self.entries.append({"file": name, "count": len(labels), "bytes": len(blob),
-                             "sha256": hashlib.sha256(blob).hexdigest(), "xxh3_128": _xxh3(blob)})
+        sha256 = self.pool.submit(lambda: hashlib.sha256(blob).hexdigest())
+        try:
+            (self.folder / name).write_bytes(blob)
+            xxh3 = _xxh3(blob)
+        finally:
+            digest = sha256.result()
+        self.entries.append({"file": name, "count": len(next(iter(columns.values()))), "bytes": len(blob),
+                             "sha256": digest, "xxh3_128": xxh3})
 
     def _flush(self) -> None:
         if self.filled:
-            self._write(self.images[: self.filled], self.labels[: self.filled])
+            self._write({name: buffer[: self.filled] for name, buffer in self.buffers.items()})
             self.filled = 0
 
-    def add(self, labels: np.ndarray, images: np.ndarray) -> None:
-        """labels uint8 [b], images uint8 [b, 28, 28] or [b, 784]."""
-        images = images.reshape(len(images), *IMAGE_SHAPE)
-        error = label_error(labels, self.origin, ids=range(self.count, self.count + len(labels)))
-        if error:
-            raise error
-        self.count += len(labels)
-        while len(labels):
-            if self.filled == 0 and len(labels) >= self.size:  # a whole shard: no copy
-                self._write(images[: self.size], labels[: self.size])
+    def _checked(self, batch: Mapping[str, object]) -> dict[str, np.ndarray]:
+        """The batch's columns converted to the schema, in field order; one length for all."""
+        if not isinstance(batch, Mapping) or set(batch) != set(self.sample.names):
+            given = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
+            raise ShardError(f"{self.origin}: a batch must map exactly the fields {self.sample.names}, got {given}")
+        columns = {f.name: fit(f, batch[f.name], self.origin, self.count) for f in self.sample.fields}
+        lengths = {name: len(values) for name, values in columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise ShardError(f"{self.origin}: fields of one batch differ in length: {lengths}")
+        return columns
+
+    def add(self, batch: Mapping[str, object]) -> None:
+        """A batch {field name: array-like [b, *field shape]}, b >= 0, every field given."""
+        columns = self._checked(batch)
+        n = len(next(iter(columns.values())))
+        self.count += n
+        while n:
+            if self.filled == 0 and n >= self.size:  # a whole shard: no copy
+                self._write({name: values[: self.size] for name, values in columns.items()})
                 take = self.size
             else:
-                if not len(self.labels):
-                    self.labels = np.empty(self.size, np.uint8)
-                    self.images = np.empty((self.size, *IMAGE_SHAPE), np.uint8)
-                take = min(self.size - self.filled, len(labels))
-                self.labels[self.filled : self.filled + take] = labels[:take]
-                self.images[self.filled : self.filled + take] = images[:take]
+                if not self.buffers:
+                    self.buffers = {f.name: np.empty((self.size, *f.shape), f.dtype) for f in self.sample.fields}
+                take = min(self.size - self.filled, n)
+                for name, values in columns.items():
+                    self.buffers[name][self.filled : self.filled + take] = values[:take]
                 self.filled += take
                 if self.filled == self.size:
                     self._flush()
-            labels, images = labels[take:], images[take:]
+            columns = {name: values[take:] for name, values in columns.items()}
+            n -= take
 
     def finish(self, source: dict | None = None) -> dict:
         self._flush()
-        manifest = new_manifest(dataset=self.dataset, split=self.split, count=self.count,
+        self.pool.shutdown()
+        manifest = new_manifest(sample=self.sample, dataset=self.dataset, split=self.split, count=self.count,
                                 codec=self.compression, level=self.level, source=source or {},
                                 shards=self.entries)
         write_manifest(self.folder, manifest)
         return manifest
 
 
-def write_shards(images: np.ndarray, labels: np.ndarray, out_dir: Path, *, dataset: str, split: str,
-                 samples_per_shard: int, compression: str = "none", level: int = 3,
-                 source: dict | None = None) -> dict:
-    """Write one split held in memory as shards plus manifest.json into `out_dir` (replaced whole)."""
-    if images.dtype != np.uint8 or images.shape[1:] != IMAGE_SHAPE or len(images) != len(labels):
-        raise ShardError(f"{dataset}/{split}: expected uint8 images [n, 28, 28] and n labels, "
-                         f"got {images.dtype} {list(images.shape)} and {len(labels)} labels")
+def write_split(columns: Mapping[str, object], out_dir: Path, *, sample: Sample, dataset: str, split: str,
+                samples_per_shard: int, compression: str = "none", level: int = 3,
+                source: dict | None = None) -> dict:
+    """Write one split held in memory ({field name: array-like [n, *shape]}) as shards plus
+    manifest.json into `out_dir` (replaced whole: on any error nothing is left behind)."""
     with atomic_dir(Path(out_dir)) as tmp:
-        writer = ShardWriter(tmp, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
+        writer = ShardWriter(tmp, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
                              compression=compression, level=level)
-        writer.add(np.asarray(labels, np.uint8), images)
+        writer.add(columns)
         return writer.finish(source)
+
+
+def write_shards(images, labels, out_dir: Path, *, dataset: str, split: str, samples_per_shard: int,
+                 compression: str = "none", level: int = 3, source: dict | None = None,
+                 sample: Sample = V2_SAMPLE) -> dict:
+    """`write_split` for an image-classification split given as two arrays: `images` and
+    `labels` under a sample schema with those two fields (by default what format version 2
+    fixed, uint8 [28, 28] images and labels 0..9, which MNIST's schema equals)."""
+    return write_split({"images": images, "labels": labels}, out_dir, sample=sample, dataset=dataset, split=split,
+                       samples_per_shard=samples_per_shard, compression=compression, level=level, source=source)

@@ -35,8 +35,7 @@ from pipeline.core.atomic import atomic_dir, atomic_path
 from pipeline.stages.csvdata import HEADER, is_header, line_body
 from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError, reason
-from pipeline.core.dataset import COLUMNS, NUM_CLASSES, PIXELS, SPLITS
-from pipeline.shards.format import first_bad_label
+from pipeline.core.dataset import COLUMNS, NUM_CLASSES, PIXELS, SPLITS, first_bad_label
 from pipeline.stages.parquet import IMAGE_TYPE, LAYOUTS, compact_table, read_parquet_arrays, write_checksums
 
 

@@ -13,8 +13,7 @@ import numpy as np
 
 from pipeline.core.atomic import atomic_path
 from pipeline.core.errors import DataError, InputError
-from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES
-from pipeline.shards.format import first_bad_label
+from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES, first_bad_label
 
 # Type codes of the IDX format; MNIST only uses 0x08, the others are read for completeness.
 _DTYPES: dict[int, np.dtype] = {

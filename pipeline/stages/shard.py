@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from pipeline.core.atomic import atomic_dir
 from pipeline.core.errors import DataError, reason
 from pipeline.shards.writer import ShardWriter
-from pipeline.core.dataset import COLUMNS, PIXELS, SPLITS
+from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, MNIST, PIXELS, SPLITS
 from pipeline.stages.parquet import check_present, check_types, verify_checksum
 
 
@@ -84,11 +84,11 @@ def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, sampl
                  compression: str = "none", level: int = 3, batch_rows: int = 8192) -> dict:
     """One split's Parquet -> shards + manifest.json in `out_dir` (new or empty)."""
     digest = _label_digest(source)
-    writer = ShardWriter(out_dir, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
+    writer = ShardWriter(out_dir, sample=MNIST, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
                          compression=compression, level=level, origin=str(source))
     for labels, images in iter_samples(source, batch_rows):
         digest.update(images.tobytes())
-        writer.add(labels, images)
+        writer.add({"images": images.reshape(len(images), *IMAGE_SHAPE), "labels": labels})
     if writer.count == 0:
         raise DataError(f"{source}: no samples")
     return writer.finish({"content_sha256": digest.hexdigest()})

@@ -1,0 +1,59 @@
+"""The race harness (benchmarks/peers.py) on tiny data, with whichever systems this
+interpreter has (the project's own loader always): it runs, its figures are the ones it
+says, and the project's rank split is exact. No timing is asserted."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_race_runs_on_tiny_data(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import peers
+    finally:
+        sys.path.pop(0)
+    systems = [name for name in peers.SYSTEMS if peers.installed(name)]
+    assert "project" in systems
+    out = tmp_path / "out"
+    command = [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--tiny", "600", "--scales", "1", "--repeat",
+               "1", "--systems", *systems, "--tasks", "write-none", "first", "epoch-0", "random", "ranks-2",
+               "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "scale-1.json").read_text())
+    assert report["meta"]["samples"] == 600
+    project = report["results"]["project"]
+    assert set(project) == {"write-none", "first", "epoch-0", "random", "ranks-2"}
+    assert project["write-none"][0]["bytes"] > 600 * (28 * 28 + 1 + 8)  # the samples and their ids
+    assert project["epoch-0"][0]["samples"] == 600
+    assert project["random"][0]["samples_per_s"] > 0
+    ranks = project["ranks-2"][0]
+    assert ranks["steps"] == [5, 5] and ranks["dropped"] == 0 and ranks["repeated"] == 0  # 300 each, batches of 64
+    assert ranks["same_order_same_seed"] and ranks["new_order_next_epoch"]
+    assert ranks["blocks_per_batch"] > 6  # a per-sample shuffle: most of the 12 blocks in every batch
+    table = (out / "table.md").read_text()
+    assert "| 2 ranks | steps 5; dropped 0, repeated 0;" in table
+    header = next(line for line in table.splitlines() if line.startswith("| |"))
+    assert header == "| | " + " | ".join(peers.LABELS[s] for s in systems) + " |"
+
+
+def test_the_tables_cells_say_min_and_median():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import peers
+    finally:
+        sys.path.pop(0)
+    assert peers.spread([{"seconds": 3.0}, {"seconds": 1.0}, {"seconds": 2.0}], "seconds") == "1.00 / 2.00"
+    assert peers.spread([{"seconds": 0.5}], "seconds") == "0.50"
+    assert peers.spread([{"error": "boom"}], "seconds") == "failed" and peers.spread(None, "seconds") == "-"
+    cell = peers.ranks_cell([{"steps": [79, 157], "dropped": 0, "repeated": 3, "blocks_per_batch": 1.4, "blocks": 12,
+                              "same_order_same_seed": True, "new_order_next_epoch": False}])
+    assert cell.startswith("steps unequal 79-157; dropped 0, repeated 3; 1.4/12 blocks")
+    assert cell.endswith("same order for a seed, same order next epoch")

@@ -1,0 +1,350 @@
+"""The shard library beyond MNIST: a declared sample schema (any fixed shape and dtype),
+strict writes, format version 2 still read, and the standard PyTorch data contracts."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from pipeline.core.dataset import MNIST
+from pipeline.shards import Field, Sample, ShardDataset, ShardError, load_split, read_split, write_shards, write_split
+from pipeline.shards.format import V2_SAMPLE, parse_fields, read_manifest
+from pipeline.shards.loaders import to_float
+from pipeline.shards.ranks import RankShards
+from pipeline.shards.writer import ShardWriter
+
+# A CIFAR-100-like sample with two extra fields of other dtypes.
+CIFAR = Sample((Field("image", "uint8", (3, 32, 32)), Field("label", "int64", (), classes=100),
+                Field("box", "float32", (4,)), Field("weight", "int64")))
+
+
+def cifar(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"image": rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
+            "label": rng.integers(0, 100, n),
+            "box": rng.standard_normal((n, 4)).astype(np.float32),
+            "weight": rng.integers(-2**40, 2**40, n)}
+
+
+@pytest.fixture(params=["none", "zstd"])
+def cifar_split(request, tmp_path):
+    data = cifar(50)
+    folder = tmp_path / "cifar"
+    write_split(data, folder, sample=CIFAR, dataset="cifar", split="train", samples_per_shard=16,
+                compression=request.param)
+    return folder, data
+
+
+def test_any_shape_and_dtype_round_trips(cifar_split):
+    folder, data = cifar_split
+    manifest = read_manifest(folder)
+    assert manifest["format_version"] == 3 and parse_fields(manifest["fields"]) == CIFAR
+    assert [s["count"] for s in manifest["shards"]] == [16, 16, 16, 2]
+    columns = read_split(folder)
+    assert list(columns) == ["image", "label", "box", "weight"]
+    for name, values in data.items():
+        assert columns[name].dtype == getattr(torch, CIFAR[name].dtype)
+        np.testing.assert_array_equal(columns[name].numpy(), values)
+    assert [t.shape for t in load_split(folder)] == [(50, 3, 32, 32), (50,), (50, 4), (50,)]
+
+
+def test_rank_shards_read_any_schema(cifar_split):
+    folder, data = cifar_split
+    parts = [RankShards(folder, rank, 2, seed=1).epoch(0) for rank in range(2)]
+    for part in parts:
+        np.testing.assert_array_equal(part.box.numpy(), data["box"][part.ids.numpy()])
+        np.testing.assert_array_equal(part.columns["weight"].numpy(), data["weight"][part.ids.numpy()])
+    assert sorted(torch.cat([p.ids for p in parts]).tolist()) == list(range(50))
+    with pytest.raises(AttributeError, match="no field or attribute 'images'"):
+        parts[0].images
+
+
+def test_model_ready_samples_of_any_schema(cifar_split):
+    folder, data = cifar_split
+    image, label, box, weight = ShardDataset(folder)[7]
+    assert image.dtype == torch.float32 and image.shape == (3, 32, 32)  # C, H, W kept
+    torch.testing.assert_close(image, torch.from_numpy(data["image"][7]).float() / 255, rtol=0, atol=0)
+    assert label.dtype == torch.int64 and label == data["label"][7]
+    assert torch.equal(box, torch.from_numpy(data["box"][7])) and weight == data["weight"][7]
+    raw = ShardDataset(folder, raw=True)[7]
+    assert raw[0].dtype == torch.uint8 and torch.equal(raw[0], torch.from_numpy(data["image"][7]))
+
+
+def test_a_class_label_out_of_range_is_refused_on_read_too(tmp_path):
+    """A foreign writer's shard with label 100 in a 100-class field: refused, field and sample named."""
+    data = cifar(20)
+    write_split(data, tmp_path / "s", sample=CIFAR, dataset="c", split="train", samples_per_shard=8)
+    wider = Sample((CIFAR["image"], Field("label", "int64", (), classes=101), CIFAR["box"], CIFAR["weight"]))
+    data["label"][13] = 100
+    write_split(data, tmp_path / "bad", sample=wider, dataset="c", split="train", samples_per_shard=8)
+    manifest = json.loads((tmp_path / "bad" / "manifest.json").read_text())
+    manifest["fields"][1]["classes"] = 100
+    (tmp_path / "bad" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match=r"bad: field 'label': value 100 at sample 13 is outside 0\.\.99$"):
+        read_split(tmp_path / "bad")
+    with pytest.raises(ShardError, match=r"bad: field 'label': value 100 at sample 13 is outside 0\.\.99$"):
+        RankShards(tmp_path / "bad", 0, 1, seed=0).epoch(0)
+
+
+def test_a_shard_that_does_not_match_the_declared_fields_is_refused(tmp_path):
+    """The header is checked against the manifest's schema: a float64 box where float32 is declared."""
+    data = cifar(10)
+    other = Sample((CIFAR["image"], CIFAR["label"], Field("box", "float64", (4,)), CIFAR["weight"]))
+    write_split(data, tmp_path / "s", sample=other, dataset="c", split="train", samples_per_shard=10)
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    manifest["fields"] = CIFAR.to_json()
+    manifest["shards"][0]["bytes"] = (tmp_path / "s" / manifest["shards"][0]["file"]).stat().st_size
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match=r"tensor 'box' is F64 \[10, 4\], expected F32 \(float32\) \[10, 4\]"):
+        read_split(tmp_path / "s")
+
+
+def as_version_2(folder: Path) -> dict:
+    """The folder's manifest rewritten as format version 2 wrote it (fixed images/labels keys)."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["fields"]
+    old = {"format_version": 2, **{k: manifest[k] for k in ("dataset", "split", "count")},
+           "images": {"dtype": "uint8", "shape": [28, 28]}, "labels": {"dtype": "uint8"},
+           **{k: manifest[k] for k in ("compression", "source", "shards")}}
+    (folder / "manifest.json").write_text(json.dumps(old, indent=2) + "\n")
+    return old
+
+
+def test_version_2_manifests_are_still_read(tmp_path):
+    rng = np.random.default_rng(3)
+    images, labels = rng.integers(0, 256, (40, 28, 28), dtype=np.uint8), rng.integers(0, 10, 40, dtype=np.uint8)
+    write_shards(images, labels, tmp_path / "s", dataset="d", split="train", samples_per_shard=16)
+    old = as_version_2(tmp_path / "s")
+    manifest = read_manifest(tmp_path / "s")
+    assert manifest["format_version"] == 2 and manifest["fields"] == MNIST.to_json() and "images" not in manifest
+    assert manifest["shards"] == old["shards"]
+    got_images, got_labels = load_split(tmp_path / "s")
+    np.testing.assert_array_equal(got_images.numpy(), images)
+    np.testing.assert_array_equal(got_labels.numpy(), labels)
+    old["images"]["shape"] = [32, 32]  # version 2 only ever meant MNIST's shape
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(old))
+    with pytest.raises(ShardError, match=r"manifest.json: images: .* expected .* \(format version 2\)$"):
+        load_split(tmp_path / "s")
+
+
+def test_mnist_schema_is_what_version_2_fixed():
+    """So the pipeline's shard files keep their bytes across the format change."""
+    assert MNIST == V2_SAMPLE
+    assert MNIST.to_json() == [{"name": "images", "dtype": "uint8", "shape": [28, 28]},
+                               {"name": "labels", "dtype": "uint8", "shape": [], "classes": 10}]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("image", 256, r"field 'image': value 256 at sample 5 does not fit uint8 \(int64 given\)"),
+    ("image", -1, r"field 'image': value -1 at sample 5 does not fit uint8 \(int64 given\)"),
+    ("label", 100, r"field 'label': value 100 at sample 5 is outside 0\.\.99"),
+    ("label", -1, r"field 'label': value -1 at sample 5 is outside 0\.\.99"),
+    ("label", 1.5, r"field 'label': value 1\.5 at sample 5 does not fit int64 \(float64 given\)"),
+    ("box", 1e39, r"field 'box': value 1e\+39 at sample 5 does not fit float32 \(float64 given\)"),
+    ("weight", 2.0**63, r"field 'weight': value 9\.223372036854776e\+18 at sample 5 does not fit int64 \(float64 given\)"),
+    ("weight", -2.0**63, None),  # the smallest int64: fits
+    ("weight", float("nan"), r"field 'weight': value nan at sample 5 does not fit int64 \(float64 given\)"),
+])
+def test_values_that_do_not_fit_are_refused_with_field_and_sample(tmp_path, field, value, message):
+    data = {name: values.astype(np.float64) if name != "image" else values.astype(np.int64)
+            for name, values in cifar(12).items()}
+    data[field][5] = value
+    if message is None:
+        write_split(data, tmp_path / "s", sample=CIFAR, dataset="c", split="train", samples_per_shard=4)
+        assert read_split(tmp_path / "s")[field][5] == value
+        return
+    with pytest.raises(ShardError, match=rf"^c/train: {message}$"):
+        write_split(data, tmp_path / "s", sample=CIFAR, dataset="c", split="train", samples_per_shard=4)
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_sample_index_counts_across_batches(tmp_path):
+    writer = ShardWriter(tmp_path / "s", sample=MNIST, dataset="d", split="train", samples_per_shard=4)
+    images = np.zeros((6, 28, 28), np.uint8)
+    writer.add({"images": images, "labels": np.arange(6) % 10})
+    with pytest.raises(ShardError, match=r"^d/train: field 'labels': value 12 at sample 8 is outside 0\.\.9$"):
+        writer.add({"images": images, "labels": [1, 2, 12, 3, 4, 5]})
+    with pytest.raises(ShardError, match=r"a batch must map exactly the fields \['images', 'labels'\], got \['images'\]"):
+        writer.add({"images": images})
+
+
+def test_bool_and_float16_fields(tmp_path):
+    sample = Sample((Field("mask", "bool", (2, 3)), Field("x", "float16")))
+    mask = np.arange(24).reshape(4, 2, 3) % 2
+    write_split({"mask": mask, "x": [0.5, 1, 2, 65504]}, tmp_path / "ok", sample=sample, dataset="d", split="s",
+                samples_per_shard=3)
+    columns = read_split(tmp_path / "ok")
+    assert columns["mask"].dtype == torch.bool and torch.equal(columns["mask"], torch.from_numpy(mask.astype(bool)))
+    assert columns["x"].tolist() == [0.5, 1, 2, 65504]
+    mask[2, 1, 0] = 2
+    with pytest.raises(ShardError, match=r"field 'mask': value .* at sample 2 does not fit bool"):
+        write_split({"mask": mask, "x": [0, 0, 0, 0]}, tmp_path / "b", sample=sample, dataset="d", split="s",
+                    samples_per_shard=3)
+    with pytest.raises(ShardError, match=r"field 'x': value 70000 at sample 1 does not fit float16"):
+        write_split({"mask": mask % 2, "x": [0, 70000, 0, 0]}, tmp_path / "b", sample=sample, dataset="d",
+                    split="s", samples_per_shard=3)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 16, 17, 50])
+def test_bytes_depend_neither_on_batching_nor_on_the_dtype_handed_over(tmp_path, batch):
+    data = cifar(50)
+    write_split(data, tmp_path / "whole", sample=CIFAR, dataset="c", split="t", samples_per_shard=16)
+    writer = ShardWriter(tmp_path / "fed", sample=CIFAR, dataset="c", split="t", samples_per_shard=16)
+    wide = {"image": data["image"].astype(np.int32), "label": data["label"].astype(np.uint8),
+            "box": data["box"].astype(np.float64), "weight": data["weight"]}
+    for start in range(0, 50, batch):
+        writer.add({name: values[start:start + batch] for name, values in wide.items()})
+    writer.finish()
+    for name in ("manifest.json", "shard-00000.safetensors", "shard-00003.safetensors"):
+        assert (tmp_path / "fed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: Field("a b", "uint8"), r"the name must be a Python identifier"),
+    (lambda: Field("x", "float128"), r"dtype 'float128' is not one of"),
+    (lambda: Field("x", "float32", (), classes=10), r"classes need an integer dtype, not float32"),
+    (lambda: Field("x", "uint8", (), classes=257), r"classes 257 must be an integer in 1\.\.256"),
+    (lambda: Field("x", "int8", (), classes=0), r"classes 0 must be an integer in 1\.\.128"),
+    (lambda: Field("x", "uint8", (0, 3)), r"shape \(0, 3\) must be"),
+    (lambda: Field("x", "uint8", [3]), r"shape \[3\] must be"),
+    (lambda: Field("x", "float64", (1 << 15, 1 << 15)), r"one sample takes over"),
+    (lambda: Sample((Field("x", "uint8"), Field("x", "int8"))), r"field names must be distinct"),
+    (lambda: Sample(()), r"a sample has 1\.\.64 fields, got 0"),
+])
+def test_bad_declarations_are_refused(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"a": 1}, r"fields: expected a list of fields"),
+    ([], r"fields: 0 fields, expected 1\.\.64"),
+    ([{"name": "x", "dtype": "uint8"}], r"fields\[0\]: expected keys name, dtype, shape"),
+    ([{"name": "x", "dtype": "uint8", "shape": [2], "extra": 1}], r"fields\[0\]: expected keys"),
+    ([{"name": "x", "dtype": ["uint8"], "shape": []}], r"fields\[0\]: field 'x': dtype \['uint8'\] is not one of"),
+    ([{"name": "x", "dtype": "uint8", "shape": 3}], r"fields\[0\]\.shape: expected a list of sizes, got 3"),
+    ([{"name": "x", "dtype": "uint8", "shape": [True]}], r"fields\[0\]: field 'x': shape \(True,\) must be"),
+    ([{"name": "x", "dtype": "uint8", "shape": []}, {"name": "x", "dtype": "uint8", "shape": []}],
+     r"fields: field names must be distinct"),
+    ([{"name": "../x", "dtype": "uint8", "shape": []}], r"fields\[0\]: field '\.\./x': the name must be"),
+])
+def test_hostile_field_declarations_in_a_manifest(fields, message):
+    with pytest.raises(ShardError, match=rf"^m\.json: {message}"):
+        parse_fields(fields, Path("m.json"))
+
+
+# ---- The standard PyTorch contracts ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mnist_split(tmp_path_factory):
+    rng = np.random.default_rng(5)
+    images, labels = rng.integers(0, 256, (100, 28, 28), dtype=np.uint8), rng.integers(0, 10, 100, dtype=np.uint8)
+    folder = tmp_path_factory.mktemp("mnist") / "train"
+    write_shards(images, labels, folder, dataset="d", split="train", samples_per_shard=32)
+    return folder, images, labels
+
+
+def test_a_plain_dataloader_with_the_default_collate(mnist_split):
+    folder, images, labels = mnist_split
+    data = ShardDataset(folder)
+    batches = list(DataLoader(data, batch_size=32))
+    assert [len(y) for _, y in batches] == [32, 32, 32, 4]
+    x = torch.cat([x for x, _ in batches])
+    assert x.shape == (100, 1, 28, 28) and x.dtype == torch.float32
+    assert torch.equal(x, to_float(torch.from_numpy(images)))  # the same values as the device path
+    assert torch.equal(torch.cat([y for _, y in batches]), torch.from_numpy(labels).long())
+
+
+def test_shuffle_samplers_and_a_users_collate(mnist_split):
+    folder, _, labels = mnist_split
+    data = ShardDataset(folder)
+    order = [y for _, y in DataLoader(data, batch_size=10, shuffle=True, generator=torch.Generator().manual_seed(1))]
+    assert sorted(torch.cat(order).tolist()) == sorted(labels.tolist())
+    seen = []
+    collate = lambda samples: seen.append(len(samples)) or len(samples)  # noqa: E731
+    assert list(DataLoader(data, batch_size=40, collate_fn=collate)) == [40, 40, 20] and seen == [40, 40, 20]
+    halves = [list(DistributedSampler(data, num_replicas=2, rank=r, shuffle=True, seed=3)) for r in range(2)]
+    for rank, mine in enumerate(halves):
+        got = torch.cat([y for _, y in DataLoader(data, batch_size=16, sampler=DistributedSampler(
+            data, num_replicas=2, rank=rank, shuffle=True, seed=3))])
+        assert torch.equal(got, torch.from_numpy(labels[mine]).long())
+    assert sorted(halves[0] + halves[1]) == list(range(100))
+
+
+@pytest.mark.slow
+def test_workers_give_the_same_batches(mnist_split):
+    folder, _, _ = mnist_split
+    data = ShardDataset(folder)
+    plain = list(DataLoader(data, batch_size=32))
+    for loader in (DataLoader(data, batch_size=32, num_workers=2), data.loader(32, num_workers=2)):
+        got = list(loader)
+        assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, plain, strict=True))
+
+
+def test_the_fast_path_gives_what_the_plain_path_gives(mnist_split):
+    folder, _, labels = mnist_split
+    data = ShardDataset(folder)
+    for (fx, fy), (px, py) in zip(data.loader(32), DataLoader(data, batch_size=32), strict=True):
+        assert torch.equal(fx, px) and torch.equal(fy, py)
+    loader = data.loader(32, shuffle=True, generator=torch.Generator().manual_seed(0))
+    epochs = [torch.cat([y for _, y in loader]) for _ in range(2)]
+    assert not torch.equal(epochs[0], epochs[1])  # a fresh per-sample permutation each epoch
+    assert all(sorted(e.tolist()) == sorted(labels.tolist()) for e in epochs)
+    again = data.loader(32, shuffle=True, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(torch.cat([y for _, y in again]), epochs[0])  # and the same one for the same seed
+    ranks = [torch.cat([y for _, y in data.loader(16, sampler=DistributedSampler(data, 2, r, seed=3))])
+             for r in range(2)]
+    assert sorted(torch.cat(ranks).tolist()) == sorted(labels.tolist())
+    assert [len(b[1]) for b in data.loader(32, drop_last=True)] == [32, 32, 32]
+    with pytest.raises(ValueError, match="give shuffle or a sampler, not both"):
+        data.loader(32, shuffle=True, sampler=DistributedSampler(data, 2, 0))
+
+
+def test_transform_and_indices(mnist_split):
+    folder, images, _ = mnist_split
+    data = ShardDataset(folder, raw=True, transform=lambda batch: (batch[0].flip(-1), batch[1]))
+    x, y = data[-1]
+    assert torch.equal(x, torch.from_numpy(images[-1]).flip(-1)) and y.dtype == torch.uint8
+    with pytest.raises(IndexError, match=r"sample index out of range 0\.\.99"):
+        data[100]
+    assert len(data) == 100 and data.images.shape == (100, 28, 28)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("mean", "std"), [(None, None), (0.1307, 0.3081), (0.2860, 0.3530)])
+def test_device_batches_host_path_gives_to_floats_values(mnist_split, dtype, mean, std):
+    """On the CPU, float32/float64 batches are made with numpy (one thread); they must be the
+    values `to_float` gives, bit for bit, as must the torch path's for the other dtypes."""
+    from pipeline.shards import DeviceBatches
+
+    _, images, labels = mnist_split
+    x, y = torch.from_numpy(images), torch.from_numpy(labels)
+    batches = DeviceBatches(x, y, 32, mean=mean, std=std, dtype=dtype, seed=4)
+    for (got_x, got_y), index in zip(batches, batches.indices(0).split(32), strict=True):
+        want = to_float(x[index], mean, std, dtype)
+        assert got_x.dtype == dtype and got_x.shape == want.shape and torch.equal(got_x, want)
+        assert got_y.dtype == torch.int64 and torch.equal(got_y, y[index].long())
+
+
+def test_mapped_split_is_verified_and_pickles_as_its_path(mnist_split, tmp_path):
+    import pickle
+    import shutil
+
+    from pipeline.shards.reader import MappedSplit
+
+    folder, images, _ = mnist_split
+    split = pickle.loads(pickle.dumps(MappedSplit(folder)))  # a spawned worker maps the files again
+    np.testing.assert_array_equal(split.column("images"), images)
+    assert len(pickle.dumps(MappedSplit(folder))) < 1000  # the path, not the data
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    shard = copy / "shard-00001.safetensors"
+    body = bytearray(shard.read_bytes())
+    body[-5] ^= 1
+    shard.write_bytes(bytes(body))
+    with pytest.raises(ShardError, match=r"shard-00001.safetensors: checksum mismatch"):
+        ShardDataset(copy)
+    ShardDataset(copy, verify="none")  # the damage is in a pixel: only the digest could see it
