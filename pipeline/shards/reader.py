@@ -200,8 +200,12 @@ def load_split(path: Path, device: str | torch.device = "cpu", *, dataset: str |
     compression = manifest["compression"]["codec"]
     device = torch.device(device)
     pin = device.type == "cuda"
-    images = torch.empty((manifest["count"], *IMAGE_SHAPE), dtype=torch.uint8, pin_memory=pin)
-    labels = torch.empty(manifest["count"], dtype=torch.uint8, pin_memory=pin)
+    try:
+        images = torch.empty((manifest["count"], *IMAGE_SHAPE), dtype=torch.uint8, pin_memory=pin)
+        labels = torch.empty(manifest["count"], dtype=torch.uint8, pin_memory=pin)
+    except RuntimeError:  # torch's "can't allocate memory": a count no real split has
+        raise ShardError(f"{folder / 'manifest.json'}: count {manifest['count']:,} needs "
+                         f"{manifest['count'] * SAMPLE_BYTES / 1e9:,.1f} GB, which cannot be allocated here") from None
     start = 0
     for entry in manifest["shards"]:
         stop = start + entry["count"]
