@@ -43,27 +43,84 @@ def stage_command(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from pipeline.core.errors import InputError
+        from pipeline.core.errors import InputError, system_failure
 
         try:
             return func(*args, **kwargs)
-        except (InputError, FileNotFoundError, IsADirectoryError, PermissionError) as err:
+        except (InputError, OSError) as err:
+            if isinstance(err, InputError):
+                message = str(err)
+            elif failure := system_failure(err):  # disk full, too large, read-only, forbidden
+                message = str(failure)
+            elif isinstance(err, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+                message = f"{err.filename}: {err.strerror}"
+            else:  # any other OSError is a bug
+                raise
             if click.get_current_context().find_root().params.get("debug"):
                 raise
-            message = str(err) if isinstance(err, InputError) else f"{err.filename}: {err.strerror}"
-            click.echo(f"Error: {message.splitlines()[0] if isinstance(err, OSError) else message}", err=True)
+            click.echo(f"Error: {message if isinstance(err, InputError) else message.splitlines()[0]}", err=True)
             raise SystemExit(2) from None
 
     return wrapper  # type: ignore[return-value]
 
 
 def resolve_device(device: str) -> str:
-    """`auto` is CUDA when this torch build sees a GPU, else the CPU."""
-    if device != "auto":
-        return device
+    """`auto` is CUDA when this torch build sees a GPU, else the CPU. A device this machine
+    does not have is an input error (one line), not a traceback from deep inside torch."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from pipeline.core.errors import InputError
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise InputError(f"--device {device[:40]!r}: not a torch device; use auto, cpu, cuda or cuda:N") from None
+    if chosen.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a build without CUDA")
+            raise InputError(f"--device {device}: no CUDA device is usable here ({build}); "
+                             f"use --device cpu, or auto")
+        if chosen.index is not None and chosen.index >= torch.cuda.device_count():
+            raise InputError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                             f"numbered from 0")
+    elif chosen.type != "cpu":
+        raise InputError(f"--device {device}: the pipeline runs on cpu or cuda devices")
+    return device
+
+
+def check_names(datasets: list) -> None:
+    """Data set names become folder names: plain slugs only (what the params schema asks)."""
+    import re
+
+    from pipeline.core.errors import InputError
+
+    slug = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # the params schema's (which needs pydantic: not here)
+    bad = [name for name in datasets if not isinstance(name, str) or not re.match(slug, name)]
+    if bad:
+        raise InputError(f"data set names must be plain slugs (a-z, 0-9, '-', '_'): {bad[:3]}")
+
+
+def check_world(shards: Path, dataset: str) -> None:
+    """Before torchrun's ranks start work: each split's manifest is DATASET's, and holds at
+    least one sample per rank (fewer would leave a rank nothing to test on: a division by
+    zero after a whole epoch)."""
+    import os
+
+    from pipeline.core.dataset import SPLITS
+    from pipeline.core.errors import InputError
+    from pipeline.shards.format import read_manifest
+
+    if "://" in str(shards):  # a remote split: its reader checks it where it is fetched
+        return
+    world = os.environ.get("WORLD_SIZE", "1")
+    world_size = int(world) if world.isdigit() else 1
+    for split in SPLITS:
+        count = read_manifest(Path(shards) / split, dataset, split)["count"]
+        if count < world_size:
+            raise InputError(f"{Path(shards) / split}: {count:,} samples, fewer than the {world_size:,} ranks "
+                             f"(WORLD_SIZE); run fewer ranks (torchrun --nproc-per-node)")
 
 
 def load_checked(path: Path) -> dict:
@@ -98,22 +155,34 @@ def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> Non
     file:// URL or an http(s) URL), then DATASET's `mirrors` in sources.yaml. Each file is
     un-gzipped and hashed while it streams; a mismatch moves on to the next mirror.
     """
+    from pipeline.core.sources import known_rows
     from pipeline.stages.fetch import FetchSettings, fetch_dataset, load_sources
 
     settings = FetchSettings(**section(load_checked(params_path), "fetch"))
     files, mirrors = load_sources(sources_path, dataset)
-    fetch_dataset(dataset, files, mirrors, out, settings)
+    fetch_dataset(dataset, files, mirrors, out, settings, rows=known_rows(sources_path, dataset))
+
+
+SOURCES_OPTION = click.option(
+    "--sources", "sources_path", type=click.Path(path_type=Path), default=Path("sources.yaml"), show_default=True,
+    help="The data sets' pins and row counts: the input must have DATASET's rows.",
+)
 
 
 @main.command("csv")
+@click.argument("dataset", required=False)
 @input_dir("--raw", "The fetch stage's folder.")
 @output_path("--out", "Folder for train.csv and test.csv.")
+@SOURCES_OPTION
 @stage_command
-def csv_command(raw: Path, out: Path) -> None:
-    """Render train.csv and test.csv: header, then label + 784 pixels per row."""
+def csv_command(dataset: str | None, raw: Path, out: Path, sources_path: Path) -> None:
+    """Render train.csv and test.csv: header, then label + 784 pixels per row.
+
+    With DATASET, each split must have the rows sources.yaml records for it."""
+    from pipeline.core.sources import known_rows
     from pipeline.stages.csvdata import render_csvs
 
-    render_csvs(raw, out)
+    render_csvs(raw, out, rows=known_rows(sources_path, dataset) if dataset else None)
 
 
 @main.command()
@@ -122,19 +191,22 @@ def csv_command(raw: Path, out: Path) -> None:
 @input_dir("--csv", "The csv stage's folder (train.csv, test.csv).", dest="csv_dir")
 @output_path("--out", "Folder for {wide,compact}/{train,test}.parquet.")
 @output_path("--figures", "JSON file for the sizes and timings measured.")
+@SOURCES_OPTION
 @PARAMS_OPTION
 @stage_command
-def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, params_path: Path) -> None:
+def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, sources_path: Path,
+            params_path: Path) -> None:
     """Convert DATASET's CSVs to Parquet with CODEC (`zstd-19`: codec zstd, level 19).
 
     Writes both layouts: `wide` (label + pixel1..pixel784, the seed's) and `compact`
     (label + one 784-byte image value). Malformed CSVs are rejected with file and line.
     """
+    from pipeline.core.sources import known_rows
     from pipeline.stages.convert import convert_dataset
 
     params = load_checked(params_path)
     rows = int(section(params, "convert", "row_group_rows"))
-    convert_dataset(csv_dir, out, figures, codec, rows)
+    convert_dataset(csv_dir, out, figures, codec, rows, rows=known_rows(sources_path, dataset))
 
 
 @main.command()
@@ -156,15 +228,17 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
 @click.argument("dataset")
 @input_dir("--parquet", "Folder holding train.parquet and test.parquet (either layout).")
 @output_path("--out", "Folder for train/ and test/ shard folders.")
+@SOURCES_OPTION
 @PARAMS_OPTION
 @stage_command
-def shard(dataset: str, parquet: Path, out: Path, params_path: Path) -> None:
+def shard(dataset: str, parquet: Path, out: Path, sources_path: Path, params_path: Path) -> None:
     """Write DATASET's Parquet as safetensors shards with a checksummed manifest."""
+    from pipeline.core.sources import known_rows
     from pipeline.stages.shard import shard_dataset
 
     settings = section(load_checked(params_path), "shard")
     shard_dataset(parquet, out, dataset, int(settings["samples_per_shard"]),
-                  str(settings["compression"]), int(settings["level"]))
+                  str(settings["compression"]), int(settings["level"]), rows=known_rows(sources_path, dataset))
 
 
 @main.command()
@@ -276,6 +350,7 @@ def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[s
     overrides = {k: v for k, v in (("epochs", epochs), ("sample_steps", sample_steps)) if v is not None}
     device = resolve_device(device)
     names = list(datasets) or list(section(load_params(params_path), "datasets"))
+    check_names(names)
     run_standalone(mirror, out_root, work, names, params_path, sources_path, device, commit, overrides)
 
 
@@ -306,6 +381,9 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
 
     if "://" not in shards and not Path(shards).is_dir():
         raise click.BadParameter(f"{shards} is neither a folder nor a URL", param_hint="--shards")
+    if resume and not checkpoint:
+        raise click.BadParameter("--resume needs --checkpoint, the file to resume from", param_hint="--resume")
+    check_world(shards, dataset)
     settings = section(load_checked(params_path), "train")
     train_ddp(shards, out, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],
               seed=settings["seed"], record=record, cache=cache, cache_mib=settings["cache_mib"],

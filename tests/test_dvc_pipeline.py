@@ -53,7 +53,7 @@ def repo(tmp_path_factory):
     for name, seed in (("tiny", 0), ("tiny-b", 7)):
         data = tiny_dataset(seed=seed)
         data.write_mirror(mirror / name)
-        sources[name] = {"files": data.files, "mirrors": []}
+        sources[name] = {"rows": {"train": 64, "test": 32}, "files": data.files, "mirrors": []}
     (root / "sources.yaml").write_text(yaml.safe_dump(sources, sort_keys=False))
     (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(list(sources)), sort_keys=False))
     env = {**os.environ, "PIPELINE_MIRROR": str(mirror), "DVC_NO_ANALYTICS": "1",

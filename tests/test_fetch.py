@@ -3,6 +3,7 @@ import hashlib
 
 import numpy as np
 import pytest
+import yaml
 
 from pipeline.stages.fetch import FetchError, FetchSettings, fetch_dataset, load_sources, mirror_bases, parse_files
 from pipeline.stages.idx import read_idx
@@ -206,9 +207,13 @@ def test_sources_file_checked(tmp_path, text, message):
 
 
 def test_sources_file_read(tmp_path):
-    (tmp_path / "sources.yaml").write_text("tiny:\n  files: {a: 1}\n  mirrors: [http://m/x, /data]\nsmall: {files: {b: 2}}\n")
-    assert load_sources(tmp_path / "sources.yaml", "tiny") == ({"a": 1}, ["http://m/x", "/data"])
-    assert load_sources(tmp_path / "sources.yaml", "small") == ({"b": 2}, [])
+    digest = "0" * 64
+    files = {"train_csv": {"name": "a.csv", "sha256": digest}, "test_csv": {"name": "b.csv", "sha256": digest}}
+    other = {"train_csv": {"name": "c.csv", "sha256": digest, "bytes": 10}, "test_csv": {"name": "d", "sha256": digest}}
+    (tmp_path / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"files": files, "mirrors": ["http://m/x", "/data"]},
+                                                           "small": {"files": other}}))
+    assert load_sources(tmp_path / "sources.yaml", "tiny") == (files, ["http://m/x", "/data"])
+    assert load_sources(tmp_path / "sources.yaml", "small") == (other, [])
     with pytest.raises(FetchError, match="no such sources file"):
         load_sources(tmp_path / "none.yaml", "tiny")
 

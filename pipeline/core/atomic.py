@@ -8,7 +8,7 @@ beside the target and swaps it in at the end: on failure nothing of the target c
 Each target has a lock (`.<name>.lock` beside it while held, `flock`, released by the kernel
 when the process dies): a second run that would write the same target stops at once with a message
 instead of interleaving with the first. Holding the lock, a writer removes temporaries a
-killed run left behind (`.<name>.*.tmp`). Both kinds of file are in `.dvcignore`.
+killed run left behind (`.<name>.<8 random characters>.tmp`, its own only). Both kinds of file are in `.dvcignore`.
 """
 
 from __future__ import annotations
@@ -16,16 +16,55 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, SystemFailure, system_failure
 
 
 class BusyError(InputError):
     """Another process is writing the same output right now."""
+
+
+def _temporary(dest: Path) -> re.Pattern:
+    """`.<name>.<8 random characters>.tmp`: how mkstemp and mkdtemp name `dest`'s temporaries."""
+    return re.compile(re.escape(f".{dest.name}.") + r"[a-z0-9_]{8}\.tmp")
+
+
+def _stale(dest: Path) -> list[Path]:
+    """The temporaries of `dest` alone. (A glob `.<name>.*.tmp` would also match a sibling
+    target's, such as `.train.parquet.x1y2z3w4.tmp` for `train`, which another run holding
+    that sibling's lock may be writing right now.)"""
+    own = _temporary(dest)
+    return [p for p in dest.parent.iterdir() if own.fullmatch(p.name)]
+
+
+@contextlib.contextmanager
+def _worded(dest: Path) -> Iterator[None]:
+    """A disk-full, file-too-large, read-only or permission error inside becomes one
+    SystemFailure naming `dest` where it struck `dest`'s lock or one of its temporaries (or
+    no file in particular), else the file it names."""
+    prefix = re.escape(str(dest.parent / f".{dest.name}."))
+    temporary = re.compile(prefix + r"[a-z0-9_]{8}\.tmp")
+    ours = re.compile(prefix + r"([a-z0-9_]{8}\.tmp(/.*)?|lock)")
+    try:
+        yield
+    except SystemFailure as err:  # worded further in, naming a path inside our temporary
+        raise SystemFailure(temporary.sub(str(dest), str(err))) from None
+    except Exception as err:
+        name = getattr(err, "filename", None)
+        name = None if name is None else str(name)
+        if name is None or not ours.fullmatch(name):
+            where = name or dest           # no file in particular, or one that is not ours
+        else:
+            where = temporary.sub(str(dest), name) if temporary.match(name) else dest  # (the lock: dest)
+        failure = system_failure(err, where)
+        if failure is None:
+            raise
+        raise failure from None
 
 
 def _umask() -> int:
@@ -39,9 +78,10 @@ def _umask() -> int:
 def locked(dest: Path) -> Iterator[None]:
     """Hold `dest`'s lock, and clear the temporaries of earlier, killed runs."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     lock = dest.parent / f".{dest.name}.lock"
-    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    with _worded(dest):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         # The holder removes the lock file when done; a lock taken on a file already
@@ -53,7 +93,7 @@ def locked(dest: Path) -> Iterator[None]:
         raise BusyError(f"{dest}: another run is writing it right now (lock {lock}); "
                         f"wait for it to finish, then run again") from None
     try:
-        for stale in dest.parent.glob(f".{dest.name}.*.tmp"):
+        for stale in list(_stale(dest)):
             shutil.rmtree(stale) if stale.is_dir() and not stale.is_symlink() else stale.unlink(missing_ok=True)
         yield
     finally:
@@ -65,7 +105,7 @@ def locked(dest: Path) -> Iterator[None]:
 def atomic_path(dest: Path) -> Iterator[Path]:
     """Yield a temporary path next to `dest`; on success rename it onto `dest`."""
     dest = Path(dest)
-    with locked(dest):
+    with locked(dest), _worded(dest):
         fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
         os.close(fd)
         tmp = Path(tmp_name)
@@ -85,7 +125,7 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
     moment is `dest` a mix of old and new; at worst, after a kill at that instant, it is
     missing and DVC restores it from its cache."""
     dest = Path(dest)
-    with locked(dest):
+    with locked(dest), _worded(dest):
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
             yield tmp

@@ -29,3 +29,45 @@ def reason(err: BaseException, limit: int = 200) -> str:
     type's name when it says nothing (a bare `KeyError()` or `OSError()`)."""
     lines = str(err).splitlines()
     return lines[0][:limit] if lines and lines[0] else type(err).__name__
+
+
+class SystemFailure(InputError):
+    """The operating system refused a read or write (disk full, file too large, read-only or
+    forbidden): not a bug, and nothing of the outputs changed. The message names the path
+    and what to do."""
+
+
+_ADVICE = {
+    "ENOSPC": "the disk is full: free space there (or write the output elsewhere), then run again",
+    "EDQUOT": "the disk quota is used up: free space there (or write the output elsewhere), then run again",
+    "EFBIG": "the file is larger than this system or `ulimit -f` allows: raise the limit, then run again",
+    "EROFS": "the file system is read-only: write the output to a writable folder",
+    "EACCES": "permission denied: check the owner and mode of the path and its folder (ls -ld)",
+    "EPERM": "operation not permitted: check the owner and mode of the path and its folder (ls -ld)",
+}
+
+
+def os_errno(err: BaseException) -> int | None:
+    """The errno behind `err`: an OSError's own, or the one a library's error quotes
+    ("[Errno 28]", "os error 28"), or None."""
+    import re
+
+    number = getattr(err, "errno", None)
+    if isinstance(number, int):
+        return number
+    found = re.search(r"(?:errno|os error)\s*(\d+)", str(err), re.IGNORECASE)
+    return int(found.group(1)) if found else None
+
+
+def system_failure(err: BaseException, path: object = None) -> SystemFailure | None:
+    """A one-line SystemFailure for a disk-full, file-too-large, read-only or permission error
+    (naming `path`, else `err.filename`), or None for any other error."""
+    import errno
+    import os
+
+    number = os_errno(err)
+    name = errno.errorcode.get(number, "") if number is not None else ""
+    if name not in _ADVICE:
+        return None
+    where = path or getattr(err, "filename", None) or "(a file)"
+    return SystemFailure(f"{where}: {os.strerror(number)} ({name}); {_ADVICE[name]}; the outputs are unchanged")

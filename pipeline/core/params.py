@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from pipeline.core.bounded import load_yaml, short
 from pipeline.core.errors import InputError
 
 
@@ -19,11 +18,18 @@ class ParamsError(InputError):
     """params.yaml lacks a key a command needs, or holds a value of the wrong kind."""
 
 
+PARAMS_CAP = 1 << 20  # bytes: the file is a few KiB
+
+
 def load_params(path: Path) -> dict[str, Any]:
+    """params.yaml read strictly (pipeline.core.bounded.load_yaml): at most 1 MiB of UTF-8,
+    no alias, no key given twice, each refused with one line naming the file."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = load_yaml(Path(path), PARAMS_CAP, "params file")
     except FileNotFoundError:
         raise ParamsError(f"{path}: no such params file") from None
+    except InputError as err:
+        raise ParamsError(str(err)) from None
     if not isinstance(data, dict):
         raise ParamsError(f"{path}: expected a mapping at the top level")
     return data
@@ -52,7 +58,7 @@ def validate_params(params: dict[str, Any], path: Path = Path("params.yaml")) ->
         for error in err.errors():
             key = ".".join(str(part) for part in error["loc"]) or "(top level)"
             message = error["msg"].removeprefix("Value error, ")
-            got = "" if error["type"] in ("missing", "value_error") else f" (got {error.get('input')!r:.60})"
+            got = "" if error["type"] in ("missing", "value_error") else f" (got {short(error.get('input'))})"
             problems.append(f"{key}: {message}{got}")
         raise ParamsError(f"{path}: {len(problems)} problem(s): " + "; ".join(problems)) from None
     return params

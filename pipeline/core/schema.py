@@ -25,15 +25,34 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# Seeds: numpy's and torch's generators take any 32-bit value, and a shuffle's seed
+# (seed x 1,000,003 + epoch) must stay within torch's 64 bits.
+Seed = Field(ge=0, le=(1 << 32) - 1)
+Epochs = Field(ge=1, le=100)  # a CPU epoch of the slowest rung takes minutes: 100 is days
+
+
 class Fetch(Strict):
-    timeout_s: Number = Field(gt=0, le=3600)
-    retries: StrictInt = Field(ge=0, le=20)
-    backoff_s: Number = Field(ge=0, le=600)
+    timeout_s: Number = Field(gt=0, le=600)      # per connect and per read
+    retries: StrictInt = Field(ge=0, le=10)
+    backoff_s: Number = Field(ge=0, le=600)      # first pause, doubling
+    deadline_s: Number = Field(gt=0, le=3600)    # the most one file may take from one mirror, all tries
+
+    @model_validator(mode="after")
+    def _fits_deadline(self) -> Fetch:
+        pauses = self.backoff_s * ((1 << self.retries) - 1)
+        if pauses > self.deadline_s:
+            raise ValueError(f"the pauses between retries (backoff_s x (2^retries - 1) = {pauses:g} s) "
+                             f"exceed deadline_s ({self.deadline_s:g} s)")
+        if self.timeout_s > self.deadline_s:
+            raise ValueError(f"timeout_s ({self.timeout_s:g} s) exceeds deadline_s ({self.deadline_s:g} s)")
+        return self
 
 
 class Convert(Strict):
     codecs: list[StrictStr] = Field(min_length=1)
-    row_group_rows: StrictInt = Field(ge=1, le=1 << 24)
+    # Below 1,024 rows a group, the wide layout's 785 column chunks per group outweigh the
+    # data (1 row: 189 MB for 1,000 rows); the writer buffers one group (784 bytes a row).
+    row_group_rows: StrictInt = Field(ge=1024, le=1 << 20)
     codec: StrictStr
     layout: Literal["wide", "compact"]
 
@@ -67,15 +86,15 @@ class Execution(Strict):
 
 class Bench(Strict):
     parquet_codec: StrictStr
-    epochs: StrictInt = Field(ge=1, le=1000)
+    epochs: StrictInt = Epochs
     batch_size: StrictInt = Field(ge=1, le=1 << 16)
     lr: Number = Field(gt=0, le=10)
-    seed: StrictInt = Field(ge=0, lt=1 << 63)
+    seed: StrictInt = Seed
     num_workers: StrictInt = Field(ge=0, le=256)
     variants: list[Variant] = Field(min_length=1)
     sample: list[Variant]
-    sample_steps: StrictInt = Field(ge=1)
-    sample_epochs: StrictInt = Field(ge=1)
+    sample_steps: StrictInt = Field(ge=1, le=10_000)
+    sample_epochs: StrictInt = Field(ge=1, le=100)
     accuracy_tolerance: Number = Field(ge=0, le=1)
     compiled: dict[Literal["cpu", "cuda"], Execution]
     floor: StrictBool
@@ -92,10 +111,10 @@ class Bench(Strict):
 
 class Train(Strict):
     world_size: StrictInt = Field(ge=1, le=1024)
-    epochs: StrictInt = Field(ge=1, le=1000)
+    epochs: StrictInt = Epochs
     batch_size: StrictInt = Field(ge=1, le=1 << 16)
     lr: Number = Field(gt=0, le=10)
-    seed: StrictInt = Field(ge=0, lt=1 << 63)
+    seed: StrictInt = Seed
     checkpoint_every: StrictInt = Field(ge=0, le=1 << 30)  # optimizer steps; 0: never
     cache_mib: StrictInt = Field(ge=1, le=1 << 30)         # the node-local cache of a remote split
 

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.core.bounded import UnsafeFileError, read_capped
 from pipeline.core.errors import InputError, is_hex
 
 FORMAT_VERSION = 3
@@ -340,10 +341,12 @@ def read_manifest(path: Path, dataset: str | None = None, split: str | None = No
     must match it."""
     path = Path(path)
     file = path / "manifest.json"
-    try:
-        manifest = json.loads(file.read_bytes()[: 64 << 20])
+    try:  # a regular file inside the folder, at most 64 MiB read (a FIFO or a link out: refused)
+        manifest = json.loads(read_capped(file, 64 << 20, "manifest", within=path))
     except FileNotFoundError:
         raise ShardError(f"{file}: missing (is {path} a shard folder?)") from None
+    except UnsafeFileError as err:
+        raise ShardError(str(err)) from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise ShardError(f"{file}: not valid JSON ({err})") from None
     manifest = check_manifest(manifest, file)

@@ -244,7 +244,11 @@ def read_split(path: Path, device: str | torch.device = "cpu", *, dataset: str |
     compression = manifest["compression"]["codec"]
     device = torch.device(device)
     pin = device.type == "cuda"
-    columns = allocate(sample, manifest["count"], pin)
+    try:
+        columns = allocate(sample, manifest["count"], pin)
+    except RuntimeError:  # torch's "can't allocate memory": a count no real split has
+        raise ShardError(f"{folder / 'manifest.json'}: count {manifest['count']:,} needs "
+                         f"{manifest['count'] * sample.row_bytes / 1e9:,.1f} GB, which cannot be allocated here") from None
     start = 0
     for entry in manifest["shards"]:
         stop = start + entry["count"]

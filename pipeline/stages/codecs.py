@@ -1,7 +1,9 @@
 """Stage `codecs`: the size/speed table of every data set x split x layout x codec.
 
 Gathers the figures each convert stage measured into one metrics file for
-`dvc metrics show` / `dvc metrics diff`, and a flat table for `dvc plots`.
+`dvc metrics show` / `dvc metrics diff`, and a flat table for `dvc plots` (written with the
+csv module). Every figure is checked first: a size is a positive integer, a time a finite
+number of seconds in range; anything else stops the stage naming the file and the key.
 """
 
 from __future__ import annotations
@@ -12,9 +14,24 @@ import json
 from pathlib import Path
 
 from pipeline.core.atomic import write_text
+from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
+from pipeline.core.errors import DataError
 from pipeline.core.dataset import SPLITS
 from pipeline.stages.parquet import LAYOUTS
+
+
+MAX_BYTES = 1 << 40          # a CSV or Parquet split: far above any here
+MAX_SECONDS = 24 * 3600      # writing or reading one split
+
+
+def _entry(path: Path, figures, key: str) -> dict:
+    node = figures
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        raise DataError(f"{path}: {key}: expected an object, got {short(node)}")
+    return node
 
 
 def _round(value: float, digits: int = 3) -> float:
@@ -28,15 +45,19 @@ def codec_table(figures_dir: Path, datasets: list[str], codecs: list[str]) -> di
         for spec in codecs:
             label = Codec.parse(spec).label
             path = Path(figures_dir) / dataset / f"{label}.json"
-            figures = json.loads(path.read_text())
+            figures = read_json(path, what="figures file")
             for layout in LAYOUTS:
                 for split in SPLITS:
-                    entry = figures[split][layout]
+                    entry = _entry(path, figures, f"{split}.{layout}")
+                    where = f"{split}.{layout}"
+                    size = number(path, f"{where}.bytes", entry.get("bytes"), 1, MAX_BYTES, integer=True)
+                    csv_bytes = number(path, f"{split}.csv_bytes", _entry(path, figures, split).get("csv_bytes"), 1,
+                                       MAX_BYTES, integer=True)
                     table.setdefault(dataset, {}).setdefault(layout, {}).setdefault(label, {})[split] = {
-                        "MB": round(entry["bytes"] / 1e6, 3),
-                        "ratio": round(figures[split]["csv_bytes"] / entry["bytes"], 2),
-                        "write_s": _round(entry["write_s"]),
-                        "read_s": _round(entry["read_s"]),
+                        "MB": round(size / 1e6, 3),
+                        "ratio": round(csv_bytes / size, 2),
+                        "write_s": _round(number(path, f"{where}.write_s", entry.get("write_s"), 0, MAX_SECONDS)),
+                        "read_s": _round(number(path, f"{where}.read_s", entry.get("read_s"), 0, MAX_SECONDS)),
                     }
     return table
 
@@ -57,7 +78,7 @@ def size_rows(table: dict) -> list[dict]:
 def write_codecs(figures_dir: Path, datasets: list[str], codecs: list[str],
                  metrics_path: Path, plot_path: Path) -> dict:
     table = codec_table(figures_dir, datasets, codecs)
-    write_text(Path(metrics_path), json.dumps(table, indent=2) + "\n")
+    write_text(Path(metrics_path), json.dumps(table, indent=2, allow_nan=False) + "\n")
     rows = size_rows(table)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import polars as pl
@@ -32,7 +33,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.atomic import atomic_dir, atomic_path
-from pipeline.stages.csvdata import HEADER, is_header, line_body
+from pipeline.core.bounded import open_regular
+from pipeline.stages.csvdata import HEADER, LINE_MAX, ROW_MAX, ROW_MIN, is_header, line_body
 from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError, reason
 from pipeline.core.dataset import COLUMNS, NUM_CLASSES, PIXELS, SPLITS, first_bad_label
@@ -43,9 +45,8 @@ from pipeline.stages.parquet import IMAGE_TYPE, LAYOUTS, compact_table, read_par
 # ---------------------------------------------------------------- reading the CSV
 
 
-def _check_header(csv_path: Path) -> None:
-    with csv_path.open("rb") as f:
-        first = f.readline()
+def _check_header(csv_path: Path, f: BinaryIO) -> None:
+    first = f.readline(64 << 10)  # the header is 7,969 bytes: what follows is not read as one line
     if not first:
         raise DataError(f"{csv_path}: empty file (expected the header {HEADER[:30]!r}...)")
     if not is_header(first):
@@ -74,24 +75,51 @@ def _locate_bad_line(lines: bytes, first_number: int) -> str:
     return f"a bad line in lines {first_number}..{last}"
 
 
-def _line_blocks(csv_path: Path, block_bytes: int) -> Iterator[bytes]:
-    """Blocks of whole lines after the header; a fixed block size is what keeps memory
-    flat however large the CSV is."""
-    with csv_path.open("rb") as f:
-        f.readline()
-        rest = b""
-        while chunk := f.read(block_bytes):
-            cut = chunk.rfind(b"\n") + 1
-            if cut:
-                yield b"".join((rest, memoryview(chunk)[:cut]))  # one copy, not two
-                rest = chunk[cut:]
-            else:
-                rest += chunk
-        if rest.strip():
-            # A last line without its newline may be cut inside its last number ("...,25"
-            # for "...,255"): nothing can tell, so it is refused rather than guessed.
-            raise DataError(f"{csv_path}: the file does not end with a newline: its last line is cut "
-                            f"short or incomplete (ends {bytes(rest[-20:])!r})")
+def _too_long(csv_path: Path, line: int, size: str) -> DataError:
+    return DataError(f"{csv_path}: line {line}: {size} bytes, longer than any row can be (785 fields of at "
+                     f"most 3 digits and their commas: {ROW_MAX:,} bytes, then LF or CRLF)")
+
+
+def _line_blocks(csv_path: Path, f: BinaryIO, block_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """(number of its first line, block) for blocks of whole lines after the header. A fixed
+    block size keeps memory flat however large the CSV is: a block is at most `block_bytes`
+    plus the one line begun before it, and a line is refused once it runs past LINE_MAX
+    bytes without ending, not read to its end."""
+    line, rest = 2, b""
+    while chunk := f.read(block_bytes):
+        cut = chunk.rfind(b"\n") + 1
+        if cut:
+            block = b"".join((rest, memoryview(chunk)[:cut]))  # one copy, not two
+            yield line, block
+            line += block.count(b"\n")
+            rest = chunk[cut:]
+        else:
+            rest += chunk
+        if len(rest) > LINE_MAX:
+            raise _too_long(csv_path, line, f"more than {LINE_MAX:,}")
+    if rest.strip():
+        # A last line without its newline may be cut inside its last number ("...,25"
+        # for "...,255"): nothing can tell, so it is refused rather than guessed.
+        raise DataError(f"{csv_path}: the file does not end with a newline: its last line is cut "
+                        f"short or incomplete (ends {bytes(rest[-20:])!r})")
+
+
+def _check_lines(csv_path: Path, first: int, block: bytes, before: int, rows: int | None) -> None:
+    """Before a parser sees the block: it must not take the split past its `rows`, and each
+    line's length must be one a row can have (ROW_MIN..ROW_MAX bytes and a CR): a parser given
+    one 40 MB line makes a column per field, gigabytes."""
+    ends = np.flatnonzero(np.frombuffer(block, np.uint8) == 10)  # the block ends with one
+    if rows is not None and before + len(ends) > rows:
+        raise DataError(f"{csv_path}: more than {rows:,} data rows (line {rows + 2:,} is one too many): the data "
+                        f"set's split has {rows:,} (sources.yaml rows)")
+    lengths = np.diff(ends, prepend=-1) - 1  # without the LF
+    bad = np.flatnonzero((lengths < ROW_MIN) | (lengths > ROW_MAX + 1))
+    if len(bad):
+        index = int(bad[0])
+        if lengths[index] > ROW_MAX + 1:
+            raise _too_long(csv_path, first + index, f"{int(lengths[index]):,}")
+        start = int(ends[index - 1]) + 1 if index else 0
+        raise DataError(f"{csv_path}: {_locate_bad_line(block[start:int(ends[index]) + 1], first + index)}")
 
 
 SCHEMA = {name: pl.UInt8 for name in COLUMNS}
@@ -117,21 +145,28 @@ def _parse_block(csv_path: Path, first: int, block: bytes) -> tuple[np.ndarray, 
     return labels, table[:, 1:]
 
 
-def iter_csv(csv_path: Path, block_bytes: int = 16 << 20) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def iter_csv(csv_path: Path, block_bytes: int = 16 << 20, rows: int | None = None
+             ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield validated (labels [n], pixels [n, 784]) uint8 blocks of a CSV split, in order
-    (pixels Fortran-ordered: use np.ascontiguousarray for row-major bytes).
+    (pixels Fortran-ordered: use np.ascontiguousarray for row-major bytes); with `rows`, the
+    split must have exactly that many.
 
-    polars parses each block in parallel with explicit uint8 types."""
+    polars parses each block in parallel with explicit uint8 types, once its lines have
+    lengths a row can have. Memory: one block and what polars makes of it, whatever the file."""
     csv_path = Path(csv_path)
-    _check_header(csv_path)
-    rows = 0
-    for block in _line_blocks(csv_path, block_bytes):
-        # Every line is one row (polars reads a blank line as a row of nulls, rejected).
-        labels, pixels = _parse_block(csv_path, rows + 2, block)
-        rows += len(labels)
-        yield labels, pixels
-    if rows == 0:
+    count = 0
+    with open_regular(csv_path, csv_path.parent) as f:
+        _check_header(csv_path, f)
+        for first, block in _line_blocks(csv_path, f, block_bytes):
+            _check_lines(csv_path, first, block, count, rows)
+            # Every line is one row (polars reads a blank line as a row of nulls, rejected).
+            labels, pixels = _parse_block(csv_path, first, block)
+            count += len(labels)
+            yield labels, pixels
+    if count == 0:
         raise DataError(f"{csv_path}: no data rows after the header")
+    if rows is not None and count != rows:
+        raise DataError(f"{csv_path}: {count:,} data rows, but the data set's split has {rows:,} (sources.yaml rows)")
 
 
 # ---------------------------------------------------------------- layouts
@@ -166,19 +201,22 @@ class _RowGroups:
             self.filled = 0
 
 
-def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int) -> int:
-    """CSV -> compact Parquet, validating every row on the way; returns the row count."""
+def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int, rows: int | None = None) -> int:
+    """CSV -> compact Parquet, validating every row on the way (`rows` of them, when given);
+    returns the row count."""
     schema = pa.schema([("label", pa.uint8()), ("image", IMAGE_TYPE)])
-    rows = 0
+    count = 0
+    # A group larger than the split is the split: the buffer is no larger than it needs to be.
+    group_rows = row_group_rows if rows is None else min(row_group_rows, rows)
     # Page checksums (CRC32): a flipped byte in a data page is caught when it is read back.
     with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, use_dictionary=["label"], write_page_checksum=True,
                                                    **codec.writer_options()) as writer:
-        groups = _RowGroups(writer, row_group_rows)
-        for labels, pixels in iter_csv(csv_path):
+        groups = _RowGroups(writer, group_rows)
+        for labels, pixels in iter_csv(csv_path, rows=rows):
             groups.add(labels, pixels)
-            rows += len(labels)
+            count += len(labels)
         groups.flush()
-    return rows
+    return count
 
 
 def write_wide(csv_path: Path, out: Path, codec: Codec, row_group_rows: int) -> None:
@@ -190,12 +228,13 @@ def write_wide(csv_path: Path, out: Path, codec: Codec, row_group_rows: int) -> 
         pl.scan_csv(csv_path, schema=SCHEMA, quote_char=None).sink_parquet(tmp, row_group_size=row_group_rows, **codec.polars_options())
 
 
-def convert_split(csv_path: Path, out_paths: dict[str, Path], codec: Codec, row_group_rows: int) -> dict:
+def convert_split(csv_path: Path, out_paths: dict[str, Path], codec: Codec, row_group_rows: int,
+                  rows: int | None = None) -> dict:
     """One CSV split into each layout's Parquet file; returns rows and seconds per layout
     (the whole CSV -> file time, parsing included, as a user would see it)."""
     figures: dict = {"csv_bytes": Path(csv_path).stat().st_size}
     start = time.perf_counter()
-    figures["rows"] = write_compact(csv_path, out_paths["compact"], codec, row_group_rows)
+    figures["rows"] = write_compact(csv_path, out_paths["compact"], codec, row_group_rows, rows)
     figures["compact"] = {"write_s": time.perf_counter() - start}
     start = time.perf_counter()
     write_wide(csv_path, out_paths["wide"], codec, row_group_rows)
@@ -212,8 +251,9 @@ def measure_reads(out_paths: dict[str, Path], figures: dict) -> None:
 
 
 def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec: str,
-                    row_group_rows: int = 65536) -> dict:
-    """Stage `convert@<dataset>-<codec>`: both splits, both layouts, one codec."""
+                    row_group_rows: int = 65536, rows: dict[str, int] | None = None) -> dict:
+    """Stage `convert@<dataset>-<codec>`: both splits, both layouts, one codec; with `rows`
+    (sources.yaml), each split must have its count."""
     codec = Codec.parse(codec_spec)
     figures: dict = {"codec": codec.label}
     # The whole output folder is built beside the target and swapped in at the end: a bad
@@ -221,7 +261,8 @@ def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec
     with atomic_dir(Path(out_dir)) as tmp:
         for split in SPLITS:
             paths = {layout: tmp / layout / f"{split}.parquet" for layout in LAYOUTS}
-            figures[split] = convert_split(Path(csv_dir) / f"{split}.csv", paths, codec, row_group_rows)
+            figures[split] = convert_split(Path(csv_dir) / f"{split}.csv", paths, codec, row_group_rows,
+                                           None if rows is None else rows[split])
             measure_reads(paths, figures[split])
             sizes = ", ".join(f"{layout} {figures[split][layout]['bytes'] / 1e6:.2f} MB" for layout in LAYOUTS)
             print(f"{csv_dir}/{split}.csv -> {codec.label}: {sizes}", file=sys.stderr)

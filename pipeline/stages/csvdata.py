@@ -8,7 +8,6 @@ see `benchmarks/csv_write.py`.
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -16,12 +15,20 @@ import numpy as np
 import polars as pl
 
 from pipeline.core.atomic import atomic_dir, atomic_path
+from pipeline.core.bounded import open_regular
 from pipeline.core.errors import DataError
 from pipeline.core.dataset import COLUMNS, PIXELS, SPLITS
 from pipeline.stages.idx import read_split
 
 HEADER = ",".join(COLUMNS) + "\n"
 HEADER_LINE = HEADER.rstrip("\n").encode()
+# What one data row can be, before any parser sees it: 785 fields of 1 to 3 digits (0..255;
+# the writer never pads), 784 commas, then LF or CRLF. A line outside these bounds cannot be
+# a row, whatever else it holds.
+ROW_MIN = len(COLUMNS) * 2 - 1                 # 1,569 bytes without its line end
+ROW_MAX = len(COLUMNS) * 4 - 1                 # 3,139 bytes without its line end
+LINE_MAX = ROW_MAX + 2                         # with CRLF
+HEADER_MAX = len(HEADER_LINE) + 2
 
 
 def line_body(line: bytes) -> bytes:
@@ -47,10 +54,13 @@ def write_csv(images: np.ndarray, labels: np.ndarray, dest: Path) -> None:
         frame.write_csv(tmp, include_header=True, line_terminator="\n")
 
 
-def copy_csv(source: Path, dest: Path) -> None:
-    """Copy a CSV edition, adding the header when the source (as most mirrors') has none."""
-    with source.open("rb") as src, atomic_path(dest) as tmp, tmp.open("wb") as out:
-        first = src.readline()
+def copy_csv(source: Path, dest: Path, rows: int | None = None, within: Path | None = None) -> None:
+    """Copy a CSV edition, adding the header when the source (as most mirrors') has none. A
+    regular file only (inside `within`, when given), and with `rows`, no more bytes than a
+    header and that many rows can take (the convert stage checks each line)."""
+    cap = None if rows is None else HEADER_MAX + rows * LINE_MAX
+    with open_regular(source, within) as src, atomic_path(dest) as tmp, tmp.open("wb") as out:
+        first = src.readline(max(HEADER_MAX, LINE_MAX) + 1)
         if not first:
             raise DataError(f"{source}: empty file")
         if not is_header(first):
@@ -60,19 +70,27 @@ def copy_csv(source: Path, dest: Path) -> None:
                 raise DataError(f"{source}: line 1 is neither the header {HEADER[:30]!r}... "
                                 f"nor a data row: {first[:60]!r}")
         out.write(first)
-        shutil.copyfileobj(src, out)
+        copied = len(first)
+        while chunk := src.read(1 << 20):
+            copied += len(chunk)
+            if cap is not None and copied > cap:
+                raise DataError(f"{source}: more than {cap:,} bytes, more than a header and the split's {rows:,} "
+                                f"rows (sources.yaml) can take")
+            out.write(chunk)
 
 
-def render_csvs(raw_dir: Path, out_dir: Path) -> None:
-    """Stage `csv@<dataset>`: `{train,test}.csv` from the fetched IDX (or CSV) files."""
+def render_csvs(raw_dir: Path, out_dir: Path, rows: dict[str, int] | None = None) -> None:
+    """Stage `csv@<dataset>`: `{train,test}.csv` from the fetched IDX (or CSV) files; with
+    `rows` (sources.yaml), each split must have its count."""
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
     with atomic_dir(out_dir) as tmp:  # both splits or neither
         for split in SPLITS:
             dest = tmp / f"{split}.csv"
             csv_source = raw_dir / f"{split}.csv"
-            if csv_source.exists():
-                copy_csv(csv_source, dest)
+            expected = None if rows is None else rows[split]
+            if csv_source.exists() or csv_source.is_symlink():
+                copy_csv(csv_source, dest, expected, raw_dir)
             else:
-                images, labels = read_split(raw_dir, split)
+                images, labels = read_split(raw_dir, split, expected)
                 write_csv(images, labels, dest)
             print(f"{out_dir / dest.name}: {dest.stat().st_size:,} bytes", file=sys.stderr)

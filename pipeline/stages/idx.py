@@ -7,59 +7,60 @@ a silently short data set; here every field is checked and the error names the f
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.core.atomic import atomic_path
-from pipeline.core.errors import DataError, InputError
-from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES, first_bad_label
+from pipeline.core.bounded import open_regular
+from pipeline.core.errors import DataError
+from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES, PIXELS, first_bad_label
+from pipeline.core.idxheader import TYPES, IdxError, header_size, parse_header
 
 # Type codes of the IDX format; MNIST only uses 0x08, the others are read for completeness.
-_DTYPES: dict[int, np.dtype] = {
-    0x08: np.dtype(np.uint8),
-    0x09: np.dtype(np.int8),
-    0x0B: np.dtype(">i2"),
-    0x0C: np.dtype(">i4"),
-    0x0D: np.dtype(">f4"),
-    0x0E: np.dtype(">f8"),
-}
+_DTYPES: dict[int, np.dtype] = {code: np.dtype(spec) for code, (spec, _) in TYPES.items()}
 _CODES = {dt.newbyteorder(">") if dt.itemsize > 1 else dt: code for code, dt in _DTYPES.items()}
 
+__all__ = ["IdxError", "idx_bytes", "parse_idx", "read_idx", "read_split", "write_idx"]
 
-class IdxError(InputError):
-    """An IDX file whose header or length does not describe a valid array."""
+
+def _check_size(source: str, shape: tuple[int, ...], expected: int, actual: int) -> None:
+    if actual != expected:
+        kind = "truncated" if actual < expected else "trailing bytes"
+        raise IdxError(f"{source}: {kind}: header says shape {shape} ({expected:,} bytes), file has {actual:,} bytes")
+
+
+def _array(data: bytes, code: int, header: int, shape: tuple[int, ...], source: str) -> np.ndarray:
+    try:
+        return np.frombuffer(data, dtype=_DTYPES[code], offset=header).reshape(shape)
+    except ValueError:  # an empty body with other dimensions whose product numpy cannot hold
+        raise IdxError(f"{source}: header says shape {shape}, which no array can have") from None
 
 
 def parse_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:
     """Turn the bytes of an IDX file into an array, or say precisely why not."""
-    if len(data) < 4:
-        raise IdxError(f"{source}: {len(data)} bytes, too short for an IDX header (4 bytes)")
-    zero, code, ndim = int.from_bytes(data[:2], "big"), data[2], data[3]
-    if zero != 0 or code not in _DTYPES:
-        raise IdxError(
-            f"{source}: bad magic number 0x{data[:4].hex()}: expected 0x0000 then a type "
-            f"code in {sorted(hex(c) for c in _DTYPES)} (is this a gzip file not unpacked?)"
-        )
-    if ndim == 0:
-        raise IdxError(f"{source}: header declares 0 dimensions")
-    header = 4 + 4 * ndim
-    if len(data) < header:
-        raise IdxError(f"{source}: truncated header: {ndim} dimensions need {header} bytes")
-    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    dtype = _DTYPES[code]
-    expected = header + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if len(data) != expected:
-        kind = "truncated" if len(data) < expected else "trailing bytes"
-        raise IdxError(
-            f"{source}: {kind}: header says shape {shape} ({expected:,} bytes), "
-            f"file has {len(data):,} bytes"
-        )
-    return np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
+    code, shape, header, expected = parse_header(data, source)
+    _check_size(source, shape, expected, len(data))
+    return _array(data, code, header, shape, source)
 
 
-def read_idx(path: Path) -> np.ndarray:
-    return parse_idx(Path(path).read_bytes(), str(path))
+def read_idx(path: Path, max_bytes: int | None = None, within: Path | None = None) -> np.ndarray:
+    """An IDX file whose header is checked before its body is read: the size the header
+    declares must be the file's, and at most `max_bytes`. Only a regular file is opened
+    (inside `within`, when given): a FIFO or a link to a device is refused, not read."""
+    path = Path(path)
+    with open_regular(path, within) as f:
+        head = f.read(4)
+        head += f.read(header_size(head, str(path)) - 4)
+        code, shape, header, expected = parse_header(head, str(path))
+        _check_size(str(path), shape, expected, os.fstat(f.fileno()).st_size)
+        if max_bytes is not None and expected > max_bytes:
+            raise IdxError(f"{path}: header says shape {shape} ({expected:,} bytes), more than the {max_bytes:,} "
+                           f"bytes this file can have")
+        data = head + f.read(expected - header)
+    _check_size(str(path), shape, expected, len(data))  # the file changed while read
+    return _array(data, code, header, shape, str(path))
 
 
 def idx_bytes(array: np.ndarray) -> bytes:
@@ -76,10 +77,14 @@ def write_idx(path: Path, array: np.ndarray) -> None:
         tmp.write_bytes(idx_bytes(array))
 
 
-def read_split(raw_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """Images [n, 28, 28] uint8 and labels [n] uint8 of one fetched split, cross-checked."""
-    images_path, labels_path = Path(raw_dir) / f"{split}-images.idx", Path(raw_dir) / f"{split}-labels.idx"
-    images, labels = read_idx(images_path), read_idx(labels_path)
+def read_split(raw_dir: Path, split: str, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Images [n, 28, 28] uint8 and labels [n] uint8 of one fetched split, cross-checked;
+    n must be `rows` (the data set's count, sources.yaml) when given, and no file larger
+    than n samples can be is read. Files must be regular files inside `raw_dir`."""
+    raw_dir = Path(raw_dir)
+    images_path, labels_path = raw_dir / f"{split}-images.idx", raw_dir / f"{split}-labels.idx"
+    images_cap, labels_cap = (None, None) if rows is None else (16 + rows * PIXELS, 8 + rows)
+    images, labels = read_idx(images_path, images_cap, raw_dir), read_idx(labels_path, labels_cap, raw_dir)
     if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE or images.dtype != np.uint8:
         raise DataError(f"{images_path}: expected uint8 images of shape [n, {IMAGE_SHAPE[0]}, {IMAGE_SHAPE[1]}], got "
                         f"{images.dtype} {list(images.shape)}")
@@ -89,6 +94,9 @@ def read_split(raw_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     if len(images) != len(labels):
         raise DataError(f"{split}: {len(images):,} images in {images_path} but "
                         f"{len(labels):,} labels in {labels_path}")
+    if rows is not None and len(images) != rows:
+        raise DataError(f"{images_path}: {len(images):,} samples, but the data set's {split} split has {rows:,} "
+                        f"(sources.yaml rows)")
     bad = first_bad_label(labels)
     if bad is not None:
         raise DataError(f"{labels_path}: label {labels[bad]} at index {bad} is outside 0..{NUM_CLASSES - 1}")

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.core.bounded import open_regular, read_capped
 from pipeline.core.errors import DataError, is_hex, reason
 from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, PIXELS, SPLITS
 
@@ -57,6 +58,7 @@ def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(labels [n], images [n, *IMAGE_SHAPE]) uint8 from either layout, page checksums verified
     where the writer stored them; a damaged file is a DataError naming it."""
     try:
+        open_regular(path).close()  # a FIFO or a device is refused, not read
         table = pq.read_table(path, page_checksum_verification=True)
     except FileNotFoundError:
         raise DataError(f"{path}: missing") from None
@@ -84,11 +86,12 @@ def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 CHECKSUMS = "SHA256SUMS"
+SUMS_CAP = 64 << 10
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path, within: Path | None = None) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as f:
+    with open_regular(path, within) as f:
         while chunk := f.read(1 << 22):
             digest.update(chunk)
     return digest.hexdigest()
@@ -103,8 +106,8 @@ def write_checksums(folder: Path, layouts: tuple[str, ...] = LAYOUTS) -> None:
 
 def _read_sums(sums: Path) -> dict[str, str]:
     """`sha256sum`'s text format, read strictly: a damaged list must not pass as a shorter one."""
-    try:
-        text = sums.read_bytes()[:1 << 20].decode("ascii")
+    try:  # four lines of 64 + 2 + 22 bytes: 64 KiB is plenty, and no more is read
+        text = read_capped(sums, SUMS_CAP, "SHA256SUMS", within=sums.parent).decode("ascii")
     except UnicodeDecodeError:
         raise DataError(f"{sums}: not a SHA256SUMS text file (bytes that are not ASCII)") from None
     recorded: dict[str, str] = {}
@@ -127,9 +130,9 @@ def verify_checksum(path: Path) -> None:
         raise DataError(f"{sums}: missing, so {path} cannot be checked (not written by the convert stage?)") from None
     if name not in recorded:
         raise DataError(f"{sums}: no checksum for {name}")
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         raise DataError(f"{path}: missing ({sums.name} lists it: the convert stage's output is incomplete)")
-    actual = _sha256(path)
+    actual = _sha256(path, within=sums.parent)
     if actual != recorded[name]:
         raise DataError(f"{path}: checksum mismatch: {sums.name} says {recorded[name][:16]}..., file is "
                         f"{actual[:16]}... (damaged after the convert stage wrote it)")

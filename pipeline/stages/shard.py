@@ -30,14 +30,24 @@ from pipeline.stages.parquet import check_present, check_types, verify_checksum
 
 
 @contextmanager
-def _parquet(path: Path) -> Iterator[pq.ParquetFile]:
-    """The split opened for streaming. Any damage, found opening it (footer) or reading it
-    (a page's CRC, a column missing or mistyped), becomes one error naming the file."""
+def _parquet(path: Path, rows: int | None = None) -> Iterator[pq.ParquetFile]:
+    """The split opened for streaming, its columns and (given `rows`) its row count checked
+    before any page is read. Any damage, found opening it (footer) or reading it (a page's
+    CRC, a column missing or mistyped), becomes one error naming the file."""
     try:
         # pre_buffer off + a 1 MiB buffered stream: pages are read as decoded, not whole
         # column chunks ahead (Arrow's peak on a 31 MB split: 4.3 MB against 26 MB).
         source = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False, buffer_size=1 << 20)
         check_types(path, source.schema_arrow)
+        names = set(source.schema_arrow.names)
+        wanted = ["label", "image"] if "image" in names else COLUMNS
+        missing = [name for name in wanted if name not in names]
+        if missing:
+            raise DataError(f"{path}: no {missing[0]!r} column ({len(missing)} missing): neither layout the convert "
+                            f"stage writes (columns: {sorted(names)[:5]}...)")
+        if rows is not None and source.metadata.num_rows != rows:
+            raise DataError(f"{path}: {source.metadata.num_rows:,} rows, but the data set's split has {rows:,} "
+                            f"(sources.yaml rows)")
         yield source
     except DataError:
         raise
@@ -52,9 +62,10 @@ def _complete(path: Path, batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch
 
 
-def iter_samples(path: Path, batch_rows: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def iter_samples(path: Path, batch_rows: int = 8192, rows: int | None = None
+                 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(labels [b], images [b, 784]) uint8 batches of a split, either layout, in file order."""
-    with _parquet(path) as source:
+    with _parquet(path, rows) as source:
         compact = "image" in source.schema_arrow.names
         columns = ["label", "image"] if compact else COLUMNS
         # use_threads=False: pyarrow's threaded reader decodes row groups ahead, which is
@@ -71,23 +82,27 @@ def iter_samples(path: Path, batch_rows: int = 8192) -> Iterator[tuple[np.ndarra
                 yield labels, np.ascontiguousarray(by_column.T)
 
 
-def _label_digest(path: Path) -> hashlib._Hash:
+def _label_digest(path: Path, rows: int | None = None) -> hashlib._Hash:
     """sha256 over every label: the first pass, the label column only."""
     digest = hashlib.sha256()
-    with _parquet(path) as source:
+    with _parquet(path, rows) as source:
         for batch in source.iter_batches(batch_size=1 << 16, columns=["label"], use_threads=False):
             digest.update(_complete(path, batch).column(0).to_numpy().tobytes())
     return digest
 
 
 def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, samples_per_shard: int,
-                 compression: str = "none", level: int = 3, batch_rows: int = 8192) -> dict:
-    """One split's Parquet -> shards + manifest.json in `out_dir` (new or empty)."""
-    digest = _label_digest(source)
+                 compression: str = "none", level: int = 3, batch_rows: int = 8192, rows: int | None = None) -> dict:
+    """One split's Parquet -> shards + manifest.json in `out_dir` (new or empty); with `rows`
+    (sources.yaml), the file must hold exactly that many, checked before a page is read and
+    again as they stream (row groups that state fewer rows than their pages hold)."""
+    digest = _label_digest(source, rows)
     writer = ShardWriter(out_dir, sample=MNIST, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
                          compression=compression, level=level, origin=str(source))
-    for labels, images in iter_samples(source, batch_rows):
+    for labels, images in iter_samples(source, batch_rows, rows):
         digest.update(images.tobytes())
+        if rows is not None and writer.count + len(labels) > rows:
+            raise DataError(f"{source}: more rows than the data set's split has ({rows:,}, sources.yaml rows)")
         writer.add({"images": images.reshape(len(images), *IMAGE_SHAPE), "labels": labels})
     if writer.count == 0:
         raise DataError(f"{source}: no samples")
@@ -95,14 +110,16 @@ def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, sampl
 
 
 def shard_dataset(parquet_dir: Path, out_dir: Path, dataset: str, samples_per_shard: int,
-                  compression: str, level: int) -> None:
-    """Stage `shard@<dataset>`: both splits, checked against SHA256SUMS, streamed to shards;
-    the whole folder swapped in at the end (both splits or neither)."""
+                  compression: str, level: int, rows: dict[str, int] | None = None) -> None:
+    """Stage `shard@<dataset>`: both splits, checked against SHA256SUMS (and, given `rows`,
+    against the data set's row counts), streamed to shards; the whole folder swapped in at
+    the end (both splits or neither)."""
     with atomic_dir(Path(out_dir)) as tmp:
         for split in SPLITS:
             source = Path(parquet_dir) / f"{split}.parquet"
             verify_checksum(source)  # one flipped byte anywhere: refused, the file named
             manifest = stream_split(source, tmp / split, dataset=dataset, split=split,
-                                    samples_per_shard=samples_per_shard, compression=compression, level=level)
+                                    samples_per_shard=samples_per_shard, compression=compression, level=level,
+                                    rows=None if rows is None else rows[split])
             total = sum(s["bytes"] for s in manifest["shards"])
             print(f"{out_dir}/{split}: {len(manifest['shards'])} shards, {total / 1e6:.1f} MB", file=sys.stderr)

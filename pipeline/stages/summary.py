@@ -8,6 +8,9 @@ column of its own) and the fastest variant's steady seconds per epoch. A codec e
 changes the first (its shards are byte-identical, so no training reruns); a bench change,
 the second. The full tables are `metrics/codecs.json` and `metrics/bench/<dataset>.json`,
 drawn by `dvc plots` and rendered in docs/results.md.
+
+Every number read is checked before it is written: finite, of its type and in a range a
+real run can give (NaN, inf, 1e308 or a negative time stop the stage, naming file and key).
 """
 
 from __future__ import annotations
@@ -16,26 +19,52 @@ import json
 from pathlib import Path
 
 from pipeline.core.atomic import write_text
+from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
+from pipeline.core.errors import DataError
+
+MAX_BYTES = 1 << 40          # a Parquet split: far above any here (MNIST's largest: 47 MB)
+MAX_SECONDS = 7 * 24 * 3600  # a steady epoch: a week would already be absurd
 
 
-def fastest(variants: dict) -> tuple[str, dict]:
+def _mapping(source: Path, key: str, value) -> dict:
+    if not isinstance(value, dict):
+        raise DataError(f"{source}: {key}: expected an object, got {short(value)}")
+    return value
+
+
+def fastest(variants: dict, source: Path | str = "<bench>") -> tuple[str, dict]:
     """The fully-run variant with the fastest steady train epoch."""
-    measured = {name: v for name, v in variants.items() if not v.get("extrapolated")}
+    measured = {}
+    for name, entry in _mapping(Path(source), "variants", variants).items():
+        entry = _mapping(Path(source), f"variants.{name}", entry)
+        if not entry.get("extrapolated"):
+            number(source, f"variants.{name}.train_s", entry.get("train_s"), 0, MAX_SECONDS)
+            measured[name] = entry
+    if not measured:
+        raise DataError(f"{source}: variants: none was run in full (every one extrapolated), so there is no "
+                        f"steady epoch to report")
     name = min(measured, key=lambda n: measured[n]["train_s"])
     return name, measured[name]
 
 
-def headline(codec_figures: dict, layout: str, bench: dict) -> dict:
-    _, best = fastest(bench["variants"])
-    return {"MB": round(codec_figures["train"][layout]["bytes"] / 1e6, 3), "epoch_s": round(best["train_s"], 4)}
+def headline(codec_figures: dict, layout: str, bench: dict, figures_source: Path | str = "<figures>",
+             bench_source: Path | str = "<bench>") -> dict:
+    _, best = fastest(_mapping(Path(bench_source), "(top level)", bench).get("variants"), bench_source)
+    entry = _mapping(Path(figures_source), f"train.{layout}",
+                     _mapping(Path(figures_source), "train", codec_figures.get("train")).get(layout))
+    size = number(figures_source, f"train.{layout}.bytes", entry.get("bytes"), 1, MAX_BYTES, integer=True)
+    return {"MB": round(size / 1e6, 3), "epoch_s": round(best["train_s"], 4)}
 
 
 def write_summary(figures_dir: Path, bench_dir: Path, datasets: list[str], codec: str, layout: str,
                   out: Path) -> dict:
     label = Codec.parse(codec).label
-    summary = {dataset: headline(json.loads((Path(figures_dir) / dataset / f"{label}.json").read_text()), layout,
-                                 json.loads((Path(bench_dir) / f"{dataset}.json").read_text()))
-               for dataset in datasets}
-    write_text(Path(out), json.dumps(summary, indent=2) + "\n")
+    summary = {}
+    for dataset in datasets:
+        figures_path = Path(figures_dir) / dataset / f"{label}.json"
+        bench_path = Path(bench_dir) / f"{dataset}.json"
+        summary[dataset] = headline(read_json(figures_path, what="figures file"), layout,
+                                    read_json(bench_path, 64 << 20, "bench metrics file"), figures_path, bench_path)
+    write_text(Path(out), json.dumps(summary, indent=2, allow_nan=False) + "\n")
     return summary
