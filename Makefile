@@ -69,7 +69,7 @@ $(PEERS_VENV)/.installed: pyproject.toml
 	touch $@
 
 peers: peers-setup
-	$(PEERS_VENV)/bin/python benchmarks/peers.py $(PEERS_ARGS) --out results/peers
+	$(PEERS_VENV)/bin/python benchmarks/peers.py $(PEERS_ARGS) --out results/peers --docs docs/shards.md
 
 clean:
 	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache mutants
