@@ -322,7 +322,7 @@ def report(bench_dir: Path, codecs_path: Path | None, results_dir: Path, readme:
 
 @main.command("standalone-bench")
 @click.option("--mirror", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
-              help="Folder holding <dataset>/ with the four IDX .gz files (e.g. ../shared/datasets).")
+              help="Folder holding <dataset>/ with the four IDX .gz files (e.g. /data/idx).")
 @click.option("--out", "out_root", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
               help="Results root: writes <out>/<machine>/<dataset>.json.")
 @click.option("--work", type=click.Path(path_type=Path), default=Path("/tmp/pipeline-standalone"),
