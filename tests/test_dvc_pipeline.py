@@ -206,6 +206,9 @@ def s3_server():
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
                                                   headers={"Content-Type": "text/plain"}))
     yield endpoint, {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+    # moto's authentication switch is process-wide: off again for the servers of later tests.
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"inf", method="POST",
+                                                  headers={"Content-Type": "text/plain"}))
     server.stop()
 
 

@@ -263,6 +263,8 @@ def s3():
     bucket; yields the environment that points s3fs (and boto) at it."""
     moto_server = pytest.importorskip("moto.server")
     pytest.importorskip("s3fs")
+    import urllib.request
+
     import boto3
 
     port = free_port()
@@ -270,6 +272,9 @@ def s3():
     server.start()
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
            "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    # Authentication off whatever an earlier test in this process set (moto's switch is global).
+    urllib.request.urlopen(urllib.request.Request(f"{env['AWS_ENDPOINT_URL']}/moto-api/reset-auth", data=b"inf",
+                                                  method="POST", headers={"Content-Type": "text/plain"}))
     boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1", aws_access_key_id="test",
                  aws_secret_access_key="test").create_bucket(Bucket="scale")
     yield env
