@@ -54,6 +54,21 @@ def _shard_path(folder: Path, name: str) -> Path:
     return path
 
 
+def _open_shard(folder: Path, entry: dict):
+    """(path, unbuffered file, size) of a shard that is a plain file in its folder and of the
+    size the manifest states; one message per way it is not."""
+    path = _shard_path(folder, entry["file"])
+    try:
+        file = path.open("rb", buffering=0)
+    except FileNotFoundError:
+        raise ShardError(f"{path}: shard listed in the manifest is missing") from None
+    size = os.fstat(file.fileno()).st_size
+    if size != entry["bytes"]:
+        file.close()
+        raise ShardError(f"{path}: {size:,} bytes, manifest says {entry['bytes']:,} (truncated?)")
+    return path, file, size
+
+
 def _readinto(source, view: memoryview, path: Path) -> None:
     """Fill `view` from a stream that may return short reads."""
     while view.nbytes:
@@ -176,15 +191,8 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
     first, stop = rows or (0, count)
     if not 0 <= first <= stop <= count:
         raise ValueError(f"rows {first}..{stop} are outside the shard's 0..{count}")
-    path = _shard_path(folder, entry["file"])
-    try:
-        file = path.open("rb", buffering=0)
-    except FileNotFoundError:
-        raise ShardError(f"{path}: shard listed in the manifest is missing") from None
+    path, file, size = _open_shard(folder, entry)
     with file:
-        size = os.fstat(file.fileno()).st_size
-        if size != entry["bytes"]:
-            raise ShardError(f"{path}: {size:,} bytes, manifest says {entry['bytes']:,} (truncated?)")
         if compression == "zstd":
             blob = file.read()
             _verify(path, entry, verify, blob)
@@ -269,16 +277,9 @@ def map_shard(folder: Path, entry: dict, sample: Sample, verify: str) -> dict[st
     """One uncompressed shard's fields as read-only numpy arrays over a memory map of the file,
     after the same checks `read_shard_into` runs (size, digest, header against the schema):
     no copy, and the pages are the page cache's, shared by every process that maps them."""
-    path = _shard_path(folder, entry["file"])
     count = entry["count"]
-    try:
-        file = path.open("rb", buffering=0)
-    except FileNotFoundError:
-        raise ShardError(f"{path}: shard listed in the manifest is missing") from None
+    path, file, size = _open_shard(folder, entry)
     with file:
-        size = os.fstat(file.fileno()).st_size
-        if size != entry["bytes"]:
-            raise ShardError(f"{path}: {size:,} bytes, manifest says {entry['bytes']:,} (truncated?)")
         mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)  # stays open while an array uses it
     _verify(path, entry, verify, mapped)
     templates = allocate(sample, 0)
