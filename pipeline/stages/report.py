@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt
 from pydantic import ValidationError
 
 from pipeline.core.atomic import atomic_dir, write_text
+from pipeline.core.bounded import read_capped
 from pipeline.core.errors import InputError
 from pipeline.stages import charts
 
@@ -167,12 +168,7 @@ CodecTable = dict[Slug, dict[Slug, dict[Slug, CodecEntry]]]  # data set -> layou
 def read_json(path: Path) -> Any:
     """A metrics file's JSON, read with a byte cap; a special file or bad JSON is refused."""
     path = Path(path)
-    if not path.is_file():
-        raise ReportError(f"{path}: not a regular file")
-    with open(path, "rb") as f:
-        data = f.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise ReportError(f"{path}: larger than {MAX_FILE_BYTES} bytes; not a metrics file")
+    data = read_capped(path, MAX_FILE_BYTES, "metrics file")  # a special file or an oversized one: one line
     try:
         return json.loads(data, parse_constant=lambda name: _refuse_constant(path, name))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -588,10 +584,7 @@ def embed(text: str, root: Path) -> str:
             raise ReportError(f"embed {name!r}: only files under {' or '.join(EMBED_ROOTS)}/ may be embedded")
         if not path.is_file():
             raise ReportError(f"embed {name!r}: no such file")
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise ReportError(f"embed {name!r}: larger than {MAX_FILE_BYTES} bytes")
+        data = read_capped(path, MAX_FILE_BYTES, "embedded file")
         body = _no_markers(name, data.decode("utf-8", errors="replace").rstrip("\n"))
         if fenced and "```" in body:
             raise ReportError(f"embed {name!r}: holds a code fence (```); refusing to embed it")
