@@ -40,7 +40,7 @@ def test_a_new_machine_gets_its_own_table_and_the_suite_still_passes(tmp_path, m
     shard_dataset(data / "pq" / "compact", data / "shards", "tiny", 128, "none", 3)
     machine = {**fingerprint("cpu"), "name": "a-laptop-8c", "cpu": "A Laptop CPU", "cores": 8}
     settings = bench_settings(epochs=2, batch_size=64, num_workers=1, variants=["naive", "device", "compiled"],
-                              sample=["naive"], sample_steps=2, sample_epochs=2, budget_steps=3)
+                              sample=["naive"], sample_steps=2, sample_epochs=2, budget=True)
     doc = bench_dataset("tiny", data / "pq" / "wide", data / "shards", repo / "metrics" / "bench" / "tiny.json",
                         "cpu", settings, machine)
     assert doc["machine"]["name"] == "a-laptop-8c" and doc["date"]

@@ -196,14 +196,3 @@ def timed_window(run: Callable[[], None], device: torch.device, steps: int) -> d
     parts = split(*trace_intervals(prof.events()), cuda=device.type == "cuda")
     return per_step(parts, steps)
 
-
-def endless(make: Callable[[], Iterable]) -> Iterator:
-    """Batches from `make()`, started again whenever it runs out (a profiled pass may need
-    more steps than one small epoch has)."""
-    while True:
-        empty = True
-        for item in make():
-            empty = False
-            yield item
-        if empty:
-            raise ValueError("a data path with no batches")

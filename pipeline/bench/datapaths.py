@@ -32,6 +32,7 @@ class DataPath:
     test: Callable[[], Iterable]
     train_steps: int
     test_steps: int
+    batch_size: int
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *
         train_loader = _loader(train_set, batch, True, seed, **options)
         test_loader = _loader(test_set, batch, False, seed, **options)
         return DataPath(lambda: train_loader, lambda: test_loader,
-                        steps(len(train_set), batch), steps(len(test_set), batch))
+                        steps(len(train_set), batch), steps(len(test_set), batch), batch)
     if variant == "batched":
         train_set, test_set = (ShardDataset(Path(shards) / split, dataset=dataset, split=split) for split in SPLITS)
         pin = device.type == "cuda"
@@ -112,10 +113,10 @@ def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *
                                         pin_memory=pin)
         test_loader = test_set.loader(batch_size, pin_memory=pin)
         return DataPath(lambda: train_loader, lambda: test_loader,
-                        steps(len(train_set), batch_size), steps(len(test_set), batch_size))
+                        steps(len(train_set), batch_size), steps(len(test_set), batch_size), batch_size)
     if variant == "device":
         data = Resident.load(shards, device, dataset)
         train = DeviceBatches(data.train_images, data.train_labels, batch_size, shuffle=True, seed=seed)
         test = DeviceBatches(data.test_images, data.test_labels, batch_size, shuffle=False)
-        return DataPath(lambda: train, lambda: test, len(train), len(test))
+        return DataPath(lambda: train, lambda: test, len(train), len(test), batch_size)
     raise ValueError(f"unknown eager variant {variant!r}; expected one of {EAGER_VARIANTS}")

@@ -47,8 +47,9 @@ class BenchSettings:
     seed: int
     num_workers: int                     # 0: min(4, CPU count)
     variants: tuple[str, ...]
-    # Variants timed over `sample_steps` train steps (and as many test steps) per epoch for
-    # `sample_epochs` epochs, then scaled to a full epoch. Empty: every variant runs in full.
+    # Variants timed over the samples of `sample_steps` train steps at `batch_size` (and as many
+    # test samples) per epoch for `sample_epochs` epochs, then scaled to a full epoch. Empty:
+    # every variant runs in full.
     sample: tuple[str, ...]
     sample_steps: int
     sample_epochs: int
@@ -59,7 +60,7 @@ class BenchSettings:
     # A variant whose timed epochs spread more than this (max - min over the median), or
     # whose twin doing identical work disagrees by more, is marked unstable.
     max_spread: float
-    budget_steps: int                    # train steps profiled per variant for its time budget
+    budget: bool                         # profile one more (sampled) epoch per variant: its time budget
 
     def workers(self) -> int:
         return self.num_workers or min(4, os.cpu_count() or 1)
@@ -102,20 +103,23 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
     if variant in STATIC_VARIANTS:
         data = Resident.load(shards, device, dataset)
         timing = train_static(data, device, config, settings.execution(variant, device),
-                              epochs=settings.epochs, started=started, progress=progress,
-                              budget_steps=settings.budget_steps)
+                              epochs=settings.epochs, started=started, progress=progress, budget=settings.budget)
         return timing, math.ceil(len(data.train_labels) / config.batch_size), \
             math.ceil(len(data.test_labels) / config.batch_size)
     sampled = variant in settings.sample
     path = data_path(variant, parquet, shards, device, dataset=dataset, batch_size=config.batch_size, seed=config.seed,
                      workers=settings.workers())
-    # A sampled variant's budget is one more sampled epoch, profiled: the same steps from a
-    # fresh iterator (worker start-up included) that its timed figures are made of.
     timing = train_eager(path, device, config, epochs=settings.sample_epochs if sampled else settings.epochs,
-                         steps=settings.sample_steps if sampled else None, started=started, progress=progress,
-                         budget_steps=(settings.sample_steps if sampled else settings.budget_steps)
-                         if settings.budget_steps else 0, budget_warmup=0 if sampled else 2)
+                         steps=sample_steps(settings, path.batch_size, path.train_steps) if sampled else None,
+                         started=started, progress=progress, budget=settings.budget)
     return timing, path.train_steps, path.test_steps
+
+
+def sample_steps(settings: BenchSettings, batch_size: int, train_steps: int) -> int:
+    """Train steps per sampled epoch: the samples of `sample_steps` steps at the bench's
+    batch size, whatever the variant's own batch (`naive_bs16` takes 32 times the steps), so
+    every sampled rung is timed over the same data and none over a fraction of a second."""
+    return min(math.ceil(settings.sample_steps * settings.batch_size / batch_size), train_steps)
 
 
 # pragma: no mutate end
@@ -133,12 +137,14 @@ def _sampled_epochs(seconds: list[float], scale: float, epochs: int) -> tuple[fl
     return steady, first, first + steady * (epochs - 1)
 
 
-def summarise(timing: Timing, train_steps: int, test_steps: int, settings: BenchSettings, sampled: bool) -> dict:
-    """Steady per-epoch figures and the whole cost of the configured epochs (`wall_s`)."""
+def summarise(timing: Timing, train_steps: int, test_steps: int, settings: BenchSettings) -> dict:
+    """Steady per-epoch figures and the whole cost of the configured epochs (`wall_s`); a
+    timing of sampled epochs (`timing.sampled_steps`) is scaled to whole ones."""
+    sampled = timing.sampled_steps is not None
     if sampled:
-        train, first, train_all = _sampled_epochs(timing.train_s, train_steps / settings.sample_steps,
+        train, first, train_all = _sampled_epochs(timing.train_s, train_steps / timing.sampled_steps,
                                                   settings.epochs)
-        test, _, test_all = _sampled_epochs(timing.test_s, test_steps / min(settings.sample_steps, test_steps),
+        test, _, test_all = _sampled_epochs(timing.test_s, test_steps / min(timing.sampled_steps, test_steps),
                                             settings.epochs)
     else:
         train, test = statistics.median(timing.train_s), statistics.median(timing.test_s)
@@ -158,13 +164,13 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
         "measured": {"train_s": [round(s, 4) for s in timing.train_s], "test_s": [round(s, 4) for s in timing.test_s]},
         "spread": spread(timing.train_s),
         "budget": None if timing.budget is None else with_epoch_step(
-            timing.budget, steady_sample_step(timing, settings, sampled, train_steps)),
+            timing.budget, steady_step(timing, train_steps)),
     }
 
 
 def with_epoch_step(budget: dict, epoch_step_s: float) -> dict:
     """The budget beside the timed epochs' seconds per step, and their ratio: the profiled
-    pass is a sample of the same steps, so the two should agree within the noise."""
+    pass is one more epoch of the same steps, so the two should agree within the noise."""
     ratio = budget["step_s"] / epoch_step_s if epoch_step_s > 0 else None
     return {**budget, "epoch_step_s": round(epoch_step_s, 6), "vs_epoch": None if ratio is None else round(ratio, 3)}
 
@@ -183,9 +189,9 @@ def spread(seconds: list[float]) -> dict:
             "max": round(max(steady), 4)}
 
 
-def steady_sample_step(timing: Timing, settings: BenchSettings, sampled: bool, train_steps: int) -> float:
+def steady_step(timing: Timing, train_steps: int) -> float:
     """Seconds per train step in the timed epochs, to set beside the profiled pass's."""
-    steps = min(settings.sample_steps, train_steps) if sampled else train_steps
+    steps = train_steps if timing.sampled_steps is None else timing.sampled_steps
     return statistics.median(steady_epochs(timing.train_s)) / max(steps, 1)
 
 
@@ -220,7 +226,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
               f"{eta(time.perf_counter() - started, done, len(settings.variants))}", file=sys.stderr, flush=True)
         timing, train_steps, test_steps = run_variant(variant, dataset, Path(parquet), Path(shards), device, settings,
                                                       progress=f"{dataset}/{variant}")
-        results[variant] = summarise(timing, train_steps, test_steps, settings, sampled)
+        results[variant] = summarise(timing, train_steps, test_steps, settings)
         # Free this variant's loaders now: their (persistent) worker processes must not
         # share the CPU with the next variant's timed epochs.
         gc.collect()

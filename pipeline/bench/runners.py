@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from pipeline.bench import budget
+from pipeline.bench.budget import profile_steps, timed_window
 from pipeline.bench.datapaths import DataPath, Resident
 from pipeline.bench.model import SimpleCNN
 from pipeline.shards.loaders import DeviceBatches, to_float
@@ -68,6 +68,7 @@ class Timing:
     cuda_graph: bool = False        # whether the epochs really replayed a CUDA graph
     recompiles: int = 0             # graphs compiled during the timed epochs (must be 0)
     budget: dict | None = None      # where a train step's time goes (`budget.profile_steps`)
+    sampled_steps: int | None = None  # train steps per timed epoch when sampled; None: whole epochs
 
 
 def sync(device: torch.device) -> None:
@@ -139,23 +140,23 @@ def _as_batch(item, device: torch.device, non_blocking: bool) -> tuple[torch.Ten
 
 
 def _limited(iterable: Iterable, steps: int | None) -> Iterator:
-    for step, item in enumerate(iterable):
-        if steps is not None and step >= steps:
-            return
-        yield item
+    """The first `steps` items (all when None), never asking the loader for one more: a
+    sampled epoch must not wait for a batch it does not train on."""
+    return iter(iterable) if steps is None else itertools.islice(iterable, steps)
 
 
 def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, epochs: int,
                 steps: int | None = None, started: float | None = None, progress: str = "",
-                budget_steps: int = 0, budget_warmup: int = 2) -> Timing:
+                budget: bool = False) -> Timing:
     """The seed's loop over `path`'s batches; `steps` caps the steps per epoch (sampled timing).
-    After the timed epochs, `budget_steps` more steps are profiled (`budget.profile_steps`),
-    after `budget_warmup` unprofiled ones from a fresh iterator."""
+    With `budget`, one more epoch (of `steps` steps when sampled) from a fresh iterator, worker
+    start-up included, is profiled after the timed ones (`budget.profile_steps`): the very
+    steps the timed figures are made of."""
     started = time.perf_counter() if started is None else started
     model, forward, optimizer = build_model(device, config, Execution(), graph=False)
     loss_fn = torch.nn.CrossEntropyLoss()
     non_blocking = device.type == "cuda"
-    timing = Timing()
+    timing = Timing(sampled_steps=steps)
     sync(device)
     timing.setup_s = time.perf_counter() - started
     total_loss = torch.zeros((), device=device)
@@ -184,10 +185,10 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
 
     _timed_epochs(timing, device, epochs, train_epoch, test_pass,
                   lambda: total_loss.item() / max(steps or path.train_steps, 1), progress)
-    if budget_steps:
-        timing.budget = budget.profile_steps(budget.endless(path.train),
-                                             lambda item: _as_batch(item, device, non_blocking), train_step,
-                                             budget_steps, device, warmup=budget_warmup)
+    if budget:
+        profiled = steps or path.train_steps
+        timing.budget = profile_steps(_limited(path.train(), profiled), lambda item: _as_batch(item, device, non_blocking),
+                                      train_step, profiled, device, warmup=0)
     return timing
 
 
@@ -330,14 +331,16 @@ class StaticSteps:
         else:
             self._train_epoch()
 
-    def profile(self, steps: int) -> dict:
-        """Where a step's time goes (`budget`): the gather is the data wait, the update the
-        step; a captured epoch is profiled whole (its steps cannot be marked one by one)."""
+    def profile(self, epoch: int) -> dict:
+        """Where a step's time goes (`budget`) over one more epoch, `epoch`'s order set off
+        the clock as for a timed one: the gather is the data wait, the update the step; a
+        captured epoch is profiled whole (its steps cannot be marked one by one)."""
+        self.before_epoch(epoch)
         if self.train_graph is not None:
-            return budget.timed_window(self.train_graph.replay, self.device, self.train_steps)
-        batches = (self._gather(step) for epoch in itertools.count() for step in range(self.train_steps))
-        return budget.profile_steps(batches, lambda batch: batch, lambda batch: self._update(*batch), steps,
-                                    self.device)
+            return timed_window(self.train_graph.replay, self.device, self.train_steps)
+        batches = (self._gather(step) for step in range(self.train_steps))
+        return profile_steps(batches, lambda batch: batch, lambda batch: self._update(*batch), self.train_steps,
+                             self.device, warmup=0)
 
     def test_pass(self) -> float:
         if self.test_graph is not None:
@@ -365,9 +368,9 @@ def cudnn_benchmark(device: torch.device) -> Iterator[None]:
 
 def train_static(data: Resident, device: torch.device, config: TrainConfig, execution: Execution, *,
                  epochs: int, started: float | None = None, pregathered: bool = False, test: bool = True,
-                 progress: str = "", budget_steps: int = 0) -> Timing:
-    """Train `epochs` epochs at one batch shape; see `StaticSteps`. After the timed epochs,
-    `budget_steps` steps are profiled (a whole replayed epoch when it is one CUDA graph)."""
+                 progress: str = "", budget: bool = False) -> Timing:
+    """Train `epochs` epochs at one batch shape; see `StaticSteps`. With `budget`, one more
+    epoch is profiled after the timed ones (`StaticSteps.profile`)."""
     started = time.perf_counter() if started is None else started
     timing = Timing()
     with cudnn_benchmark(device):
@@ -380,8 +383,8 @@ def train_static(data: Resident, device: torch.device, config: TrainConfig, exec
         _timed_epochs(timing, device, epochs, run.train_epoch, run.test_pass if test else lambda: 0.0,
                       lambda: run.total_loss.item() / run.train_steps, progress, run.before_epoch)
         timing.recompiles = _compiled_graphs() - compiled_before
-        if budget_steps:
-            timing.budget = run.profile(budget_steps)
+        if budget:
+            timing.budget = run.profile(epochs)
     return timing
 
 

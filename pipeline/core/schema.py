@@ -99,7 +99,7 @@ class Bench(Strict):
     compiled: dict[Literal["cpu", "cuda"], Execution]
     floor: StrictBool
     max_spread: Number = Field(gt=0, le=10)
-    budget_steps: StrictInt = Field(ge=0, le=10_000)
+    budget: StrictBool
 
     @model_validator(mode="after")
     def _sampled(self) -> Bench:
