@@ -167,15 +167,14 @@ class Lance:
         out = self.root / f"{codec}.lance"
         if out.exists():
             shutil.rmtree(out)
-        options = {} if codec == "none" else {"image": {"compression": "zstd"}}
         kwargs = {"max_rows_per_file": per_shard(len(ids))}
-        if codec == "zstd":
-            table = table.replace_schema_metadata(None)
-            schema = pa.schema([pa.field("image", flat.type, metadata={"lance-encoding:compression": "zstd"}),
-                                pa.field("label", pa.uint8(), metadata={"lance-encoding:compression": "zstd"}),
-                                pa.field("id", pa.int64(), metadata={"lance-encoding:compression": "zstd"})])
+        if codec == "zstd":  # Lance reads compression from each leaf field's metadata (the list's item)
+            zstd = {"lance-encoding:compression": "zstd"}
+            schema = pa.schema([pa.field("image", pa.list_(pa.field("item", pa.uint8(), metadata=zstd), 28 * 28)),
+                                pa.field("label", pa.uint8(), metadata=zstd),
+                                pa.field("id", pa.int64(), metadata=zstd)])
             table = table.cast(schema)
-        del options
+            kwargs["data_storage_version"] = "2.1"  # the file version whose encoder takes general compression
         lance.write_dataset(table, out, **kwargs)
         return out
 

@@ -97,3 +97,9 @@ def test_a_real_profiled_pass_adds_up():
     total = sum(parts[f"{name}_s"] for name in budget.PARTS)
     assert total == pytest.approx(parts["step_s"], abs=1e-5) and all(parts[f"{n}_s"] >= 0 for n in budget.PARTS)
 
+
+
+def test_per_step_sets_the_parts_beside_a_plain_clock():
+    out = budget.per_step({"data_wait": 0.3, "copy": 0.0, "compute": 0.5, "overhead": 0.1, "other": 0.1}, 10, 1.25)
+    assert out["step_s"] == pytest.approx(0.1) and out["wall_s"] == 0.125 and out["vs_wall"] == 0.8
+    assert "wall_s" not in budget.per_step(dict.fromkeys(budget.PARTS, 1.0), 2)

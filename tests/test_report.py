@@ -256,3 +256,29 @@ def test_charts_carry_only_slugs_and_numbers(tmp_path):
             for value in row.values():
                 assert (isinstance(value, (int, float)) or value in BUDGET_LABELS.values()
                         or re.fullmatch(r"[a-z0-9][a-z0-9_-]*( / [a-z0-9][a-z0-9_-]*)?", value)), value
+
+
+def race_file(path: Path, samples: int, results: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": {"samples": samples, "command": "x"}, "results": results}))
+
+
+def test_the_race_chart_shows_each_systems_median_per_measure_and_scale(tmp_path):
+    from pipeline.stages.report import race_docs, race_rows
+
+    peers = tmp_path / "results" / "peers"
+    race_file(peers / "scale-10.json", 600, {"project": {"write-none": [{"seconds": 3.0}, {"seconds": 1.0},
+                                                                        {"seconds": 2.0}]}})
+    race_file(peers / "scale-1.json", 60, {
+        "project": {"first": [{"seconds": 0.5}, {"error": "boom"}], "random": [{"samples_per_s": 9.0}]},
+        "lance": {"first": [{"seconds": 0.25}, {"seconds": 0.75}]},
+        "litdata": {"first": [{"error": "failed"}]}})
+    rows = race_rows(race_docs(tmp_path / "results"))
+    assert rows == [  # smallest scale first; failed runs left out; a measure the chart does not show, too
+        {"panel": "time to first batch, 60 samples", "system": "project", "project": True, "seconds": 0.5},
+        {"panel": "time to first batch, 60 samples", "system": "Lance", "project": False, "seconds": 0.5},
+        {"panel": "write, uncompressed, 600 samples", "system": "project", "project": True, "seconds": 2.0}]
+    race_file(peers / "scale-1.json", 60, {"lance": {"first": [{"seconds": -1}]}})
+    with pytest.raises(ReportError, match=r"scale-1.json: results.lance.first.0.seconds"):
+        race_docs(tmp_path / "results")
+    assert race_docs(tmp_path / "nowhere") == []

@@ -226,3 +226,23 @@ def test_write_shards_takes_labels_of_any_integer_type(tmp_path):
     for name, given in (("uint8", labels), ("int64", labels.astype(np.int64)), ("list", labels.tolist())):
         write_shards(images, given, tmp_path / name, dataset="d", split="train", samples_per_shard=12)
     assert files(tmp_path / "int64") == files(tmp_path / "uint8") == files(tmp_path / "list")
+
+
+def test_safetensors_parts_are_what_safetensors_writes():
+    """The writer serialises without the library's copies; the library is the judge of the
+    bytes: every dtype the format declares, against each other (layout order), several names,
+    shapes and an empty column."""
+    from safetensors.numpy import save
+
+    from pipeline.shards.format import DTYPES
+    from pipeline.shards.writer import safetensors_parts
+
+    rng = np.random.default_rng(0)
+    dtypes = sorted(DTYPES)
+    cases = [{"a": np.zeros((3, 2), a), "b": np.ones(3, b)} for a in dtypes for b in dtypes]
+    cases += [{name: rng.integers(0, 2, (n, *shape)).astype(dtype) for name, dtype, shape in zip(
+        rng.choice(["x", "images", "labels", "ids", "Z9", "_w"], k, replace=False),
+        rng.choice(dtypes, k), [(), (28, 28), (3, 4, 5), (1,), (2, 2)][:k])}
+        for n in (0, 1, 17) for k in (1, 3, 5)]
+    for columns in cases:
+        assert b"".join(safetensors_parts(columns)) == save(columns), {k: v.dtype for k, v in columns.items()}

@@ -1,12 +1,13 @@
 """Where a train step's time goes: exclusive parts that add up to the step's wall time.
 
-A short profiled pass, outside the timed epochs, runs a variant's own train steps under
+A profiled pass, outside the timed epochs (one more epoch), runs a variant's own train steps under
 `torch.profiler`, each step cut into three marked ranges: `data_wait` (blocked on the next
 batch: the `next()` of its loader, as Lightning's profiler counts it), `copy` (moving the
 batch to the device) and `step` (forward, backward, optimizer). The profiler also records
 every torch op on the host and, on CUDA, every kernel and memcpy on the device. Each instant
 of the pass is then counted once, in priority order, as PyTorch's TensorBoard plugin does for
-its step-time breakdown, so the parts sum to the pass's wall time by construction:
+its step-time breakdown, so the parts sum to the span of the pass's events by construction;
+a plain clock around the pass (`wall_s`) checks that the span is the pass, nothing lost:
 
 - on CUDA: `compute` (a kernel runs) > `copy` (a memcpy runs, or the host is copying) >
   `data_wait` > `overhead` (the host is inside a step while the device is idle: Python,
@@ -26,6 +27,7 @@ CPU with synthetic event lists, CUDA categories included.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -161,6 +163,7 @@ def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Call
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
+        start = time.perf_counter()
         for index in range(steps):
             with torch.profiler.record_function(RANGE + "data_wait"):
                 item = next(batches)
@@ -170,15 +173,21 @@ def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Call
                 step(batch)
                 if index == steps - 1:
                     _sync(device)  # the device's queue drains inside the last step
+        wall = time.perf_counter() - start
     parts = split(*trace_intervals(prof.events()), cuda=device.type == "cuda")
-    return per_step(parts, steps)
+    return per_step(parts, steps, wall)
 
 
-def per_step(parts: dict[str, float], steps: int) -> dict:
-    """Seconds per step, rounded to a microsecond, with `step_s` their exact sum."""
+def per_step(parts: dict[str, float], steps: int, wall: float | None = None) -> dict:
+    """Seconds per step, rounded to a microsecond, with `step_s` their exact sum and, given
+    the pass's wall time on a plain clock, `wall_s` per step and `vs_wall` (`step_s` over it:
+    how much of the pass the profiler's events account for)."""
     out = {f"{name}_s": round(seconds / steps, 6) for name, seconds in parts.items()}
     out["step_s"] = round(sum(out[f"{name}_s"] for name in PARTS), 6)
     out["steps"] = steps
+    if wall is not None:
+        out["wall_s"] = round(wall / steps, 6)
+        out["vs_wall"] = round(out["step_s"] / out["wall_s"], 3) if out["wall_s"] > 0 else None
     return out
 
 
@@ -190,9 +199,11 @@ def timed_window(run: Callable[[], None], device: torch.device, steps: int) -> d
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     _sync(device)
     with torch.profiler.profile(activities=activities) as prof:
+        start = time.perf_counter()
         with torch.profiler.record_function(RANGE + "step"):
             run()
             _sync(device)
+        wall = time.perf_counter() - start
     parts = split(*trace_intervals(prof.events()), cuda=device.type == "cuda")
-    return per_step(parts, steps)
+    return per_step(parts, steps, wall)
 

@@ -17,6 +17,7 @@ the image-classification one.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -25,20 +26,49 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.atomic import atomic_dir
-from pipeline.shards.format import (CODECS, INTEGER, V2_SAMPLE, Field, Sample, ShardError, new_manifest, shard_file,
-                                    write_manifest, zstd)
+from pipeline.shards.format import (CODECS, DTYPES, INTEGER, V2_SAMPLE, Field, Sample, ShardError, new_manifest,
+                                    shard_file, write_manifest, zstd)
+
+
+# safetensors' `Dtype` enum order: it lays tensors out by dtype, later in this order first, then
+# by name. tests/test_shardwriter.py checks `safetensors_parts` against the library itself.
+SAFETENSORS_ORDER = ("BOOL", "U8", "I8", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64", "U64")
+
+
+def safetensors_parts(columns: Mapping[str, np.ndarray]) -> list[memoryview]:
+    """An uncompressed shard as the buffers of its safetensors file, in file order: the header
+    (8-byte little-endian length, then JSON padded with spaces to a multiple of 8), then
+    each column's bytes, in place. Exactly what `safetensors.numpy.save` returns, without its
+    copies: it joins every tensor into one new bytes object, which took about half of an
+    uncompressed write (`benchmarks/peers.py`, write-none)."""
+    arrays = {name: np.ascontiguousarray(values) for name, values in columns.items()}
+    order = sorted(arrays, key=lambda name: (-SAFETENSORS_ORDER.index(DTYPES[arrays[name].dtype.name]), name))
+    header, offset = {}, 0
+    for name in order:
+        nbytes = arrays[name].nbytes
+        header[name] = {"dtype": DTYPES[arrays[name].dtype.name], "shape": list(arrays[name].shape),
+                        "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return [memoryview(len(text).to_bytes(8, "little") + text),
+            *(memoryview(arrays[name].reshape(-1)).cast("B") for name in order)]
+
+
+def shard_parts(columns: Mapping[str, np.ndarray], compression: str, level: int) -> list[memoryview]:
+    """One shard's file as buffers in file order: the columns as safetensors tensors (named
+    by field), optionally zstd (one frame that states its size)."""
+    parts = safetensors_parts(columns)
+    if compression == "none":
+        return parts
+    if compression == "zstd":
+        return [memoryview(zstd().ZstdCompressor(level=level).compress(b"".join(parts)))]
+    raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
 
 
 def shard_bytes(columns: Mapping[str, np.ndarray], compression: str, level: int) -> bytes:
-    """One shard's file: the columns as safetensors tensors (named by field), optionally zstd."""
-    from safetensors.numpy import save
-
-    raw = save({name: np.ascontiguousarray(values) for name, values in columns.items()})
-    if compression == "none":
-        return raw
-    if compression == "zstd":
-        return zstd().ZstdCompressor(level=level).compress(raw)
-    raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
+    """One shard's file as one bytes object (`shard_parts` joined)."""
+    return b"".join(shard_parts(columns, compression, level))
 
 
 def _misfit(field: Field, array: np.ndarray) -> np.ndarray | None:
@@ -88,10 +118,16 @@ def fit(field: Field, values, where: str, first_id: int = 0) -> np.ndarray:
     return converted
 
 
-def _xxh3(data: bytes) -> str:
+def _digest(hasher, parts: list[memoryview]) -> str:
+    for part in parts:
+        hasher.update(part)
+    return hasher.hexdigest()
+
+
+def _xxh3(parts: list[memoryview]) -> str:
     import xxhash  # the writer runs where the project is installed
 
-    return xxhash.xxh3_128_hexdigest(data)
+    return _digest(xxhash.xxh3_128(), parts)
 
 
 class ShardWriter:
@@ -116,20 +152,23 @@ class ShardWriter:
         self.folder.mkdir(parents=True, exist_ok=True)
 
     def _write(self, columns: dict[str, np.ndarray]) -> None:
-        """Serialise one shard, then hash it with sha256 on a thread while this one writes it
-        and hashes it with xxh3 (hashlib releases the GIL: sha256 alone took as long as the
-        rest of the write). Nothing is left running when this returns, so an error later
-        never races a write into a folder being removed."""
-        blob = shard_bytes(columns, self.compression, self.level)
+        """Write one shard from its buffers in place (`shard_parts`), hashing them with sha256
+        on a thread while this one writes them and hashes them with xxh3 (hashlib releases the
+        GIL: sha256 alone took as long as the rest of the write). Nothing is left running when
+        this returns, so an error later never races a write into a folder being removed, and
+        the buffers may be refilled."""
+        parts = shard_parts(columns, self.compression, self.level)
         name = shard_file(len(self.entries), self.compression)
-        sha256 = self.pool.submit(lambda: hashlib.sha256(blob).hexdigest())
+        sha256 = self.pool.submit(_digest, hashlib.sha256(), parts)
         try:
-            (self.folder / name).write_bytes(blob)
-            xxh3 = _xxh3(blob)
+            with open(self.folder / name, "wb") as file:  # (parts larger than its buffer go straight through)
+                for part in parts:
+                    file.write(part)
+            xxh3 = _xxh3(parts)
         finally:
             digest = sha256.result()
-        self.entries.append({"file": name, "count": len(next(iter(columns.values()))), "bytes": len(blob),
-                             "sha256": digest, "xxh3_128": xxh3})
+        self.entries.append({"file": name, "count": len(next(iter(columns.values()))),
+                             "bytes": sum(part.nbytes for part in parts), "sha256": digest, "xxh3_128": xxh3})
 
     def _flush(self) -> None:
         if self.filled:

@@ -126,6 +126,37 @@ def budget_spec(rows: list[dict[str, Any]]) -> Spec:
     }
 
 
+def race_spec(rows: list[dict[str, Any]]) -> Spec:
+    """The loader race: median seconds per system, log scale, one panel per measure and scale,
+    the project's bar set apart.
+
+    `rows`: {"panel" ("<measure>, <n> samples"), "system", "project" (bool), "seconds"}."""
+    base = log_base([r["seconds"] for r in rows])
+    return {
+        "$schema": VEGA_LITE,
+        "title": "The loader race: median seconds (log scale, lower is better)",
+        "data": {"values": rows},
+        "facet": {"row": {"field": "panel", "type": "nominal", "title": None, "header": PANEL_HEADER,
+                          "sort": panels(rows, "panel")}},
+        "resolve": {"scale": {"y": "independent"}},
+        "spec": {
+            "width": 420,
+            "height": {"step": 14},
+            "mark": {"type": "bar"},
+            "encoding": {
+                "y": {"field": "system", "type": "nominal", "title": None, "sort": {"field": "seconds"}},
+                "x": {"field": "seconds", "type": "quantitative", "title": "seconds (median)",
+                      "axis": {"format": "~g"}, "scale": {"type": "log", "domainMin": base}},
+                "x2": {"datum": base},
+                "color": {"field": "project", "type": "nominal", "legend": None,
+                          "scale": {"domain": [True, False], "range": ["#d62728", "#7f7f7f"]}},
+                "tooltip": [{"field": "panel"}, {"field": "system"},
+                            {"field": "seconds", "type": "quantitative", "title": "s (median)"}],
+            },
+        },
+    }
+
+
 def spec_text(spec: Spec) -> str:
     """The committed form of a spec: stable key order and layout, so it diffs and compares."""
     return json.dumps(spec, indent=1, sort_keys=True, ensure_ascii=True) + "\n"

@@ -27,6 +27,7 @@ import io
 import json
 import math
 import re
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 import datetime as dt
@@ -84,6 +85,8 @@ class Budget(Loose):
     compute_s: Seconds
     overhead_s: Seconds
     other_s: Seconds
+    wall_s: Optional[Seconds] = None        # the profiled pass on a plain clock, per step
+    epoch_step_s: Optional[Seconds] = None  # the timed epochs' median, per step
 
 
 class Measured(Loose):
@@ -163,6 +166,20 @@ class CodecEntry(Loose):
 
 
 CodecTable = dict[Slug, dict[Slug, dict[Slug, CodecEntry]]]  # data set -> layout -> codec
+
+
+class RaceMeta(Loose):
+    samples: StrictInt = Field(ge=1, le=10**10)
+
+
+class RaceRun(Loose):
+    seconds: Optional[Seconds] = None   # absent where the run failed (its error is kept instead)
+
+
+class RaceDoc(Loose):
+    """results/peers/scale-<n>.json, written by benchmarks/peers.py: per system and task, its runs."""
+    meta: RaceMeta
+    results: dict[Slug, dict[Slug, list[RaceRun]]] = Field(max_length=64)
 
 
 def read_json(path: Path) -> Any:
@@ -336,11 +353,13 @@ def budget_table(run: Run) -> str | None:
     if not rows:
         return None
     head = " | ".join(charts.BUDGET_LABELS[p] for p in charts.BUDGET_PARTS)
-    lines = [f"**{run.doc.dataset}** on `{run.machine}`, milliseconds per train step:", "",
-             f"| variant | step | {head} |", "|---|---:|" + "---:|" * len(charts.BUDGET_PARTS)]
+    lines = [f"**{run.doc.dataset}** on `{run.machine}`, milliseconds per train step (clock: the profiled "
+             "pass on a plain clock; timed: the timed epochs' median):", "",
+             f"| variant | step | {head} | clock | timed |", "|---|---:|" + "---:|" * (len(charts.BUDGET_PARTS) + 2)]
     for name, b in rows:
         parts = " | ".join(num(1000 * getattr(b, p)) for p in charts.BUDGET_PARTS)
-        lines.append(f"| {name} | {num(1000 * b.step_s)} | {parts} |")
+        clocks = " | ".join(opt(None if s is None else 1000 * s) for s in (b.wall_s, b.epoch_step_s))
+        lines.append(f"| {name} | {num(1000 * b.step_s)} | {parts} | {clocks} |")
     return "\n".join(lines)
 
 
@@ -434,7 +453,38 @@ def budget_rows(machines: dict[str, dict[str, Run]]) -> list[dict[str, Any]]:
             for k, p in enumerate(charts.BUDGET_PARTS)]
 
 
-def chart_specs(machines: dict[str, dict[str, Run]], codecs: dict | None) -> dict[str, charts.Spec]:
+# The race's measures the chart shows (benchmarks/peers.py task -> label); docs/shards.md has them all.
+RACE_TASKS = {"write-none": "write, uncompressed", "epoch-0": "shuffled epoch, batch 512, workers 0",
+              "first": "time to first batch"}
+SYSTEM_LABELS = {"litdata": "LitData", "streaming": "MosaicML Streaming", "webdataset": "WebDataset",
+                 "lance": "Lance"}
+
+
+def race_docs(results_dir: Path | None) -> list[RaceDoc]:
+    """The loader race's results (results/peers/scale-*.json), checked, smallest scale first."""
+    folder = Path(results_dir) / "peers" if results_dir is not None else None
+    if folder is None or not folder.is_dir():
+        return []
+    docs = [checked(p, read_json(p), RaceDoc) for p in sorted(folder.glob("scale-*.json"))]
+    return sorted(docs, key=lambda d: d.meta.samples)
+
+
+def race_rows(docs: list[RaceDoc]) -> list[dict[str, Any]]:
+    """The median seconds of each system's runs of each charted measure, per scale."""
+    rows = []
+    for doc in docs:
+        for task, label in RACE_TASKS.items():
+            for system, tasks in doc.results.items():
+                seconds = [r.seconds for r in tasks.get(task, []) if r.seconds is not None]
+                if seconds:
+                    rows.append({"panel": f"{label}, {doc.meta.samples:,} samples",
+                                 "system": SYSTEM_LABELS.get(system, system), "project": system == "project",
+                                 "seconds": statistics.median(seconds)})
+    return rows
+
+
+def chart_specs(machines: dict[str, dict[str, Run]], codecs: dict | None,
+                race: list[dict[str, Any]] | None = None) -> dict[str, charts.Spec]:
     """{image name: spec} of every chart the inputs support."""
     specs = {"ladder": charts.ladder_spec(ladder_rows(machines))} if machines else {}
     if codecs:
@@ -442,6 +492,8 @@ def chart_specs(machines: dict[str, dict[str, Run]], codecs: dict | None) -> dic
     budget = budget_rows(machines)
     if budget:
         specs["budget"] = charts.budget_spec(budget)
+    if race:
+        specs["race"] = charts.race_spec(race)
     return specs
 
 
@@ -537,6 +589,10 @@ def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, image
                   "array (`metrics/codecs.json`).", "", codec_table(codecs), ""]
         if "codecs" in images:
             parts += [image("codecs", "Train split size by Parquet codec", ""), ""]
+    if "race" in images:
+        parts += ["## The loader race", "", "The project's shards against the loaders users pick, from "
+                  "`results/peers/` ([every measure, and how](shards.md#the-race)).", "",
+                  image("race", "The loader race: median seconds per system", ""), ""]
     outputs = benchmark_outputs(root, folders)
     if outputs:
         parts += ["## Storage and loading benchmarks", "",
@@ -616,7 +672,7 @@ def render_all(bench_paths: list[Path], codecs_path: Path | None, results_dir: P
     if codecs_path is not None and Path(codecs_path).exists():
         codecs = {d: {lay: dict(by) for lay, by in layouts.items()}
                   for d, layouts in checked(codecs_path, read_json(codecs_path), CodecTable).items()}
-    specs = chart_specs(machines, codecs)
+    specs = chart_specs(machines, codecs, race_rows(race_docs(results_dir)))
     local = [r for r in runs if r.local]
     readme = embed(splice(readme_text, blocks(machines, codecs, set(specs))), root)
     inside = root.resolve()
