@@ -474,6 +474,8 @@ WHAT = {  # what each system cannot do, so it is not run
 
 def run_one(system: str, task: str, work: Path, data: Path, timeout: float) -> dict:
     command = [sys.executable, __file__, "--child", system, task, "--work", str(work), "--data", str(data)]
+    if task.startswith("write-"):  # no run's writes wait on an earlier run's dirty pages
+        os.sync()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
