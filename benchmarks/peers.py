@@ -619,6 +619,7 @@ def main() -> None:
             for system, tasks in results.items():
                 old["results"].setdefault(system, {}).update(tasks)
             old["meta"].setdefault("remeasured", []).append({"command": meta["command"], "host": meta["host"]})
+            old["meta"].setdefault("versions", {}).update(meta["versions"])  # the systems just run
             meta, results = old["meta"], old["results"]
         file.write_text(json.dumps({"meta": meta, "results": results}, indent=1, sort_keys=True) + "\n")
     print(render(args.out, args.docs))
