@@ -35,6 +35,30 @@ def panels(rows: list[dict[str, Any]], field: str) -> list[str]:
     return list(dict.fromkeys(r[field] for r in rows))
 
 
+def bar_panels(title: str, rows: list[dict[str, Any]], panel: str, encoding: dict[str, Any], *, width: int = 420,
+               step: int = 9, facet: str = "row") -> Spec:
+    """Bars in panels, one per value of `panel` in the rows' order: the frame every chart here
+    shares. Row panels get their own y scale (each lists only its own bars)."""
+    spec: Spec = {
+        "$schema": VEGA_LITE,
+        "title": title,
+        "data": {"values": rows},
+        "facet": {facet: {"field": panel, "type": "nominal", "title": None, "header": PANEL_HEADER,
+                          "sort": panels(rows, panel)}},
+        "spec": {"width": width, "height": {"step": step}, "mark": {"type": "bar"}, "encoding": encoding},
+    }
+    if facet == "row":
+        spec["resolve"] = {"scale": {"y": "independent"}}
+    return spec
+
+
+def log_x(field: str, title: str, base: float, axis: dict[str, Any]) -> dict[str, Any]:
+    """An x encoding on a log scale whose bars start at `base` (see `log_base`)."""
+    return {"x": {"field": field, "type": "quantitative", "title": title, "axis": axis,
+                  "scale": {"type": "log", "domainMin": base}},
+            "x2": {"datum": base}}
+
+
 def ladder_spec(rows: list[dict[str, Any]]) -> Spec:
     """Seconds per train epoch per rung, log scale, one panel per machine, a bar per data set.
 
@@ -43,56 +67,26 @@ def ladder_spec(rows: list[dict[str, Any]]) -> Spec:
     base = log_base([r["train_s"] for r in rows])
     top = max([r["train_s"] for r in rows], default=base)
     decades = [round(base * 10**k, 12) for k in range(0, max(1, math.ceil(math.log10(top / base))) + 1)]
-    return {
-        "$schema": VEGA_LITE,
-        "title": "Seconds per train epoch, per rung (log scale, lower is better)",
-        "data": {"values": rows},
-        "facet": {"row": {"field": "machine", "type": "nominal", "title": None, "header": PANEL_HEADER,
-                          "sort": panels(rows, "machine")}},
-        "resolve": {"scale": {"y": "independent"}},
-        "spec": {
-            "width": 420,
-            "height": {"step": 9},
-            "mark": {"type": "bar"},
-            "encoding": {
-                "y": {"field": "variant", "type": "nominal", "title": None,
-                      "sort": {"field": "rank", "order": "ascending"}},
-                "yOffset": {"field": "dataset", "type": "nominal"},
-                "x": {"field": "train_s", "type": "quantitative", "title": "seconds per train epoch",
-                      "axis": {"values": decades, "format": "~g"},
-                      "scale": {"type": "log", "domainMin": base}},
-                "x2": {"datum": base},
-                "color": {"field": "dataset", "type": "nominal", "title": "data set"},
-                "tooltip": [{"field": "machine"}, {"field": "dataset"}, {"field": "variant"},
-                            {"field": "train_s", "type": "quantitative", "title": "s/epoch"}],
-            },
-        },
-    }
+    return bar_panels("Seconds per train epoch, per rung (log scale, lower is better)", rows, "machine", {
+        "y": {"field": "variant", "type": "nominal", "title": None, "sort": {"field": "rank", "order": "ascending"}},
+        "yOffset": {"field": "dataset", "type": "nominal"},
+        **log_x("train_s", "seconds per train epoch", base, {"values": decades, "format": "~g"}),
+        "color": {"field": "dataset", "type": "nominal", "title": "data set"},
+        "tooltip": [{"field": "machine"}, {"field": "dataset"}, {"field": "variant"},
+                    {"field": "train_s", "type": "quantitative", "title": "s/epoch"}],
+    })
 
 
 def codec_spec(rows: list[dict[str, Any]]) -> Spec:
     """Train split MB per codec, one panel per data set, a bar per layout.
 
     `rows`: {"dataset", "layout", "codec", "rank", "MB"}."""
-    return {
-        "$schema": VEGA_LITE,
-        "title": "Train split size by Parquet codec (MB, smaller is better)",
-        "data": {"values": rows},
-        "facet": {"column": {"field": "dataset", "type": "nominal", "title": None, "header": PANEL_HEADER,
-                             "sort": panels(rows, "dataset")}},
-        "spec": {
-            "width": 260,
-            "height": {"step": 9},
-            "mark": {"type": "bar"},
-            "encoding": {
-                "y": {"field": "codec", "type": "nominal", "title": None,
-                      "sort": {"field": "rank", "order": "ascending"}},
-                "yOffset": {"field": "layout", "type": "nominal"},
-                "x": {"field": "MB", "type": "quantitative", "title": "MB"},
-                "color": {"field": "layout", "type": "nominal"},
-            },
-        },
-    }
+    return bar_panels("Train split size by Parquet codec (MB, smaller is better)", rows, "dataset", {
+        "y": {"field": "codec", "type": "nominal", "title": None, "sort": {"field": "rank", "order": "ascending"}},
+        "yOffset": {"field": "layout", "type": "nominal"},
+        "x": {"field": "MB", "type": "quantitative", "title": "MB"},
+        "color": {"field": "layout", "type": "nominal"},
+    }, width=260, facet="column")
 
 
 def budget_spec(rows: list[dict[str, Any]]) -> Spec:
@@ -100,30 +94,16 @@ def budget_spec(rows: list[dict[str, Any]]) -> Spec:
     of the step (the rungs' steps differ a thousandfold, so shares, not seconds, compare).
 
     `rows`: {"panel" ("<machine> / <dataset>"), "variant", "rank", "part", "order", "seconds"}."""
-    return {
-        "$schema": VEGA_LITE,
-        "title": "Where a train step's time goes, per rung (share of the step)",
-        "data": {"values": rows},
-        "facet": {"row": {"field": "panel", "type": "nominal", "title": None, "header": PANEL_HEADER,
-                          "sort": panels(rows, "panel")}},
-        "resolve": {"scale": {"y": "independent"}},
-        "spec": {
-            "width": 420,
-            "height": {"step": 16},
-            "mark": {"type": "bar"},
-            "encoding": {
-                "y": {"field": "variant", "type": "nominal", "title": None,
-                      "sort": {"field": "rank", "order": "ascending"}},
-                "x": {"field": "seconds", "type": "quantitative", "stack": "normalize",
-                      "title": "share of a train step", "axis": {"format": "%"}},
-                "color": {"field": "part", "type": "nominal", "title": "part of the step",
-                          "sort": [BUDGET_LABELS[p] for p in BUDGET_PARTS]},
-                "order": {"field": "order", "type": "quantitative"},
-                "tooltip": [{"field": "variant"}, {"field": "part"},
-                            {"field": "seconds", "type": "quantitative", "title": "s per step"}],
-            },
-        },
-    }
+    return bar_panels("Where a train step's time goes, per rung (share of the step)", rows, "panel", {
+        "y": {"field": "variant", "type": "nominal", "title": None, "sort": {"field": "rank", "order": "ascending"}},
+        "x": {"field": "seconds", "type": "quantitative", "stack": "normalize", "title": "share of a train step",
+              "axis": {"format": "%"}},
+        "color": {"field": "part", "type": "nominal", "title": "part of the step",
+                  "sort": [BUDGET_LABELS[p] for p in BUDGET_PARTS]},
+        "order": {"field": "order", "type": "quantitative"},
+        "tooltip": [{"field": "variant"}, {"field": "part"},
+                    {"field": "seconds", "type": "quantitative", "title": "s per step"}],
+    }, step=16)
 
 
 def race_spec(rows: list[dict[str, Any]]) -> Spec:
@@ -132,29 +112,14 @@ def race_spec(rows: list[dict[str, Any]]) -> Spec:
 
     `rows`: {"panel" ("<measure>, <n> samples"), "system", "project" (bool), "seconds"}."""
     base = log_base([r["seconds"] for r in rows])
-    return {
-        "$schema": VEGA_LITE,
-        "title": "The loader race: median seconds (log scale, lower is better)",
-        "data": {"values": rows},
-        "facet": {"row": {"field": "panel", "type": "nominal", "title": None, "header": PANEL_HEADER,
-                          "sort": panels(rows, "panel")}},
-        "resolve": {"scale": {"y": "independent"}},
-        "spec": {
-            "width": 420,
-            "height": {"step": 14},
-            "mark": {"type": "bar"},
-            "encoding": {
-                "y": {"field": "system", "type": "nominal", "title": None, "sort": {"field": "seconds"}},
-                "x": {"field": "seconds", "type": "quantitative", "title": "seconds (median)",
-                      "axis": {"format": "~g"}, "scale": {"type": "log", "domainMin": base}},
-                "x2": {"datum": base},
-                "color": {"field": "project", "type": "nominal", "legend": None,
-                          "scale": {"domain": [True, False], "range": ["#d62728", "#7f7f7f"]}},
-                "tooltip": [{"field": "panel"}, {"field": "system"},
-                            {"field": "seconds", "type": "quantitative", "title": "s (median)"}],
-            },
-        },
-    }
+    return bar_panels("The loader race: median seconds (log scale, lower is better)", rows, "panel", {
+        "y": {"field": "system", "type": "nominal", "title": None, "sort": {"field": "seconds"}},
+        **log_x("seconds", "seconds (median)", base, {"format": "~g"}),
+        "color": {"field": "project", "type": "nominal", "legend": None,
+                  "scale": {"domain": [True, False], "range": ["#d62728", "#7f7f7f"]}},
+        "tooltip": [{"field": "panel"}, {"field": "system"},
+                    {"field": "seconds", "type": "quantitative", "title": "s (median)"}],
+    }, step=14)
 
 
 def spec_text(spec: Spec) -> str:
