@@ -18,7 +18,7 @@ from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
 from pipeline.shards import DeviceBatches
 from pipeline.stages.shard import shard_dataset
-from pipeline.bench.runners import (Execution, StaticSteps, Timing, TrainConfig, _compiled_graphs, _limited, train_eager,
+from pipeline.bench.runners import (Execution, Floor, StaticSteps, Timing, TrainConfig, _compiled_graphs, _limited, train_eager,
                             train_static)
 from conftest import ROOT, bench_settings, make_split
 
@@ -80,6 +80,8 @@ def test_every_variant_runs_with_its_costs(prepared):
             assert entry["wall_s"] >= entry["setup_s"] + 2 * (entry["train_s"] + entry["test_s"]) * 0.5
     assert doc["variants"]["naive"]["speedup"] == 1.0 == doc["variants"]["naive"]["wall_speedup"]
     assert doc["floor"]["train_s"] > 0 and doc["floor"]["compiled_train_s"] > 0
+    assert doc["floor"]["epochs"] == len(VARIANTS)  # one floor epoch after every variant: the fastest is the floor
+    assert doc["env"]["host_memory"] == "kept"  # glibc here: freed blocks stay in the heap for the next step
     assert doc["compiled_options"]["autocast"] == native_bf16(CPU)
     for name, entry in doc["variants"].items():
         budget = entry["budget"]
@@ -203,10 +205,14 @@ def test_the_floor_is_the_same_training_without_a_data_path(monkeypatch):
     pregathered = train_static(data, CPU, config, Execution(), epochs=2, pregathered=True)
     assert pregathered.loss == pytest.approx(plain.loss, rel=1e-6)
     assert pregathered.accuracy == plain.accuracy
-    import pipeline.bench.runners as runners
-
-    monkeypatch.setattr(runners, "train_static", lambda *a, **k: Timing(train_s=[3.0, 1.0, 2.0]))
-    assert runners.floor(data, CPU, config, Execution()) == 1.0  # a neighbour's burst only slows an epoch
+    floor = Floor(data, CPU, config, Execution())
+    seconds = [floor.epoch() for _ in range(3)]
+    assert floor.seconds == min(seconds) and floor.train_s == seconds  # a burst only ever slows an epoch
+    again = Floor(data, CPU, config, Execution())
+    for _ in range(2):
+        again.epoch()
+    # epoch by epoch, the floor trains as the pregathered run does: same permutations, same steps
+    assert again.run.total_loss.item() / again.run.train_steps == pytest.approx(pregathered.loss, rel=1e-6)
 
 
 def test_bench_settings_are_checked_once_by_the_params_schema():

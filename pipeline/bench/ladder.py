@@ -33,7 +33,8 @@ from pipeline.bench.datapaths import Resident, data_path
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.shards.format import read_manifest
 from pipeline.core.variants import STATIC_VARIANTS
-from pipeline.bench.runners import Execution, Timing, TrainConfig, cudnn_benchmark, floor, train_eager, train_static
+from pipeline.bench.hostmem import reuse_host_memory
+from pipeline.bench.runners import Execution, Floor, Timing, TrainConfig, cudnn_benchmark, train_eager, train_static
 
 @dataclass(frozen=True)
 class BenchSettings:
@@ -57,6 +58,7 @@ class BenchSettings:
     # What `compiled` adds, per device type (see `runners.Execution`); chosen by measurement.
     compiled: dict
     floor: bool                          # also time the floor: the same steps with no data path
+    reuse_host_memory: bool              # keep freed host blocks in the heap (`hostmem`)
     # A variant whose timed epochs spread more than this (max - min over the median), or
     # whose twin doing identical work disagrees by more, is marked unstable.
     max_spread: float
@@ -208,8 +210,10 @@ def run_bench(dataset: str, parquet: Path, shards: Path, device: str | torch.dev
               settings: BenchSettings) -> dict:
     """Every variant of the ladder on one data set; returns the full bench document."""
     device = torch.device(device)
-    with cudnn_benchmark(device):
-        return _run_bench(dataset, Path(parquet), Path(shards), device, settings)
+    with cudnn_benchmark(device), reuse_host_memory(settings.reuse_host_memory) as host_memory:
+        document = _run_bench(dataset, Path(parquet), Path(shards), device, settings)
+    document["env"]["host_memory"] = host_memory
+    return document
 
 
 def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, settings: BenchSettings) -> dict:
@@ -218,6 +222,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
     start = time.perf_counter()
     torch.zeros(1, device=device)
     init_s = time.perf_counter() - start
+    floor_runs = floors(dataset, shards, device, settings) if settings.floor else {}
     started = time.perf_counter()
     for done, variant in enumerate(settings.variants):
         sampled = variant in settings.sample
@@ -228,8 +233,10 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
                                                       progress=f"{dataset}/{variant}")
         results[variant] = summarise(timing, train_steps, test_steps, settings)
         # Free this variant's loaders now: their (persistent) worker processes must not
-        # share the CPU with the next variant's timed epochs.
+        # share the CPU with the next variant's timed epochs (nor with the floor's).
         gc.collect()
+        for run in {id(run): run for run in floor_runs.values()}.values():
+            run.epoch()
     n_train = read_manifest(Path(shards) / "train")["count"]
     document = {"dataset": dataset, "env": {**environment(device), "device_init_s": round(init_s, 3)},
                 "params": {"epochs": settings.epochs, "batch_size": settings.batch_size,
@@ -237,9 +244,9 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
                            "parameters": parameter_count(SimpleCNN()), "train_samples": n_train},
                 "compiled_options": dataclasses.asdict(settings.execution("compiled", device)),
                 "variants": results}
-    if settings.floor:
-        print(f"{dataset}: floors (the same steps, data resident and converted)", file=sys.stderr, flush=True)
-        document["floor"] = floors(dataset, shards, device, settings, list(results))
+    if floor_runs:
+        document["floor"] = {**{key: round(run.seconds, 4) for key, run in floor_runs.items()},
+                             "epochs": len(next(iter(floor_runs.values())).train_s)}
     finish(document, settings)
     return document
 
@@ -256,19 +263,20 @@ def eta(elapsed: float, done: int, total: int) -> str:
 FLOOR_OF = {"graphed": "graphed", "compiled": "compiled"}  # every other rung runs plain eager steps
 
 
-def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSettings, variants: list[str]) -> dict:
-    """Per execution the variants use, the floor's seconds per epoch (`runners.floor`);
-    options that are the same work on this device are timed once."""
+def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSettings) -> dict[str, Floor]:
+    """The floor of every execution the variants use (`runners.Floor`), keyed as in the
+    metrics: `train_s` for plain eager steps, `graphed_train_s`, `compiled_train_s`. Options
+    that are the same work on this device share one run."""
     data = Resident.load(shards, device, dataset)
     config = settings.train_config()
-    timed: dict = {}
+    runs: dict[Execution, Floor] = {}
     out = {}
-    for key in dict.fromkeys(FLOOR_OF.get(v, "eager") for v in variants):
+    for key in dict.fromkeys(FLOOR_OF.get(v, "eager") for v in settings.variants):
         execution = Execution() if key == "eager" else settings.execution(key, device)
         same = replace(execution, cuda_graph=execution.cuda_graph and device.type == "cuda")
-        if same not in timed:
-            timed[same] = round(floor(data, device, config, execution), 4)
-        out["train_s" if key == "eager" else f"{key}_train_s"] = timed[same]
+        if same not in runs:
+            runs[same] = Floor(data, device, config, execution, progress=f"{dataset}/floor ({key})")
+        out["train_s" if key == "eager" else f"{key}_train_s"] = runs[same]
     return out
 
 

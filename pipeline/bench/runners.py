@@ -388,11 +388,34 @@ def train_static(data: Resident, device: torch.device, config: TrainConfig, exec
     return timing
 
 
-def floor(data: Resident, device: torch.device, config: TrainConfig, execution: Execution,
-          epochs: int = 3) -> float:
-    """Seconds per epoch of the same steps over the real split, already resident and
-    converted, in the same order: what a variant with `execution`'s options would take with no
-    data path at all. The fastest epoch: a neighbour's burst only ever slows one down."""
-    timing = train_static(data, device, config, execution, epochs=epochs, pregathered=True, test=False,
-                          progress="floor")
-    return min(timing.train_s)
+class Floor:
+    """The same steps over the real split, already resident and converted, in the same order:
+    what a variant with `execution`'s options would take with no data path at all.
+
+    Its epochs are taken one at a time, spread over a whole bench (`ladder` takes one after
+    every variant), and the floor is the fastest of them: a neighbour's burst only ever slows
+    an epoch down, so on a shared machine a quiet moment anywhere in the run sets the bound,
+    not whatever the machine was doing when the floor happened to be timed."""
+
+    def __init__(self, data: Resident, device: torch.device, config: TrainConfig, execution: Execution,
+                 progress: str = "floor") -> None:
+        self.device, self.progress = device, progress
+        self.run = StaticSteps(data, device, config, execution, pregathered=True)
+        self.run.prepare(Timing())
+        self.train_s: list[float] = []
+
+    def epoch(self) -> float:
+        """One more timed epoch (its own permutation, gathered off the clock); its seconds."""
+        epoch = len(self.train_s)
+        self.run.before_epoch(epoch)
+        sync(self.device)
+        start = time.perf_counter()
+        self.run.train_epoch(epoch)
+        sync(self.device)
+        self.train_s.append(time.perf_counter() - start)
+        print(f"  {self.progress} epoch {epoch + 1}: {self.train_s[-1]:.3f} s", file=sys.stderr, flush=True)
+        return self.train_s[-1]
+
+    @property
+    def seconds(self) -> float:
+        return min(self.train_s)

@@ -98,6 +98,7 @@ class Bench(Strict):
     accuracy_tolerance: Number = Field(ge=0, le=1)
     compiled: dict[Literal["cpu", "cuda"], Execution]
     floor: StrictBool
+    reuse_host_memory: StrictBool
     max_spread: Number = Field(gt=0, le=10)
     budget: StrictBool
 
