@@ -301,7 +301,7 @@ def test_stage_warns_once_naming_the_unstable(capsys):
     warn_unstable({"dataset": "d", "variants": {"a": {"unstable": False}, "b": {"unstable": True,
                                                                              "unstable_reason": "x"}}}, stream)
     assert stream.getvalue() == ("warning: d: unstable on this machine: b (x). Re-run on a quiet machine: "
-                                 "dvc repro -f bench@d\n")
+                                 "dvc repro -f -s bench@d\n")
     stream = io.StringIO()
     warn_unstable({"dataset": "d", "variants": {"a": {"unstable": False}}}, stream)
     assert stream.getvalue() == ""

@@ -40,7 +40,7 @@ def warn_unstable(document: dict, stream=sys.stderr) -> None:
              if entry.get("unstable")]
     if shaky:
         print(f"warning: {document['dataset']}: unstable on this machine: {'; '.join(shaky)}. Re-run on a "
-              f"quiet machine: dvc repro -f bench@{document['dataset']}", file=stream)
+              f"quiet machine: dvc repro -f -s bench@{document['dataset']}", file=stream)
 
 
 def bench_dataset(dataset: str, parquet: Path, shards: Path, out: Path, device: str, settings: BenchSettings,
