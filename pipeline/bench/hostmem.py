@@ -45,7 +45,7 @@ def reuse_host_memory(enabled: bool) -> Iterator[str]:
 
     Yields what holds, for the results: "kept" or "malloc default". On exit both thresholds
     go back to glibc's documented start value (the dynamic raising it does by default cannot
-    be switched back on)."""
+    be switched back on) and the free memory kept at the heap's top is given back."""
     libc = _glibc() if enabled else None
     if libc is None:
         yield "malloc default"
@@ -55,3 +55,4 @@ def reuse_host_memory(enabled: bool) -> Iterator[str]:
         yield "kept" if kept else "malloc default"
     finally:
         _set(libc, GLIBC_DEFAULT)
+        libc.malloc_trim(0)

@@ -223,6 +223,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
     torch.zeros(1, device=device)
     init_s = time.perf_counter() - start
     floor_runs = floors(dataset, shards, device, settings) if settings.floor else {}
+    distinct_floors = list({id(run): run for run in floor_runs.values()}.values())  # shared options: one run
     started = time.perf_counter()
     for done, variant in enumerate(settings.variants):
         sampled = variant in settings.sample
@@ -235,7 +236,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         # Free this variant's loaders now: their (persistent) worker processes must not
         # share the CPU with the next variant's timed epochs (nor with the floor's).
         gc.collect()
-        for run in {id(run): run for run in floor_runs.values()}.values():
+        for run in distinct_floors:
             run.epoch()
     n_train = read_manifest(Path(shards) / "train")["count"]
     document = {"dataset": dataset, "env": {**environment(device), "device_init_s": round(init_s, 3)},
@@ -246,7 +247,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
                 "variants": results}
     if floor_runs:
         document["floor"] = {**{key: round(run.seconds, 4) for key, run in floor_runs.items()},
-                             "epochs": len(next(iter(floor_runs.values())).train_s)}
+                             "epochs": len(distinct_floors[0].train_s)}
     finish(document, settings)
     return document
 

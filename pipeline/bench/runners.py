@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,8 @@ from pipeline.bench.budget import profile_steps, timed_window
 from pipeline.bench.datapaths import DataPath, Resident
 from pipeline.bench.model import SimpleCNN
 from pipeline.shards.loaders import DeviceBatches, to_float
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,16 @@ def _report(progress: str, epoch: int, epochs: int, timing: Timing) -> None:
           f"test {timing.test_s[-1]:.3f} s, accuracy {timing.accuracy:.4f}", file=sys.stderr, flush=True)
 
 
+def clocked(device: torch.device, work: Callable[[], T]) -> tuple[T, float]:
+    """What `work` returns and the seconds it took, the device synchronised before and after:
+    the one clock every timed epoch (variants' and floors') is read with."""
+    sync(device)
+    start = time.perf_counter()
+    result = work()
+    sync(device)
+    return result, time.perf_counter() - start
+
+
 def _timed_epochs(timing: Timing, device: torch.device, epochs: int, train_epoch: Callable[[int], None],
                   test_pass: Callable[[], float], mean_loss: Callable[[], float], progress: str,
                   before_epoch: Callable[[int], None] = lambda epoch: None) -> None:
@@ -118,15 +131,10 @@ def _timed_epochs(timing: Timing, device: torch.device, epochs: int, train_epoch
     `before_epoch` runs off the clock."""
     for epoch in range(epochs):
         before_epoch(epoch)
-        sync(device)
-        start = time.perf_counter()
-        train_epoch(epoch)
-        sync(device)
-        timing.train_s.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        timing.accuracy = test_pass()
-        sync(device)
-        timing.test_s.append(time.perf_counter() - start)
+        _, seconds = clocked(device, lambda: train_epoch(epoch))
+        timing.train_s.append(seconds)
+        timing.accuracy, seconds = clocked(device, test_pass)
+        timing.test_s.append(seconds)
         timing.loss = mean_loss()
         _report(progress, epoch, epochs, timing)
 
@@ -367,7 +375,7 @@ def cudnn_benchmark(device: torch.device) -> Iterator[None]:
 
 
 def train_static(data: Resident, device: torch.device, config: TrainConfig, execution: Execution, *,
-                 epochs: int, started: float | None = None, pregathered: bool = False, test: bool = True,
+                 epochs: int, started: float | None = None, pregathered: bool = False,
                  progress: str = "", budget: bool = False) -> Timing:
     """Train `epochs` epochs at one batch shape; see `StaticSteps`. With `budget`, one more
     epoch is profiled after the timed ones (`StaticSteps.profile`)."""
@@ -380,7 +388,7 @@ def train_static(data: Resident, device: torch.device, config: TrainConfig, exec
         compiled_before = _compiled_graphs()
         sync(device)
         timing.setup_s = time.perf_counter() - started
-        _timed_epochs(timing, device, epochs, run.train_epoch, run.test_pass if test else lambda: 0.0,
+        _timed_epochs(timing, device, epochs, run.train_epoch, run.test_pass,
                       lambda: run.total_loss.item() / run.train_steps, progress, run.before_epoch)
         timing.recompiles = _compiled_graphs() - compiled_before
         if budget:
@@ -408,11 +416,8 @@ class Floor:
         """One more timed epoch (its own permutation, gathered off the clock); its seconds."""
         epoch = len(self.train_s)
         self.run.before_epoch(epoch)
-        sync(self.device)
-        start = time.perf_counter()
-        self.run.train_epoch(epoch)
-        sync(self.device)
-        self.train_s.append(time.perf_counter() - start)
+        _, seconds = clocked(self.device, lambda: self.run.train_epoch(epoch))
+        self.train_s.append(seconds)
         print(f"  {self.progress} epoch {epoch + 1}: {self.train_s[-1]:.3f} s", file=sys.stderr, flush=True)
         return self.train_s[-1]
 
