@@ -13,7 +13,7 @@ from pipeline.core.params import ParamsError
 from pipeline.stages.bench import write_bench
 from pipeline.stages.convert import convert_dataset
 from pipeline.stages.csvdata import write_csv
-from pipeline.bench.datapaths import DataPath, Resident, data_path
+from pipeline.bench.datapaths import DataPath, Resident, _loader, data_path, sampled_steps
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
 from pipeline.shards import DeviceBatches
@@ -464,3 +464,38 @@ def test_a_sampled_epoch_asks_its_loader_for_no_more_batches_than_it_trains_on()
 
     assert list(_limited(batches(), 3)) == [0, 1, 2] and asked == [0, 1, 2]
     assert list(_limited(range(4), None)) == [0, 1, 2, 3]
+
+
+class _Counted(torch.utils.data.Dataset):
+    """Counts the samples its workers load, across processes."""
+
+    def __init__(self, n: int):
+        import multiprocessing
+        self.n, self.loaded = n, multiprocessing.get_context("fork").Value("i", 0)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        with self.loaded.get_lock():
+            self.loaded.value += 1
+        return index
+
+
+def test_a_sampled_epoch_leaves_persistent_workers_nothing_to_drain():
+    """Persistent workers prefetch ahead; a sampled epoch cut short would leave them batches
+    the next epoch first waits for. Its sampler ends with the epoch instead, its first epoch
+    the first samples of the order a whole first epoch takes."""
+    dataset = _Counted(100)
+    loader = _loader(dataset, 4, True, 7, samples=8, num_workers=1, persistent_workers=True,
+                     multiprocessing_context="fork")
+    epochs = [torch.cat(list(loader)).tolist() for _ in range(2)]
+    assert len(loader) == 2 and dataset.loaded.value == 16  # two epochs of 8: nothing loaded ahead
+    whole = _loader(range(100), 4, True, 7, num_workers=1, persistent_workers=True, multiprocessing_context="fork")
+    assert epochs[0] == torch.cat(list(whole)).tolist()[:8] and epochs[1] != epochs[0]  # reshuffled per epoch
+    assert _loader(range(100), 4, False, 7, samples=8).sampler == range(8)  # test: the first samples, in order
+
+
+def test_sampled_epochs_take_the_same_samples_whatever_the_batch():
+    assert sampled_steps(20 * 512, 512, 118) == 20 and sampled_steps(20 * 512, 16, 3750) == 640
+    assert sampled_steps(20 * 512, 512, 10) == 10 and sampled_steps(None, 512, 118) is None

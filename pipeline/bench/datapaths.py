@@ -33,6 +33,7 @@ class DataPath:
     train_steps: int
     test_steps: int
     batch_size: int
+    sampled_steps: int | None = None  # train (and test) steps per timed epoch when sampled
 
 
 @dataclass(frozen=True)
@@ -73,10 +74,27 @@ def checked_parquet(parquet: Path, split: str) -> Path:
     return path
 
 
-def _loader(dataset, batch_size: int, shuffle: bool, seed: int, **kwargs) -> torch.utils.data.DataLoader:
+def _loader(dataset, batch_size: int, shuffle: bool, seed: int, samples: int | None = None,
+            **kwargs) -> torch.utils.data.DataLoader:
+    """The seed's DataLoader; with `samples`, one whose epochs are `samples` samples of a fresh
+    shuffle each (the first epoch's: the first of the order a whole one takes). A sampled epoch then ends when its sampler does, so
+    persistent workers hold no batch prefetched for it when the next epoch starts (PyTorch
+    hands such batches to the next epoch first, which would time the previous epoch's
+    leftovers as the new epoch's work)."""
     generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
-                                       generator=generator, **kwargs)
+    if samples is None:
+        return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
+                                           generator=generator, **kwargs)
+    sampler = (torch.utils.data.RandomSampler(dataset, num_samples=samples, generator=generator) if shuffle
+               else range(samples))
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, generator=generator, **kwargs)
+
+
+def sampled_steps(epoch_samples: int | None, batch_size: int, steps: int) -> int | None:
+    """Steps per sampled epoch: those of `epoch_samples` samples (the same data whatever the
+    variant's batch, so `naive_bs16` takes 32 times the steps of `naive` at 512), at most a
+    whole epoch's `steps`; None: whole epochs."""
+    return None if epoch_samples is None else min(math.ceil(epoch_samples / batch_size), steps)
 
 
 def loader_options(variant: str, workers: int, device: torch.device) -> dict:
@@ -92,31 +110,40 @@ def loader_options(variant: str, workers: int, device: torch.device) -> dict:
     return options
 
 
+def _samples(steps: int | None, batch: int, n: int) -> int | None:
+    """Samples `steps` batches hold, None (the whole split) when they cover it."""
+    return None if steps is None or steps * batch >= n else steps * batch
+
+
 def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *, dataset: str, batch_size: int,
-              seed: int, workers: int) -> DataPath:
+              seed: int, workers: int, epoch_samples: int | None = None) -> DataPath:
     """Build one eager variant's batch sources from `dataset`'s inputs (wide Parquet or shards),
-    each checked before use."""
+    each checked before use; with `epoch_samples`, for epochs of that many samples (sampled
+    timing, `DataPath.sampled_steps`)."""
     steps = lambda n, b: math.ceil(n / b)  # noqa: E731
     if variant in LOADER_VARIANTS:
         cls = PreprocessedDataset if variant == "preprocessed" else NaiveDataset
         train_set, test_set = (cls(checked_parquet(parquet, split)) for split in SPLITS)
         options = loader_options(variant, workers, device)
         batch = 16 if variant == "naive_bs16" else batch_size
-        train_loader = _loader(train_set, batch, True, seed, **options)
-        test_loader = _loader(test_set, batch, False, seed, **options)
-        return DataPath(lambda: train_loader, lambda: test_loader,
-                        steps(len(train_set), batch), steps(len(test_set), batch), batch)
+        train_steps, test_steps = steps(len(train_set), batch), steps(len(test_set), batch)
+        sampled = sampled_steps(epoch_samples, batch, train_steps)
+        train_loader = _loader(train_set, batch, True, seed, _samples(sampled, batch, len(train_set)), **options)
+        test_loader = _loader(test_set, batch, False, seed, _samples(sampled, batch, len(test_set)), **options)
+        return DataPath(lambda: train_loader, lambda: test_loader, train_steps, test_steps, batch, sampled)
     if variant == "batched":
         train_set, test_set = (ShardDataset(Path(shards) / split, dataset=dataset, split=split) for split in SPLITS)
         pin = device.type == "cuda"
         train_loader = train_set.loader(batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed),
                                         pin_memory=pin)
         test_loader = test_set.loader(batch_size, pin_memory=pin)
-        return DataPath(lambda: train_loader, lambda: test_loader,
-                        steps(len(train_set), batch_size), steps(len(test_set), batch_size), batch_size)
+        train_steps = steps(len(train_set), batch_size)
+        return DataPath(lambda: train_loader, lambda: test_loader, train_steps, steps(len(test_set), batch_size),
+                        batch_size, sampled_steps(epoch_samples, batch_size, train_steps))
     if variant == "device":
         data = Resident.load(shards, device, dataset)
         train = DeviceBatches(data.train_images, data.train_labels, batch_size, shuffle=True, seed=seed)
         test = DeviceBatches(data.test_images, data.test_labels, batch_size, shuffle=False)
-        return DataPath(lambda: train, lambda: test, len(train), len(test), batch_size)
+        return DataPath(lambda: train, lambda: test, len(train), len(test), batch_size,
+                        sampled_steps(epoch_samples, batch_size, len(train)))
     raise ValueError(f"unknown eager variant {variant!r}; expected one of {EAGER_VARIANTS}")

@@ -109,19 +109,14 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
         return timing, math.ceil(len(data.train_labels) / config.batch_size), \
             math.ceil(len(data.test_labels) / config.batch_size)
     sampled = variant in settings.sample
+    # a sampled rung's epoch: the samples of `sample_steps` steps at the bench's batch size,
+    # whatever its own batch, so every sampled rung is timed over the same data
     path = data_path(variant, parquet, shards, device, dataset=dataset, batch_size=config.batch_size, seed=config.seed,
-                     workers=settings.workers())
+                     workers=settings.workers(),
+                     epoch_samples=settings.sample_steps * settings.batch_size if sampled else None)
     timing = train_eager(path, device, config, epochs=settings.sample_epochs if sampled else settings.epochs,
-                         steps=sample_steps(settings, path.batch_size, path.train_steps) if sampled else None,
-                         started=started, progress=progress, budget=settings.budget)
+                         steps=path.sampled_steps, started=started, progress=progress, budget=settings.budget)
     return timing, path.train_steps, path.test_steps
-
-
-def sample_steps(settings: BenchSettings, batch_size: int, train_steps: int) -> int:
-    """Train steps per sampled epoch: the samples of `sample_steps` steps at the bench's
-    batch size, whatever the variant's own batch (`naive_bs16` takes 32 times the steps), so
-    every sampled rung is timed over the same data and none over a fraction of a second."""
-    return min(math.ceil(settings.sample_steps * settings.batch_size / batch_size), train_steps)
 
 
 # pragma: no mutate end
