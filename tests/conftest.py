@@ -170,13 +170,14 @@ def write_unchecked_split(folder: Path, images: np.ndarray, labels: np.ndarray) 
     what a foreign or hostile writer could produce."""
     import xxhash
 
-    from pipeline.shards.format import V2_SAMPLE, new_manifest, write_manifest
-    from pipeline.shards.writer import shard_bytes
+    from pipeline.shards.format import BLOCK_BYTES, V2_SAMPLE, new_manifest, write_manifest
+    from pipeline.shards.writer import shard_entry, shard_parts
 
-    blob = shard_bytes({"images": images, "labels": labels}, "none", 0)
+    parts = shard_parts({"images": images, "labels": labels}, "none", 0, BLOCK_BYTES)
+    blob = b"".join(parts)
     folder.mkdir(parents=True)
     (folder / "shard-00000.safetensors").write_bytes(blob)
-    entry = {"file": "shard-00000.safetensors", "count": len(labels), "bytes": len(blob),
-             "sha256": hashlib.sha256(blob).hexdigest(), "xxh3_128": xxhash.xxh3_128_hexdigest(blob)}
+    entry = shard_entry("shard-00000.safetensors", len(labels), parts, hashlib.sha256(blob).hexdigest(),
+                        xxhash.xxh3_128_hexdigest(blob), BLOCK_BYTES)
     write_manifest(folder, new_manifest(sample=V2_SAMPLE, dataset="tiny", split="train", count=len(labels), codec="none", level=0,
-                                        source={}, shards=[entry]))
+                                        source={}, shards=[entry], block=BLOCK_BYTES))

@@ -758,7 +758,7 @@ def test_manifest_count_that_cannot_be_allocated(tmp_path):
     from pipeline.core.dataset import MNIST
 
     write_manifest(tmp_path / "s", new_manifest(sample=MNIST, dataset="d", split="train", count=MAX_COUNT, codec="zstd", level=3,
-                                                source={}, shards=[entry]))
+                                                source={}, shards=[entry], block=None))
     with pytest.raises(ShardError, match=r"manifest.json: count 2,147,483,648 needs 1,685.8 GB, which cannot be "
                                          r"allocated here"):
         load_split(tmp_path / "s")
@@ -966,12 +966,12 @@ def test_manifest_check_never_crashes(path, value, whole):
     whole): the check returns it or raises a ShardError naming the file, nothing else."""
     from pipeline.shards import ShardError
     from pipeline.core.dataset import MNIST
-    from pipeline.shards.format import check_manifest, new_manifest, shard_file
+    from pipeline.shards.format import BLOCK_BYTES, check_manifest, new_manifest, shard_file
 
     shards = [{"file": shard_file(i, "none"), "count": n, "bytes": n * MNIST.row_bytes + 100, "sha256": "a" * 64,
-               "xxh3_128": "b" * 32} for i, n in enumerate((3, 2))]
+               "xxh3_128": "b" * 32, "header_xxh3_64": "c" * 16} for i, n in enumerate((3, 2))]
     manifest = new_manifest(sample=MNIST, dataset="d", split="train", count=5, codec="none", level=3, source={},
-                            shards=shards)
+                            shards=shards, block=BLOCK_BYTES)
     if whole:
         manifest = value
     else:

@@ -20,7 +20,7 @@ from pipeline.stages.parquet import read_parquet_arrays
 from pipeline.stages.csvdata import write_csv
 from pipeline.core.errors import DataError
 from pipeline.core.params import ParamsError, validate_params
-from pipeline.shards import ShardError, load_split, read_manifest, write_shards
+from pipeline.shards import ShardDataset, ShardError, load_split, read_manifest, write_shards
 from pipeline.stages.shard import shard_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,13 @@ MANIFEST_CASES = {
     "bad dtype": (_set(["fields", 0, "dtype"], "float65"), r"fields\[0\]: field 'images': dtype 'float65' is not one of"),
     "bad codec": (_set(["compression", "codec"], "lzma"), r"compression\.codec: 'lzma', expected"),
     "shards not a list": (_set(["shards"], {"a": 1}), r"shards: expected a list"),
-    "wrong version": (_set(["format_version"], 1), r"format_version: 1, expected one of \[2, 3\]"),
+    "wrong version": (_set(["format_version"], 1), r"format_version: 1, expected one of \[2, 3, 4\]"),
+    "block size not a power of two": (_set(["block_bytes"], 65535), r"block_bytes: 65535 is not a power of two$"),
+    "block size tiny": (_set(["block_bytes"], 512), r"block_bytes: 512 is outside 4096\.\."),
+    "header digest short": (_set(["shards", 0, "header_xxh3_64"], "ab"),
+                            r"shards\[0\]\.header_xxh3_64: expected 16 lowercase hex digits, got 'ab'"),
+    "header digest missing": (_set(["shards", 1, "header_xxh3_64"], KeyError),
+                              r"shards\[1\]\.header_xxh3_64: expected 16 hex digits, got None$"),
     "dataset not a string": (_set(["dataset"], 3), r"dataset: expected a string, got 3$"),
     "compression not an object": (_set(["compression"], []), r"compression: expected an object, got \[\]$"),
     "shard entry not an object": (_set(["shards", 0], 5), r"shards\[0\]: expected an object, got 5$"),
@@ -89,12 +95,15 @@ MANIFEST_CASES = {
 
 
 def _manifest(count: int, shard_counts: list[int], codec: str = "none") -> dict:
-    from pipeline.shards.format import V2_SAMPLE, new_manifest, shard_file
+    from pipeline.shards.format import BLOCK_BYTES, V2_SAMPLE, new_manifest, shard_file
 
     SAMPLE_BYTES = V2_SAMPLE.row_bytes
     shards = [{"file": shard_file(i, codec), "count": n, "bytes": n * SAMPLE_BYTES + 100, "sha256": "a" * 64,
                "xxh3_128": "b" * 32} for i, n in enumerate(shard_counts)]
-    return new_manifest(sample=V2_SAMPLE, dataset="d", split="train", count=count, codec=codec, level=3, source={}, shards=shards)
+    for entry in shards if codec == "none" else []:
+        entry["header_xxh3_64"] = "c" * 16
+    return new_manifest(sample=V2_SAMPLE, dataset="d", split="train", count=count, codec=codec, level=3, source={},
+                        shards=shards, block=BLOCK_BYTES if codec == "none" else None)
 
 
 def test_manifest_boundaries_accepted():
@@ -165,8 +174,20 @@ def test_symlinked_shard_is_refused(shard_dir, tmp_path):
     outside.write_bytes(first.read_bytes())
     first.unlink()
     first.symlink_to(outside)
-    with pytest.raises(ShardError, match=r"shard-00000.safetensors: a link or a path outside"):
+    with pytest.raises(ShardError, match=r"shard-00000.safetensors: a link, not a plain file; shards must be plain"):
         load_split(shard_dir)
+
+
+def test_a_fifo_as_a_shard_is_refused_without_waiting(shard_dir):
+    from test_bounds import within
+
+    first = shard_dir / "shard-00000.safetensors"
+    first.unlink()
+    os.mkfifo(first)
+    for read in (load_split, ShardDataset):
+        with within(5), pytest.raises(ShardError, match=r"shard-00000.safetensors: a FIFO \(named pipe\), not a "
+                                                        r"regular file; expected a file here; shards must be plain"):
+            read(shard_dir)
 
 
 def test_zstd_frame_that_claims_too_much(tmp_path, tiny):

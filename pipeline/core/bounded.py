@@ -13,6 +13,7 @@ Standard library and PyYAML only.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -64,6 +65,28 @@ def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
             raise UnsafeFileError(f"{path}: {_kind(mode)}, not a regular file; expected a file here")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_plain(path: Path) -> BinaryIO:
+    """`path` opened for unbuffered binary reading if it is itself a regular file: not a link
+    (O_NOFOLLOW: a name listed inside a folder then cannot lead out of it, and no resolving
+    of the whole path per file), FIFO, socket or device. FileNotFoundError passes through."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise UnsafeFileError(f"{path}: a link, not a plain file") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(f"{path}: {_kind(mode)}, not a regular file; expected a file here")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=0)
     except BaseException:
         os.close(fd)
         raise

@@ -11,9 +11,15 @@ declaration, never against constants, so any fixed-shape data fits (MNIST is one
 (and every file system) pays per file. Writer, whole-split reader and per-rank reader all go
 through this module, so the format is stated once.
 
-Format versions: 3 declares the fields (`"fields": [...]`); 2, the MNIST-only format before
-it (fixed `images` uint8 [28, 28] and `labels` uint8 0..9 keys), is still read: `read_manifest`
-turns it into the version-3 form in memory.
+Format versions: 4 adds, for uncompressed shards, an xxh3-64 digest of every `block_bytes`
+block of each file's data area, listed in the file's own safetensors header
+(`__metadata__.xxh3_64_blocks`), and the xxh3-64 of that header in the manifest
+(`header_xxh3_64`): a reader verifies the header, then just the blocks a batch touches, and
+serves the first batch before it has hashed the whole split, while the manifest stays the
+same size whatever the size of the shards; 3 declares the fields
+(`"fields": [...]`); 2, the MNIST-only format before it (fixed `images` uint8 [28, 28] and
+`labels` uint8 0..9 keys). Both are still read: `read_manifest` turns them into the
+version-4 form in memory (with no block digests: their shards are verified whole).
 """
 
 from __future__ import annotations
@@ -27,8 +33,10 @@ from pathlib import Path
 from pipeline.core.bounded import UnsafeFileError, read_capped
 from pipeline.core.errors import InputError, is_hex
 
-FORMAT_VERSION = 3
-READ_VERSIONS = (2, 3)         # what read_manifest accepts; 2 is upgraded in memory
+FORMAT_VERSION = 4
+READ_VERSIONS = (2, 3, 4)      # what read_manifest accepts; 2 and 3 are upgraded in memory
+BLOCK_BYTES = 1 << 14          # the verified unit of random access: a batch of 512 samples hashes ~8 MB at most
+MAX_BLOCKS = 1 << 15           # block digests per shard: 512 KiB of hex in a header (larger shards: larger blocks)
 CODECS = ("none", "zstd")
 
 # numpy dtype name -> safetensors dtype code (little-endian, as safetensors stores them).
@@ -181,7 +189,7 @@ def shard_file(number: int, codec: str) -> str:
 
 
 def new_manifest(*, sample: Sample, dataset: str, split: str, count: int, codec: str, level: int, source: dict,
-                 shards: list[dict]) -> dict:
+                 shards: list[dict], block: int | None) -> dict:
     """The manifest every writer produces (key order included: the bytes are DVC's cache key)."""
     return {
         "format_version": FORMAT_VERSION,
@@ -190,9 +198,27 @@ def new_manifest(*, sample: Sample, dataset: str, split: str, count: int, codec:
         "count": int(count),
         "fields": sample.to_json(),
         "compression": {"codec": codec, "level": level if codec == "zstd" else None},
+        "block_bytes": block,
         "source": source,
         "shards": shards,
     }
+
+
+def block_bytes(codec: str, shard_bytes: int) -> int | None:
+    """The size of the blocks whose digests each shard's header lists, for shards of at most
+    `shard_bytes` data: BLOCK_BYTES, doubled until at most MAX_BLOCKS cover a shard.
+    Uncompressed shards only: a zstd shard is decompressed whole, so it is verified whole."""
+    if codec != "none":
+        return None
+    block = BLOCK_BYTES
+    while blocks_in(shard_bytes, block) > MAX_BLOCKS:
+        block *= 2
+    return block
+
+
+def blocks_in(size: int, block: int) -> int:
+    """Blocks of `block` bytes a file of `size` bytes is cut into (the last may be short)."""
+    return -(-size // block)
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:
@@ -281,13 +307,28 @@ def _upgrade_v2(manifest: dict, file: Path) -> dict:
 
 _KEYS = {2: {"format_version", "dataset", "split", "count", "images", "labels", "compression", "source", "shards"},
          3: {"format_version", "dataset", "split", "count", "fields", "compression", "source", "shards"}}
+_KEYS[4] = _KEYS[3] | {"block_bytes"}
+
+
+def _block_bytes(file: Path, manifest: dict) -> int | None:
+    """The manifest's `block_bytes`: a power of two from 4 KiB to 1 GiB for uncompressed
+    shards, null for zstd ones."""
+    value = manifest["block_bytes"]
+    if manifest["compression"]["codec"] == "zstd":
+        if value is not None:
+            raise _fail(file, "block_bytes", f"{value!r:.30}, expected null (zstd shards are verified whole)")
+        return None
+    _count(file, "block_bytes", value, low=1 << 12, high=1 << 30)
+    if value & (value - 1):
+        raise _fail(file, "block_bytes", f"{value} is not a power of two")
+    return value
 
 
 def check_manifest(manifest, file: Path) -> dict:
     """The manifest's schema, checked before anything it names is opened: known keys and
     types, declared fields, file names confined to the folder and listed once, counts that
-    add up and sizes that can hold them. Returns it in version-3 form (a version-2 one
-    upgraded). The reader runs where only torch is installed, so this is plain code rather
+    add up, sizes that can hold them and digests. Returns it in version-4 form (an older one
+    upgraded, with `block_bytes` null). The reader runs where only torch is installed, so this is plain code rather
     than a schema library."""
     _expect(file, "(top level)", manifest, dict, "a JSON object")
     version = manifest.get("format_version")
@@ -299,6 +340,8 @@ def check_manifest(manifest, file: Path) -> dict:
         raise _fail(file, "(keys)", f"missing {sorted(missing)}, unknown {sorted(extra)}")
     if version == 2:
         manifest = _upgrade_v2(manifest, file)
+    if version < 4:
+        manifest = {**manifest, "block_bytes": None}
     for key in ("dataset", "split"):
         _expect(file, key, manifest[key], str, "a string")
     count = _count(file, "count", manifest["count"])
@@ -306,6 +349,7 @@ def check_manifest(manifest, file: Path) -> dict:
     compression = _expect(file, "compression", manifest["compression"], dict, "an object")
     if compression.get("codec") not in CODECS:
         raise _fail(file, "compression.codec", f"{compression.get('codec')!r:.30}, expected 'none' or 'zstd'")
+    block = _block_bytes(file, manifest) if version >= 4 else None
     shards = _expect(file, "shards", manifest["shards"], list, "a list")
     ending = suffix(compression["codec"])
     seen: set[str] = set()
@@ -325,6 +369,8 @@ def check_manifest(manifest, file: Path) -> dict:
             raise _fail(file, f"{where}.bytes", f"{size:,} bytes cannot hold {n:,} samples of {row_bytes} bytes")
         _digest(file, f"{where}.sha256", entry.get("sha256"), 64)
         _digest(file, f"{where}.xxh3_128", entry.get("xxh3_128"), 32)
+        if block is not None:
+            _digest(file, f"{where}.header_xxh3_64", entry.get("header_xxh3_64"), 16)
         total += n
     if total != count:
         raise _fail(file, "shards", f"shard counts add up to {total:,}, count says {count:,}")
@@ -337,7 +383,7 @@ def manifest_sample(manifest: dict) -> Sample:
 
 
 def read_manifest(path: Path, dataset: str | None = None, split: str | None = None) -> dict:
-    """The folder's manifest.json, checked, in version-3 form; `dataset`/`split` when given
+    """The folder's manifest.json, checked, in version-4 form; `dataset`/`split` when given
     must match it."""
     path = Path(path)
     file = path / "manifest.json"

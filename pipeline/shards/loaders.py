@@ -53,9 +53,10 @@ def model_ready(field: Field, batch: np.ndarray) -> np.ndarray:
 
 
 class ShardDataset(Dataset):
-    """Map-style view of a shard split, verified and memory-mapped (`reader.MappedSplit`: the
-    first batch comes as soon as the shards are hashed, gathered from the maps, while a
-    thread joins the shards into one array for the batches after it).
+    """Map-style view of a shard split, memory-mapped and verified as used
+    (`reader.MappedSplit`: each batch verifies the blocks it touches, so the first batch
+    does not wait for the whole split to be hashed, while a thread verifies the rest and
+    joins the shards into one array for the batches after it).
 
     `dataset[i]` is one sample: a tuple of its fields in the manifest's order, made model-ready
     (`model_ready`: for MNIST, float [1, 28, 28] in 0..1 and an int64 label; `raw=True` keeps

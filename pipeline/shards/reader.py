@@ -1,6 +1,7 @@
 """Reading shards back, verified on the way: a whole split into tensors (`read_split`,
 `load_split`), rows of one shard (`read_shard_into`, for the ranks), or a split mapped
-for random access without a copy (`MappedSplit`, behind `ShardDataset`).
+for random access without a copy (`MappedSplit`, behind `ShardDataset`, verified block by
+block as batches touch them).
 
 What each shard must hold comes from the manifest's sample schema: the reader allocates one
 tensor per field, of its dtype and [count, *shape], and checks every shard's safetensors
@@ -26,8 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, manifest_sample, max_shard_bytes,
-                                    read_manifest, zstd)
+from pipeline.core.bounded import UnsafeFileError, open_plain
+from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, blocks_in, manifest_sample,
+                                    max_shard_bytes, read_manifest, zstd)
 
 VERIFY = ("xxh3", "sha256", "none")
 
@@ -46,22 +48,17 @@ def _hasher(verify: str):
     raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
 
 
-def _shard_path(folder: Path, name: str) -> Path:
-    """The shard's path, refused if it is a link or otherwise resolves outside the folder."""
-    path = folder / name
-    if path.is_symlink() or path.resolve().parent != folder.resolve():
-        raise ShardError(f"{path}: a link or a path outside {folder}; shards must be plain files in their folder")
-    return path
-
-
 def _open_shard(folder: Path, entry: dict):
-    """(path, unbuffered file, size) of a shard that is a plain file in its folder and of the
-    size the manifest states; one message per way it is not."""
-    path = _shard_path(folder, entry["file"])
+    """(path, unbuffered file, size) of a shard that is a plain file in its folder (not a
+    link, FIFO or device: the manifest's names are plain names, so it cannot be outside)
+    and of the size the manifest states; one message per way it is not."""
+    path = folder / entry["file"]
     try:
-        file = path.open("rb", buffering=0)
+        file = open_plain(path)
     except FileNotFoundError:
         raise ShardError(f"{path}: shard listed in the manifest is missing") from None
+    except UnsafeFileError as err:
+        raise ShardError(f"{err}; shards must be plain files in their folder") from None
     size = os.fstat(file.fileno()).st_size
     if size != entry["bytes"]:
         file.close()
@@ -82,10 +79,12 @@ def _dtype_name(tensor: torch.Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor]) -> tuple[int, dict[str, tuple[int, int]]]:
+def _read_header(source, path: Path, count: int,
+                 targets: dict[str, torch.Tensor]) -> tuple[int, dict[str, tuple[int, int]], dict]:
     """The safetensors header (8-byte little-endian length + JSON), checked against the
     schema the targets carry (a tensor per field: its dtype and [count, *shape]); returns
-    the header's length in bytes and {tensor: (begin, end)} within the data area."""
+    the header's length in bytes, {tensor: (begin, end)} within the data area and its
+    `__metadata__` ({} when there is none)."""
     raw = source.read(8)
     if len(raw) < 8:
         raise ShardError(f"{path}: not a safetensors shard (ends after {len(raw)} bytes)")
@@ -112,7 +111,10 @@ def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
             raise ShardError(f"{path}: tensor {name!r} has no valid data_offsets ({offsets!r})")
         regions[name] = (offsets[0], offsets[1])
-    return 8 + size, regions
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict):
+        raise ShardError(f"{path}: the header's __metadata__ is not an object")
+    return 8 + size, regions, metadata
 
 
 def _verify(path: Path, entry: dict, verify: str, data) -> None:
@@ -166,7 +168,7 @@ def _skip(stream, size: int, path: Path) -> None:
 
 def _read_zstd(stream, path: Path, count: int, targets: dict[str, torch.Tensor], first: int, stop: int) -> None:
     """Decompress straight into the targets' rows, skipping the rows outside first..stop."""
-    _, regions = _read_header(stream, path, count, targets)
+    _, regions, _ = _read_header(stream, path, count, targets)
     for name, _, _ in _tiles(path, regions, count, targets):
         row = _row_bytes(targets[name])
         _skip(stream, first * row, path)
@@ -206,7 +208,7 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
         # ACCESS_COPY: private and writable (nothing is written), so torch takes it without a warning.
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
             _verify(path, entry, verify, mapped)
-            data_start, regions = _read_header(mapped, path, count, targets)
+            data_start, regions, _ = _read_header(mapped, path, count, targets)
             end = 0
             for name, begin, end in _tiles(path, regions, count, targets):  # `end`: the last tensor's
                 row = _row_bytes(targets[name])
@@ -273,35 +275,145 @@ def load_split(path: Path, device: str | torch.device = "cpu", *, dataset: str |
     return tuple(read_split(path, device, dataset=dataset, split=split, verify=verify).values())
 
 
-def map_shard(folder: Path, entry: dict, sample: Sample, verify: str) -> dict[str, np.ndarray]:
-    """One uncompressed shard's fields as read-only numpy arrays over a memory map of the file,
-    after the same checks `read_shard_into` runs (size, digest, header against the schema):
-    no copy, and the pages are the page cache's, shared by every process that maps them."""
+def _xxh3_64():
+    """xxhash's one-shot xxh3-64 digest, or None where xxhash is not installed (then shards
+    are verified whole, with sha256)."""
+    try:
+        from xxhash import xxh3_64_digest
+    except ImportError:
+        return None
+    return xxh3_64_digest
+
+
+class Blocks:
+    """The block digests of a split's mapped uncompressed shards (format version 4) and which
+    blocks are verified so far, in one array over the split: `check_rows` finds the blocks a
+    batch's samples lie in with a few numpy operations and hashes only those not yet
+    verified, so a split is hashed at most once however its batches are drawn."""
+
+    def __init__(self, block: int, hash_fn) -> None:
+        self.block, self.hash = block, hash_fn
+        self.paths: list[Path] = []
+        self.views: list[memoryview] = []
+        self.digests: list[bytes] = []
+        self.starts = [0]                      # the split-wide number of each shard's first block
+        self.offsets: list[list[int]] = []     # per shard: where each field's first row is in the data area
+        self.row_bytes: list[int] = []         # per field
+        self.done = np.zeros(0, bool)
+        self.complete = False
+
+    def add(self, path: Path, data: memoryview, digests: str) -> None:
+        """A shard's data area (what follows its header) and the hex digests of its blocks."""
+        self.paths.append(path)
+        self.views.append(data)
+        self.digests.append(bytes.fromhex(digests))
+        self.starts.append(self.starts[-1] + len(self.digests[-1]) // 8)
+
+    def ready(self) -> None:
+        """Every shard added: nothing verified yet."""
+        self.done = np.zeros(self.starts[-1], bool)
+
+    def _check(self, shard: int, number: int) -> None:
+        if self.done[self.starts[shard] + number]:
+            return
+        begin = number * self.block
+        end = min(begin + self.block, self.views[shard].nbytes)
+        got, wanted = self.hash(self.views[shard][begin:end]), self.digests[shard][8 * number : 8 * number + 8]
+        if got != wanted:
+            raise ShardError(f"{self.paths[shard]}: checksum mismatch in block {number} (bytes {begin:,}..{end:,} "
+                             f"after the header): header xxh3_64 {wanted.hex()}, file {got.hex()}")
+        self.done[self.starts[shard] + number] = True
+
+    def check_shard(self, shard: int) -> None:
+        for number in range(self.starts[shard + 1] - self.starts[shard]):
+            self._check(shard, number)
+
+    def check_rows(self, shards: np.ndarray, rows: np.ndarray) -> None:
+        """Verify every block the samples at (`shards`, `rows`) lie in (a row number in its
+        shard), or raise a ShardError naming the file and the bad block."""
+        if self.complete or not len(rows):
+            return
+        offsets, starts = np.asarray(self.offsets, np.int64)[shards], np.asarray(self.starts, np.int64)[shards]
+        touched = []
+        for field, row in enumerate(self.row_bytes):
+            first = offsets[:, field] + rows * row
+            last = (first + row - 1) // self.block
+            first //= self.block
+            if row <= self.block:  # a row spans at most two blocks
+                touched += [starts + first, starts + last]
+            else:
+                touched += [np.arange(s + a, s + b + 1) for s, a, b in zip(starts, first, last)]
+        wanted = np.concatenate(touched)
+        todo = np.sort(wanted[~self.done[wanted]])
+        todo = todo[np.concatenate(([True], todo[1:] != todo[:-1]))] if len(todo) else todo  # (np.unique's first
+        # call imports numpy.ma: 9 ms before a first batch)
+        if len(todo):
+            owners = np.searchsorted(self.starts, todo, side="right") - 1
+            hash_fn, block, views, digests, done = self.hash, self.block, self.views, self.digests, self.done
+            for number, shard in zip(todo.tolist(), owners.tolist()):  # (the hot loop of a first batch: inlined)
+                local = number - self.starts[shard]
+                if hash_fn(views[shard][local * block : (local + 1) * block]) != digests[shard][8 * local : 8 * local + 8]:
+                    self._check(shard, local)  # raises, naming the block
+                done[number] = True
+            self.complete = bool(self.done.all())
+
+
+def _map(folder: Path, entry: dict, sample: Sample, templates: dict[str, torch.Tensor], verify: str,
+         blocks: Blocks | None = None) -> dict[str, np.ndarray]:
+    """One uncompressed shard's fields as read-only numpy arrays over a memory map of the file
+    (no copy, and the pages are the page cache's, shared by every process that maps them),
+    after the checks `read_shard_into` runs (size, digest, header against the schema). With
+    `blocks`, the file is not hashed whole: its header is checked against the manifest's
+    `header_xxh3_64` before it is parsed, and its data area is added to `blocks` with the
+    block digests the header lists, to be verified as batches touch it."""
     count = entry["count"]
     path, file, size = _open_shard(folder, entry)
     with file:
         mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)  # stays open while an array uses it
-    _verify(path, entry, verify, mapped)
-    templates = allocate(sample, 0)
-    data_start, regions = _read_header(mapped, path, count, templates)
+    if blocks is None:
+        _verify(path, entry, verify, mapped)
+    else:
+        _verify_header(path, entry, mapped, blocks.hash)
+    data_start, regions, metadata = _read_header(mapped, path, count, templates)
     end = 0
-    columns = {}
+    columns, offsets = {}, {}
     for name, begin, end in _tiles(path, regions, count, templates):
         field = sample[name]
         flat = np.frombuffer(mapped, field.dtype, count * math.prod(field.shape), data_start + begin)
-        columns[name] = flat.reshape(count, *field.shape)
+        columns[name], offsets[name] = flat.reshape(count, *field.shape), begin
     if data_start + end != size:
         raise ShardError(f"{path}: {size - data_start - end:,} bytes after the last tensor")
+    if blocks is not None:
+        digests = metadata.get("xxh3_64_blocks")
+        wanted = 16 * blocks_in(size - data_start, blocks.block)
+        if not (isinstance(digests, str) and len(digests) == wanted):
+            raise ShardError(f"{path}: the header lists no {wanted // 16} block digests (xxh3_64_blocks)")
+        try:
+            blocks.add(path, memoryview(mapped)[data_start:], digests)
+        except ValueError:
+            raise ShardError(f"{path}: the header's block digests are not hex") from None
+        blocks.offsets.append([offsets[f.name] for f in sample.fields])
+        blocks.row_bytes = [f.row_bytes for f in sample.fields]
     return {f.name: columns[f.name] for f in sample.fields}
 
 
+def _verify_header(path: Path, entry: dict, mapped, hash_fn) -> None:
+    """The header (8-byte length and JSON, at most MAX_HEADER) against the manifest's digest
+    of it, before a byte of it is parsed."""
+    declared = int.from_bytes(mapped[:8], "little") if len(mapped) >= 8 else 0
+    got = hash_fn(memoryview(mapped)[: 8 + min(declared, MAX_HEADER, len(mapped))]).hex()
+    if got != entry["header_xxh3_64"]:
+        raise ShardError(f"{path}: header checksum mismatch: manifest header_xxh3_64 {entry['header_xxh3_64']}, "
+                         f"file {got}")
+
+
 def _map_shards(folder: Path, entries: list[dict], sample: Sample, verify: str) -> list[dict[str, np.ndarray]]:
-    """`map_shard` of every entry, class labels checked. One thread: hashing the maps on two
+    """`_map` of every entry, verified whole, class labels checked. One thread: hashing the maps on two
     threads was slower here (the page faults serialise in the kernel), and so was
     MAP_POPULATE (measured at 600,000 samples, 2 cores)."""
-    chunks, start = [], 0
+    chunks, start, templates = [], 0, allocate(sample, 0)
     for entry in entries:
-        chunk = map_shard(folder, entry, sample, verify)
+        chunk = _map(folder, entry, sample, templates, verify)
         check_classes(sample, chunk, str(folder), ids=range(start, start + entry["count"]))
         chunks.append(chunk)
         start += entry["count"]
@@ -309,14 +421,22 @@ def _map_shards(folder: Path, entries: list[dict], sample: Sample, verify: str) 
 
 
 class MappedSplit:
-    """A split for random access on the CPU: uncompressed shards memory-mapped and verified
-    in place (no copy: opening a split costs its hashing, not a copy of it; memory is the
-    page cache's), zstd shards decompressed into memory. `take(indices)` gathers a batch
-    with numpy, one thread: on a busy host torch's intra-op threads contend for the cores.
+    """A split for random access on the CPU: uncompressed shards memory-mapped (no copy:
+    memory is the page cache's), zstd shards decompressed into memory. `take(indices)`
+    gathers a batch with numpy, one thread: on a busy host torch's intra-op threads contend
+    for the cores.
+
+    Verified as it is used (`verify="xxh3"`, format version 4, xxhash installed): opening
+    checks sizes and headers only, and each batch first verifies the 64 KiB blocks its samples
+    lie in, so the first batch comes after hashing a few MB, not the whole split; a thread
+    verifies the rest meanwhile and joins the shards into one array per field. Otherwise
+    (`verify="sha256"`, older manifests, no xxhash) every shard is hashed whole on opening.
+    A damaged block raises a ShardError naming the file from the batch that touches it, or
+    from the first batch after the thread found it; `wait()` waits for the thread and raises
+    then.
 
     Pickled (DataLoader workers under spawn/forkserver), it carries only its path: a worker
-    maps the files again, checking sizes and headers but not re-hashing what the parent
-    verified."""
+    maps the files again, checking sizes and headers, and verifies what the parent had not."""
 
     def __init__(self, path: Path, *, dataset: str | None = None, split: str | None = None,
                  verify: str = "xxh3") -> None:
@@ -328,47 +448,86 @@ class MappedSplit:
     def _open(self, verify: str) -> None:
         manifest = read_manifest(self.folder, self.dataset, self.split)
         self.sample = manifest_sample(manifest)
+        self.blocks: Blocks | None = None
+        self._failure: Exception | None = None
+        self._thread = None
+        hash_fn = _xxh3_64() if verify == "xxh3" and manifest["block_bytes"] else None
         if manifest["compression"]["codec"] == "zstd":
             loaded = read_split(self.folder, verify=verify)
             self.chunks = [{name: t.numpy() for name, t in loaded.items()}] if manifest["count"] else []
+        elif hash_fn is not None:
+            templates = allocate(self.sample, 0)
+            self.blocks = Blocks(manifest["block_bytes"], hash_fn)
+            self.chunks = [_map(self.folder, entry, self.sample, templates, verify, self.blocks)
+                           for entry in manifest["shards"]]
+            self.blocks.ready()
         else:
             self.chunks = _map_shards(self.folder, manifest["shards"], self.sample, verify)
         self.ends = np.cumsum([len(next(iter(c.values()))) for c in self.chunks], dtype=np.int64)
         self.count = int(self.ends[-1]) if len(self.ends) else 0
-        self.whole: dict[str, np.ndarray] | None = self.chunks[0] if len(self.chunks) == 1 else None
-        if self.whole is None and self.chunks:
+        self.whole: dict[str, np.ndarray] | None = None
+        self._owner: int | None = None  # the process whose thread joins the shards (started by the first batch)
+        if len(self.chunks) == 1 and self.blocks is None:
+            self.whole = self.chunks[0]
+
+    def _joining(self) -> None:
+        """Start the join in this process unless it runs here already: after the first batch,
+        which then has both cores to itself, and again in a worker forked before it ended."""
+        if self.whole is None and self.chunks and self._owner != os.getpid():
             self._join_in_background()
 
     def _join_in_background(self) -> None:
-        """Copy the mapped shards into one array per field on a thread (numpy copies release
-        the GIL), so that batches are one gather instead of one per shard; until it is done
-        (a few tens of ms for MNIST) batches are gathered shard by shard, so the first batch
-        does not wait for the copy. Each shard, once copied, is swapped for its rows of the
-        copy, which unmaps the file: its pages leave this process's resident memory (they stay
-        in the page cache), so the split is held about once, not twice, at any moment."""
+        """Verify what is not verified yet and copy the mapped shards into one array per field
+        on a thread (numpy copies and xxhash release the GIL), so that batches are one gather
+        instead of one per shard; until it is done (a few tens of ms for MNIST) batches are
+        gathered shard by shard, so no batch waits for the copy. Each shard,
+        once copied, is swapped for its rows of the copy, which unmaps the file: its pages
+        leave this process's resident memory (they stay in the page cache), so the split is
+        held about once, not twice, at any moment. A failure is kept for `take` to raise."""
         import threading
 
         self._owner = os.getpid()
 
         def join() -> None:
-            whole = {f.name: np.empty((self.count, *f.shape), f.dtype) for f in self.sample.fields}
-            start = 0
-            for number, chunk in enumerate(self.chunks):
-                n = len(next(iter(chunk.values())))
-                for name, values in chunk.items():
-                    whole[name][start : start + n] = values
-                self.chunks[number] = {name: whole[name][start : start + n] for name in chunk}
-                start += n
-            self.whole = whole
+            try:
+                whole = ({f.name: np.empty((self.count, *f.shape), f.dtype) for f in self.sample.fields}
+                         if len(self.chunks) > 1 else None)
+                start = 0
+                for number, chunk in enumerate(self.chunks):
+                    n = len(next(iter(chunk.values())))
+                    if self.blocks is not None:
+                        self.blocks.check_shard(number)
+                        check_classes(self.sample, chunk, str(self.folder), ids=range(start, start + n))
+                    if whole is not None:
+                        for name, values in chunk.items():
+                            whole[name][start : start + n] = values
+                        self.chunks[number] = {name: whole[name][start : start + n] for name in chunk}
+                    start += n
+                self.whole = whole if whole is not None else self.chunks[0]
+            except Exception as err:  # noqa: BLE001 - raised again by the next take()
+                self._failure = err
 
-        threading.Thread(target=join, name="shards-join", daemon=True).start()
+        self._thread = threading.Thread(target=join, name="shards-join", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Wait until every shard is verified and joined; raise what the check found."""
+        self._joining()
+        if self._thread is not None:
+            self._thread.join()
+        if self._failure is not None:
+            raise self._failure
 
     def __getstate__(self) -> dict:
-        return {key: value for key, value in self.__dict__.items() if key not in ("chunks", "ends", "whole")}
+        state = {key: value for key, value in self.__dict__.items()
+                 if key not in ("chunks", "ends", "whole", "blocks", "_failure", "_thread")}
+        verified = self.blocks is None or self.whole is not None and self._failure is None
+        state["_worker_verify"] = "none" if verified else self.verify  # what this process has not verified
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._open("none")
+        self._open(state.pop("_worker_verify", "none"))
 
     def __len__(self) -> int:
         return self.count
@@ -381,12 +540,14 @@ class MappedSplit:
         if len(index) and (index.min() < -self.count or index.max() >= self.count):
             raise IndexError(f"sample index out of range 0..{self.count - 1}")
         index = np.where(index < 0, index + self.count, index)
+        if self._failure is not None:
+            raise self._failure
         whole = self.whole
         if whole is not None:
             return {name: np.take(values, index, axis=0) for name, values in whole.items()}
-        if self.chunks and os.getpid() != getattr(self, "_owner", os.getpid()):  # forked before the join ended
-            self._join_in_background()
         shard = np.searchsorted(self.ends, index, side="right")
+        if self.blocks is not None:
+            self.blocks.check_rows(shard, index - np.concatenate(([0], self.ends))[shard])
         order = np.argsort(shard, kind="stable")
         bounds = np.searchsorted(shard[order], np.arange(len(self.chunks) + 1))
         out = {f.name: np.empty((len(index), *f.shape), f.dtype) for f in self.sample.fields}
@@ -396,6 +557,9 @@ class MappedSplit:
                 rows = index[picked] - (self.ends[number - 1] if number else 0)
                 for name, values in chunk.items():
                     out[name][picked] = np.take(values, rows, axis=0)
+        if self.blocks is not None:
+            check_classes(self.sample, out, str(self.folder), ids=index)
+        self._joining()
         return out
 
     def column(self, name: str) -> np.ndarray:

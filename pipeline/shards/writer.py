@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.atomic import atomic_dir
-from pipeline.shards.format import (CODECS, DTYPES, INTEGER, V2_SAMPLE, Field, Sample, ShardError, new_manifest,
-                                    shard_file, write_manifest, zstd)
+from pipeline.shards.format import (CODECS, DTYPES, INTEGER, V2_SAMPLE, Field, Sample, ShardError, block_bytes,
+                                    new_manifest, shard_file, write_manifest, zstd)
 
 
 # safetensors' `Dtype` enum order: it lays tensors out by dtype, later in this order first, then
@@ -35,12 +35,9 @@ from pipeline.shards.format import (CODECS, DTYPES, INTEGER, V2_SAMPLE, Field, S
 SAFETENSORS_ORDER = ("BOOL", "U8", "I8", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64", "U64")
 
 
-def safetensors_parts(columns: Mapping[str, np.ndarray]) -> list[memoryview]:
-    """An uncompressed shard as the buffers of its safetensors file, in file order: the header
-    (8-byte little-endian length, then JSON padded with spaces to a multiple of 8), then
-    each column's bytes, in place. Exactly what `safetensors.numpy.save` returns, without its
-    copies: it joins every tensor into one new bytes object, which took about half of an
-    uncompressed write (`benchmarks/peers.py`, write-none)."""
+def _layout(columns: Mapping[str, np.ndarray]) -> tuple[dict, list[memoryview]]:
+    """A safetensors file's tensor entries and data buffers, in file order: tensors laid out
+    by dtype, later in `SAFETENSORS_ORDER` first, then by name, as the library does."""
     arrays = {name: np.ascontiguousarray(values) for name, values in columns.items()}
     order = sorted(arrays, key=lambda name: (-SAFETENSORS_ORDER.index(DTYPES[arrays[name].dtype.name]), name))
     header, offset = {}, 0
@@ -49,26 +46,76 @@ def safetensors_parts(columns: Mapping[str, np.ndarray]) -> list[memoryview]:
         header[name] = {"dtype": DTYPES[arrays[name].dtype.name], "shape": list(arrays[name].shape),
                         "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
-    text = json.dumps(header, separators=(",", ":")).encode()
+    return header, [memoryview(arrays[name].reshape(-1)).cast("B") for name in order]
+
+
+def _header(tensors: dict, metadata: dict[str, str] | None) -> memoryview:
+    """The 8-byte little-endian length, then the JSON (`__metadata__` first) padded with
+    spaces to a multiple of 8."""
+    text = json.dumps({"__metadata__": metadata, **tensors} if metadata else tensors, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    return [memoryview(len(text).to_bytes(8, "little") + text),
-            *(memoryview(arrays[name].reshape(-1)).cast("B") for name in order)]
+    return memoryview(len(text).to_bytes(8, "little") + text)
 
 
-def shard_parts(columns: Mapping[str, np.ndarray], compression: str, level: int) -> list[memoryview]:
+def safetensors_parts(columns: Mapping[str, np.ndarray], metadata: dict[str, str] | None = None) -> list[memoryview]:
+    """An uncompressed shard as the buffers of its safetensors file, in file order: the header,
+    then each column's bytes, in place. Exactly what `safetensors.numpy.save` returns, without
+    its copies: it joins every tensor into one new bytes object, which took about half of an
+    uncompressed write (`benchmarks/peers.py`, write-none)."""
+    tensors, data = _layout(columns)
+    return [_header(tensors, metadata), *data]
+
+
+def shard_parts(columns: Mapping[str, np.ndarray], compression: str, level: int,
+                block: int | None = None) -> list[memoryview]:
     """One shard's file as buffers in file order: the columns as safetensors tensors (named
-    by field), optionally zstd (one frame that states its size)."""
-    parts = safetensors_parts(columns)
+    by field), uncompressed with the xxh3-64 of every `block` bytes of the data area listed
+    in the header (`__metadata__.xxh3_64_blocks`), or zstd (one frame that states its size)."""
     if compression == "none":
-        return parts
+        tensors, data = _layout(columns)
+        metadata = {"xxh3_64_blocks": block_digests(data, block)} if block else None
+        return [_header(tensors, metadata), *data]
     if compression == "zstd":
-        return [memoryview(zstd().ZstdCompressor(level=level).compress(b"".join(parts)))]
+        return [memoryview(zstd().ZstdCompressor(level=level).compress(b"".join(safetensors_parts(columns))))]
     raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
 
 
-def shard_bytes(columns: Mapping[str, np.ndarray], compression: str, level: int) -> bytes:
+def shard_bytes(columns: Mapping[str, np.ndarray], compression: str, level: int, block: int | None = None) -> bytes:
     """One shard's file as one bytes object (`shard_parts` joined)."""
-    return b"".join(shard_parts(columns, compression, level))
+    return b"".join(shard_parts(columns, compression, level, block))
+
+
+def block_digests(parts: list[memoryview], block: int) -> str:
+    """The xxh3-64 digest of every `block` bytes of what `parts` make (the last block may be
+    short), as one hex string: what a reader checks a batch's blocks against."""
+    import xxhash
+
+    digests, hasher, room = [], xxhash.xxh3_64(), block
+    for part in parts:
+        while part.nbytes:
+            take = min(room, part.nbytes)
+            hasher.update(part[:take])
+            part, room = part[take:], room - take
+            if not room:
+                digests.append(hasher.hexdigest())
+                hasher.reset()
+                room = block
+    if room < block:
+        digests.append(hasher.hexdigest())
+    return "".join(digests)
+
+
+def shard_entry(name: str, count: int, parts: list[memoryview], sha256: str, xxh3_128: str,
+                block: int | None) -> dict:
+    """A shard's manifest entry: its file, samples, size, digests (and the header's xxh3-64
+    when the header lists block digests)."""
+    import xxhash
+
+    entry = {"file": name, "count": count, "bytes": sum(part.nbytes for part in parts), "sha256": sha256,
+             "xxh3_128": xxh3_128}
+    if block:
+        entry["header_xxh3_64"] = xxhash.xxh3_64_hexdigest(parts[0])
+    return entry
 
 
 def _misfit(field: Field, array: np.ndarray) -> np.ndarray | None:
@@ -124,12 +171,6 @@ def _digest(hasher, parts: list[memoryview]) -> str:
     return hasher.hexdigest()
 
 
-def _xxh3(parts: list[memoryview]) -> str:
-    import xxhash  # the writer runs where the project is installed
-
-    return _digest(xxhash.xxh3_128(), parts)
-
-
 class ShardWriter:
     """Samples in (any batch sizes), numbered shards out into `folder`; `finish` writes the
     manifest. Values that do not fit the sample schema are refused here, so no feeder can
@@ -144,6 +185,7 @@ class ShardWriter:
         self.folder, self.sample, self.dataset, self.split = Path(folder), sample, dataset, split
         self.origin = origin or f"{dataset}/{split}"  # what error messages name
         self.size, self.compression, self.level = samples_per_shard, compression, level
+        self.block = block_bytes(compression, samples_per_shard * sample.row_bytes)
         self.buffers: dict[str, np.ndarray] = {}  # allocated on the first partial shard
         self.filled = 0
         self.count = 0
@@ -152,23 +194,25 @@ class ShardWriter:
         self.folder.mkdir(parents=True, exist_ok=True)
 
     def _write(self, columns: dict[str, np.ndarray]) -> None:
-        """Write one shard from its buffers in place (`shard_parts`), hashing them with sha256
-        on a thread while this one writes them and hashes them with xxh3 (hashlib releases the
-        GIL: sha256 alone took as long as the rest of the write). Nothing is left running when
-        this returns, so an error later never races a write into a folder being removed, and
-        the buffers may be refilled."""
-        parts = shard_parts(columns, self.compression, self.level)
+        """Write one shard from its buffers in place (`shard_parts`, which lists the digest of
+        each block in the header), hashing them with sha256 on a thread while this one writes
+        them and hashes them with xxh3 (hashlib releases the GIL: sha256 alone took as long
+        as the rest of the write). Nothing is left running when this returns, so an error
+        later never races a write into a folder being removed, and the buffers may be
+        refilled."""
+        import xxhash  # the writer runs where the project is installed
+
+        parts = shard_parts(columns, self.compression, self.level, self.block)
         name = shard_file(len(self.entries), self.compression)
         sha256 = self.pool.submit(_digest, hashlib.sha256(), parts)
         try:
             with open(self.folder / name, "wb") as file:  # (parts larger than its buffer go straight through)
                 for part in parts:
                     file.write(part)
-            xxh3 = _xxh3(parts)
+            xxh3 = _digest(xxhash.xxh3_128(), parts)
         finally:
             digest = sha256.result()
-        self.entries.append({"file": name, "count": len(next(iter(columns.values()))),
-                             "bytes": sum(part.nbytes for part in parts), "sha256": digest, "xxh3_128": xxh3})
+        self.entries.append(shard_entry(name, len(next(iter(columns.values()))), parts, digest, xxh3, self.block))
 
     def _flush(self) -> None:
         if self.filled:
@@ -212,7 +256,7 @@ class ShardWriter:
         self.pool.shutdown()
         manifest = new_manifest(sample=self.sample, dataset=self.dataset, split=self.split, count=self.count,
                                 codec=self.compression, level=self.level, source=source or {},
-                                shards=self.entries)
+                                shards=self.entries, block=self.block)
         write_manifest(self.folder, manifest)
         return manifest
 
