@@ -204,3 +204,13 @@ def test_zstd_shards_are_verified_whole(tmp_path, split):
     (tmp_path / "z" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ShardError, match=r"manifest.json: block_bytes: 16384, expected null \(zstd shards"):
         read_manifest(tmp_path / "z")
+
+
+def test_once_joined_the_maps_are_let_go(split):
+    """The split is held once: after the join, no shard's map is kept for verification."""
+    folder, data = split
+    mapped = MappedSplit(folder)
+    mapped.take([1])
+    mapped.wait()
+    assert mapped.blocks.done.all() and all(view.nbytes == 0 for view in mapped.blocks.views)
+    np.testing.assert_array_equal(mapped.take([450, 7])["images"], data["images"][[450, 7]])

@@ -328,6 +328,11 @@ class Blocks:
         for number in range(self.starts[shard + 1] - self.starts[shard]):
             self._check(shard, number)
 
+    def release(self, shard: int) -> None:
+        """Let go of a verified shard's map (so that, once its arrays are gone too, it is
+        unmapped and its pages leave this process's memory)."""
+        self.views[shard] = memoryview(b"")
+
     def check_rows(self, shards: np.ndarray, rows: np.ndarray) -> None:
         """Verify every block the samples at (`shards`, `rows`) lie in (a row number in its
         shard), or raise a ShardError naming the file and the bad block."""
@@ -502,6 +507,8 @@ class MappedSplit:
                         for name, values in chunk.items():
                             whole[name][start : start + n] = values
                         self.chunks[number] = {name: whole[name][start : start + n] for name in chunk}
+                        if self.blocks is not None:
+                            self.blocks.release(number)
                     start += n
                 self.whole = whole if whole is not None else self.chunks[0]
             except Exception as err:  # noqa: BLE001 - raised again by the next take()
