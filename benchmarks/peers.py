@@ -611,18 +611,23 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix=f"peers-x{scale}-") as tmp:
             work = Path(tmp)
             data = make_data(work, scale, args.mnist, args.tiny)
-            meta["samples"] = len(load_data(data)[2])
-            results = race(scale, systems, args.tasks, args.repeat, work, data, args.timeout)
+            run = {"meta": {**meta, "samples": len(load_data(data)[2])},
+                   "results": race(scale, systems, args.tasks, args.repeat, work, data, args.timeout)}
         file = args.out / f"scale-{scale}.json"
         if args.merge and file.exists():  # re-measured tasks replace theirs, the rest is kept
-            old = json.loads(file.read_text())
-            for system, tasks in results.items():
-                old["results"].setdefault(system, {}).update(tasks)
-            old["meta"].setdefault("remeasured", []).append({"command": meta["command"], "host": meta["host"]})
-            old["meta"].setdefault("versions", {}).update(meta["versions"])  # the systems just run
-            meta, results = old["meta"], old["results"]
-        file.write_text(json.dumps({"meta": meta, "results": results}, indent=1, sort_keys=True) + "\n")
+            run = merged(json.loads(file.read_text()), run)
+        file.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n")
     print(render(args.out, args.docs))
+
+
+def merged(old: dict, new: dict) -> dict:
+    """`old` (a scale's file) with `new`'s tasks in place of its own, `new`'s command and host
+    listed as a re-measurement and its systems' versions."""
+    for system, tasks in new["results"].items():
+        old["results"].setdefault(system, {}).update(tasks)
+    old["meta"].setdefault("remeasured", []).append({"command": new["meta"]["command"], "host": new["meta"]["host"]})
+    old["meta"].setdefault("versions", {}).update(new["meta"]["versions"])  # the systems just run
+    return old
 
 
 def render(out: Path, docs: Path | None) -> str:

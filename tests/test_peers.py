@@ -57,3 +57,18 @@ def test_the_tables_cells_say_min_and_median():
                               "same_order_same_seed": True, "new_order_next_epoch": False}])
     assert cell.startswith("steps unequal 79-157; dropped 0, repeated 3; 1.4/12 blocks")
     assert cell.endswith("same order for a seed, same order next epoch")
+
+
+@pytest.mark.slow
+def test_a_merged_run_over_several_scales_names_itself_in_each(tmp_path):
+    """Each scale's file lists the command that re-measured it (not another scale's)."""
+    out = tmp_path / "out"
+    base = [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--tiny", "200", "--scales", "1", "2",
+            "--repeat", "1", "--systems", "project", "--out", str(out)]
+    for extra in (["--tasks", "write-none", "first"], ["--tasks", "write-none", "--merge"]):
+        done = subprocess.run(base + extra, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert done.returncode == 0, done.stderr[-2000:]
+    for scale in (1, 2):
+        meta = json.loads((out / f"scale-{scale}.json").read_text())["meta"]
+        assert "--merge" not in meta["command"] and meta["samples"] == 200 * scale
+        assert [again["command"].endswith("--tasks write-none --merge") for again in meta["remeasured"]] == [True]
