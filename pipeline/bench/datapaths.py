@@ -77,10 +77,10 @@ def checked_parquet(parquet: Path, split: str) -> Path:
 def _loader(dataset, batch_size: int, shuffle: bool, seed: int, samples: int | None = None,
             **kwargs) -> torch.utils.data.DataLoader:
     """The seed's DataLoader; with `samples`, one whose epochs are `samples` samples of a fresh
-    shuffle each (the first epoch's: the first of the order a whole one takes). A sampled epoch then ends when its sampler does, so
-    persistent workers hold no batch prefetched for it when the next epoch starts (PyTorch
-    hands such batches to the next epoch first, which would time the previous epoch's
-    leftovers as the new epoch's work)."""
+    shuffle each (the first epoch's: the first of the order a whole one takes). A sampled
+    epoch then ends when its sampler does, so persistent workers hold no batch prefetched for
+    it when the next epoch starts (PyTorch makes the next epoch wait for such batches, which
+    would time the previous epoch's leftovers as the new epoch's work)."""
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     if samples is None:
         return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,

@@ -47,6 +47,24 @@ def check_inside(path: Path, folder: Path) -> None:
                               f"its input folder (replace the link with a copy of the file)")
 
 
+_OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_checked(path: Path, flags: int, buffering: int = -1) -> BinaryIO:
+    """`path` opened with `flags` (O_NONBLOCK among them: should it be a FIFO, opening it does
+    not wait for a writer), refused by the descriptor's own fstat unless a regular file."""
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(f"{path}: {_kind(mode)}, not a regular file; expected a file here")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
     """`path` opened for binary reading if it is a regular file (and, given `within`, one that
     resolves inside that folder). FileNotFoundError passes through for callers to word."""
@@ -56,39 +74,18 @@ def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
     mode = os.stat(path).st_mode  # follows links: what would be opened
     if not stat.S_ISREG(mode):
         raise UnsafeFileError(f"{path}: {_kind(mode)}, not a regular file; expected a file here")
-    # O_NONBLOCK: should the path become a FIFO between the stat and the open, opening it
-    # does not wait for a writer; the fstat below then refuses it.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnsafeFileError(f"{path}: {_kind(mode)}, not a regular file; expected a file here")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    return _open_checked(path, _OPEN)  # (checked again: it may have changed since the stat)
 
 
 def open_plain(path: Path) -> BinaryIO:
     """`path` opened for unbuffered binary reading if it is itself a regular file: not a link
     (O_NOFOLLOW: a name listed inside a folder then cannot lead out of it, and no resolving
     of the whole path per file), FIFO, socket or device. FileNotFoundError passes through."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        return _open_checked(path, _OPEN | os.O_NOFOLLOW, buffering=0)
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise UnsafeFileError(f"{path}: a link, not a plain file") from None
-        raise
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnsafeFileError(f"{path}: {_kind(mode)}, not a regular file; expected a file here")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb", buffering=0)
-    except BaseException:
-        os.close(fd)
         raise
 
 
