@@ -131,6 +131,22 @@ def test_a_damaged_header_is_refused_on_opening(split):
         MappedSplit(folder)
 
 
+def test_every_header_is_checked_not_only_the_first_of_its_kind(split):
+    """Headers that match the manifest's digests are still checked against the schema, shard
+    by shard: the check remembered for the first shard does not pass a second that differs."""
+    folder, _ = split
+    path = folder / "shard-00001.safetensors"
+    raw = path.read_bytes()
+    start, _ = _header(raw)
+    at = raw.index(b'"U8"', 0, start)  # the first uint8 field's dtype, as int8: same length
+    path.write_bytes(raw[:at] + b'"I8"' + raw[at + 4 :])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["shards"][1]["header_xxh3_64"] = xxhash.xxh3_64_hexdigest(path.read_bytes()[:start])
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match=r"shard-00001.safetensors: tensor '\w+' is I8 \[300"):
+        MappedSplit(folder)
+
+
 def test_a_bad_label_is_refused_by_the_batch_that_holds_it(split, monkeypatch):
     """A foreign writer's label 10 in a 10-class field: written under 11 classes, then the
     manifest says 10 (the digests all match)."""

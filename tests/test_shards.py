@@ -200,7 +200,7 @@ def test_rank_split_disjoint_equal_batches(arrays, drop_last):
 
 
 @pytest.mark.parametrize(("header", "message"), [
-    (b"[1, 2]", r"no tensor 'images'"),
+    (b"[1, 2]", r"not a safetensors header \(JSON list, not an object\)"),
     (b'{"images": {"dtype": "U8", "shape": [64, 28, 28]}}', r"tensor 'images' has no valid data_offsets"),
     (b'{"images": ', r"not a readable safetensors header"),
 ])

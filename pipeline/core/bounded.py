@@ -50,14 +50,23 @@ def check_inside(path: Path, folder: Path) -> None:
 _OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 
 
-def _open_checked(path: Path, flags: int, buffering: int = -1) -> BinaryIO:
+def _checked_fd(path: Path, flags: int) -> tuple[int, os.stat_result]:
     """`path` opened with `flags` (O_NONBLOCK among them: should it be a FIFO, opening it does
-    not wait for a writer), refused by the descriptor's own fstat unless a regular file."""
+    not wait for a writer) as a descriptor and its fstat, refused unless a regular file (by
+    the descriptor's own fstat: what was opened, not what a name pointed to earlier)."""
     fd = os.open(path, flags)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnsafeFileError(f"{path}: {_kind(mode)}, not a regular file; expected a file here")
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise UnsafeFileError(f"{path}: {_kind(status.st_mode)}, not a regular file; expected a file here")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, status
+
+
+def _as_file(fd: int, buffering: int = -1) -> BinaryIO:
+    try:
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb", buffering=buffering)
     except BaseException:
@@ -74,19 +83,26 @@ def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
     mode = os.stat(path).st_mode  # follows links: what would be opened
     if not stat.S_ISREG(mode):
         raise UnsafeFileError(f"{path}: {_kind(mode)}, not a regular file; expected a file here")
-    return _open_checked(path, _OPEN)  # (checked again: it may have changed since the stat)
+    return _as_file(_checked_fd(path, _OPEN)[0])  # (checked again: it may have changed since the stat)
 
 
-def open_plain(path: Path) -> BinaryIO:
-    """`path` opened for unbuffered binary reading if it is itself a regular file: not a link
-    (O_NOFOLLOW: a name listed inside a folder then cannot lead out of it, and no resolving
-    of the whole path per file), FIFO, socket or device. FileNotFoundError passes through."""
+def plain_descriptor(path: Path) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of `path` and its fstat if it is itself a regular file: not a
+    link (O_NOFOLLOW: a name listed inside a folder then cannot lead out of it, and no
+    resolving of the whole path per file), FIFO, socket or device; the caller closes it. For
+    memory-mapping many files (a split's shards), where a file object per file is overhead.
+    FileNotFoundError passes through."""
     try:
-        return _open_checked(path, _OPEN | os.O_NOFOLLOW, buffering=0)
+        return _checked_fd(path, _OPEN | os.O_NOFOLLOW)
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise UnsafeFileError(f"{path}: a link, not a plain file") from None
         raise
+
+
+def open_plain(path: Path) -> BinaryIO:
+    """`plain_descriptor`'s file opened for unbuffered binary reading."""
+    return _as_file(plain_descriptor(path)[0], buffering=0)
 
 
 def too_large(path: Path, size: int, cap: int, what: str) -> UnsafeFileError:

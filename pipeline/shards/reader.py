@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.core.bounded import UnsafeFileError, open_plain
+from pipeline.core.bounded import UnsafeFileError, plain_descriptor
 from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, blocks_in, manifest_sample,
                                     max_shard_bytes, read_manifest, zstd)
 
@@ -48,22 +48,22 @@ def _hasher(verify: str):
     raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
 
 
-def _open_shard(folder: Path, entry: dict):
-    """(path, unbuffered file, size) of a shard that is a plain file in its folder (not a
+def _open_shard(folder: Path, entry: dict) -> tuple[Path, int, int]:
+    """(path, read-only descriptor, size) of a shard that is a plain file in its folder (not a
     link, FIFO or device: the manifest's names are plain names, so it cannot be outside)
-    and of the size the manifest states; one message per way it is not."""
+    and of the size the manifest states; one message per way it is not. The caller closes
+    the descriptor."""
     path = folder / entry["file"]
     try:
-        file = open_plain(path)
+        fd, status = plain_descriptor(path)
     except FileNotFoundError:
         raise ShardError(f"{path}: shard listed in the manifest is missing") from None
     except UnsafeFileError as err:
         raise ShardError(f"{err}; shards must be plain files in their folder") from None
-    size = os.fstat(file.fileno()).st_size
-    if size != entry["bytes"]:
-        file.close()
-        raise ShardError(f"{path}: {size:,} bytes, manifest says {entry['bytes']:,} (truncated?)")
-    return path, file, size
+    if status.st_size != entry["bytes"]:
+        os.close(fd)
+        raise ShardError(f"{path}: {status.st_size:,} bytes, manifest says {entry['bytes']:,} (truncated?)")
+    return path, fd, status.st_size
 
 
 def _readinto(source, view: memoryview, path: Path) -> None:
@@ -79,12 +79,14 @@ def _dtype_name(tensor: torch.Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def _read_header(source, path: Path, count: int,
-                 targets: dict[str, torch.Tensor]) -> tuple[int, dict[str, tuple[int, int]], dict]:
+def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor],
+                 known: dict | None = None) -> tuple[int, list[tuple[str, int, int]], dict]:
     """The safetensors header (8-byte little-endian length + JSON), checked against the
     schema the targets carry (a tensor per field: its dtype and [count, *shape]); returns
-    the header's length in bytes, {tensor: (begin, end)} within the data area and its
-    `__metadata__` ({} when there is none)."""
+    the header's length in bytes, the tensors' (name, begin, end) within the data area in
+    file order (`_tiles`) and its `__metadata__` ({} when there is none). `known` (a dict the caller keeps across the
+    shards of a split) remembers the tensor entries already checked for a count: a split's
+    headers differ only in their metadata, so each is checked once, not once per shard."""
     raw = source.read(8)
     if len(raw) < 8:
         raise ShardError(f"{path}: not a safetensors shard (ends after {len(raw)} bytes)")
@@ -95,13 +97,20 @@ def _read_header(source, path: Path, count: int,
         header = json.loads(source.read(size))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ShardError(f"{path}: not a readable safetensors header ({err})") from None
-    if isinstance(header, dict) and set(header) - set(targets) - {"__metadata__"}:
-        raise ShardError(f"{path}: tensors {sorted(set(header) - set(targets) - {'__metadata__'})!r:.80} "
+    if not isinstance(header, dict):
+        raise ShardError(f"{path}: not a safetensors header (JSON {type(header).__name__}, not an object)")
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict):
+        raise ShardError(f"{path}: the header's __metadata__ is not an object")
+    if known is not None and count in known and known[count][0] == header:
+        return 8 + size, known[count][1], metadata
+    if set(header) - set(targets):
+        raise ShardError(f"{path}: tensors {sorted(set(header) - set(targets))!r:.80} "
                          f"are not fields of the manifest's sample {sorted(targets)}")
     regions = {}
     for name, target in targets.items():
         shape, dtype = [count, *target.shape[1:]], _dtype_name(target)
-        info = header.get(name) if isinstance(header, dict) else None
+        info = header.get(name)
         if not isinstance(info, dict):
             raise ShardError(f"{path}: no tensor {name!r}")
         if info.get("dtype") != DTYPES[dtype] or info.get("shape") != shape:
@@ -111,10 +120,10 @@ def _read_header(source, path: Path, count: int,
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
             raise ShardError(f"{path}: tensor {name!r} has no valid data_offsets ({offsets!r})")
         regions[name] = (offsets[0], offsets[1])
-    metadata = header.get("__metadata__", {})
-    if not isinstance(metadata, dict):
-        raise ShardError(f"{path}: the header's __metadata__ is not an object")
-    return 8 + size, regions, metadata
+    tiles = _tiles(path, regions, count, targets)
+    if known is not None:
+        known[count] = (header, tiles)
+    return 8 + size, tiles, metadata
 
 
 def _verify(path: Path, entry: dict, verify: str, data) -> None:
@@ -136,16 +145,18 @@ def _bytes_of(target: torch.Tensor) -> torch.Tensor:
     return target.reshape(-1).view(torch.uint8)
 
 
-def _tiles(path: Path, regions: dict[str, tuple[int, int]], count: int, targets: dict[str, torch.Tensor]):
+def _tiles(path: Path, regions: dict[str, tuple[int, int]], count: int,
+           targets: dict[str, torch.Tensor]) -> list[tuple[str, int, int]]:
     """(name, begin, end) in file order, checking the tensors tile the data area with no
     holes (as safetensors requires) and have the sizes the manifest's count implies."""
-    position = 0
+    position, tiles = 0, []
     for name, (begin, end) in sorted(regions.items(), key=lambda item: item[1]):
         size = count * _row_bytes(targets[name])
         if begin != position or end - begin != size:
             raise ShardError(f"{path}: tensor {name!r} at bytes {begin}..{end}, expected {position}..{position + size}")
-        yield name, begin, end
+        tiles.append((name, begin, end))
         position = end
+    return tiles
 
 
 def _check_frame(path: Path, blob: bytes, count: int, row_bytes: int) -> None:
@@ -168,8 +179,8 @@ def _skip(stream, size: int, path: Path) -> None:
 
 def _read_zstd(stream, path: Path, count: int, targets: dict[str, torch.Tensor], first: int, stop: int) -> None:
     """Decompress straight into the targets' rows, skipping the rows outside first..stop."""
-    _, regions, _ = _read_header(stream, path, count, targets)
-    for name, _, _ in _tiles(path, regions, count, targets):
+    _, tiles, _ = _read_header(stream, path, count, targets)
+    for name, _, _ in tiles:
         row = _row_bytes(targets[name])
         _skip(stream, first * row, path)
         if stop > first:  # (an empty view cannot be cast to bytes)
@@ -193,8 +204,8 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
     first, stop = rows or (0, count)
     if not 0 <= first <= stop <= count:
         raise ValueError(f"rows {first}..{stop} are outside the shard's 0..{count}")
-    path, file, size = _open_shard(folder, entry)
-    with file:
+    path, fd, size = _open_shard(folder, entry)
+    with open(fd, "rb", buffering=0) as file:
         if compression == "zstd":
             blob = file.read()
             _verify(path, entry, verify, blob)
@@ -208,9 +219,9 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
         # ACCESS_COPY: private and writable (nothing is written), so torch takes it without a warning.
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
             _verify(path, entry, verify, mapped)
-            data_start, regions, _ = _read_header(mapped, path, count, targets)
+            data_start, tiles, _ = _read_header(mapped, path, count, targets)
             end = 0
-            for name, begin, end in _tiles(path, regions, count, targets):  # `end`: the last tensor's
+            for name, begin, end in tiles:  # `end`: the last tensor's
                 row = _row_bytes(targets[name])
                 source = np.frombuffer(mapped, np.uint8, (stop - first) * row, data_start + begin + first * row)
                 _bytes_of(targets[name]).copy_(torch.from_numpy(source))
@@ -291,23 +302,25 @@ class Blocks:
     batch's samples lie in with a few numpy operations and hashes only those not yet
     verified, so a split is hashed at most once however its batches are drawn."""
 
-    def __init__(self, block: int, hash_fn) -> None:
+    def __init__(self, block: int, hash_fn, row_bytes: list[int]) -> None:
         self.block, self.hash = block, hash_fn
         self.paths: list[Path] = []
         self.views: list[memoryview] = []
         self.digests: list[bytes] = []
         self.starts = [0]                      # the split-wide number of each shard's first block
         self.offsets: list[list[int]] = []     # per shard: where each field's first row is in the data area
-        self.row_bytes: list[int] = []         # per field
+        self.row_bytes = row_bytes             # per field
         self.done = np.zeros(0, bool)
         self.complete = False
 
-    def add(self, path: Path, data: memoryview, digests: str) -> None:
-        """A shard's data area (what follows its header) and the hex digests of its blocks."""
+    def add(self, path: Path, data: memoryview, digests: str, offsets: list[int]) -> None:
+        """A shard's data area (what follows its header), the hex digests of its blocks and
+        where each field's first row lies in the data area."""
         self.paths.append(path)
         self.views.append(data)
         self.digests.append(bytes.fromhex(digests))
         self.starts.append(self.starts[-1] + len(self.digests[-1]) // 8)
+        self.offsets.append(offsets)
 
     def ready(self) -> None:
         """Every shard added: nothing verified yet."""
@@ -363,8 +376,16 @@ class Blocks:
             self.complete = bool(self.done.all())
 
 
-def _map(folder: Path, entry: dict, sample: Sample, templates: dict[str, torch.Tensor], verify: str,
-         blocks: Blocks | None = None) -> dict[str, np.ndarray]:
+class _Layout:
+    """What each shard of a split is checked against, built once per split: the sample's
+    fields as empty tensors (their dtypes and shapes, for `_read_header`) and the header
+    entries already found right, per shard count (`_read_header`'s `known`)."""
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample, self.templates, self.known = sample, allocate(sample, 0), {}
+
+
+def _map(folder: Path, entry: dict, layout: _Layout, verify: str, blocks: Blocks | None = None) -> dict[str, np.ndarray]:
     """One uncompressed shard's fields as read-only numpy arrays over a memory map of the file
     (no copy, and the pages are the page cache's, shared by every process that maps them),
     after the checks `read_shard_into` runs (size, digest, header against the schema). With
@@ -372,20 +393,22 @@ def _map(folder: Path, entry: dict, sample: Sample, templates: dict[str, torch.T
     `header_xxh3_64` before it is parsed, and its data area is added to `blocks` with the
     block digests the header lists, to be verified as batches touch it."""
     count = entry["count"]
-    path, file, size = _open_shard(folder, entry)
-    with file:
-        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)  # stays open while an array uses it
+    path, fd, size = _open_shard(folder, entry)
+    try:
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)  # stays open while an array uses it
+    finally:
+        os.close(fd)
     if blocks is None:
         _verify(path, entry, verify, mapped)
     else:
         _verify_header(path, entry, mapped, blocks.hash)
-    data_start, regions, metadata = _read_header(mapped, path, count, templates)
+    data_start, tiles, metadata = _read_header(mapped, path, count, layout.templates, layout.known)
     end = 0
-    columns, offsets = {}, {}
-    for name, begin, end in _tiles(path, regions, count, templates):
-        field = sample[name]
+    columns = {}
+    for name, begin, end in tiles:
+        field = layout.sample[name]
         flat = np.frombuffer(mapped, field.dtype, count * math.prod(field.shape), data_start + begin)
-        columns[name], offsets[name] = flat.reshape(count, *field.shape), begin
+        columns[name] = flat.reshape(count, *field.shape)
     if data_start + end != size:
         raise ShardError(f"{path}: {size - data_start - end:,} bytes after the last tensor")
     if blocks is not None:
@@ -393,13 +416,12 @@ def _map(folder: Path, entry: dict, sample: Sample, templates: dict[str, torch.T
         wanted = 16 * blocks_in(size - data_start, blocks.block)
         if not (isinstance(digests, str) and len(digests) == wanted):
             raise ShardError(f"{path}: the header lists no {wanted // 16} block digests (xxh3_64_blocks)")
+        begins = {name: begin for name, begin, _ in tiles}
         try:
-            blocks.add(path, memoryview(mapped)[data_start:], digests)
+            blocks.add(path, memoryview(mapped)[data_start:], digests, [begins[f.name] for f in layout.sample.fields])
         except ValueError:
             raise ShardError(f"{path}: the header's block digests are not hex") from None
-        blocks.offsets.append([offsets[f.name] for f in sample.fields])
-        blocks.row_bytes = [f.row_bytes for f in sample.fields]
-    return {f.name: columns[f.name] for f in sample.fields}
+    return {f.name: columns[f.name] for f in layout.sample.fields}
 
 
 def _verify_header(path: Path, entry: dict, mapped, hash_fn) -> None:
@@ -416,9 +438,9 @@ def _map_shards(folder: Path, entries: list[dict], sample: Sample, verify: str) 
     """`_map` of every entry, verified whole, class labels checked. One thread: hashing the maps on two
     threads was slower here (the page faults serialise in the kernel), and so was
     MAP_POPULATE (measured at 600,000 samples, 2 cores)."""
-    chunks, start, templates = [], 0, allocate(sample, 0)
+    chunks, start, layout = [], 0, _Layout(sample)
     for entry in entries:
-        chunk = _map(folder, entry, sample, templates, verify)
+        chunk = _map(folder, entry, layout, verify)
         check_classes(sample, chunk, str(folder), ids=range(start, start + entry["count"]))
         chunks.append(chunk)
         start += entry["count"]
@@ -432,7 +454,7 @@ class MappedSplit:
     for the cores.
 
     Verified as it is used (`verify="xxh3"`, format version 4, xxhash installed): opening
-    checks sizes and headers only, and each batch first verifies the 64 KiB blocks its samples
+    checks sizes and headers only, and each batch first verifies the blocks (16 KiB) its samples
     lie in, so the first batch comes after hashing a few MB, not the whole split; a thread
     verifies the rest meanwhile and joins the shards into one array per field. Otherwise
     (`verify="sha256"`, older manifests, no xxhash) every shard is hashed whole on opening.
@@ -461,10 +483,9 @@ class MappedSplit:
             loaded = read_split(self.folder, verify=verify)
             self.chunks = [{name: t.numpy() for name, t in loaded.items()}] if manifest["count"] else []
         elif hash_fn is not None:
-            templates = allocate(self.sample, 0)
-            self.blocks = Blocks(manifest["block_bytes"], hash_fn)
-            self.chunks = [_map(self.folder, entry, self.sample, templates, verify, self.blocks)
-                           for entry in manifest["shards"]]
+            layout = _Layout(self.sample)
+            self.blocks = Blocks(manifest["block_bytes"], hash_fn, [f.row_bytes for f in self.sample.fields])
+            self.chunks = [_map(self.folder, entry, layout, verify, self.blocks) for entry in manifest["shards"]]
             self.blocks.ready()
         else:
             self.chunks = _map_shards(self.folder, manifest["shards"], self.sample, verify)
