@@ -122,13 +122,18 @@ def test_the_background_check_finds_damage_no_batch_touched(split):
         dataset.batch([0])  # every batch after the check failed refuses
 
 
-def test_a_damaged_header_is_refused_on_opening(split):
+def test_a_damaged_header_is_refused_before_the_first_batch_and_after(split):
+    """Opening reads the manifest; the shards are mapped and their headers checked by
+    `prepare` or the first batch, and a split found damaged stays refused."""
     folder, _ = split
     raw = (folder / "shard-00001.safetensors").read_bytes()
     _flip(folder / "shard-00001.safetensors", raw.index(b"xxh3_64_blocks") + 30)  # one of the digests
-    with pytest.raises(ShardError, match=r"shard-00001.safetensors: header checksum mismatch: manifest "
-                                         r"header_xxh3_64 [0-9a-f]{16}, file [0-9a-f]{16}$"):
-        MappedSplit(folder)
+    dataset = ShardDataset(folder)
+    message = r"shard-00001.safetensors: header checksum mismatch: manifest header_xxh3_64 [0-9a-f]{16}, file [0-9a-f]{16}$"
+    for use in (lambda: dataset.batch([0]), lambda: dataset.batch([0]), dataset.split.prepare, dataset.split.wait,
+                lambda: next(iter(dataset.loader(8, shuffle=True)))):
+        with pytest.raises(ShardError, match=message):
+            use()
 
 
 def test_every_header_is_checked_not_only_the_first_of_its_kind(split):
@@ -144,7 +149,7 @@ def test_every_header_is_checked_not_only_the_first_of_its_kind(split):
     manifest["shards"][1]["header_xxh3_64"] = xxhash.xxh3_64_hexdigest(path.read_bytes()[:start])
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ShardError, match=r"shard-00001.safetensors: tensor '\w+' is I8 \[300"):
-        MappedSplit(folder)
+        MappedSplit(folder).prepare()
 
 
 def test_a_bad_label_is_refused_by_the_batch_that_holds_it(split, monkeypatch):

@@ -295,6 +295,9 @@ def test_the_fast_path_gives_what_the_plain_path_gives(mnist_split):
     assert all(sorted(e.tolist()) == sorted(labels.tolist()) for e in epochs)
     again = data.loader(32, shuffle=True, generator=torch.Generator().manual_seed(0))
     assert torch.equal(torch.cat([y for _, y in again]), epochs[0])  # and the same one for the same seed
+    plain = DataLoader(data, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(torch.cat([y for _, y in plain]), epochs[0])  # RandomSampler's first epoch (drawn on a
+    # thread while the shards are mapped)
     ranks = [torch.cat([y for _, y in data.loader(16, sampler=DistributedSampler(data, 2, r, seed=3))])
              for r in range(2)]
     assert sorted(torch.cat(ranks).tolist()) == sorted(labels.tolist())

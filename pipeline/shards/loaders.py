@@ -12,6 +12,7 @@ For data that do not fit one device, `ranks.RankShards` gives each DDP rank only
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +55,11 @@ def model_ready(field: Field, batch: np.ndarray) -> np.ndarray:
 
 class ShardDataset(Dataset):
     """Map-style view of a shard split, memory-mapped and verified as used
-    (`reader.MappedSplit`: each batch verifies the blocks it touches, so the first batch
-    does not wait for the whole split to be hashed, while a thread verifies the rest and
-    joins the shards into one array for the batches after it).
+    (`reader.MappedSplit`: constructing it reads the manifest; the first batch maps the shards,
+    or `loader()` does while the epoch's permutation is drawn; each batch verifies the blocks
+    it touches, so the first batch does not wait for the whole split to be hashed, while a
+    thread verifies the rest and joins the shards into one array for the batches after it).
+    Damage is raised by the first use that finds it (`split.wait()` checks everything now).
 
     `dataset[i]` is one sample: a tuple of its fields in the manifest's order, made model-ready
     (`model_ready`: for MNIST, float [1, 28, 28] in 0..1 and an int64 label; `raw=True` keeps
@@ -103,7 +106,8 @@ class ShardDataset(Dataset):
         per-sample permutation each epoch from `generator`; other keyword arguments (workers,
         pin_memory, ...) go to the DataLoader."""
         if sampler is None:
-            batches = IndexBatches(len(self), batch_size, shuffle=shuffle, drop_last=drop_last, generator=generator)
+            batches = IndexBatches(len(self), batch_size, shuffle=shuffle, drop_last=drop_last, generator=generator,
+                                   meanwhile=self.split.prepare)
         elif shuffle:
             raise ValueError("loader: give shuffle or a sampler, not both")
         else:
@@ -112,27 +116,49 @@ class ShardDataset(Dataset):
 
 
 class IndexBatches(Sampler[np.ndarray]):
-    """Batches of sample indices as int64 arrays cut from one permutation per epoch (the one
-    `RandomSampler` draws from the same generator), or from 0..n-1: what `BatchSampler` over
-    `RandomSampler` gives, without a Python int per sample."""
+    """Batches of sample indices as int64 arrays cut from one permutation per epoch
+    (`torch.randperm` from the generator), or from 0..n-1: what `BatchSampler` over
+    `RandomSampler` gives, without a Python int per sample. The first epoch is the one a
+    `RandomSampler` on the same generator gives; its later epochs differ, as `RandomSampler`
+    also draws an (empty) permutation for its remainder at the end of each epoch.
+
+    `meanwhile`, if given, runs once, on the first epoch, while that permutation is drawn on a
+    thread (torch releases the GIL): `ShardDataset.loader` maps the shards then, so a first
+    batch waits for the longer of the two, not for both."""
 
     def __init__(self, n: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, meanwhile: Callable[[], None] | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.n, self.batch_size, self.shuffle, self.drop_last, self.generator = n, batch_size, shuffle, drop_last, generator
+        self.meanwhile = meanwhile
 
     def __len__(self) -> int:
         return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)
 
+    def _order(self) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.n, dtype=np.int64)
+        generator = self.generator
+        if generator is None:  # as RandomSampler does: a fresh seed from torch's global generator
+            generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+        return torch.randperm(self.n, generator=generator).numpy()
+
     def __iter__(self) -> Iterator[np.ndarray]:
-        if self.shuffle:
-            generator = self.generator
-            if generator is None:  # as RandomSampler does: a fresh seed from torch's global generator
-                generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
-            order = torch.randperm(self.n, generator=generator).numpy()
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is None:
+            order = self._order()
         else:
-            order = np.arange(self.n, dtype=np.int64)
+            drawn: list[np.ndarray] = []
+            thread = threading.Thread(target=lambda: drawn.append(self._order()), name="shards-order", daemon=True)
+            thread.start()
+            try:
+                meanwhile()
+            finally:
+                thread.join()
+            if not drawn:
+                raise RuntimeError("IndexBatches: the epoch's order could not be drawn (see the thread's error above)")
+            order = drawn[0]
         for start in range(0, len(self) * self.batch_size, self.batch_size):
             yield order[start : start + self.batch_size]
 

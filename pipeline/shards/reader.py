@@ -454,13 +454,14 @@ class MappedSplit:
     for the cores.
 
     Verified as it is used (`verify="xxh3"`, format version 4, xxhash installed): opening
-    checks sizes and headers only, and each batch first verifies the blocks (16 KiB) its samples
-    lie in, so the first batch comes after hashing a few MB, not the whole split; a thread
-    verifies the rest meanwhile and joins the shards into one array per field. Otherwise
-    (`verify="sha256"`, older manifests, no xxhash) every shard is hashed whole on opening.
-    A damaged block raises a ShardError naming the file from the batch that touches it, or
-    from the first batch after the thread found it; `wait()` waits for the thread and raises
-    then.
+    reads the manifest; `prepare()` or the first batch maps the shards, checking sizes and
+    headers only; each batch first verifies the blocks (16 KiB; larger in shards over 512 MiB)
+    its samples lie in, so the first batch comes after hashing a few MB, not the whole split;
+    from the second batch on a thread verifies the rest and joins the shards into one array
+    per field. Otherwise (`verify="sha256"`, older manifests, no xxhash) every shard is hashed
+    whole on opening. A damaged shard raises a ShardError naming the file from the batch that
+    touches it, or from the first batch after the thread found it, and every use after that;
+    `wait()` waits for the thread and raises then.
 
     Pickled (DataLoader workers under spawn/forkserver), it carries only its path: a worker
     maps the files again, checking sizes and headers, and verifies what the parent had not."""
@@ -475,30 +476,54 @@ class MappedSplit:
     def _open(self, verify: str) -> None:
         manifest = read_manifest(self.folder, self.dataset, self.split)
         self.sample = manifest_sample(manifest)
+        self.count: int = manifest["count"]
         self.blocks: Blocks | None = None
+        self.whole: dict[str, np.ndarray] | None = None
         self._failure: Exception | None = None
         self._thread = None
+        self.chunks: list[dict[str, np.ndarray]] = []
+        self._unmapped: tuple[list[dict], str] | None = None  # (shard entries, verify) until `prepare` maps them
+        self._owner: int | None = None  # the process whose thread joins the shards (started by the second batch)
+        self._served = False            # a batch was taken in this process
         hash_fn = _xxh3_64() if verify == "xxh3" and manifest["block_bytes"] else None
-        if manifest["compression"]["codec"] == "zstd":
+        if manifest["compression"]["codec"] == "zstd":  # decompressed whole, into one chunk
             loaded = read_split(self.folder, verify=verify)
-            self.chunks = [{name: t.numpy() for name, t in loaded.items()}] if manifest["count"] else []
-        elif hash_fn is not None:
-            layout = _Layout(self.sample)
-            self.blocks = Blocks(manifest["block_bytes"], hash_fn, [f.row_bytes for f in self.sample.fields])
-            self.chunks = [_map(self.folder, entry, layout, verify, self.blocks) for entry in manifest["shards"]]
-            self.blocks.ready()
+            if self.count:
+                self.chunks, counts = [{name: t.numpy() for name, t in loaded.items()}], [self.count]
+            else:
+                counts = []
         else:
-            self.chunks = _map_shards(self.folder, manifest["shards"], self.sample, verify)
-        self.ends = np.cumsum([len(next(iter(c.values()))) for c in self.chunks], dtype=np.int64)
-        self.count = int(self.ends[-1]) if len(self.ends) else 0
-        self.whole: dict[str, np.ndarray] | None = None
-        self._owner: int | None = None  # the process whose thread joins the shards (started by the first batch)
+            counts = [entry["count"] for entry in manifest["shards"]]
+            if hash_fn is not None:  # mapped by the first batch (or `prepare`)
+                self.blocks = Blocks(manifest["block_bytes"], hash_fn, [f.row_bytes for f in self.sample.fields])
+                self._unmapped = (manifest["shards"], verify)
+            else:
+                self.chunks = _map_shards(self.folder, manifest["shards"], self.sample, verify)
+        self.ends = np.cumsum(counts, dtype=np.int64)
         if len(self.chunks) == 1 and self.blocks is None:
             self.whole = self.chunks[0]
 
+    def prepare(self) -> None:
+        """Map the shards and check their sizes and headers now, if not done yet (the first
+        `take` does it otherwise), and raise what is wrong with the split. `ShardDataset.loader`
+        calls it while the epoch's permutation is drawn on another thread, so the two overlap."""
+        if self._unmapped is not None:
+            entries, verify = self._unmapped
+            layout, blocks = _Layout(self.sample), Blocks(self.blocks.block, self.blocks.hash, self.blocks.row_bytes)
+            try:
+                chunks = [_map(self.folder, entry, layout, verify, blocks) for entry in entries]
+            except Exception as err:  # noqa: BLE001 - the split stays refused
+                self._failure = err
+            else:
+                blocks.ready()
+                self.chunks, self.blocks = chunks, blocks
+            self._unmapped = None
+        if self._failure is not None:
+            raise self._failure
+
     def _joining(self) -> None:
-        """Start the join in this process unless it runs here already: after the first batch,
-        which then has both cores to itself, and again in a worker forked before it ended."""
+        """Start the join in this process unless it runs here already: from the second batch
+        on (the first has both cores to itself), and again in a worker forked before it ended."""
         if self.whole is None and self.chunks and self._owner != os.getpid():
             self._join_in_background()
 
@@ -540,6 +565,7 @@ class MappedSplit:
 
     def wait(self) -> None:
         """Wait until every shard is verified and joined; raise what the check found."""
+        self.prepare()
         self._joining()
         if self._thread is not None:
             self._thread.join()
@@ -548,7 +574,7 @@ class MappedSplit:
 
     def __getstate__(self) -> dict:
         state = {key: value for key, value in self.__dict__.items()
-                 if key not in ("chunks", "ends", "whole", "blocks", "_failure", "_thread")}
+                 if key not in ("chunks", "ends", "whole", "blocks", "_failure", "_thread", "_unmapped", "_served")}
         verified = self.blocks is None or self.whole is not None and self._failure is None
         state["_worker_verify"] = "none" if verified else self.verify  # what this process has not verified
         return state
@@ -568,8 +594,10 @@ class MappedSplit:
         if len(index) and (index.min() < -self.count or index.max() >= self.count):
             raise IndexError(f"sample index out of range 0..{self.count - 1}")
         index = np.where(index < 0, index + self.count, index)
-        if self._failure is not None:
-            raise self._failure
+        self.prepare()
+        if self._served:
+            self._joining()
+        self._served = True
         whole = self.whole
         if whole is not None:
             return {name: np.take(values, index, axis=0) for name, values in whole.items()}
@@ -587,11 +615,11 @@ class MappedSplit:
                     out[name][picked] = np.take(values, rows, axis=0)
         if self.blocks is not None:
             check_classes(self.sample, out, str(self.folder), ids=index)
-        self._joining()
         return out
 
     def column(self, name: str) -> np.ndarray:
         """One field of the whole split as one array (a copy when there are several shards)."""
+        self.prepare()
         if self.whole is not None:
             return self.whole[name]
         parts = [chunk[name] for chunk in self.chunks]
@@ -601,3 +629,4 @@ class MappedSplit:
             field = self.sample[name]
             return np.empty((0, *field.shape), field.dtype)
         return np.concatenate(parts)
+
