@@ -152,6 +152,24 @@ def test_every_header_is_checked_not_only_the_first_of_its_kind(split):
         MappedSplit(folder).prepare()
 
 
+def test_a_header_longer_than_the_first_read_is_read_whole(split):
+    """Headers are read with pread, 16 KiB first: a longer one (larger shards list more
+    block digests) is read to its end, checked and parsed as any other."""
+    folder, data = split
+    path = folder / "shard-00001.safetensors"
+    raw = path.read_bytes()
+    start, header = _header(raw)
+    header["__metadata__"]["note"] = "x" * 40_000
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[start:])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["shards"][1].update(bytes=path.stat().st_size, header_xxh3_64=xxhash.xxh3_64_hexdigest(path.read_bytes()[: 8 + len(text)]))
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    images, labels = ShardDataset(folder, raw=True).batch([PER_SHARD, 2 * PER_SHARD - 1])
+    assert np.array_equal(images.numpy(), data["images"][[PER_SHARD, 2 * PER_SHARD - 1]])
+
+
 def test_a_bad_label_is_refused_by_the_batch_that_holds_it(split, monkeypatch):
     """A foreign writer's label 10 in a 10-class field: written under 11 classes, then the
     manifest says 10 (the digests all match)."""

@@ -6,8 +6,10 @@ bug and keeps its traceback.
 
 from __future__ import annotations
 
+import re
 
-_HEX_DIGITS = frozenset("0123456789abcdef")
+
+_HEX_DIGITS = re.compile("[0-9a-f]*")
 
 
 class InputError(ValueError):
@@ -21,7 +23,7 @@ class DataError(InputError):
 
 def is_hex(value: str, length: int) -> bool:
     """A digest as every file here records it: exactly `length` lowercase hex digits."""
-    return len(value) == length and set(value) <= _HEX_DIGITS
+    return len(value) == length and _HEX_DIGITS.fullmatch(value) is not None
 
 
 def reason(err: BaseException, limit: int = 200) -> str:

@@ -395,14 +395,17 @@ def _map(folder: Path, entry: dict, layout: _Layout, verify: str, blocks: Blocks
     count = entry["count"]
     path, fd, size = _open_shard(folder, entry)
     try:
+        head = _head(fd, size) if blocks is not None else b""
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)  # stays open while an array uses it
     finally:
         os.close(fd)
     if blocks is None:
         _verify(path, entry, verify, mapped)
+        source = mapped
     else:
-        _verify_header(path, entry, mapped, blocks.hash)
-    data_start, tiles, metadata = _read_header(mapped, path, count, layout.templates, layout.known)
+        _verify_header(path, entry, head, blocks.hash)
+        source = io.BytesIO(head)
+    data_start, tiles, metadata = _read_header(source, path, count, layout.templates, layout.known)
     end = 0
     columns = {}
     for name, begin, end in tiles:
@@ -424,11 +427,21 @@ def _map(folder: Path, entry: dict, layout: _Layout, verify: str, blocks: Blocks
     return {f.name: columns[f.name] for f in layout.sample.fields}
 
 
-def _verify_header(path: Path, entry: dict, mapped, hash_fn) -> None:
-    """The header (8-byte length and JSON, at most MAX_HEADER) against the manifest's digest
-    of it, before a byte of it is parsed."""
-    declared = int.from_bytes(mapped[:8], "little") if len(mapped) >= 8 else 0
-    got = hash_fn(memoryview(mapped)[: 8 + min(declared, MAX_HEADER, len(mapped))]).hex()
+def _head(fd: int, size: int, first: int = 1 << 14) -> bytes:
+    """A shard's header as stored (8-byte length and JSON, at most 8 + MAX_HEADER bytes and
+    the file's size), read with pread rather than through the map: a page fault costs more
+    than the copy, and the header is read once."""
+    head = os.pread(fd, min(size, first), 0)
+    declared = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
+    wanted = min(8 + min(declared, MAX_HEADER), size)
+    if wanted > len(head):
+        head += os.pread(fd, wanted - len(head), len(head))
+    return head[:wanted]
+
+
+def _verify_header(path: Path, entry: dict, head: bytes, hash_fn) -> None:
+    """The header (`_head`) against the manifest's digest of it, before a byte of it is parsed."""
+    got = hash_fn(head).hex()
     if got != entry["header_xxh3_64"]:
         raise ShardError(f"{path}: header checksum mismatch: manifest header_xxh3_64 {entry['header_xxh3_64']}, "
                          f"file {got}")
