@@ -507,7 +507,7 @@ class MappedSplit:
                 counts = []
         else:
             counts = [entry["count"] for entry in manifest["shards"]]
-            if hash_fn is not None:  # mapped by the first batch (or `prepare`)
+            if hash_fn is not None:  # mapped by the first batch (or `prepare`), into a Blocks like this one
                 self.blocks = Blocks(manifest["block_bytes"], hash_fn, [f.row_bytes for f in self.sample.fields])
                 self._unmapped = (manifest["shards"], verify)
             else:
