@@ -474,8 +474,7 @@ WHAT = {  # what each system cannot do, so it is not run
 
 def run_one(system: str, task: str, work: Path, data: Path, timeout: float) -> dict:
     command = [sys.executable, __file__, "--child", system, task, "--work", str(work), "--data", str(data)]
-    if task.startswith("write-"):  # no run's writes wait on an earlier run's dirty pages
-        os.sync()
+    os.sync()  # no run waits on, or reads beside, the writeback of an earlier run's dirty pages
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
