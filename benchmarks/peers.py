@@ -487,16 +487,27 @@ def run_one(system: str, task: str, work: Path, data: Path, timeout: float) -> d
 
 
 def race(scale: int, systems: list[str], tasks: list[str], repeat: int, work: Path, data: Path,
-         timeout: float) -> dict:
-    results: dict = {}
-    for system in systems:
-        results[system] = {}
-        for task in sorted(tasks, key=TASKS.index):  # writes first: the reads use what they wrote
-            if task in WHAT.get(system, set()):
-                continue
-            runs = repeat if not task.startswith("ranks-") else 1
-            figures = [run_one(system, task, work, data, timeout) for _ in range(runs)]
-            results[system][task] = figures
+         timeout: float, interleave: bool = False) -> dict:
+    """Every (system, task) run `repeat` times (ranks once), writes first: the reads use what
+    they wrote. System by system, so that each system's reads find its data in the page cache;
+    with `interleave`, each read task's runs go round the systems in turn instead, so that a
+    slow spell of a shared host falls on all of them alike (for systems whose data fit in the
+    page cache together)."""
+    plan = [(system, task) for system in systems for task in sorted(tasks, key=TASKS.index)
+            if task not in WHAT.get(system, set())]
+    if interleave:
+        plan.sort(key=lambda item: (not item[1].startswith("write-"), TASKS.index(item[1])))
+    results: dict = {system: {} for system in systems}
+    rounds = [(system, task, 1 if task.startswith("ranks-") else repeat) for system, task in plan]
+    if interleave:  # one run of every (system, task) of a task per round
+        order = [(system, task) for task in dict.fromkeys(t for _, t, _ in rounds)
+                 for r in range(repeat) for system, t, n in rounds if t == task and r < n]
+    else:
+        order = [(system, task) for system, task, n in rounds for _ in range(n)]
+    for system, task in order:
+        figures = results[system].setdefault(task, [])
+        figures.append(run_one(system, task, work, data, timeout))
+        if len(figures) == (1 if task.startswith("ranks-") else repeat):
             shown = [f.get("seconds", f.get("samples_per_s", f.get("steps", f.get("error")))) for f in figures]
             print(f"x{scale} {system:10s} {task:10s} {shown}", file=sys.stderr, flush=True)
     return results
@@ -585,6 +596,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "peers")
     parser.add_argument("--docs", type=Path, help="a page whose peers:begin/end block gets the table")
     parser.add_argument("--merge", action="store_true", help="update <out>/scale-<k>.json with these tasks only")
+    parser.add_argument("--interleave", action="store_true",
+                        help="writes first, then each read task's runs taken in turn across the systems")
     parser.add_argument("--render", action="store_true", help="only render the table from <out>/scale-*.json")
     args = parser.parse_args()
     if args.child:
@@ -611,7 +624,7 @@ def main() -> None:
             work = Path(tmp)
             data = make_data(work, scale, args.mnist, args.tiny)
             run = {"meta": {**meta, "samples": len(load_data(data)[2])},
-                   "results": race(scale, systems, args.tasks, args.repeat, work, data, args.timeout)}
+                   "results": race(scale, systems, args.tasks, args.repeat, work, data, args.timeout, args.interleave)}
         file = args.out / f"scale-{scale}.json"
         if args.merge and file.exists():  # re-measured tasks replace theirs, the rest is kept
             run = merged(json.loads(file.read_text()), run)

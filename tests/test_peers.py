@@ -72,3 +72,23 @@ def test_a_merged_run_over_several_scales_names_itself_in_each(tmp_path):
         meta = json.loads((out / f"scale-{scale}.json").read_text())["meta"]
         assert "--merge" not in meta["command"] and meta["samples"] == 200 * scale
         assert [again["command"].endswith("--tasks write-none --merge") for again in meta["remeasured"]] == [True]
+
+
+def test_interleaved_runs_take_turns_after_every_write(monkeypatch, tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import peers
+    finally:
+        sys.path.pop(0)
+    calls = []
+    monkeypatch.setattr(peers, "run_one", lambda system, task, *rest: calls.append((system, task)) or {"seconds": 1.0})
+    tasks = ["first", "write-none", "ranks-2"]
+    results = peers.race(1, ["project", "lance"], tasks, 2, tmp_path, tmp_path, 1.0, interleave=True)
+    assert calls == [("project", "write-none"), ("lance", "write-none")] * 2 + [("project", "first"), ("lance", "first")] * 2 \
+        + [("project", "ranks-2"), ("lance", "ranks-2")]
+    assert results["lance"] == {"write-none": [{"seconds": 1.0}] * 2, "first": [{"seconds": 1.0}] * 2,
+                                "ranks-2": [{"seconds": 1.0}]}
+    calls.clear()
+    peers.race(1, ["project", "lance"], tasks, 2, tmp_path, tmp_path, 1.0)  # system by system
+    assert calls == [("project", "write-none")] * 2 + [("project", "first")] * 2 + [("project", "ranks-2")] \
+        + [("lance", "write-none")] * 2 + [("lance", "first")] * 2 + [("lance", "ranks-2")]
