@@ -495,19 +495,20 @@ def race(scale: int, systems: list[str], tasks: list[str], repeat: int, work: Pa
     page cache together)."""
     plan = [(system, task) for system in systems for task in sorted(tasks, key=TASKS.index)
             if task not in WHAT.get(system, set())]
-    if interleave:
-        plan.sort(key=lambda item: (not item[1].startswith("write-"), TASKS.index(item[1])))
-    results: dict = {system: {} for system in systems}
-    rounds = [(system, task, 1 if task.startswith("ranks-") else repeat) for system, task in plan]
-    if interleave:  # one run of every (system, task) of a task per round
-        order = [(system, task) for task in dict.fromkeys(t for _, t, _ in rounds)
-                 for r in range(repeat) for system, t, n in rounds if t == task and r < n]
+
+    def runs(task: str) -> int:
+        return 1 if task.startswith("ranks-") else repeat
+
+    if interleave:  # TASKS lists the writes first
+        order = [(system, task) for task in sorted({t for _, t in plan}, key=TASKS.index)
+                 for _ in range(runs(task)) for system, t in plan if t == task]
     else:
-        order = [(system, task) for system, task, n in rounds for _ in range(n)]
+        order = [(system, task) for system, task in plan for _ in range(runs(task))]
+    results: dict = {system: {} for system in systems}
     for system, task in order:
         figures = results[system].setdefault(task, [])
         figures.append(run_one(system, task, work, data, timeout))
-        if len(figures) == (1 if task.startswith("ranks-") else repeat):
+        if len(figures) == runs(task):
             shown = [f.get("seconds", f.get("samples_per_s", f.get("steps", f.get("error")))) for f in figures]
             print(f"x{scale} {system:10s} {task:10s} {shown}", file=sys.stderr, flush=True)
     return results

@@ -351,3 +351,21 @@ def test_mapped_split_is_verified_and_pickles_as_its_path(mnist_split, tmp_path)
     with pytest.raises(ShardError, match=r"shard-00001.safetensors: checksum mismatch"):
         ShardDataset(copy).split.wait()  # verified as used: by the batch that touches it, or by then
     ShardDataset(copy, verify="none").split.wait()  # the damage is in a label in range: only a digest sees it
+
+
+def test_the_first_epochs_order_and_what_runs_meanwhile_raise_their_own_errors():
+    from pipeline.shards.loaders import IndexBatches
+
+    ran = []
+    batches = IndexBatches(10, 4, shuffle=True, generator="not a generator", meanwhile=lambda: ran.append(1))
+    with pytest.raises(TypeError):  # drawn on the other thread, raised here
+        next(iter(batches))
+    assert ran == [1]
+
+    def broken() -> None:
+        raise ShardError("shard-00000.safetensors: damaged")
+
+    batches = IndexBatches(10, 4, shuffle=True, generator=torch.Generator().manual_seed(0), meanwhile=broken)
+    with pytest.raises(ShardError, match="damaged"):
+        next(iter(batches))
+    assert [len(b) for b in batches] == [4, 4, 2]  # it ran once: the next epoch draws its order alone

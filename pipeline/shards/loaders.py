@@ -12,8 +12,8 @@ For data that do not fit one device, `ranks.RankShards` gives each DDP rank only
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,19 +146,15 @@ class IndexBatches(Sampler[np.ndarray]):
 
     def __iter__(self) -> Iterator[np.ndarray]:
         meanwhile, self.meanwhile = self.meanwhile, None
-        if meanwhile is None:
+        if meanwhile is None or not self.shuffle:
+            if meanwhile is not None:
+                meanwhile()
             order = self._order()
         else:
-            drawn: list[np.ndarray] = []
-            thread = threading.Thread(target=lambda: drawn.append(self._order()), name="shards-order", daemon=True)
-            thread.start()
-            try:
+            with ThreadPoolExecutor(1, thread_name_prefix="shards-order") as pool:  # (waits for it on any exit)
+                drawn = pool.submit(self._order)
                 meanwhile()
-            finally:
-                thread.join()
-            if not drawn:
-                raise RuntimeError("IndexBatches: the epoch's order could not be drawn (see the thread's error above)")
-            order = drawn[0]
+                order = drawn.result()  # (its error, if any, raised here)
         for start in range(0, len(self) * self.batch_size, self.batch_size):
             yield order[start : start + self.batch_size]
 
