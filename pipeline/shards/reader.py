@@ -84,9 +84,10 @@ def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor
     """The safetensors header (8-byte little-endian length + JSON), checked against the
     schema the targets carry (a tensor per field: its dtype and [count, *shape]); returns
     the header's length in bytes, the tensors' (name, begin, end) within the data area in
-    file order (`_tiles`) and its `__metadata__` ({} when there is none). `known` (a dict the caller keeps across the
-    shards of a split) remembers the tensor entries already checked for a count: a split's
-    headers differ only in their metadata, so each is checked once, not once per shard."""
+    file order (`_tiles`) and its `__metadata__` ({} when there is none). `known` (a dict the
+    caller keeps across the shards of a split) remembers the tensor entries already checked
+    for a count: a split's headers differ only in their metadata, so they are checked once
+    per split, and each shard's are compared with them."""
     raw = source.read(8)
     if len(raw) < 8:
         raise ShardError(f"{path}: not a safetensors shard (ends after {len(raw)} bytes)")
