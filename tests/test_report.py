@@ -84,7 +84,9 @@ def outputs(root: Path) -> dict[str, bytes]:
 
 
 def test_report_writes_every_output_from_tiny_metrics(tmp_path):
-    root = tree(tmp_path, results={"box-b/tiny.json": old_doc(commit="abc1234"),
+    sampled = old_doc(commit="abc1234")
+    sampled["params"].update(sample_steps=16, sample_epochs=4)  # how the sampled rungs were timed: said
+    root = tree(tmp_path, results={"box-b/tiny.json": sampled,
                                    "benchmarks/box-a/load.txt": "$ python load.py\n12.5 ms\n",
                                    "scale/two_nodes.json": {"nodes": 2},  # not a bench result: left alone
                                    "scale/notes.txt": "not embedded",
@@ -104,7 +106,9 @@ def test_report_writes_every_output_from_tiny_metrics(tmp_path):
     assert "| preprocessed **unstable** | 10.0 | 45% |" in page  # (max - min) / median
     assert "&lt;script&gt;x&lt;/script&gt;" in page and "<script>" not in page and "<b>" not in page
     assert "spread 47% &gt; 20% \\| &lt;script" in page  # a pipe cannot open a column
-    assert "commit abc1234, 2026-11-01" in page and "Compute floor" in page
+    assert "commit abc1234, 2026-11-01; 5 epochs, batch 512; sampled rungs: 16 steps x 4 epochs (" in page
+    assert "; 3 epochs, batch 32 (`dvc repro` on this machine)" in page  # not recorded: not claimed
+    assert "Compute floor" in page
     assert "| device | 4.70 | 0.100 | 0 | 4.00 | 0.500 | 0.100 |" in page  # ms per step
     assert "<!-- embed: results/benchmarks/box-a/load.txt -->\n```\n$ python load.py\n12.5 ms\n```" in page
     assert "| tiny | compact | 4.70 MB / 0.0100 s | 1.20 MB / 0.0100 s |" in page

@@ -237,7 +237,8 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
     document = {"dataset": dataset, "env": {**environment(device), "device_init_s": round(init_s, 3)},
                 "params": {"epochs": settings.epochs, "batch_size": settings.batch_size,
                            "seed": settings.seed, "num_workers": settings.workers(),
-                           "parameters": parameter_count(SimpleCNN()), "train_samples": n_train},
+                           "parameters": parameter_count(SimpleCNN()), "train_samples": n_train,
+                           "sample_steps": settings.sample_steps, "sample_epochs": settings.sample_epochs},
                 "compiled_options": dataclasses.asdict(settings.execution("compiled", device)),
                 "variants": results}
     if floor_runs:

@@ -139,6 +139,8 @@ class Env(Loose):
 class RunParams(Loose):
     epochs: StrictInt = Field(ge=1, le=1 << 20)
     batch_size: StrictInt = Field(ge=1, le=1 << 30)
+    sample_steps: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 30)
+    sample_epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
 
 
 class Floor(Loose):
@@ -309,7 +311,10 @@ def machine_line(run: Run) -> str:
         what = f"{text(e.device)} ({text(e.device_type)}), {e.cpu_count} CPUs; torch {text(e.torch)}{commit}"
     when = f", {run.when.isoformat()}" if run.when else ""
     source = "`dvc repro` on this machine" if run.local else f"`{run.path.parent.name}/{run.path.name}`"
-    return f"{what}{when}; {d.params.epochs} epochs, batch {d.params.batch_size} ({source})"
+    p = d.params
+    sampled = (f"; sampled rungs: {p.sample_steps} steps x {p.sample_epochs} epochs"
+               if p.sample_steps and p.sample_epochs else "")
+    return f"{what}{when}; {p.epochs} epochs, batch {p.batch_size}{sampled} ({source})"
 
 
 def spread_text(spread: Spread | None) -> str:
