@@ -542,6 +542,16 @@ def ranks_cell(figures: list[dict] | None) -> str:
             f"{'new' if f['new_order_next_epoch'] else 'same'} order next epoch")
 
 
+def remeasures(meta: dict) -> list[str]:
+    """One line per command that re-measured some tasks, however often it ran (in the order of
+    its first run), with the host's state at the start of each run."""
+    hosts: dict[str, list[str]] = {}
+    for again in meta.get("remeasured", []):
+        hosts.setdefault(again["command"], []).append(again["host"])
+    return [f"Re-measured afterwards{f' ({len(runs)} times)' if len(runs) > 1 else ''}: `{command}` "
+            f"({'; '.join(runs)})." for command, runs in hosts.items()]
+
+
 def table(runs: dict[int, dict]) -> str:
     lines = ["<!-- written by benchmarks/peers.py from results/peers/scale-*.json -->", ""]
     for scale, run in runs.items():
@@ -554,7 +564,7 @@ def table(runs: dict[int, dict]) -> str:
                   f"each its own process, one torch thread; {meta['host']}; torch {meta['torch']}"
                   + (f"; {versions}" if versions else "")
                   + (f"; not installed: {', '.join(meta['missing'])}" if meta.get("missing") else "") + "."]
-        lines += [f"Re-measured afterwards: `{again['command']}` ({again['host']})." for again in meta.get("remeasured", [])]
+        lines += remeasures(meta)
         lines += [""]
         lines.append("| | " + " | ".join(LABELS[s] for s in systems) + " |")
         lines.append("|---|" + "---|" * len(systems))

@@ -57,6 +57,10 @@ def test_the_tables_cells_say_min_and_median():
                               "same_order_same_seed": True, "new_order_next_epoch": False}])
     assert cell.startswith("steps unequal 79-157; dropped 0, repeated 3; 1.4/12 blocks")
     assert cell.endswith("same order for a seed, same order next epoch")
+    meta = {"remeasured": [{"command": "a", "host": "load 1"}, {"command": "b", "host": "load 2"},
+                           {"command": "a", "host": "load 3"}]}
+    assert peers.remeasures(meta) == ["Re-measured afterwards (2 times): `a` (load 1; load 3).",
+                                      "Re-measured afterwards: `b` (load 2)."]
 
 
 @pytest.mark.slow
