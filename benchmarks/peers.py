@@ -617,6 +617,9 @@ def main() -> None:
     if args.render:
         print(render(args.out, args.docs))
         return
+    if "write-none" not in args.tasks and any(not task.startswith("write-") for task in args.tasks):
+        parser.error("the read tasks read what write-none writes in this run (into a fresh folder): "
+                     "add write-none to --tasks")
     systems = [s for s in args.systems if installed(s)]
     missing = sorted(set(args.systems) - set(systems))
     if missing:

@@ -96,3 +96,9 @@ def test_interleaved_runs_take_turns_after_every_write(monkeypatch, tmp_path):
     peers.race(1, ["project", "lance"], tasks, 2, tmp_path, tmp_path, 1.0)  # system by system
     assert calls == [("project", "write-none")] * 2 + [("project", "first")] * 2 + [("project", "ranks-2")] \
         + [("lance", "write-none")] * 2 + [("lance", "first")] * 2 + [("lance", "ranks-2")]
+
+
+def test_reads_without_this_runs_write_are_refused_before_any_work():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--tasks", "first", "ranks-2",
+                           "--tiny", "10"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2 and "add write-none to --tasks" in done.stderr.splitlines()[-1]
