@@ -12,13 +12,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_the_race_runs_on_tiny_data(tmp_path):
+@pytest.fixture
+def peers():
+    """benchmarks/peers.py as a module (benchmarks/ is not a package)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import peers
     finally:
         sys.path.pop(0)
+    return peers
+
+
+@pytest.mark.slow
+def test_the_race_runs_on_tiny_data(tmp_path, peers):
     systems = [name for name in peers.SYSTEMS if peers.installed(name)]
     assert "project" in systems
     out = tmp_path / "out"
@@ -44,12 +50,7 @@ def test_the_race_runs_on_tiny_data(tmp_path):
     assert header == "| | " + " | ".join(peers.LABELS[s] for s in systems) + " |"
 
 
-def test_the_tables_cells_say_min_and_median():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import peers
-    finally:
-        sys.path.pop(0)
+def test_the_tables_cells_say_min_and_median(peers):
     assert peers.spread([{"seconds": 3.0}, {"seconds": 1.0}, {"seconds": 2.0}], "seconds") == "1.00 / 2.00"
     assert peers.spread([{"seconds": 0.5}], "seconds") == "0.50"
     assert peers.spread([{"error": "boom"}], "seconds") == "failed" and peers.spread(None, "seconds") == "-"
@@ -78,12 +79,7 @@ def test_a_merged_run_over_several_scales_names_itself_in_each(tmp_path):
         assert [again["command"].endswith("--tasks write-none --merge") for again in meta["remeasured"]] == [True]
 
 
-def test_interleaved_runs_take_turns_after_every_write(monkeypatch, tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import peers
-    finally:
-        sys.path.pop(0)
+def test_interleaved_runs_take_turns_after_every_write(monkeypatch, tmp_path, peers):
     calls = []
     monkeypatch.setattr(peers, "run_one", lambda system, task, *rest: calls.append((system, task)) or {"seconds": 1.0})
     tasks = ["first", "write-none", "ranks-2"]
