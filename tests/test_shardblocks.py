@@ -11,7 +11,7 @@ import xxhash
 
 from pipeline.core.dataset import MNIST
 from pipeline.shards import ShardDataset, ShardError, write_split
-from pipeline.shards.format import BLOCK_BYTES, read_manifest
+from pipeline.shards.format import BLOCK_BYTES, DATA_ALIGN, read_manifest
 from pipeline.shards.reader import MappedSplit
 
 PER_SHARD = 300  # 300 x 785 bytes of data: 15 blocks of 16 KiB per shard
@@ -59,6 +59,7 @@ def test_every_block_of_every_uncompressed_shard_has_its_digest(split):
     for entry in manifest["shards"]:
         raw = (folder / entry["file"]).read_bytes()
         start, header = _header(raw)
+        assert start % DATA_ALIGN == 0  # every block on whole pages (the header padded with spaces)
         assert entry["header_xxh3_64"] == xxhash.xxh3_64_hexdigest(raw[:start])
         blocks = [raw[i : i + BLOCK_BYTES] for i in range(start, len(raw), BLOCK_BYTES)]
         listed = header["__metadata__"]["xxh3_64_blocks"]

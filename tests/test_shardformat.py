@@ -369,3 +369,13 @@ def test_the_first_epochs_order_and_what_runs_meanwhile_raise_their_own_errors()
     with pytest.raises(ShardError, match="damaged"):
         next(iter(batches))
     assert [len(b) for b in batches] == [4, 4, 2]  # it ran once: the next epoch draws its order alone
+
+
+def test_index_batches_are_int64_cut_from_torchs_permutation():
+    from pipeline.shards.loaders import IndexBatches
+
+    for shuffle in (True, False):
+        batches = list(IndexBatches(11, 4, shuffle=shuffle, generator=torch.Generator().manual_seed(5)))
+        assert [b.dtype for b in batches] == [np.dtype(np.int64)] * 3 and [len(b) for b in batches] == [4, 4, 3]
+        expected = torch.randperm(11, generator=torch.Generator().manual_seed(5)) if shuffle else torch.arange(11)
+        assert np.concatenate(batches).tolist() == expected.tolist()  # drawn in int32, the same numbers

@@ -203,6 +203,7 @@ def test_rank_split_disjoint_equal_batches(arrays, drop_last):
     (b"[1, 2]", r"not a safetensors header \(JSON list, not an object\)"),
     (b'{"images": {"dtype": "U8", "shape": [64, 28, 28]}}', r"tensor 'images' has no valid data_offsets"),
     (b'{"images": ', r"not a readable safetensors header"),
+    (b'{"images": {}}' + b" " * 30 + b"x", r"not a readable safetensors header"),  # data after the padding
 ])
 def test_malformed_shard_header(tmp_path, arrays, header, message):
     write_shards(*arrays, tmp_path / "s", dataset="tiny", split="train", samples_per_shard=64)
@@ -213,6 +214,20 @@ def test_malformed_shard_header(tmp_path, arrays, header, message):
     (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ShardError, match=rf"shard-00000.safetensors: {message}"):
         load_split(tmp_path / "s", verify="none")
+
+
+@pytest.mark.parametrize("pad", [b" " * 40, b"\n\t \r" * 10])
+def test_a_header_padded_with_any_json_whitespace_reads(tmp_path, arrays, pad):
+    write_shards(*arrays, tmp_path / "s", dataset="tiny", split="train", samples_per_shard=64)
+    shard = tmp_path / "s" / "shard-00000.safetensors"
+    raw = shard.read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header = b" " + raw[8 : 8 + size].rstrip(b" ") + pad
+    shard.write_bytes(len(header).to_bytes(8, "little") + header + raw[8 + size :])
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    manifest["shards"][0]["bytes"] = shard.stat().st_size
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
+    np.testing.assert_array_equal(load_split(tmp_path / "s", verify="none")[0].numpy(), arrays[0][:64])
 
 
 def test_device_batches_follow_their_seed_and_epoch(arrays):

@@ -142,7 +142,10 @@ class IndexBatches(Sampler[np.ndarray]):
         generator = self.generator
         if generator is None:  # as RandomSampler does: a fresh seed from torch's global generator
             generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
-        return torch.randperm(self.n, generator=generator).numpy()
+        # int32 where it holds every index: the same permutation (torch draws the same numbers either
+        # way), in half the memory, and a fresh process pays half the page faults before a first batch.
+        dtype = torch.int32 if self.n <= torch.iinfo(torch.int32).max else torch.int64
+        return torch.randperm(self.n, generator=generator, dtype=dtype).numpy()
 
     def __iter__(self) -> Iterator[np.ndarray]:
         meanwhile, self.meanwhile = self.meanwhile, None
@@ -156,7 +159,7 @@ class IndexBatches(Sampler[np.ndarray]):
                 meanwhile()
                 order = drawn.result()  # (its error, if any, raised here)
         for start in range(0, len(self) * self.batch_size, self.batch_size):
-            yield order[start : start + self.batch_size]
+            yield order[start : start + self.batch_size].astype(np.int64, copy=False)
 
 
 class _Batches(Dataset):

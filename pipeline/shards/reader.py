@@ -95,7 +95,7 @@ def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor
     if not 0 < size < MAX_HEADER:
         raise ShardError(f"{path}: not a safetensors shard (header length {size})")
     try:
-        header = json.loads(source.read(size))
+        header = _json(source.read(size))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ShardError(f"{path}: not a readable safetensors header ({err})") from None
     if not isinstance(header, dict):
@@ -125,6 +125,22 @@ def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor
     if known is not None:
         known[count] = (header, tiles)
     return 8 + size, tiles, metadata
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _json(raw: bytes):
+    """`json.loads` of a header, with its trailing padding compared rather than scanned: a
+    block-verified shard's header is padded to 16 KiB (`DATA_ALIGN`), and json.loads matches
+    those ~12,000 spaces with a regex, 20 us a shard, two milliseconds before the first batch
+    of a 100-shard split."""
+    text = raw.decode()
+    value, end = _DECODER.raw_decode(text, json.decoder.WHITESPACE.match(text, 0).end())
+    rest = text[end:]
+    if rest != " " * len(rest) and rest.strip(" \t\n\r"):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
 
 
 def _verify(path: Path, entry: dict, verify: str, data) -> None:

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.atomic import atomic_dir
-from pipeline.shards.format import (CODECS, DTYPES, INTEGER, V2_SAMPLE, Field, Sample, ShardError, block_bytes,
-                                    new_manifest, shard_file, write_manifest, zstd)
+from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, V2_SAMPLE, Field, Sample, ShardError,
+                                    block_bytes, new_manifest, shard_file, write_manifest, zstd)
 
 
 # safetensors' `Dtype` enum order: it lays tensors out by dtype, later in this order first, then
@@ -49,11 +49,11 @@ def _layout(columns: Mapping[str, np.ndarray]) -> tuple[dict, list[memoryview]]:
     return header, [memoryview(arrays[name].reshape(-1)).cast("B") for name in order]
 
 
-def _header(tensors: dict, metadata: dict[str, str] | None) -> memoryview:
+def _header(tensors: dict, metadata: dict[str, str] | None, align: int = 8) -> memoryview:
     """The 8-byte little-endian length, then the JSON (`__metadata__` first) padded with
-    spaces to a multiple of 8."""
+    spaces so that the data area starts at a multiple of `align` (8, as safetensors does)."""
     text = json.dumps({"__metadata__": metadata, **tensors} if metadata else tensors, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
+    text += b" " * (-(8 + len(text)) % align)
     return memoryview(len(text).to_bytes(8, "little") + text)
 
 
@@ -73,8 +73,9 @@ def shard_parts(columns: Mapping[str, np.ndarray], compression: str, level: int,
     in the header (`__metadata__.xxh3_64_blocks`), or zstd (one frame that states its size)."""
     if compression == "none":
         tensors, data = _layout(columns)
-        metadata = {"xxh3_64_blocks": block_digests(data, block)} if block else None
-        return [_header(tensors, metadata), *data]
+        if not block:
+            return [_header(tensors, None), *data]
+        return [_header(tensors, {"xxh3_64_blocks": block_digests(data, block)}, DATA_ALIGN), *data]
     if compression == "zstd":
         return [memoryview(zstd().ZstdCompressor(level=level).compress(b"".join(safetensors_parts(columns))))]
     raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
