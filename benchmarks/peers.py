@@ -13,8 +13,9 @@ split) besides its uint8 [28, 28] image and uint8 label, so that the rank measur
 tell which samples each rank saw; the 8 bytes per sample are the same for all.
 
 What is measured (per system, where it has the feature; "-" where it does not):
-- write: seconds to write the split, uncompressed and zstd (hashes included where the
-  system records them: the project's sha256 + xxh3), and its size on disk;
+- write: seconds to write the split into a fresh folder (an earlier run's output is removed
+  before the clock starts), uncompressed and zstd (hashes included where the system records
+  them: the project's sha256 + xxh3), and its size on disk;
 - epoch: one shuffled epoch of float batches of 512 ([b, 1, 28, 28] in 0..1 and int64
   labels), workers 0 and 2, from the loader's first batch to its last;
 - first batch: from opening the data set to the first shuffled float batch of 512;
@@ -102,14 +103,25 @@ def folder_bytes(folder: Path) -> int:
 
 # ---- the systems ------------------------------------------------------------------------
 
-class Project:
+class System:
+    """What every system shares: its folder under the run's work folder, and where it writes
+    a codec's data (removed by the child before a write's clock starts: deleting an earlier
+    run's ~500 MB is the kernel freeing pages, not writing, and it took a third of a 10x write)."""
+
+    suffix = ""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def output(self, codec: str) -> Path:
+        return self.root / f"{codec}{self.suffix}"
+
+
+class Project(System):
     """The project's shards (pipeline.shards): ShardDataset.loader, the batched fast path."""
 
     module = "pipeline.shards"
     imports = ("pipeline.shards.loaders", "pipeline.shards.writer", "torch.utils.data")
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
 
     def write(self, data, codec: str) -> Path:
         from pipeline.shards import Field, Sample, write_split
@@ -117,7 +129,7 @@ class Project:
         images, labels, ids = data
         sample = Sample((Field("images", "uint8", (28, 28)), Field("labels", "uint8", (), classes=10),
                          Field("ids", "int64")))
-        out = self.root / codec
+        out = self.output(codec)
         write_split({"images": images, "labels": labels, "ids": ids}, out, sample=sample, dataset="mnist",
                     split="train", samples_per_shard=per_shard(len(ids)), compression=codec)
         return out
@@ -125,7 +137,7 @@ class Project:
     def open(self):
         from pipeline.shards import ShardDataset
 
-        return ShardDataset(self.root / "none")
+        return ShardDataset(self.output("none"))
 
     def batches(self, dataset, batch: int, workers: int, seed: int, epoch: int = 0):
         import torch
@@ -147,15 +159,13 @@ class Project:
         return [ids.numpy() for _, _, ids in dataset.loader(RANK_BATCH, sampler=sampler)]
 
 
-class Lance:
+class Lance(System):
     """Lance (pylance): one data set, files of ~4 MB; batches of rows read in a shuffled
     order of 512-row blocks (its torch loader's shuffle), random rows with `take`."""
 
     module = "lance"
+    suffix = ".lance"
     imports = ("lance", "lance.sampler", "pyarrow")
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
 
     def write(self, data, codec: str) -> Path:
         import lance
@@ -164,9 +174,7 @@ class Lance:
         images, labels, ids = data
         flat = pa.FixedSizeListArray.from_arrays(pa.array(images.reshape(-1)), 28 * 28)
         table = pa.table({"image": flat, "label": pa.array(labels), "id": pa.array(ids)})
-        out = self.root / f"{codec}.lance"
-        if out.exists():
-            shutil.rmtree(out)
+        out = self.output(codec)
         kwargs = {"max_rows_per_file": per_shard(len(ids))}
         if codec == "zstd":  # Lance reads compression from each leaf field's metadata (the list's item)
             zstd = {"lance-encoding:compression": "zstd"}
@@ -181,7 +189,7 @@ class Lance:
     def open(self):
         import lance
 
-        return lance.dataset(self.root / "none.lance")
+        return lance.dataset(self.output("none"))
 
     def batches(self, dataset, batch: int, workers: int, seed: int, epoch: int = 0):
         rng = np.random.default_rng(seed * 1000 + epoch)
@@ -206,22 +214,17 @@ class Lance:
         return out
 
 
-class LitData:
+class LitData(System):
     """LitData: `optimize` into ~4 MB chunks, `StreamingDataset` + `StreamingDataLoader`."""
 
     module = "litdata"
     imports = ("litdata",)
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
     def write(self, data, codec: str) -> Path:
         import litdata
 
         images, labels, ids = data
-        out = self.root / codec
-        if out.exists():
-            shutil.rmtree(out)
+        out = self.output(codec)
         litdata.optimize(fn=_litdata_sample, inputs=[(images[i], int(labels[i]), int(ids[i])) for i in range(len(ids))],
                          output_dir=str(out), chunk_bytes="4MB", num_workers=1,
                          compression="zstd" if codec == "zstd" else None, mode="overwrite")
@@ -230,7 +233,7 @@ class LitData:
     def open(self, shuffle: bool = True, seed: int = SEED):
         import litdata
 
-        return litdata.StreamingDataset(str(self.root / "none"), shuffle=shuffle, seed=seed)
+        return litdata.StreamingDataset(str(self.output("none")), shuffle=shuffle, seed=seed)
 
     def batches(self, dataset, batch: int, workers: int, seed: int, epoch: int = 0):
         import litdata
@@ -249,7 +252,7 @@ class LitData:
 
         # rank `rank` of `world` as torch.distributed would report it (the one place LitData asks)
         _DistributedEnv.detect = classmethod(lambda cls, *args, **kwargs: cls(world, rank, 1))
-        dataset = litdata.StreamingDataset(str(self.root / "none"), shuffle=True, seed=seed)
+        dataset = litdata.StreamingDataset(str(self.output("none")), shuffle=True, seed=seed)
         loader = litdata.StreamingDataLoader(dataset, batch_size=RANK_BATCH, num_workers=0)
         for _ in range(epoch + 1):  # the loader counts its epochs itself
             ids = [np.asarray(ids) for _, _, ids in loader]
@@ -286,14 +289,14 @@ def torchvision_or_stub() -> None:
         sys.modules.update(stub)
 
 
-class Streaming:
+class Streaming(System):
     """MosaicML Streaming: `MDSWriter` (~4 MB shards), `StreamingDataset` (py1e shuffle)."""
 
     module = "streaming"
     imports = ("torch.utils.data",)
 
     def __init__(self, root: Path) -> None:
-        self.root = root
+        super().__init__(root)
         torchvision_or_stub()
         import streaming  # noqa: F401
 
@@ -301,9 +304,7 @@ class Streaming:
         from streaming import MDSWriter
 
         images, labels, ids = data
-        out = self.root / codec
-        if out.exists():
-            shutil.rmtree(out)
+        out = self.output(codec)
         columns = {"image": "ndarray:uint8:28,28", "label": "uint8", "id": "int64"}
         with MDSWriter(out=str(out), columns=columns, compression="zstd" if codec == "zstd" else None,
                        size_limit=SHARD_BYTES, progress_bar=False) as writer:
@@ -316,7 +317,7 @@ class Streaming:
         from streaming.base.util import clean_stale_shared_memory
 
         clean_stale_shared_memory()
-        return StreamingDataset(local=str(self.root / "none"), shuffle=True, shuffle_seed=seed,
+        return StreamingDataset(local=str(self.output("none")), shuffle=True, shuffle_seed=seed,
                                 batch_size=EPOCH_BATCH)
 
     def batches(self, dataset, batch: int, workers: int, seed: int, epoch: int = 0):
@@ -330,14 +331,11 @@ class Streaming:
         return to_batch(np.stack([s["image"] for s in samples]), np.array([s["label"] for s in samples]))
 
 
-class WebData:
+class WebData(System):
     """WebDataset: tar shards of ~4 MB (`ShardWriter`), shard shuffle + a 1,000-sample buffer."""
 
     module = "webdataset"
     imports = ("webdataset", "torch.utils.data")
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
 
     def write(self, data, codec: str) -> Path:
         if codec != "none":
@@ -345,9 +343,7 @@ class WebData:
         import webdataset as wds
 
         images, labels, ids = data
-        out = self.root / codec
-        if out.exists():
-            shutil.rmtree(out)
+        out = self.output(codec)
         out.mkdir(parents=True)
         with wds.ShardWriter(str(out / "shard-%06d.tar"), maxsize=SHARD_BYTES, verbose=0) as sink:
             for i in range(len(ids)):
@@ -356,7 +352,7 @@ class WebData:
         return out
 
     def _urls(self) -> list[str]:
-        return sorted(str(p) for p in (self.root / "none").glob("*.tar"))
+        return sorted(str(p) for p in (self.output("none")).glob("*.tar"))
 
     def open(self, seed: int = SEED):
         import webdataset as wds
@@ -411,6 +407,9 @@ def child(system: str, task: str, work: Path, data_path: Path) -> dict:
     if task.startswith("write-"):
         codec = task.removeprefix("write-")
         data = load_data(data_path)
+        if impl.output(codec).exists():  # an earlier run's: every system writes into a fresh folder
+            shutil.rmtree(impl.output(codec))
+        os.sync()
         start = time.perf_counter()
         out = impl.write(data, codec)
         return {"seconds": time.perf_counter() - start, "bytes": folder_bytes(out)}

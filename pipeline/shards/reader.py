@@ -33,6 +33,11 @@ from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, bloc
 
 VERIFY = ("xxh3", "sha256", "none")
 
+try:  # loaded with the module rather than by a first batch (a millisecond); optional (`_xxh3_64`)
+    import xxhash  # noqa: F401
+except ImportError:
+    pass
+
 
 def _hasher(verify: str):
     """(manifest key, hash object) for a `verify` mode; xxh3 falls back to sha256 where
@@ -48,12 +53,12 @@ def _hasher(verify: str):
     raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
 
 
-def _open_shard(folder: Path, entry: dict) -> tuple[Path, int, int]:
+def _open_shard(folder: Path | str, entry: dict) -> tuple[str, int, int]:
     """(path, read-only descriptor, size) of a shard that is a plain file in its folder (not a
     link, FIFO or device: the manifest's names are plain names, so it cannot be outside)
     and of the size the manifest states; one message per way it is not. The caller closes
-    the descriptor."""
-    path = folder / entry["file"]
+    the descriptor. The path is a string: a Path per shard cost more than opening the file."""
+    path = os.path.join(folder, entry["file"])
     try:
         fd, status = plain_descriptor(path)
     except FileNotFoundError:
@@ -127,20 +132,16 @@ def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor
     return 8 + size, tiles, metadata
 
 
-_DECODER = json.JSONDecoder()
-
-
 def _json(raw: bytes):
-    """`json.loads` of a header, with its trailing padding compared rather than scanned: a
-    block-verified shard's header is padded to 16 KiB (`DATA_ALIGN`), and json.loads matches
-    those ~12,000 spaces with a regex, 20 us a shard, two milliseconds before the first batch
-    of a 100-shard split."""
-    text = raw.decode()
-    value, end = _DECODER.raw_decode(text, json.decoder.WHITESPACE.match(text, 0).end())
-    rest = text[end:]
-    if rest != " " * len(rest) and rest.strip(" \t\n\r"):
-        raise json.JSONDecodeError("Extra data", text, end)
-    return value
+    """`json.loads` of a header with its trailing padding compared rather than scanned: a
+    block-verified shard's header is padded with spaces to 16 KiB (`DATA_ALIGN`), which
+    json.loads matches with a regex and `bytes.rstrip(b" ")` byte by byte (20-30 us a shard,
+    two milliseconds or more before the first batch of a 100-shard split). Other padding
+    (any JSON whitespace) or damage goes to json.loads whole."""
+    end = raw.rfind(b"}") + 1 or len(raw)
+    if raw[end:] == b" " * (len(raw) - end):
+        return json.loads(raw[:end].decode())
+    return json.loads(raw.decode())
 
 
 def _verify(path: Path, entry: dict, verify: str, data) -> None:
@@ -400,6 +401,8 @@ class _Layout:
 
     def __init__(self, sample: Sample) -> None:
         self.sample, self.templates, self.known = sample, allocate(sample, 0), {}
+        self.names = sample.names
+        self.fields = {f.name: (np.dtype(f.dtype), math.prod(f.shape), f.shape) for f in sample.fields}
 
 
 def _map(folder: Path, entry: dict, layout: _Layout, verify: str, blocks: Blocks | None = None) -> dict[str, np.ndarray]:
@@ -426,9 +429,8 @@ def _map(folder: Path, entry: dict, layout: _Layout, verify: str, blocks: Blocks
     end = 0
     columns = {}
     for name, begin, end in tiles:
-        field = layout.sample[name]
-        flat = np.frombuffer(mapped, field.dtype, count * math.prod(field.shape), data_start + begin)
-        columns[name] = flat.reshape(count, *field.shape)
+        dtype, items, shape = layout.fields[name]
+        columns[name] = np.frombuffer(mapped, dtype, count * items, data_start + begin).reshape(count, *shape)
     if data_start + end != size:
         raise ShardError(f"{path}: {size - data_start - end:,} bytes after the last tensor")
     if blocks is not None:
@@ -438,10 +440,10 @@ def _map(folder: Path, entry: dict, layout: _Layout, verify: str, blocks: Blocks
             raise ShardError(f"{path}: the header lists no {wanted // 16} block digests (xxh3_64_blocks)")
         begins = {name: begin for name, begin, _ in tiles}
         try:
-            blocks.add(path, memoryview(mapped)[data_start:], digests, [begins[f.name] for f in layout.sample.fields])
+            blocks.add(path, memoryview(mapped)[data_start:], digests, [begins[name] for name in layout.names])
         except ValueError:
             raise ShardError(f"{path}: the header's block digests are not hex") from None
-    return {f.name: columns[f.name] for f in layout.sample.fields}
+    return {name: columns[name] for name in layout.names}
 
 
 def _head(fd: int, size: int, first: int = 1 << 14) -> bytes:

@@ -88,22 +88,31 @@ def shard_bytes(columns: Mapping[str, np.ndarray], compression: str, level: int,
 
 def block_digests(parts: list[memoryview], block: int) -> str:
     """The xxh3-64 digest of every `block` bytes of what `parts` make (the last block may be
-    short), as one hex string: what a reader checks a batch's blocks against."""
-    import xxhash
+    short), as one hex string: what a reader checks a batch's blocks against. A block inside
+    one part is hashed in one call; only a block that spans parts goes through a streaming
+    hasher (a streaming hasher for every block cost a tenth of an uncompressed write)."""
+    from xxhash import xxh3_64, xxh3_64_digest
 
-    digests, hasher, room = [], xxhash.xxh3_64(), block
+    digests: list[bytes] = []
+    spanning, room = None, 0  # the hasher of a block begun in an earlier part, and what it still wants
     for part in parts:
-        while part.nbytes:
-            take = min(room, part.nbytes)
-            hasher.update(part[:take])
-            part, room = part[take:], room - take
-            if not room:
-                digests.append(hasher.hexdigest())
-                hasher.reset()
-                room = block
-    if room < block:
-        digests.append(hasher.hexdigest())
-    return "".join(digests)
+        start = 0
+        if spanning is not None:
+            start = min(room, part.nbytes)
+            spanning.update(part[:start])
+            room -= start
+            if room:
+                continue
+            digests.append(spanning.digest())
+            spanning = None
+        whole = (part.nbytes - start) // block
+        digests += [xxh3_64_digest(part[at : at + block]) for at in range(start, start + whole * block, block)]
+        start += whole * block
+        if start < part.nbytes:
+            spanning, room = xxh3_64(part[start:]), block - (part.nbytes - start)
+    if spanning is not None:
+        digests.append(spanning.digest())
+    return b"".join(digests).hex()
 
 
 def shard_entry(name: str, count: int, parts: list[memoryview], sha256: str, xxh3_128: str,
