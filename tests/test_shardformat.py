@@ -379,3 +379,40 @@ def test_index_batches_are_int64_cut_from_torchs_permutation():
         assert [b.dtype for b in batches] == [np.dtype(np.int64)] * 3 and [len(b) for b in batches] == [4, 4, 3]
         expected = torch.randperm(11, generator=torch.Generator().manual_seed(5)) if shuffle else torch.arange(11)
         assert np.concatenate(batches).tolist() == expected.tolist()  # drawn in int32, the same numbers
+
+
+def test_randperm_head_is_torchs_first_indices_without_drawing_them():
+    from pipeline.shards.loaders import randperm_head
+
+    for n in (2, 3, 513, 60_000, 600_000):
+        for seed in (0, 7, 2**40 + 5):
+            generator = torch.Generator().manual_seed(seed)
+            torch.rand(seed % 1000, generator=generator)  # part-way through the generator's state
+            before, k = generator.get_state(), min(512, n - 1)
+            head = randperm_head(generator, n, k)
+            assert torch.equal(generator.get_state(), before)  # nothing drawn
+            assert head.dtype == np.int64 and head.tolist() == torch.randperm(n, generator=generator)[:k].tolist()
+    assert randperm_head(torch.Generator(), 10, 10) is None  # the head must be shorter than the permutation
+    assert randperm_head("not a generator", 10, 4) is None
+
+
+def test_a_shuffled_first_batch_comes_before_the_permutation_is_drawn():
+    from pipeline.shards.loaders import IndexBatches
+
+    generator = torch.Generator().manual_seed(5)
+    before = generator.get_state()
+    batches = iter(IndexBatches(11, 4, shuffle=True, generator=generator))
+    first = next(batches)
+    assert torch.equal(generator.get_state(), before)
+    rest = list(batches)
+    assert not torch.equal(generator.get_state(), before)
+    assert np.concatenate([first, *rest]).tolist() == torch.randperm(11, generator=torch.Generator().manual_seed(5)).tolist()
+
+
+def test_an_epoch_still_takes_every_sample_once_should_torchs_permutation_differ(monkeypatch):
+    from pipeline.shards import loaders
+
+    monkeypatch.setattr(loaders, "randperm_head", lambda generator, n, k: np.arange(n - 1, n - 1 - k, -1))
+    with pytest.warns(UserWarning, match="not RandomSampler's"):
+        order = np.concatenate(list(loaders.IndexBatches(20, 4, shuffle=True, generator=torch.Generator().manual_seed(1))))
+    assert order[:4].tolist() == [19, 18, 17, 16] and sorted(order.tolist()) == list(range(20))

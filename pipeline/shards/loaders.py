@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.random  # noqa: F401 - randperm_head's MT19937: loaded here, not by a first batch (6 ms)
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
@@ -55,8 +56,9 @@ def model_ready(field: Field, batch: np.ndarray) -> np.ndarray:
 
 class ShardDataset(Dataset):
     """Map-style view of a shard split, memory-mapped and verified as used
-    (`reader.MappedSplit`: constructing it reads the manifest; the first batch maps the shards,
-    or `loader()` does while the epoch's permutation is drawn; each batch verifies the blocks
+    (`reader.MappedSplit`: constructing it reads the manifest; the first batch maps the shards
+    (under `loader()`, before the epoch's permutation is drawn: its first batch's indices come
+    from the generator's state, `randperm_head`); each batch verifies the blocks
     it touches, so the first batch does not wait for the whole split to be hashed, while a
     thread verifies the rest and joins the shards into one array for the batches after it).
     Damage is raised by the first use that finds it (`split.wait()` checks everything now).
@@ -115,6 +117,51 @@ class ShardDataset(Dataset):
         return DataLoader(_Batches(self), batch_size=None, sampler=batches, generator=generator, **kwargs)
 
 
+def randperm_head(generator: torch.Generator, n: int, k: int) -> np.ndarray | None:
+    """The first `k` indices of `torch.randperm(n, generator=generator)`, without drawing it and
+    without advancing the generator; None where they cannot be derived here.
+
+    Why: a 600,000-sample permutation takes 5-10 ms in a fresh process, which a first batch
+    would otherwise wait for. How: torch's CPU `randperm` below 2**32 / 20 elements is a forward
+    Fisher-Yates shuffle whose i-th swap takes the i-th 32-bit draw modulo n - i, and its
+    generator is a 32-bit Mersenne Twister whose state `get_state()` holds (624 words, the
+    position); numpy's MT19937 continues from that state. That is torch's implementation, not
+    its contract, so `IndexBatches` compares the head with the permutation once drawn (tested
+    against `torch.randperm` too)."""
+    if not isinstance(generator, torch.Generator) or generator.device.type != "cpu" or not k < n < 0xFFFFFFFF // 20:
+        return None
+    state = generator.get_state().numpy()
+    if state.nbytes != 5056:  # the layout read below: seed, left, seeded, next, state[624] (uint64 each word)
+        return None
+    left, position = int(state[8:12].view("<i4")[0]), int(state[16:24].view("<u8")[0])
+    words = state[24 : 24 + 624 * 8].view("<u8")
+    if not (0 < left <= 624 and position <= 624 and int(words.max()) < 1 << 32):
+        return None
+    bits = np.random.MT19937(0)
+    bits.state = {"bit_generator": "MT19937", "state": {"key": words.astype(np.uint32), "pos": 624 if left == 1 else position}}
+    head, moved = np.empty(k, np.int64), {}  # moved: what the swaps so far put at a position
+    for i, draw in enumerate(bits.random_raw(k).tolist()):
+        z = i + draw % (n - i)
+        head[i] = moved.get(z, z)
+        moved[z] = moved.get(i, i)
+    return head
+
+
+def _after(head: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The epoch's order once the whole permutation is drawn: `order` itself when its head is
+    the one already served (always, with the torch `randperm_head` reads), else the served head
+    followed by the rest of `order` in its order, so the epoch still takes every sample once."""
+    if np.array_equal(order[: len(head)], head):
+        return order
+    import warnings
+
+    warnings.warn("IndexBatches: torch.randperm no longer draws the order randperm_head derives; this "
+                  "epoch's order is not RandomSampler's (every sample is still taken once)", stacklevel=3)
+    rest = np.ones(len(order), bool)
+    rest[head] = False
+    return np.concatenate([head, order[rest[order]]])
+
+
 class IndexBatches(Sampler[np.ndarray]):
     """Batches of sample indices as int64 arrays cut from one permutation per epoch
     (`torch.randperm` from the generator), or from 0..n-1: what `BatchSampler` over
@@ -122,9 +169,13 @@ class IndexBatches(Sampler[np.ndarray]):
     `RandomSampler` on the same generator gives; its later epochs differ, as `RandomSampler`
     also draws an (empty) permutation for its remainder at the end of each epoch.
 
-    `meanwhile`, if given, runs once, on the first epoch, while that permutation is drawn on a
-    thread (torch releases the GIL): `ShardDataset.loader` maps the shards then, so a first
-    batch waits for the longer of the two, not for both."""
+    A shuffled epoch's first batch does not wait for the permutation: its indices are derived
+    from the generator's state (`randperm_head`), and the permutation is drawn when the second
+    batch is asked for (drawing it on a thread beside the first batch slowed that batch as
+    much: the two fault memory in at once). `meanwhile`, if given, runs once, before the first
+    batch: `ShardDataset.loader` maps the shards then. Where the head cannot be derived, the
+    permutation is drawn on a thread while `meanwhile` runs (torch releases the GIL), so a
+    first batch waits for the longer of the two."""
 
     def __init__(self, n: int, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
                  generator: torch.Generator | None = None, meanwhile: Callable[[], None] | None = None) -> None:
@@ -136,29 +187,33 @@ class IndexBatches(Sampler[np.ndarray]):
     def __len__(self) -> int:
         return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)
 
-    def _order(self) -> np.ndarray:
-        if not self.shuffle:
-            return np.arange(self.n, dtype=np.int64)
-        generator = self.generator
-        if generator is None:  # as RandomSampler does: a fresh seed from torch's global generator
-            generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+    def _permutation(self, generator: torch.Generator) -> np.ndarray:
         # int32 where it holds every index: the same permutation (torch draws the same numbers either
         # way), in half the memory, and a fresh process pays half the page faults before a first batch.
         dtype = torch.int32 if self.n <= torch.iinfo(torch.int32).max else torch.int64
         return torch.randperm(self.n, generator=generator, dtype=dtype).numpy()
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        meanwhile, self.meanwhile = self.meanwhile, None
-        if meanwhile is None or not self.shuffle:
-            if meanwhile is not None:
-                meanwhile()
-            order = self._order()
+        meanwhile, self.meanwhile = self.meanwhile or (lambda: None), None
+        first = 0  # where the batches cut from `order` start
+        if not self.shuffle:
+            meanwhile()
+            order = np.arange(self.n, dtype=np.int64)
         else:
-            with ThreadPoolExecutor(1, thread_name_prefix="shards-order") as pool:  # (waits for it on any exit)
-                drawn = pool.submit(self._order)
+            generator = self.generator
+            if generator is None:  # as RandomSampler does: a fresh seed from torch's global generator
+                generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+            head = randperm_head(generator, self.n, self.batch_size) if len(self) > 1 else None
+            if head is None:
+                with ThreadPoolExecutor(1, thread_name_prefix="shards-order") as pool:  # (waits for it on any exit)
+                    drawn = pool.submit(self._permutation, generator)
+                    meanwhile()
+                    order = drawn.result()  # (its error, if any, raised here)
+            else:
                 meanwhile()
-                order = drawn.result()  # (its error, if any, raised here)
-        for start in range(0, len(self) * self.batch_size, self.batch_size):
+                yield head
+                order, first = _after(head, self._permutation(generator)), len(head)
+        for start in range(first, len(self) * self.batch_size, self.batch_size):
             yield order[start : start + self.batch_size].astype(np.int64, copy=False)
 
 

@@ -538,7 +538,7 @@ class MappedSplit:
     def prepare(self) -> None:
         """Map the shards and check their sizes and headers now, if not done yet (the first
         `take` does it otherwise), and raise what is wrong with the split. `ShardDataset.loader`
-        calls it while the epoch's permutation is drawn on another thread, so the two overlap."""
+        calls it before its first batch (`IndexBatches`' `meanwhile`)."""
         if self._unmapped is not None:
             entries, verify = self._unmapped
             layout, blocks = _Layout(self.sample), Blocks(self.blocks.block, self.blocks.hash, self.blocks.row_bytes)
