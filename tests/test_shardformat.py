@@ -406,7 +406,8 @@ def test_a_shuffled_first_batch_comes_before_the_permutation_is_drawn():
     assert torch.equal(generator.get_state(), before)
     rest = list(batches)
     assert not torch.equal(generator.get_state(), before)
-    assert np.concatenate([first, *rest]).tolist() == torch.randperm(11, generator=torch.Generator().manual_seed(5)).tolist()
+    expected = torch.randperm(11, generator=torch.Generator().manual_seed(5))
+    assert np.concatenate([first, *rest]).tolist() == expected.tolist()
 
 
 def test_an_epoch_still_takes_every_sample_once_should_torchs_permutation_differ(monkeypatch):
@@ -414,5 +415,6 @@ def test_an_epoch_still_takes_every_sample_once_should_torchs_permutation_differ
 
     monkeypatch.setattr(loaders, "randperm_head", lambda generator, n, k: np.arange(n - 1, n - 1 - k, -1))
     with pytest.warns(UserWarning, match="not RandomSampler's"):
-        order = np.concatenate(list(loaders.IndexBatches(20, 4, shuffle=True, generator=torch.Generator().manual_seed(1))))
+        batches = loaders.IndexBatches(20, 4, shuffle=True, generator=torch.Generator().manual_seed(1))
+        order = np.concatenate(list(batches))
     assert order[:4].tolist() == [19, 18, 17, 16] and sorted(order.tolist()) == list(range(20))

@@ -138,7 +138,8 @@ def randperm_head(generator: torch.Generator, n: int, k: int) -> np.ndarray | No
     if not (0 < left <= 624 and position <= 624 and int(words.max()) < 1 << 32):
         return None
     bits = np.random.MT19937(0)
-    bits.state = {"bit_generator": "MT19937", "state": {"key": words.astype(np.uint32), "pos": 624 if left == 1 else position}}
+    position = 624 if left == 1 else position  # torch regenerates on the draw that takes `left` to 0
+    bits.state = {"bit_generator": "MT19937", "state": {"key": words.astype(np.uint32), "pos": position}}
     head, moved = np.empty(k, np.int64), {}  # moved: what the swaps so far put at a position
     for i, draw in enumerate(bits.random_raw(k).tolist()):
         z = i + draw % (n - i)
