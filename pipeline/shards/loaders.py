@@ -150,8 +150,9 @@ def randperm_head(generator: torch.Generator, n: int, k: int) -> np.ndarray | No
 
 def _after(head: np.ndarray, order: np.ndarray) -> np.ndarray:
     """The epoch's order once the whole permutation is drawn: `order` itself when its head is
-    the one already served (always, with the torch `randperm_head` reads), else the served head
-    followed by the rest of `order` in its order, so the epoch still takes every sample once."""
+    the one already served (always, with the torch whose randperm `randperm_head` follows),
+    else the served head followed by the rest of `order` in its order, so that the epoch still
+    takes every sample once."""
     if np.array_equal(order[: len(head)], head):
         return order
     import warnings

@@ -134,10 +134,10 @@ def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor
 
 def _json(raw: bytes):
     """`json.loads` of a header with its trailing padding compared rather than scanned: a
-    block-verified shard's header is padded with spaces to 16 KiB (`DATA_ALIGN`), which
-    json.loads matches with a regex and `bytes.rstrip(b" ")` byte by byte (20-30 us a shard,
-    two milliseconds or more before the first batch of a 100-shard split). Other padding
-    (any JSON whitespace) or damage goes to json.loads whole."""
+    block-verified shard's header is padded with spaces to 16 KiB (`DATA_ALIGN`); json.loads
+    would match them with a regex, and `bytes.rstrip(b" ")` walks them byte by byte (20-30 us
+    a shard either way, milliseconds before the first batch of a 100-shard split). Other
+    padding (any JSON whitespace) or damage goes to json.loads whole."""
     end = raw.rfind(b"}") + 1 or len(raw)
     if raw[end:] == b" " * (len(raw) - end):
         return json.loads(raw[:end].decode())
