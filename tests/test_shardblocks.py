@@ -254,3 +254,60 @@ def test_once_joined_the_maps_are_let_go(split):
     mapped.wait()
     assert mapped.blocks.done.all() and all(view.nbytes == 0 for view in mapped.blocks.views)
     np.testing.assert_array_equal(mapped.take([450, 7])["images"], data["images"][[450, 7]])
+
+
+def test_a_split_over_the_join_limit_stays_mapped(split):
+    """Over `join_limit`, batches come from the maps, shard by shard, and no thread reads the
+    rest of the split: only what batches touch is verified, until `wait()` asks for all."""
+    folder, data = split
+    mapped = MappedSplit(folder, join_limit=900 * 785 - 1)  # one byte short of the split's data
+    assert not mapped.joins and MappedSplit(folder, join_limit=900 * 785).joins
+    for indices in ([3, 899], [450, 2], [100, 700, 5]):
+        np.testing.assert_array_equal(mapped.take(indices)["images"], data["images"][indices])
+    assert mapped._thread is None and mapped.whole is None and not mapped.blocks.done.all()
+    assert all(view.nbytes for view in mapped.blocks.views)  # still mapped
+    mapped.wait()  # verifies the rest here, and copies nothing
+    assert mapped.blocks.done.all() and mapped.whole is None and mapped._thread is None
+    worker = pickle.loads(pickle.dumps(mapped))  # verified: its workers hash nothing
+    assert worker.join_limit == mapped.join_limit and worker.blocks is None
+
+
+def test_over_the_join_limit_damage_is_found_by_a_batch_or_by_wait(split):
+    folder, _ = split
+    name, offset, _ = _image_byte(folder, 450)
+    _flip(folder / name, offset)
+    dataset = ShardDataset(folder, join_limit=0)
+    for _ in range(3):
+        dataset.batch([0, 899])  # batches after the first start no thread that would find it
+    with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block"):
+        dataset.batch([450])
+    with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block"):
+        ShardDataset(folder, join_limit=0).split.wait()
+
+
+def test_the_loader_gives_the_same_epoch_joined_or_not(split):
+    import torch
+
+    folder, _ = split
+
+    def epoch(limit):
+        dataset = ShardDataset(folder, raw=True, join_limit=limit)
+        return [x for x, _ in dataset.loader(64, shuffle=True, generator=torch.Generator().manual_seed(1))]
+
+    joined, mapped = epoch(None), epoch(0)
+    assert len(joined) == len(mapped) == 15
+    assert all(torch.equal(a, b) for a, b in zip(joined, mapped, strict=True))
+
+
+@pytest.mark.parametrize("limit", [-1, 1.5, True, "1GB"])
+def test_a_bad_join_limit_is_refused(split, limit):
+    with pytest.raises(ValueError, match="join_limit must be a number of bytes"):
+        MappedSplit(split[0], join_limit=limit)
+
+
+def test_the_default_join_limit_is_a_quarter_of_memory():
+    import os
+
+    from pipeline.shards.reader import default_join_limit
+
+    assert default_join_limit() == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4

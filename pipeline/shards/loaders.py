@@ -60,7 +60,8 @@ class ShardDataset(Dataset):
     (under `loader()`, before the epoch's permutation is drawn: its first batch's indices come
     from the generator's state, `randperm_head`); each batch verifies the blocks
     it touches, so the first batch does not wait for the whole split to be hashed, while a
-    thread verifies the rest and joins the shards into one array for the batches after it).
+    thread verifies the rest and joins the shards into one array for the batches after it,
+    if the split fits in `join_limit` bytes; a larger one stays mapped).
     Damage is raised by the first use that finds it (`split.wait()` checks everything now).
 
     `dataset[i]` is one sample: a tuple of its fields in the manifest's order, made model-ready

@@ -248,6 +248,16 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
                 raise ShardError(f"{path}: {size - data_start - end:,} bytes after the last tensor")
 
 
+def default_join_limit() -> int:
+    """A quarter of this machine's physical memory (2 GiB where it cannot be read): the
+    largest split `MappedSplit` copies into one array per field unless told otherwise, so
+    that a split near or over the memory stays mapped instead of being copied whole."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (AttributeError, ValueError, OSError):
+        return 2 << 30
+
+
 def allocate(sample: Sample, count: int, pin: bool = False) -> dict[str, torch.Tensor]:
     """Empty tensors for `count` samples, one per field of `sample` ([count, *shape], its
     dtype), in field order: what `read_shard_into` fills."""
@@ -490,8 +500,11 @@ class MappedSplit:
     headers only; each batch first verifies the blocks (16 KiB; larger in shards over 512 MiB)
     its samples lie in, so the first batch comes after hashing a few MB, not the whole split;
     from the second batch on a thread verifies the rest and joins the shards into one array
-    per field. Otherwise (`verify="sha256"`, older manifests, no xxhash) every shard is hashed
-    whole on opening. A damaged shard raises a ShardError naming the file from the batch that
+    per field, if the split's data fit in `join_limit` bytes (default: a quarter of this
+    machine's memory, `default_join_limit`). A larger split stays mapped: its batches are
+    gathered shard by shard (the page cache keeps what fits) and its blocks verified as
+    batches touch them, so it is never read whole unless `wait()` asks. Otherwise
+    (`verify="sha256"`, older manifests, no xxhash) every shard is hashed whole on opening. A damaged shard raises a ShardError naming the file from the batch that
     touches it, or from the first batch after the thread found it, and every use after that;
     `wait()` waits for the thread and raises then.
 
@@ -499,11 +512,20 @@ class MappedSplit:
     maps the files again, checking sizes and headers, and verifies what the parent had not."""
 
     def __init__(self, path: Path, *, dataset: str | None = None, split: str | None = None,
-                 verify: str = "xxh3") -> None:
+                 verify: str = "xxh3", join_limit: int | None = None) -> None:
         if verify not in VERIFY:
             raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
+        if join_limit is not None and (isinstance(join_limit, bool) or not isinstance(join_limit, int) or join_limit < 0):
+            raise ValueError(f"join_limit must be a number of bytes (0 or more), got {join_limit!r}")
         self.folder, self.dataset, self.split, self.verify = Path(path), dataset, split, verify
+        self.join_limit = default_join_limit() if join_limit is None else join_limit
         self._open(verify)
+
+    @property
+    def joins(self) -> bool:
+        """Whether batches after the first are gathered from one copy of the split (its data
+        fit in `join_limit`) rather than from the mapped shards."""
+        return self.count * self.sample.row_bytes <= self.join_limit
 
     def _open(self, verify: str) -> None:
         manifest = read_manifest(self.folder, self.dataset, self.split)
@@ -554,9 +576,10 @@ class MappedSplit:
             raise self._failure
 
     def _joining(self) -> None:
-        """Start the join in this process unless it runs here already: from the second batch
-        on (the first has both cores to itself), and again in a worker forked before it ended."""
-        if self.whole is None and self.chunks and self._owner != os.getpid():
+        """Start the join in this process unless it runs here already, or the split is over
+        `join_limit`: from the second batch on (the first has both cores to itself), and again
+        in a worker forked before it ended."""
+        if self.whole is None and self.chunks and self._owner != os.getpid() and self.joins:
             self._join_in_background()
 
     def _join_in_background(self) -> None:
@@ -570,35 +593,44 @@ class MappedSplit:
         import threading
 
         self._owner = os.getpid()
-
-        def join() -> None:
-            try:
-                whole = ({f.name: np.empty((self.count, *f.shape), f.dtype) for f in self.sample.fields}
-                         if len(self.chunks) > 1 else None)
-                start = 0
-                for number, chunk in enumerate(self.chunks):
-                    n = len(next(iter(chunk.values())))
-                    if self.blocks is not None:
-                        self.blocks.check_shard(number)
-                        check_classes(self.sample, chunk, str(self.folder), ids=range(start, start + n))
-                    if whole is not None:
-                        for name, values in chunk.items():
-                            whole[name][start : start + n] = values
-                        self.chunks[number] = {name: whole[name][start : start + n] for name in chunk}
-                        if self.blocks is not None:
-                            self.blocks.release(number)
-                    start += n
-                self.whole = whole if whole is not None else self.chunks[0]
-            except Exception as err:  # noqa: BLE001 - raised again by the next take()
-                self._failure = err
-
-        self._thread = threading.Thread(target=join, name="shards-join", daemon=True)
+        self._thread = threading.Thread(target=self._settle, args=(len(self.chunks) > 1,), name="shards-join",
+                                        daemon=True)
         self._thread.start()
 
+    def _settle(self, join: bool) -> None:
+        """Verify every shard not verified yet (blocks and class labels) and, if `join`, copy
+        the shards into one array per field, swapping each shard for its rows of the copy. A
+        failure is kept for `take` to raise."""
+        try:
+            whole = {f.name: np.empty((self.count, *f.shape), f.dtype) for f in self.sample.fields} if join else None
+            start = 0
+            for number, chunk in enumerate(self.chunks):
+                n = len(next(iter(chunk.values())))
+                if self.blocks is not None and not self.blocks.complete:
+                    self.blocks.check_shard(number)
+                    check_classes(self.sample, chunk, str(self.folder), ids=range(start, start + n))
+                if whole is not None:
+                    for name, values in chunk.items():
+                        whole[name][start : start + n] = values
+                    self.chunks[number] = {name: whole[name][start : start + n] for name in chunk}
+                    if self.blocks is not None:
+                        self.blocks.release(number)
+                start += n
+            if self.blocks is not None:
+                self.blocks.complete = True
+            if whole is not None or len(self.chunks) == 1:
+                self.whole = whole if whole is not None else self.chunks[0]
+        except Exception as err:  # noqa: BLE001 - raised again by the next take()
+            self._failure = err
+
     def wait(self) -> None:
-        """Wait until every shard is verified and joined; raise what the check found."""
+        """Wait until every shard is verified (and joined, within `join_limit`); raise what
+        the check found. A split over the limit is verified here, on this thread."""
         self.prepare()
-        self._joining()
+        if self.joins:
+            self._joining()
+        elif self._failure is None and self.blocks is not None and not self.blocks.complete:
+            self._settle(join=False)
         if self._thread is not None:
             self._thread.join()
         if self._failure is not None:
@@ -607,7 +639,7 @@ class MappedSplit:
     def __getstate__(self) -> dict:
         state = {key: value for key, value in self.__dict__.items()
                  if key not in ("chunks", "ends", "whole", "blocks", "_failure", "_thread", "_unmapped", "_served")}
-        verified = self.blocks is None or self.whole is not None and self._failure is None
+        verified = self._failure is None and (self.blocks is None or self.blocks.complete)
         state["_worker_verify"] = "none" if verified else self.verify  # what this process has not verified
         return state
 
