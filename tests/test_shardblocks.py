@@ -305,9 +305,9 @@ def test_a_bad_join_limit_is_refused(split, limit):
         MappedSplit(split[0], join_limit=limit)
 
 
-def test_the_default_join_limit_is_a_quarter_of_memory():
-    import os
+@pytest.mark.parametrize(("memory", "limit"), [(24 << 30, 6 << 30), (1000, 250), (None, 2 << 30)])
+def test_the_default_join_limit_is_a_quarter_of_memory(monkeypatch, split, memory, limit):
+    from pipeline.shards import reader
 
-    from pipeline.shards.reader import default_join_limit
-
-    assert default_join_limit() == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    monkeypatch.setattr(reader, "physical_memory", lambda: memory)
+    assert reader.default_join_limit() == limit == MappedSplit(split[0]).join_limit

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from pipeline.core.bounded import UnsafeFileError, plain_descriptor
+from pipeline.core.host import physical_memory
 from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, blocks_in, manifest_sample,
                                     max_shard_bytes, read_manifest, zstd)
 
@@ -252,10 +253,8 @@ def default_join_limit() -> int:
     """A quarter of this machine's physical memory (2 GiB where it cannot be read): the
     largest split `MappedSplit` copies into one array per field unless told otherwise, so
     that a split near or over the memory stays mapped instead of being copied whole."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
-    except (AttributeError, ValueError, OSError):
-        return 2 << 30
+    memory = physical_memory()
+    return memory // 4 if memory else 2 << 30
 
 
 def allocate(sample: Sample, count: int, pin: bool = False) -> dict[str, torch.Tensor]:
@@ -504,8 +503,8 @@ class MappedSplit:
     machine's memory, `default_join_limit`). A larger split stays mapped: its batches are
     gathered shard by shard (the page cache keeps what fits) and its blocks verified as
     batches touch them, so it is never read whole unless `wait()` asks. Otherwise
-    (`verify="sha256"`, older manifests, no xxhash) every shard is hashed whole on opening. A damaged shard raises a ShardError naming the file from the batch that
-    touches it, or from the first batch after the thread found it, and every use after that;
+    (`verify="sha256"`, older manifests, no xxhash) every shard is hashed whole on opening.
+    A damaged shard raises a ShardError naming the file from the batch that touches it, or from the first batch after the thread found it, and every use after that;
     `wait()` waits for the thread and raises then.
 
     Pickled (DataLoader workers under spawn/forkserver), it carries only its path: a worker
@@ -515,7 +514,7 @@ class MappedSplit:
                  verify: str = "xxh3", join_limit: int | None = None) -> None:
         if verify not in VERIFY:
             raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
-        if join_limit is not None and (isinstance(join_limit, bool) or not isinstance(join_limit, int) or join_limit < 0):
+        if join_limit is not None and (type(join_limit) is not int or join_limit < 0):
             raise ValueError(f"join_limit must be a number of bytes (0 or more), got {join_limit!r}")
         self.folder, self.dataset, self.split, self.verify = Path(path), dataset, split, verify
         self.join_limit = default_join_limit() if join_limit is None else join_limit
@@ -627,9 +626,8 @@ class MappedSplit:
         """Wait until every shard is verified (and joined, within `join_limit`); raise what
         the check found. A split over the limit is verified here, on this thread."""
         self.prepare()
-        if self.joins:
-            self._joining()
-        elif self._failure is None and self.blocks is not None and not self.blocks.complete:
+        self._joining()
+        if not self.joins and self._failure is None and self.blocks is not None and not self.blocks.complete:
             self._settle(join=False)
         if self._thread is not None:
             self._thread.join()

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from pipeline.core.atomic import write_text
+from pipeline.core.host import physical_memory
 
 
 def cpu_model() -> str:
@@ -34,10 +35,8 @@ def cpu_model() -> str:
 
 def memory_gb() -> float:
     """Total memory in GiB, rounded to a whole GiB (the kernel's figure moves by a few MB)."""
-    try:
-        return float(round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30))
-    except (ValueError, OSError, AttributeError):
-        return 0.0
+    memory = physical_memory()
+    return float(round(memory / 2**30)) if memory else 0.0
 
 
 def slug(text: str) -> str:
