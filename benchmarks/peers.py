@@ -17,7 +17,9 @@ What is measured (per system, where it has the feature; "-" where it does not):
   before the clock starts), uncompressed and zstd (hashes included where the system records
   them: the project's sha256 + xxh3), and its size on disk;
 - epoch: one shuffled epoch of float batches of 512 ([b, 1, 28, 28] in 0..1 and int64
-  labels), workers 0 and 2, from the loader's first batch to its last;
+  labels), workers 0, 2 and 4, from the loader's first batch to its last; with 4 workers also
+  the peak PSS summed over the process and its workers (the project: a plain DataLoader over
+  its ShardDataset), which counts a page shared by several processes once;
 - first batch: from opening the data set to the first shuffled float batch of 512;
 - random batches: batches of 256 samples at random indices, samples per second;
 - ranks 2/4/8: per rank, the steps of one epoch (batch 64), samples dropped or repeated
@@ -118,10 +120,11 @@ class System:
 
 
 class Project(System):
-    """The project's shards (pipeline.shards): ShardDataset.loader, the batched fast path."""
+    """The project's shards (pipeline.shards): ShardDataset.loader, the batched path; a plain
+    DataLoader over the ShardDataset for the workers-4 memory row."""
 
     module = "pipeline.shards"
-    imports = ("pipeline.shards.loaders", "pipeline.shards.writer", "torch.utils.data")
+    imports = ("pipeline.shards.dataset", "pipeline.shards.writer", "torch.utils.data")
 
     def write(self, data, codec: str) -> Path:
         from pipeline.shards import Field, Sample, write_split
@@ -135,15 +138,21 @@ class Project(System):
         return out
 
     def open(self):
-        from pipeline.shards import ShardDataset
+        from pipeline.shards import Int64, ShardDataset, UnitFloat
 
-        return ShardDataset(self.output("none"))
+        return ShardDataset(self.output("none"), transform=[UnitFloat("images", add_channel=True), Int64("labels")])
 
-    def batches(self, dataset, batch: int, workers: int, seed: int, epoch: int = 0):
+    def batches(self, dataset, batch: int, workers: int, seed: int, epoch: int = 0, plain: bool = False):
         import torch
+        from torch.utils.data import DataLoader
 
-        generator = torch.Generator().manual_seed(seed * 1000 + epoch)
-        for x, y, _ in dataset.loader(batch, shuffle=True, generator=generator, num_workers=workers):
+        if plain:  # what a user who keeps their DataLoader writes
+            generator = torch.Generator().manual_seed(seed * 1000 + epoch)
+            loader = DataLoader(dataset, batch_size=batch, shuffle=True, generator=generator, num_workers=workers)
+        else:
+            loader = dataset.loader(batch, shuffle=True, seed=seed, num_workers=workers)
+            loader.set_epoch(epoch)
+        for x, y, _ in loader:
             yield x, y
 
     def random(self, dataset, index: np.ndarray):
@@ -151,12 +160,9 @@ class Project(System):
         return x, y
 
     def rank_ids(self, world: int, rank: int, epoch: int, seed: int) -> list[np.ndarray]:
-        from torch.utils.data import DistributedSampler
-
-        dataset = self.open()
-        sampler = DistributedSampler(dataset, world, rank, shuffle=True, seed=seed)
-        sampler.set_epoch(epoch)
-        return [ids.numpy() for _, _, ids in dataset.loader(RANK_BATCH, sampler=sampler)]
+        loader = self.open().loader(RANK_BATCH, shuffle=True, seed=seed, rank=rank, world_size=world)
+        loader.set_epoch(epoch)
+        return [ids.numpy() for _, _, ids in loader]
 
 
 class Lance(System):
@@ -396,6 +402,54 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def tree_pss() -> int:
+    """PSS in bytes summed over this process and every process below it (DataLoader workers):
+    shared pages (the page cache a map reads, a forked parent's memory) divided among their
+    sharers, so the sum counts each page once."""
+    me, total = os.getpid(), 0
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    tree, grew = {me}, True
+    while grew:
+        grown = {pid for pid, parent in parents.items() if parent in tree} | tree
+        grew, tree = grown != tree, grown
+    for pid in tree:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+class TreePss:
+    """The peak of `tree_pss` while the block runs, sampled every 50 ms on a thread."""
+
+    def __enter__(self):
+        import threading
+
+        self.start = self.peak = tree_pss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, tree_pss())
+
+    def __exit__(self, *exc) -> None:
+        self.peak = max(self.peak, tree_pss())
+        self._stop.set()
+        self._thread.join()
+
+
 def child(system: str, task: str, work: Path, data_path: Path) -> dict:
     import torch
 
@@ -422,11 +476,14 @@ def child(system: str, task: str, work: Path, data_path: Path) -> dict:
         workers = int(task.removeprefix("epoch-"))
         dataset = impl.open()
         count = 0
-        start = time.perf_counter()
-        for x, y in impl.batches(dataset, EPOCH_BATCH, workers, SEED):
-            count += len(y)
-        seconds = time.perf_counter() - start
-        return {"seconds": seconds, "samples": count, "peak_mb": peak_mb()}
+        options = {"plain": True} if workers == 4 and system == "project" else {}
+        with TreePss() as pss:
+            start = time.perf_counter()
+            for x, y in impl.batches(dataset, EPOCH_BATCH, workers, SEED, **options):
+                count += len(y)
+            seconds = time.perf_counter() - start
+        return {"seconds": seconds, "samples": count, "peak_mb": peak_mb(), "pss_mb": pss.peak / 1e6,
+                "pss_start_mb": pss.start / 1e6}
     if task == "random":
         dataset = impl.open()
         n = len(load_data(data_path)[2])
@@ -463,11 +520,12 @@ def rank_report(impl, world: int, n: int) -> dict:
 
 # ---- the race ---------------------------------------------------------------------------
 
-TASKS = ["write-none", "write-zstd", "first", "epoch-0", "epoch-2", "random", "ranks-2", "ranks-4", "ranks-8"]
+TASKS = ["write-none", "write-zstd", "first", "epoch-0", "epoch-2", "epoch-4", "random", "ranks-2", "ranks-4",
+         "ranks-8"]
 WHAT = {  # what each system cannot do, so it is not run
     "webdataset": {"write-zstd", "random"},
     "streaming": {"ranks-2", "ranks-4", "ranks-8"},  # its ranks coordinate through shared memory: real processes
-    "lance": {"epoch-2"},  # its reads are its own threads, not DataLoader workers
+    "lance": {"epoch-2", "epoch-4"},  # its reads are its own threads, not DataLoader workers
 }
 
 
@@ -547,7 +605,7 @@ def remeasures(meta: dict) -> list[str]:
     hosts: dict[str, list[str]] = {}
     for again in meta.get("remeasured", []):
         hosts.setdefault(again["command"], []).append(again["host"])
-    return [f"Re-measured afterwards{f' ({len(runs)} times)' if len(runs) > 1 else ''}: `{command}` "
+    return [f"Also measured by{f' ({len(runs)} runs)' if len(runs) > 1 else ''}: `{command}` "
             f"({'; '.join(runs)})." for command, runs in hosts.items()]
 
 
@@ -574,6 +632,8 @@ def table(runs: dict[int, dict]) -> str:
                                                          f" / {spread(r.get('write-zstd'), 'bytes', 1, 1e-6).split(' / ')[0]}"),
             ("shuffled epoch, batch 512, workers 0 (s)", lambda r: spread(r.get("epoch-0"), "seconds")),
             ("shuffled epoch, batch 512, workers 2 (s)", lambda r: spread(r.get("epoch-2"), "seconds")),
+            ("shuffled epoch, batch 512, workers 4 (s)", lambda r: spread(r.get("epoch-4"), "seconds")),
+            ("PSS, parent + 4 workers, peak in that epoch (MB)", lambda r: spread(r.get("epoch-4"), "pss_mb", 0)),
             ("time to first batch (s)", lambda r: spread(r.get("first"), "seconds", 3)),
             ("peak memory, epoch with workers 0 (MB)", lambda r: spread(r.get("epoch-0"), "peak_mb", 0)),
             ("random batches of 256 (samples/s)", lambda r: spread(r.get("random"), "samples_per_s", 0)),

@@ -5,10 +5,12 @@
 The 10x split is derived deterministically from the real one: its data lines, ten times
 over, under one header (600,000 samples, 1.1 GB of CSV). Per size: convert (CSV -> compact
 Parquet, zstd-3, the streaming block reader), shard (the streaming writer, and the
-in-memory one beside it), load (the whole split with `load_split`, and one rank's share of
-two with `RankShards`), each in its own process, timed after its imports, with the process's peak RSS. Goal: time within
-1.2x of linear (the ratio column divides the 10x time by 10 times the 1x time), and peak RSS
-flat for the streaming steps; the whole-split load must grow (it returns the data).
+in-memory one, `write_split`, beside it), load (the whole split with `read_split`, and one
+rank's epoch of two: `ShardDataset.loader(512, shuffle="shards", rank=0, world_size=2)`
+gathering its run of the epoch's order from the mapped shards, batch by batch), each in its
+own process, timed after its imports, with the process's peak RSS. Goal: time within 1.2x of
+linear (the ratio column divides the 10x time by 10 times the 1x time), and peak RSS flat for
+the streaming steps; the whole-split load must grow (it returns the data).
 """
 
 from __future__ import annotations
@@ -35,14 +37,17 @@ STEPS = {
         "stream_split(Path(W) / 'pq/compact/train.parquet', Path(W) / 'shards/train', dataset='x', split='train',"
         " samples_per_shard=32768)",
     "shard, in-memory writer":
-        "from pipeline.stages.parquet import read_parquet_arrays\nfrom pipeline.shards import write_shards\n"
+        "from pipeline.stages.parquet import read_parquet_arrays\nfrom pipeline.shards import write_split\n"
+        "from pipeline.shards.format import V2_SAMPLE\n"
         "from pathlib import Path\nl, i = read_parquet_arrays(Path(W) / 'pq/compact/train.parquet')\n"
-        "write_shards(i, l, Path(W) / 'shards-mem/train', dataset='x', split='train', samples_per_shard=32768)",
+        "write_split({'images': i, 'labels': l}, Path(W) / 'shards-mem/train', sample=V2_SAMPLE, dataset='x',"
+        " split='train', samples_per_shard=32768)",
     "load, whole split":
-        "from pipeline.shards import load_split\nfrom pathlib import Path\nx, y = load_split(Path(W) / 'shards/train')",
+        "from pipeline.shards import read_split\nfrom pathlib import Path\ncolumns = read_split(Path(W) / 'shards/train')",
     "load, one rank of two":
-        "from pipeline.shards.ranks import RankShards\nfrom pathlib import Path\n"
-        "e = RankShards(Path(W) / 'shards/train', 0, 2, seed=42).epoch(0)",
+        "from pipeline.shards import ShardDataset\nfrom pathlib import Path\n"
+        "loader = ShardDataset(Path(W) / 'shards/train').loader(512, shuffle='shards', seed=42, rank=0, world_size=2)\n"
+        "n = sum(len(y) for _, y in loader)",
 }
 
 

@@ -7,7 +7,8 @@ shard folder's train/ and test/ to s3://scale/<layout>/, and runs `python -m pip
 as two torchrun launches (`--nnodes 2`, c10d rendezvous on 127.0.0.1, one gloo rank each),
 each node with its own empty cache folder: the cold run. Then the same launches again on the
 now warm caches. With --reshard N the same samples are also written as shards of N samples
-(`write_shards`) and run the same way: finer shards let each node fetch less.
+(`write_split`) and run the same way: finer shards let each node fetch less (each node
+fetches the shards its rank's run of each epoch's shard order touches).
 
 Per layout, run and node: the bytes and shards fetched (train and test), the seconds to read
 the epoch's shards before its first step (fetching included) and the whole epoch's seconds,
@@ -69,24 +70,27 @@ def upload(env: dict, folder: Path, prefix: str) -> None:
 
 
 def reshard(source: Path, dest: Path, samples_per_shard: int) -> None:
-    from pipeline.shards import load_split, write_shards
+    from pipeline.shards import read_manifest, read_split, write_split
+    from pipeline.shards.format import manifest_sample
 
     for split in ("train", "test"):
-        images, labels = load_split(source / split)
-        manifest = json.loads((source / split / "manifest.json").read_text())
-        write_shards(images.numpy(), labels.numpy(), dest / split, dataset=manifest["dataset"], split=split,
-                     samples_per_shard=samples_per_shard)
+        manifest = read_manifest(source / split)
+        columns = read_split(source / split)
+        write_split({name: values.numpy() for name, values in columns.items()}, dest / split,
+                    sample=manifest_sample(manifest), dataset=manifest["dataset"], split=split,
+                    samples_per_shard=samples_per_shard)
 
 
-def run_nodes(env: dict, url: str, work: Path, name: str, params: Path) -> list[dict]:
-    """One two-node launch; per node, its rank's record."""
+def run_nodes(env: dict, url: str, work: Path, name: str, params: Path, dataset: str = "mnist") -> list[dict]:
+    """One two-node launch (`train DATASET`: the shards' manifests must name it); per node, its
+    rank's record."""
     port = free_port()
     launches = []
     for node in range(2):
         out = work / name / f"node{node}"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
                "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-               "--rdzv-id", name, "-m", "pipeline", "train", "mnist", "--shards", url,
+               "--rdzv-id", name, "-m", "pipeline", "train", dataset, "--shards", url,
                "--cache", str(work / f"cache{node}"), "--out", str(out / "train.json"), "--record",
                "--params", str(params)]
         launches.append(subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env},
@@ -130,7 +134,8 @@ def measure(shards: Path, epochs: int, samples: list[int]) -> dict:
             test = json.loads((folder / "test" / "manifest.json").read_text())
             runs = {}
             for run in ("cold", "warm"):
-                runs[run] = run_nodes(env, f"s3://scale/{name}", work, f"{name}-{run}", work / "params.yaml")
+                runs[run] = run_nodes(env, f"s3://scale/{name}", work, f"{name}-{run}", work / "params.yaml",
+                                      manifest["dataset"])
             layouts.append({"layout": name, "train_shards": len(manifest["shards"]), "train_bytes": total,
                             "test_shards": len(test["shards"]), "test_bytes": sum(e["bytes"] for e in test["shards"]),
                             "runs": runs})

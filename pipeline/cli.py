@@ -374,8 +374,8 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
     torchrun --standalone --nproc-per-node N -m pipeline train DATASET --shards ... --out ...
 
     gloo on the CPU, nccl on CUDA; the global batch (train.batch_size) is split across the N
-    ranks, each reading only its contiguous range of the shuffled shards per epoch. Two nodes,
-    shards in S3, resumable: docs/scale.md.
+    ranks, each reading its contiguous run of the epoch's shuffled shards. Two nodes, shards in
+    S3, resumable with the same or another number of ranks: docs/scale.md.
     """
     from pipeline.stages.train import train_ddp
 
@@ -385,6 +385,6 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
         raise click.BadParameter("--resume needs --checkpoint, the file to resume from", param_hint="--resume")
     check_world(shards, dataset)
     settings = section(load_checked(params_path), "train")
-    train_ddp(shards, out, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],
+    train_ddp(shards, out, dataset=dataset, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],
               seed=settings["seed"], record=record, cache=cache, cache_mib=settings["cache_mib"],
               checkpoint=checkpoint, checkpoint_every=settings["checkpoint_every"], resume=resume)

@@ -11,7 +11,7 @@ bench as `dvc repro`:
   file is checked against its pinned content sha256 (sources.yaml);
 - Parquet: the wide layout (the naive rungs' input) written by pyarrow, zstd as in
   params.yaml's default codec; same rows and values as the convert stage writes;
-- shards: `shardwriter.write_shards`, the shard stage's own writer fed from memory;
+- shards: `writer.write_split`, the shard stage's own writer fed from memory;
 - bench: `bench.run_bench` with params.yaml's `bench` block.
 
 Results go to `results/<machine>/<dataset>.json` with the machine's fingerprint (the machine
@@ -34,11 +34,11 @@ from pipeline.bench.ladder import run_bench, settings_from_params
 from pipeline.stages.bench import warn_unstable, write_bench
 from pipeline.stages.machine import fingerprint
 from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
-from pipeline.core.dataset import COLUMNS, SPLITS
+from pipeline.core.dataset import COLUMNS, MNIST, SPLITS
 from pipeline.stages.idx import read_split
 from pipeline.stages.parquet import write_checksums
 from pipeline.core.params import load_params, section, validate_params
-from pipeline.shards.writer import write_shards
+from pipeline.shards.writer import write_split
 
 
 def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path) -> None:
@@ -57,8 +57,8 @@ def build_inputs(dataset: str, mirror: Path, work: Path, sources: Path, samples_
     for split in SPLITS:
         images, labels = read_split(raw, split)
         write_wide_parquet(images, labels, parquet / "wide" / f"{split}.parquet")
-        write_shards(images, labels, shards / split, dataset=dataset, split=split,
-                     samples_per_shard=samples_per_shard, compression="none")
+        write_split({"images": images, "labels": labels}, shards / split, sample=MNIST, dataset=dataset,
+                    split=split, samples_per_shard=samples_per_shard, compression="none")
     write_checksums(parquet, layouts=("wide",))  # the bench checks the Parquet against it, as in the pipeline
     return parquet / "wide", shards
 

@@ -181,3 +181,13 @@ def write_unchecked_split(folder: Path, images: np.ndarray, labels: np.ndarray) 
                         xxhash.xxh3_128_hexdigest(blob), BLOCK_BYTES)
     write_manifest(folder, new_manifest(sample=V2_SAMPLE, dataset="tiny", split="train", count=len(labels), codec="none", level=0,
                                         source={}, shards=[entry], block=BLOCK_BYTES))
+
+
+def write_shards(images, labels, folder: Path, **options) -> dict:
+    """An image-classification split (images uint8 [n, 28, 28], labels 0..9) written by the
+    library's `write_split` under MNIST's sample schema."""
+    from pipeline.shards import write_split
+    from pipeline.shards.format import V2_SAMPLE
+
+    return write_split({"images": images, "labels": labels}, folder, sample=options.pop("sample", V2_SAMPLE),
+                       **options)

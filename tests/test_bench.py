@@ -16,6 +16,7 @@ from pipeline.stages.csvdata import write_csv
 from pipeline.bench.datapaths import DataPath, Resident, _loader, data_path, sampled_steps
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
+from pipeline.bench.model import MODEL_INPUT
 from pipeline.shards import DeviceBatches
 from pipeline.stages.shard import shard_dataset
 from pipeline.bench.runners import (Execution, Floor, StaticSteps, Timing, TrainConfig, _compiled_graphs, _limited, train_eager,
@@ -129,10 +130,11 @@ def test_accuracy_rises_on_an_easy_task(prepared, variant):
 
 @pytest.mark.slow
 def test_same_batches_same_training(prepared):
-    """batched (shards) and preprocessed (the seed's v2) see identical batches in identical order."""
+    """batched (mapped shards) and device (the split resident) draw their batches by the shard
+    library's one order rule: identical batches in identical order, so identical training."""
     root, _ = prepared
     results = []
-    for variant in ("preprocessed", "batched"):
+    for variant in ("device", "batched"):
         path = data_path(variant, root / "pq" / "wide", root / "shards", CPU, dataset="tiny", batch_size=64, seed=42, workers=1)
         timing = train_eager(path, CPU, TrainConfig(batch_size=64), epochs=1)
         results.append((timing.accuracy, timing.loss))
@@ -145,8 +147,9 @@ def test_graphed_trains_exactly_as_device():
     """Static steps (padded, weighted last batch) give the `device` loop's loss and accuracy:
     100 samples at batch 32 leave a last batch of 4, padded to 32 with weight 0."""
     data, config = resident(), TrainConfig(batch_size=32)
-    train = DeviceBatches(data.train_images, data.train_labels, 32, shuffle=True, seed=config.seed)
-    test = DeviceBatches(data.test_images, data.test_labels, 32, shuffle=False)
+    train = DeviceBatches({"images": data.train_images, "labels": data.train_labels}, 32, shuffle=True,
+                          seed=config.seed, transform=list(MODEL_INPUT))
+    test = DeviceBatches({"images": data.test_images, "labels": data.test_labels}, 32, transform=list(MODEL_INPUT))
     eager = train_eager(DataPath(lambda: train, lambda: test, len(train), len(test), 32), CPU, config, epochs=2)
     static = train_static(data, CPU, config, Execution(cuda_graph=True), epochs=2)
     assert static.cuda_graph is False  # asked for, but this is a CPU: run eagerly and say so
@@ -356,7 +359,7 @@ def test_resident_variants_train_shuffled(prepared, variant):
     unshuffled = data.train_labels.long()
     assert not torch.equal(first.long(), unshuffled) and not torch.equal(first, second)
     assert torch.equal(first.sort().values.long(), unshuffled.sort().values)
-    expected = DeviceBatches(data.train_images, data.train_labels, 64, seed=42).indices(0)
+    expected = DeviceBatches({"labels": data.train_labels}, 64, shuffle=True, seed=42).rank_order(0)
     assert torch.equal(first.long(), data.train_labels[expected].long())
 
 

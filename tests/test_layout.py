@@ -129,7 +129,7 @@ def test_the_shard_library_imports_no_stage():
 
 
 def test_importing_the_shard_library_loads_no_heavy_dependency():
-    code = ("import sys, pipeline.shards as s; s.load_split, s.DeviceBatches, s.RankShards, s.ShardWriter; "
+    code = ("import sys, pipeline.shards as s; s.read_split, s.DeviceBatches, s.ShardDataset, s.ShardWriter, s.merge_parts, s.ShardSampler; "
             "print(sorted(m for m in ('polars', 'pyarrow', 'dvc', 'pydantic', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

@@ -1,18 +1,19 @@
 """Verified as used: format version 4's block digests (in each shard's header, the header's
-digest in the manifest), and a split that verifies the blocks each batch touches instead of
-hashing everything before the first batch."""
+digest in the manifest), and a mapped split that maps a shard when a batch first touches it and
+verifies the blocks each batch touches instead of hashing everything before the first batch."""
 
 import json
 import pickle
 
 import numpy as np
 import pytest
+import torch
 import xxhash
 
 from pipeline.core.dataset import MNIST
 from pipeline.shards import ShardDataset, ShardError, write_split
 from pipeline.shards.format import BLOCK_BYTES, DATA_ALIGN, read_manifest
-from pipeline.shards.reader import MappedSplit
+from pipeline.shards.mapped import MappedSplit
 
 PER_SHARD = 300  # 300 x 785 bytes of data: 15 blocks of 16 KiB per shard
 
@@ -47,9 +48,9 @@ def _flip(path, offset: int) -> None:
     path.write_bytes(bytes(body))
 
 
-def _no_background(monkeypatch) -> None:
-    """Keep the verifying thread from starting, so what a batch verifies is all that is."""
-    monkeypatch.setattr(MappedSplit, "_join_in_background", lambda self: None)
+def _verified(mapped: MappedSplit) -> list[list[int] | None]:
+    """Per shard, the blocks verified so far (None: the shard is not mapped yet)."""
+    return [None if shard is None else np.flatnonzero(shard.done).tolist() for shard in mapped.shards]
 
 
 def test_every_block_of_every_uncompressed_shard_has_its_digest(split):
@@ -83,27 +84,25 @@ def test_large_shards_get_larger_blocks():
     assert block_bytes("none", 100 << 30) == 4 << 20  # a 100 GiB shard: 25,600 blocks of 4 MiB
 
 
-def test_a_batch_verifies_only_the_blocks_it_touches(split, monkeypatch):
+def test_a_batch_verifies_only_the_blocks_it_touches(split):
     folder, data = split
-    _no_background(monkeypatch)
     mapped = MappedSplit(folder)
-    assert not mapped.blocks.done.any()  # opening checks the headers only
+    assert _verified(mapped) == [None, None, None]  # opening reads the manifest only
     batch = mapped.take([0, 899])
     np.testing.assert_array_equal(batch["images"], data["images"][[0, 899]])
-    done = mapped.blocks.done.reshape(3, 15)
     # sample 0: block 0 (its image) and block 14 (the labels, last in the file); sample 899,
-    # the last of shard 2: block 14 (its image, bytes 234,416.. of the data, and its label)
-    assert [np.flatnonzero(row).tolist() for row in done] == [[0, 14], [], [14]]
+    # the last of shard 2: block 14 (its image, bytes 234,416.. of the data, and its label);
+    # shard 1, untouched, is not even mapped
+    assert _verified(mapped) == [[0, 14], None, [14]]
     mapped.take([20])  # image bytes 15,680..16,464: across blocks 0 and 1
-    assert np.flatnonzero(mapped.blocks.done.reshape(3, 15)[0]).tolist() == [0, 1, 14]
+    assert _verified(mapped) == [[0, 1, 14], None, [14]]
 
 
-def test_a_damaged_block_is_found_by_the_batch_that_touches_it(split, monkeypatch):
+def test_a_damaged_block_is_found_by_the_batch_that_touches_it(split):
     folder, data = split
     name, offset, data_offset = _image_byte(folder, 450)  # shard 1, the middle of its images
     _flip(folder / name, offset)
-    _no_background(monkeypatch)
-    mapped = MappedSplit(folder)  # opening hashes headers only
+    mapped = MappedSplit(folder)  # opening reads the manifest; mapping a shard hashes its header only
     np.testing.assert_array_equal(mapped.take([0, 1, 899])["labels"], data["labels"][[0, 1, 899]])
     block = data_offset // BLOCK_BYTES
     with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block {block} \(bytes "
@@ -112,29 +111,41 @@ def test_a_damaged_block_is_found_by_the_batch_that_touches_it(split, monkeypatc
         mapped.take([450])
 
 
-def test_the_background_check_finds_damage_no_batch_touched(split):
-    folder, _ = split
+def test_wait_finds_damage_no_batch_touched(split):
+    """No thread reads what batches do not touch: damage elsewhere is found by the batch
+    that touches it, or by `wait()`, which verifies every block; batches that touch only
+    sound blocks are still served."""
+    folder, data = split
     name, offset, _ = _image_byte(folder, 450)
     _flip(folder / name, offset)
     dataset = ShardDataset(folder)
+    for _ in range(3):
+        np.testing.assert_array_equal(dataset.batch([0, 899])[0].numpy(), data["images"][[0, 899]])
     with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block"):
-        dataset.split.wait()
+        dataset.wait()
     with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block"):
-        dataset.batch([0])  # every batch after the check failed refuses
+        dataset.split.wait()  # still damaged: asked again, found again
+    np.testing.assert_array_equal(dataset.batch([0, 899])[0].numpy(), data["images"][[0, 899]])
+    with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block"):
+        dataset.batch([450])
+    with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block"):
+        ShardDataset(folder).wait()
 
 
-def test_a_damaged_header_is_refused_before_the_first_batch_and_after(split):
-    """Opening reads the manifest; the shards are mapped and their headers checked by
-    `prepare` or the first batch, and a split found damaged stays refused."""
-    folder, _ = split
+def test_a_damaged_header_is_refused_by_every_use_of_its_shard(split):
+    """Opening reads the manifest; a shard is mapped and its header checked when a batch
+    first touches it (or by `wait`), and a shard found damaged stays refused."""
+    folder, data = split
     raw = (folder / "shard-00001.safetensors").read_bytes()
     _flip(folder / "shard-00001.safetensors", raw.index(b"xxh3_64_blocks") + 30)  # one of the digests
     dataset = ShardDataset(folder)
+    np.testing.assert_array_equal(dataset.batch([0, 899])[1].numpy(), data["labels"][[0, 899]])  # other shards
     message = r"shard-00001.safetensors: header checksum mismatch: manifest header_xxh3_64 [0-9a-f]{16}, file [0-9a-f]{16}$"
-    for use in (lambda: dataset.batch([0]), lambda: dataset.batch([0]), dataset.split.prepare, dataset.split.wait,
-                lambda: next(iter(dataset.loader(8, shuffle=True)))):
+    for use in (lambda: dataset.batch([PER_SHARD]), lambda: dataset.batch([0, 2 * PER_SHARD - 1]), dataset.wait,
+                lambda: list(dataset.loader(8, shuffle=True))):
         with pytest.raises(ShardError, match=message):
             use()
+    assert dataset.split.shards[1] is None
 
 
 def test_every_header_is_checked_not_only_the_first_of_its_kind(split):
@@ -149,8 +160,10 @@ def test_every_header_is_checked_not_only_the_first_of_its_kind(split):
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["shards"][1]["header_xxh3_64"] = xxhash.xxh3_64_hexdigest(path.read_bytes()[:start])
     (folder / "manifest.json").write_text(json.dumps(manifest))
+    mapped = MappedSplit(folder)
+    mapped.take([0, 899])
     with pytest.raises(ShardError, match=r"shard-00001.safetensors: tensor '\w+' is I8 \[300"):
-        MappedSplit(folder).prepare()
+        mapped.wait()
 
 
 def test_a_header_longer_than_the_first_read_is_read_whole(split):
@@ -167,11 +180,11 @@ def test_a_header_longer_than_the_first_read_is_read_whole(split):
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["shards"][1].update(bytes=path.stat().st_size, header_xxh3_64=xxhash.xxh3_64_hexdigest(path.read_bytes()[: 8 + len(text)]))
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    images, labels = ShardDataset(folder, raw=True).batch([PER_SHARD, 2 * PER_SHARD - 1])
+    images, labels = ShardDataset(folder).batch([PER_SHARD, 2 * PER_SHARD - 1])
     assert np.array_equal(images.numpy(), data["images"][[PER_SHARD, 2 * PER_SHARD - 1]])
 
 
-def test_a_bad_label_is_refused_by_the_batch_that_holds_it(split, monkeypatch):
+def test_a_bad_label_is_refused_by_the_batch_that_holds_it(split):
     """A foreign writer's label 10 in a 10-class field: written under 11 classes, then the
     manifest says 10 (the digests all match)."""
     from pipeline.shards import Field, Sample
@@ -185,52 +198,67 @@ def test_a_bad_label_is_refused_by_the_batch_that_holds_it(split, monkeypatch):
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["fields"][1]["classes"] = 10
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    _no_background(monkeypatch)
     mapped = MappedSplit(folder)
     mapped.take([0, 898])
     with pytest.raises(ShardError, match=r"split: field 'labels': value 10 at sample 899 is outside 0\.\.9$"):
         mapped.take([5, 899])
 
 
-def test_older_manifests_and_sha256_verify_everything_on_opening(split):
-    folder, _ = split
+def test_older_manifests_and_sha256_verify_a_whole_shard_when_it_is_mapped(split):
+    """Without block digests (format 3, or verify "sha256"), a shard is hashed whole when a
+    batch first touches it: any sample of the damaged shard is refused, the other shards served."""
+    folder, data = split
     name, offset, _ = _image_byte(folder, 450)
     _flip(folder / name, offset)
+    sha = MappedSplit(folder, verify="sha256")
+    np.testing.assert_array_equal(sha.take([0, 899])["labels"], data["labels"][[0, 899]])
     with pytest.raises(ShardError, match=rf"{name}: checksum mismatch: manifest sha256"):
-        MappedSplit(folder, verify="sha256")
+        sha.take([PER_SHARD])  # sample 300: not the damaged one, but in its shard
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["format_version"] = 3
     del manifest["block_bytes"]
     for entry in manifest["shards"]:
         del entry["header_xxh3_64"]
     (folder / "manifest.json").write_text(json.dumps(manifest))
+    old = MappedSplit(folder)
+    assert old.block is None
+    np.testing.assert_array_equal(old.take([0, 899])["labels"], data["labels"][[0, 899]])
     with pytest.raises(ShardError, match=rf"{name}: checksum mismatch: manifest xxh3_128"):
-        MappedSplit(folder)
+        old.take([2 * PER_SHARD - 1])
+    with pytest.raises(ShardError, match=rf"{name}: checksum mismatch: manifest xxh3_128"):
+        MappedSplit(folder).wait()
 
 
-def test_a_worker_verifies_what_its_parent_had_not(split, monkeypatch):
+def test_a_worker_verifies_what_its_parent_had_not(split):
     folder, _ = split
     name, offset, _ = _image_byte(folder, 450)
     _flip(folder / name, offset)
-    _no_background(monkeypatch)
     parent = MappedSplit(folder)
     worker = pickle.loads(pickle.dumps(parent))
     with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block"):
         worker.take([450])
-    monkeypatch.undo()
     whole = MappedSplit(folder, verify="none")  # nothing to verify: its workers verify nothing either
     assert pickle.loads(pickle.dumps(whole)).take([450])["images"].shape == (1, 28, 28)
 
 
-def test_once_verified_a_workers_copy_hashes_nothing(split, monkeypatch):
+def test_a_workers_copy_carries_its_arguments_and_verifies_what_it_touches(split, monkeypatch):
+    """Pickled, a split is its arguments only: a worker maps the shards again and verifies
+    what its batches touch itself, even where its parent had verified everything."""
     folder, data = split
-    parent = MappedSplit(folder)
+    parent = MappedSplit(folder, max_resident=1 << 30)
     parent.wait()
+    assert len(pickle.dumps(parent)) < 1000
     hashed = []
-    monkeypatch.setattr("pipeline.shards.reader._xxh3_64", lambda: hashed.append(1) or xxhash.xxh3_64_digest)
+    monkeypatch.setattr("pipeline.shards.mapped._xxh3_64", lambda blob: hashed.append(len(blob)) or
+                        xxhash.xxh3_64_digest(blob))
     worker = pickle.loads(pickle.dumps(parent))
+    assert worker.max_resident == 1 << 30 and worker.verify == "xxh3" and _verified(worker) == [None] * 3
     np.testing.assert_array_equal(worker.take([450])["images"], data["images"][[450]])
-    assert hashed == [] and worker.blocks is None
+    # shard 1's header (one block long), then sample 150 of it: its image in block 7, its
+    # label in block 14 (the last, short)
+    start, _ = _header((folder / "shard-00001.safetensors").read_bytes())
+    assert hashed == [start, BLOCK_BYTES, PER_SHARD * 785 - 14 * BLOCK_BYTES]
+    assert _verified(worker) == [None, [7, 14], None]
 
 
 def test_zstd_shards_are_verified_whole(tmp_path, split):
@@ -246,68 +274,84 @@ def test_zstd_shards_are_verified_whole(tmp_path, split):
         read_manifest(tmp_path / "z")
 
 
-def test_once_joined_the_maps_are_let_go(split):
-    """The split is held once: after the join, no shard's map is kept for verification."""
+def test_zstd_shards_are_decompressed_when_the_split_is_opened(tmp_path, split):
+    _, data = split
+    write_split(data, tmp_path / "z", sample=MNIST, dataset="d", split="train", samples_per_shard=PER_SHARD,
+                compression="zstd")
+    mapped = MappedSplit(tmp_path / "z", max_resident=900 * 785)
+    assert all(shard is not None and shard.done is None for shard in mapped.shards)  # held, verified whole
+    np.testing.assert_array_equal(mapped.take([899, 0, 450])["images"], data["images"][[899, 0, 450]])
+    with pytest.raises(ShardError, match=r"z: zstd shards are decompressed into memory \(706,500 bytes\), over "
+                                         r"max_resident 706,499; write the split uncompressed"):
+        MappedSplit(tmp_path / "z", max_resident=900 * 785 - 1)
+    shard = tmp_path / "z" / "shard-00002.safetensors.zst"
+    blob = bytearray(shard.read_bytes())
+    blob[len(blob) // 2] ^= 1
+    shard.write_bytes(bytes(blob))
+    with pytest.raises(ShardError, match=r"shard-00002.safetensors.zst: checksum mismatch: manifest xxh3_128"):
+        MappedSplit(tmp_path / "z")
+
+
+def test_batches_come_from_the_maps_and_wait_verifies_the_rest(split):
+    """No copy of the split: batches are gathered from the mapped shards, only what they touch
+    is verified, until `wait()` verifies every block (and copies nothing)."""
     folder, data = split
     mapped = MappedSplit(folder)
-    mapped.take([1])
+    for indices in ([3, 899], [450, 2], [100, 700, 5]):
+        np.testing.assert_array_equal(mapped.take(indices)["images"], data["images"][indices])
+    assert not all(shard.done.all() for shard in mapped.shards)
     mapped.wait()
-    assert mapped.blocks.done.all() and all(view.nbytes == 0 for view in mapped.blocks.views)
+    assert all(shard.done.all() for shard in mapped.shards)
+    for shard in mapped.shards:  # read-only views of the maps
+        assert all(not column.flags.owndata and not column.flags.writeable for column in shard.columns.values())
+    np.testing.assert_array_equal(mapped.take(np.arange(900))["labels"], data["labels"])
+    empty = mapped.take([])
+    assert empty["images"].shape == (0, 28, 28) and empty["labels"].shape == (0,)
+
+
+@pytest.mark.parametrize("indices", [[900], [-901], [[0, 1]], [0.5]])
+def test_indices_outside_the_split_are_refused(split, indices):
+    with pytest.raises(IndexError):
+        MappedSplit(split[0]).take(indices)
+
+
+def test_negative_indices_count_from_the_end(split):
+    folder, data = split
+    np.testing.assert_array_equal(MappedSplit(folder).take([-1, -900])["labels"], data["labels"][[899, 0]])
+
+
+def test_over_max_resident_the_maps_let_their_pages_go(split):
+    """Past `max_resident` bytes of this process's file pages, the maps drop theirs (the
+    page cache keeps them): reading the whole split leaves no more resident than before;
+    what was verified stays verified and reads the same."""
+    from pipeline.shards.mapped import _file_pages
+
+    folder, data = split
+    held = {}
+    for limit in (None, 0):
+        mapped = MappedSplit(folder, max_resident=limit)
+        before = _file_pages()
+        got = mapped.take(np.arange(900))
+        held[limit] = _file_pages() - before
+        np.testing.assert_array_equal(got["images"], data["images"])
+    assert held[None] >= 900 * 785 // 2 and held[0] < 900 * 785 // 4, held
+    assert all(shard.done.all() for shard in mapped.shards)
     np.testing.assert_array_equal(mapped.take([450, 7])["images"], data["images"][[450, 7]])
 
 
-def test_a_split_over_the_join_limit_stays_mapped(split):
-    """Over `join_limit`, batches come from the maps, shard by shard, and no thread reads the
-    rest of the split: only what batches touch is verified, until `wait()` asks for all."""
-    folder, data = split
-    mapped = MappedSplit(folder, join_limit=900 * 785 - 1)  # one byte short of the split's data
-    assert not mapped.joins and MappedSplit(folder, join_limit=900 * 785).joins
-    for indices in ([3, 899], [450, 2], [100, 700, 5]):
-        np.testing.assert_array_equal(mapped.take(indices)["images"], data["images"][indices])
-    assert mapped._thread is None and mapped.whole is None and not mapped.blocks.done.all()
-    assert all(view.nbytes for view in mapped.blocks.views)  # still mapped
-    mapped.wait()  # verifies the rest here, and copies nothing
-    assert mapped.blocks.done.all() and mapped.whole is None and mapped._thread is None
-    worker = pickle.loads(pickle.dumps(mapped))  # verified: its workers hash nothing
-    assert worker.join_limit == mapped.join_limit and worker.blocks is None
-
-
-def test_over_the_join_limit_damage_is_found_by_a_batch_or_by_wait(split):
-    folder, _ = split
-    name, offset, _ = _image_byte(folder, 450)
-    _flip(folder / name, offset)
-    dataset = ShardDataset(folder, join_limit=0)
-    for _ in range(3):
-        dataset.batch([0, 899])  # batches after the first start no thread that would find it
-    with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block"):
-        dataset.batch([450])
-    with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block"):
-        ShardDataset(folder, join_limit=0).split.wait()
-
-
-def test_the_loader_gives_the_same_epoch_joined_or_not(split):
-    import torch
-
+def test_the_loader_gives_the_same_epoch_whatever_max_resident(split):
     folder, _ = split
 
     def epoch(limit):
-        dataset = ShardDataset(folder, raw=True, join_limit=limit)
-        return [x for x, _ in dataset.loader(64, shuffle=True, generator=torch.Generator().manual_seed(1))]
+        dataset = ShardDataset(folder, max_resident=limit)
+        return [x for x, _ in dataset.loader(64, shuffle=True, seed=1)]
 
-    joined, mapped = epoch(None), epoch(0)
-    assert len(joined) == len(mapped) == 15
-    assert all(torch.equal(a, b) for a, b in zip(joined, mapped, strict=True))
+    unbounded, bounded = epoch(None), epoch(0)
+    assert len(unbounded) == len(bounded) == 15
+    assert all(torch.equal(a, b) for a, b in zip(unbounded, bounded, strict=True))
 
 
 @pytest.mark.parametrize("limit", [-1, 1.5, True, "1GB"])
-def test_a_bad_join_limit_is_refused(split, limit):
-    with pytest.raises(ValueError, match="join_limit must be a number of bytes"):
-        MappedSplit(split[0], join_limit=limit)
-
-
-@pytest.mark.parametrize(("memory", "limit"), [(24 << 30, 6 << 30), (1000, 250), (None, 2 << 30)])
-def test_the_default_join_limit_is_a_quarter_of_memory(monkeypatch, split, memory, limit):
-    from pipeline.shards import reader
-
-    monkeypatch.setattr(reader, "physical_memory", lambda: memory)
-    assert reader.default_join_limit() == limit == MappedSplit(split[0]).join_limit
+def test_a_bad_max_resident_is_refused(split, limit):
+    with pytest.raises(ValueError, match="max_resident must be a number of bytes"):
+        MappedSplit(split[0], max_resident=limit)

@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from conftest import write_shards
 from pipeline.core.dataset import MNIST
-from pipeline.shards import Field, Sample, ShardDataset, ShardError, load_split, read_split, write_shards, write_split
-from pipeline.shards.format import V2_SAMPLE, parse_fields, read_manifest
-from pipeline.shards.loaders import to_float
-from pipeline.shards.ranks import RankShards
+from pipeline.shards import (DeviceBatches, Field, Int64, Sample, ShardDataset, ShardError, ShardSampler, UnitFloat,
+                             read_split, unit_float, write_split)
+from pipeline.shards.format import V2_SAMPLE, epoch_seed, parse_fields, read_manifest
 from pipeline.shards.writer import ShardWriter
 
 # A CIFAR-100-like sample with two extra fields of other dtypes.
@@ -48,29 +48,44 @@ def test_any_shape_and_dtype_round_trips(cifar_split):
     for name, values in data.items():
         assert columns[name].dtype == getattr(torch, CIFAR[name].dtype)
         np.testing.assert_array_equal(columns[name].numpy(), values)
-    assert [t.shape for t in load_split(folder)] == [(50, 3, 32, 32), (50,), (50, 4), (50,)]
+    assert [t.shape for t in read_split(folder).values()] == [(50, 3, 32, 32), (50,), (50, 4), (50,)]
 
 
-def test_rank_shards_read_any_schema(cifar_split):
+@pytest.mark.parametrize("shuffle", ["none", "samples", "shards"])
+def test_ranks_read_any_schema(cifar_split, shuffle):
+    """Each rank's loader gives every field of the samples it names (`indices`), and the
+    ranks together take every sample once, whatever the shuffle."""
     folder, data = cifar_split
-    parts = [RankShards(folder, rank, 2, seed=1).epoch(0) for rank in range(2)]
-    for part in parts:
-        np.testing.assert_array_equal(part.box.numpy(), data["box"][part.ids.numpy()])
-        np.testing.assert_array_equal(part.columns["weight"].numpy(), data["weight"][part.ids.numpy()])
-    assert sorted(torch.cat([p.ids for p in parts]).tolist()) == list(range(50))
-    with pytest.raises(AttributeError, match="no field or attribute 'images'"):
-        parts[0].images
+    dataset = ShardDataset(folder)
+    taken = []
+    for rank in range(2):
+        loader = dataset.loader(8, shuffle=shuffle, seed=1, rank=rank, world_size=2)
+        for image, label, box, weight in loader:
+            ids = loader.indices.numpy()
+            taken += ids.tolist()
+            np.testing.assert_array_equal(image.numpy(), data["image"][ids])
+            np.testing.assert_array_equal(label.numpy(), data["label"][ids])
+            np.testing.assert_array_equal(box.numpy(), data["box"][ids])
+            np.testing.assert_array_equal(weight.numpy(), data["weight"][ids])
+    assert sorted(taken) == list(range(50))
 
 
-def test_model_ready_samples_of_any_schema(cifar_split):
+def test_samples_of_any_schema_come_back_as_stored(cifar_split):
     folder, data = cifar_split
     image, label, box, weight = ShardDataset(folder)[7]
-    assert image.dtype == torch.float32 and image.shape == (3, 32, 32)  # C, H, W kept
-    torch.testing.assert_close(image, torch.from_numpy(data["image"][7]).float() / 255, rtol=0, atol=0)
+    assert image.dtype == torch.uint8 and image.shape == (3, 32, 32)  # C, H, W kept, values as stored
+    assert torch.equal(image, torch.from_numpy(data["image"][7]))
     assert label.dtype == torch.int64 and label == data["label"][7]
     assert torch.equal(box, torch.from_numpy(data["box"][7])) and weight == data["weight"][7]
-    raw = ShardDataset(folder, raw=True)[7]
-    assert raw[0].dtype == torch.uint8 and torch.equal(raw[0], torch.from_numpy(data["image"][7]))
+    assert ShardDataset(folder).names == ["image", "label", "box", "weight"]
+    floats = ShardDataset(folder, transform=[UnitFloat("image"), Int64("weight")])[7]
+    assert floats[0].dtype == torch.float32 and floats[0].shape == (3, 32, 32)  # no channel added unless asked
+    torch.testing.assert_close(floats[0], torch.from_numpy(data["image"][7]).float() / 255, rtol=0, atol=0)
+    assert all(torch.equal(a, b) for a, b in zip(floats[1:], (label, box, weight), strict=True))
+    with pytest.raises(ValueError, match=r"UnitFloat: field 'box' is float32, not uint8 \(0\.\.255\)"):
+        ShardDataset(folder, transform=UnitFloat("box"))
+    with pytest.raises(ValueError, match=r"Int64: field 'box' is float32, not an integer field"):
+        ShardDataset(folder, transform=Int64("box"))
 
 
 def test_a_class_label_out_of_range_is_refused_on_read_too(tmp_path):
@@ -86,7 +101,9 @@ def test_a_class_label_out_of_range_is_refused_on_read_too(tmp_path):
     with pytest.raises(ShardError, match=r"bad: field 'label': value 100 at sample 13 is outside 0\.\.99$"):
         read_split(tmp_path / "bad")
     with pytest.raises(ShardError, match=r"bad: field 'label': value 100 at sample 13 is outside 0\.\.99$"):
-        RankShards(tmp_path / "bad", 0, 1, seed=0).epoch(0)
+        list(ShardDataset(tmp_path / "bad").loader(4, shuffle=True))
+    with pytest.raises(ShardError, match=r"bad: field 'label': value 100 at sample 13 is outside 0\.\.99$"):
+        ShardDataset(tmp_path / "bad").wait()
 
 
 def test_a_shard_that_does_not_match_the_declared_fields_is_refused(tmp_path):
@@ -121,13 +138,15 @@ def test_version_2_manifests_are_still_read(tmp_path):
     manifest = read_manifest(tmp_path / "s")
     assert manifest["format_version"] == 2 and manifest["fields"] == MNIST.to_json() and "images" not in manifest
     assert manifest["shards"] == old["shards"]
-    got_images, got_labels = load_split(tmp_path / "s")
-    np.testing.assert_array_equal(got_images.numpy(), images)
-    np.testing.assert_array_equal(got_labels.numpy(), labels)
+    got = read_split(tmp_path / "s")
+    np.testing.assert_array_equal(got["images"].numpy(), images)
+    np.testing.assert_array_equal(got["labels"].numpy(), labels)
+    mapped = ShardDataset(tmp_path / "s")  # no block digests: each shard verified whole when mapped
+    np.testing.assert_array_equal(mapped.batch(range(40))[0].numpy(), images)
     old["images"]["shape"] = [32, 32]  # version 2 only ever meant MNIST's shape
     (tmp_path / "s" / "manifest.json").write_text(json.dumps(old))
     with pytest.raises(ShardError, match=r"manifest.json: images: .* expected .* \(format version 2\)$"):
-        load_split(tmp_path / "s")
+        read_split(tmp_path / "s")
 
 
 def test_mnist_schema_is_what_version_2_fixed():
@@ -253,8 +272,13 @@ def test_a_plain_dataloader_with_the_default_collate(mnist_split):
     batches = list(DataLoader(data, batch_size=32))
     assert [len(y) for _, y in batches] == [32, 32, 32, 4]
     x = torch.cat([x for x, _ in batches])
+    assert x.shape == (100, 28, 28) and x.dtype == torch.uint8 and torch.equal(x, torch.from_numpy(images))
+    assert torch.equal(torch.cat([y for _, y in batches]), torch.from_numpy(labels))
+    converted = ShardDataset(folder, transform=[UnitFloat("images", add_channel=True), Int64("labels")])
+    batches = list(DataLoader(converted, batch_size=32))
+    x = torch.cat([x for x, _ in batches])
     assert x.shape == (100, 1, 28, 28) and x.dtype == torch.float32
-    assert torch.equal(x, to_float(torch.from_numpy(images)))  # the same values as the device path
+    assert torch.equal(x, unit_float(torch.from_numpy(images), add_channel=True))  # the device path's values
     assert torch.equal(torch.cat([y for _, y in batches]), torch.from_numpy(labels).long())
 
 
@@ -270,7 +294,7 @@ def test_shuffle_samplers_and_a_users_collate(mnist_split):
     for rank, mine in enumerate(halves):
         got = torch.cat([y for _, y in DataLoader(data, batch_size=16, sampler=DistributedSampler(
             data, num_replicas=2, rank=rank, shuffle=True, seed=3))])
-        assert torch.equal(got, torch.from_numpy(labels[mine]).long())
+        assert torch.equal(got, torch.from_numpy(labels[mine]))
     assert sorted(halves[0] + halves[1]) == list(range(100))
 
 
@@ -285,49 +309,70 @@ def test_workers_give_the_same_batches(mnist_split):
 
 
 def test_the_fast_path_gives_what_the_plain_path_gives(mnist_split):
-    folder, _, labels = mnist_split
+    folder, images, labels = mnist_split
     data = ShardDataset(folder)
     for (fx, fy), (px, py) in zip(data.loader(32), DataLoader(data, batch_size=32), strict=True):
         assert torch.equal(fx, px) and torch.equal(fy, py)
-    loader = data.loader(32, shuffle=True, generator=torch.Generator().manual_seed(0))
-    epochs = [torch.cat([y for _, y in loader]) for _ in range(2)]
+    loader = data.loader(32, shuffle=True, seed=0)
+    epochs = []
+    for epoch in range(2):
+        got = [(x, y, loader.indices) for x, y in loader]
+        indices = torch.cat([i for _, _, i in got])
+        expected = torch.randperm(100, generator=torch.Generator().manual_seed(epoch_seed(0, epoch)))
+        assert torch.equal(indices, expected)  # the one rule: torch.randperm seeded by (seed, epoch)
+        assert torch.equal(torch.cat([x for x, _, _ in got]), torch.from_numpy(images)[indices])
+        epochs.append(torch.cat([y for _, y, _ in got]))
     assert not torch.equal(epochs[0], epochs[1])  # a fresh per-sample permutation each epoch
     assert all(sorted(e.tolist()) == sorted(labels.tolist()) for e in epochs)
-    again = data.loader(32, shuffle=True, generator=torch.Generator().manual_seed(0))
+    again = data.loader(32, shuffle=True, seed=0)
     assert torch.equal(torch.cat([y for _, y in again]), epochs[0])  # and the same one for the same seed
-    plain = DataLoader(data, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(torch.cat([y for _, y in plain]), epochs[0])  # RandomSampler's first epoch (drawn on a
-    # thread while the shards are mapped)
-    ranks = [torch.cat([y for _, y in data.loader(16, sampler=DistributedSampler(data, 2, r, seed=3))])
-             for r in range(2)]
+    other = data.loader(32, shuffle=True, seed=1)
+    assert not torch.equal(torch.cat([y for _, y in other]), epochs[0])
+    ranks = [torch.cat([y for _, y in data.loader(16, shuffle=True, seed=3, rank=r, world_size=2)]) for r in range(2)]
     assert sorted(torch.cat(ranks).tolist()) == sorted(labels.tolist())
     assert [len(b[1]) for b in data.loader(32, drop_last=True)] == [32, 32, 32]
-    with pytest.raises(ValueError, match="give shuffle or a sampler, not both"):
-        data.loader(32, shuffle=True, sampler=DistributedSampler(data, 2, 0))
+    assert len(data.loader(32)) == 4 and len(data.loader(32, drop_last=True)) == 3
+
+
+def test_a_shard_sampler_drives_a_plain_dataloader(mnist_split):
+    """`batch_sampler=`: the dataset's __getitems__ gets whole batches of int64 indices."""
+    folder, images, labels = mnist_split
+    data = ShardDataset(folder)
+    sampler = data.sampler(16, shuffle="shards", seed=2)
+    batches = list(DataLoader(data, batch_sampler=sampler))
+    order = sampler.order(0)
+    assert [len(y) for _, y in batches] == [16] * 6 + [4]
+    assert torch.equal(torch.cat([y for _, y in batches]), torch.from_numpy(labels[order]))
+    assert torch.equal(torch.cat([x for x, _ in batches]), torch.from_numpy(images[order]))
 
 
 def test_transform_and_indices(mnist_split):
     folder, images, _ = mnist_split
-    data = ShardDataset(folder, raw=True, transform=lambda batch: (batch[0].flip(-1), batch[1]))
+    data = ShardDataset(folder, transform=lambda batch: {**batch, "images": batch["images"].flip(-1)})
     x, y = data[-1]
     assert torch.equal(x, torch.from_numpy(images[-1]).flip(-1)) and y.dtype == torch.uint8
     with pytest.raises(IndexError, match=r"sample index out of range 0\.\.99"):
         data[100]
-    assert len(data) == 100 and data.images.shape == (100, 28, 28)
+    with pytest.raises(TypeError, match=r"a sample index is an integer, got float"):
+        data[1.0]
+    assert len(data) == 100 and data.names == ["images", "labels"] and data.shard_counts == [32, 32, 32, 4]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("mean", "std"), [(None, None), (0.1307, 0.3081), (0.2860, 0.3530)])
-def test_device_batches_host_path_gives_to_floats_values(mnist_split, dtype, mean, std):
+def test_unit_float_host_path_gives_torchs_values(mnist_split, dtype, mean, std):
     """On the CPU, float32/float64 batches are made with numpy (one thread); they must be the
-    values `to_float` gives, bit for bit, as must the torch path's for the other dtypes."""
-    from pipeline.shards import DeviceBatches
-
+    values torch's own ops give (what a GPU batch goes through), bit for bit, as must the
+    torch path's for the other dtypes."""
     _, images, labels = mnist_split
     x, y = torch.from_numpy(images), torch.from_numpy(labels)
-    batches = DeviceBatches(x, y, 32, mean=mean, std=std, dtype=dtype, seed=4)
-    for (got_x, got_y), index in zip(batches, batches.indices(0).split(32), strict=True):
-        want = to_float(x[index], mean, std, dtype)
+    transform = [UnitFloat("images", mean=mean, std=std, dtype=dtype, add_channel=True), Int64("labels")]
+    batches = DeviceBatches({"images": x, "labels": y}, 32, shuffle=True, seed=4, transform=transform)
+    for (got_x, got_y), index in zip(batches, batches.rank_order(0).split(32), strict=True):
+        want = x[index].to(dtype).div_(255)
+        if mean is not None:
+            want = want.sub_(mean).div_(std)
+        want = want.unsqueeze(1)
         assert got_x.dtype == dtype and got_x.shape == want.shape and torch.equal(got_x, want)
         assert got_y.dtype == torch.int64 and torch.equal(got_y, y[index].long())
 
@@ -336,12 +381,14 @@ def test_mapped_split_is_verified_and_pickles_as_its_path(mnist_split, tmp_path)
     import pickle
     import shutil
 
-    from pipeline.shards.reader import MappedSplit
+    from pipeline.shards.mapped import MappedSplit
 
     folder, images, _ = mnist_split
     split = pickle.loads(pickle.dumps(MappedSplit(folder)))  # a spawned worker maps the files again
-    np.testing.assert_array_equal(split.column("images"), images)
-    assert len(pickle.dumps(MappedSplit(folder))) < 1000  # the path, not the data
+    np.testing.assert_array_equal(split.take(np.arange(100))["images"], images)
+    used = MappedSplit(folder)
+    used.take([0, 99])
+    assert len(pickle.dumps(used)) < 1000  # the path, not the data (nor the maps)
     copy = tmp_path / "copy"
     shutil.copytree(folder, copy)
     shard = copy / "shard-00001.safetensors"
@@ -353,68 +400,82 @@ def test_mapped_split_is_verified_and_pickles_as_its_path(mnist_split, tmp_path)
     ShardDataset(copy, verify="none").split.wait()  # the damage is in a label in range: only a digest sees it
 
 
-def test_the_first_epochs_order_and_what_runs_meanwhile_raise_their_own_errors():
-    from pipeline.shards.loaders import IndexBatches
-
-    ran = []
-    batches = IndexBatches(10, 4, shuffle=True, generator="not a generator", meanwhile=lambda: ran.append(1))
-    with pytest.raises(TypeError):  # drawn on the other thread, raised here
-        next(iter(batches))
-    assert ran == [1]
-
-    def broken() -> None:
-        raise ShardError("shard-00000.safetensors: damaged")
-
-    batches = IndexBatches(10, 4, shuffle=True, generator=torch.Generator().manual_seed(0), meanwhile=broken)
-    with pytest.raises(ShardError, match="damaged"):
-        next(iter(batches))
-    assert [len(b) for b in batches] == [4, 4, 2]  # it ran once: the next epoch draws its order alone
-
-
-def test_index_batches_are_int64_cut_from_torchs_permutation():
-    from pipeline.shards.loaders import IndexBatches
-
+def test_sampler_batches_are_int64_cut_from_torchs_permutation():
     for shuffle in (True, False):
-        batches = list(IndexBatches(11, 4, shuffle=shuffle, generator=torch.Generator().manual_seed(5)))
-        assert [b.dtype for b in batches] == [np.dtype(np.int64)] * 3 and [len(b) for b in batches] == [4, 4, 3]
-        expected = torch.randperm(11, generator=torch.Generator().manual_seed(5)) if shuffle else torch.arange(11)
-        assert np.concatenate(batches).tolist() == expected.tolist()  # drawn in int32, the same numbers
+        for epoch in (0, 2):
+            sampler = ShardSampler(11, 4, shuffle=shuffle, seed=5)
+            sampler.set_epoch(epoch)
+            batches = list(sampler)
+            assert [b.dtype for b in batches] == [np.dtype(np.int64)] * 3 and [len(b) for b in batches] == [4, 4, 3]
+            generator = torch.Generator().manual_seed(epoch_seed(5, epoch))
+            expected = torch.randperm(11, generator=generator) if shuffle else torch.arange(11)
+            assert np.concatenate(batches).tolist() == expected.tolist()
 
 
-def test_randperm_head_is_torchs_first_indices_without_drawing_them():
-    from pipeline.shards.loaders import randperm_head
-
-    for n in (2, 3, 513, 60_000, 600_000):
-        for seed in (0, 7, 2**40 + 5):
-            generator = torch.Generator().manual_seed(seed)
-            torch.rand(seed % 1000, generator=generator)  # part-way through the generator's state
-            before, k = generator.get_state(), min(512, n - 1)
-            head = randperm_head(generator, n, k)
-            assert torch.equal(generator.get_state(), before)  # nothing drawn
-            assert head.dtype == np.int64 and head.tolist() == torch.randperm(n, generator=generator)[:k].tolist()
-    assert randperm_head(torch.Generator(), 10, 10) is None  # the head must be shorter than the permutation
-    assert randperm_head("not a generator", 10, 4) is None
-
-
-def test_a_shuffled_first_batch_comes_before_the_permutation_is_drawn():
-    from pipeline.shards.loaders import IndexBatches
-
-    generator = torch.Generator().manual_seed(5)
-    before = generator.get_state()
-    batches = iter(IndexBatches(11, 4, shuffle=True, generator=generator))
-    first = next(batches)
-    assert torch.equal(generator.get_state(), before)
-    rest = list(batches)
-    assert not torch.equal(generator.get_state(), before)
-    expected = torch.randperm(11, generator=torch.Generator().manual_seed(5))
-    assert np.concatenate([first, *rest]).tolist() == expected.tolist()
+def test_the_epoch_order_does_not_depend_on_the_world_size():
+    """Ranks take contiguous runs of one order (lengths differing by at most one), so the
+    runs in rank order are the order a single process takes."""
+    counts = [7, 7, 7, 2]
+    for shuffle in ("none", "samples", "shards"):
+        alone = np.concatenate(list(ShardSampler(23, 3, shuffle=shuffle, seed=9, shard_counts=counts)))
+        for world in (2, 3, 5):
+            runs = [np.concatenate(list(ShardSampler(23, 3, shuffle=shuffle, seed=9, rank=r, world_size=world,
+                                                     shard_counts=counts)))
+                    for r in range(world)]
+            assert max(map(len, runs)) - min(map(len, runs)) <= 1
+            assert np.concatenate(runs).tolist() == alone.tolist()
+    shards = ShardSampler(23, 3, shuffle="shards", seed=9, shard_counts=counts).order(0)
+    starts = [0, 7, 14, 21, 23]
+    owners = np.searchsorted(starts, shards, side="right") - 1
+    assert (np.diff(owners) != 0).sum() == 3  # each shard's samples together, the shards in a seeded order
+    assert sorted(shards.tolist()) == list(range(23))
+    with pytest.raises(ValueError, match='shuffle "shards" needs the shard_counts'):
+        ShardSampler(23, 3, shuffle="shards")
 
 
-def test_an_epoch_still_takes_every_sample_once_should_torchs_permutation_differ(monkeypatch):
-    from pipeline.shards import loaders
+@pytest.mark.parametrize(("world", "batch", "then_world", "then_batch"), [(2, 4, 3, 5), (3, 2, 1, 7), (1, 6, 4, 1)])
+def test_an_interrupted_epoch_resumes_on_another_world_size(world, batch, then_world, then_batch):
+    """Elastic: stopped after 2 steps on `world` ranks, the epoch is finished on `then_world`
+    ranks with another batch size, and every sample is taken exactly once."""
+    taken = []
+    states = []
+    for rank in range(world):
+        sampler = ShardSampler(37, batch, shuffle=True, seed=4, rank=rank, world_size=world)
+        steps = iter(sampler)
+        taken += [int(i) for _ in range(2) for i in next(steps)]
+        states.append(sampler.state_dict(2))
+    assert all(state == states[0] for state in states)  # the same on every rank
+    for rank in range(then_world):
+        sampler = ShardSampler(37, then_batch, shuffle=True, seed=4, rank=rank, world_size=then_world)
+        sampler.load_state_dict(states[0])
+        taken += [int(i) for b in sampler for i in b]
+        assert sampler.epoch == 1 and sampler.state_dict()["due"] == [[0, 37]]
+    assert sorted(taken) == list(range(37))
+    with pytest.raises(ShardError, match=r"data position: saved with shuffle 'samples', this loader has 'none'"):
+        ShardSampler(37, 4, seed=4).load_state_dict(states[0])
+    with pytest.raises(ShardError, match=r"data position: due interval \[5, 2\] is not ordered"):
+        ShardSampler(37, 4, shuffle=True, seed=4).load_state_dict({**states[0], "due": [[5, 2]]})
 
-    monkeypatch.setattr(loaders, "randperm_head", lambda generator, n, k: np.arange(n - 1, n - 1 - k, -1))
-    with pytest.warns(UserWarning, match="not RandomSampler's"):
-        batches = loaders.IndexBatches(20, 4, shuffle=True, generator=torch.Generator().manual_seed(1))
-        order = np.concatenate(list(batches))
-    assert order[:4].tolist() == [19, 18, 17, 16] and sorted(order.tolist()) == list(range(20))
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_the_loader_resumes_mid_epoch(mnist_split, workers):
+    """`state_dict` counts the batches the loop took, not those the DataLoader fetched ahead
+    (with workers, several batches are in flight when the loop stops)."""
+    folder, _, labels = mnist_split
+    data = ShardDataset(folder)
+    whole = torch.cat([y for _, y in data.loader(10, shuffle=True, seed=6)])
+    loader = data.loader(10, shuffle=True, seed=6, num_workers=workers)
+    taken = []
+    for step, (_, y) in enumerate(loader):
+        taken.append(y)
+        if step == 3:
+            break
+    state = loader.state_dict()
+    assert state["epoch"] == 0 and state["due"] == [[40, 100]]
+    resumed = data.loader(25, shuffle=True, seed=6, rank=1, world_size=2)  # elastic: other batch, other ranks
+    resumed.load_state_dict(state)
+    other = data.loader(25, shuffle=True, seed=6, rank=0, world_size=2)
+    other.load_state_dict(state)
+    rest = [y for loader in (other, resumed) for _, y in loader]
+    assert torch.equal(torch.cat(taken + rest), whole)
+    assert resumed.epoch == 1

@@ -14,9 +14,9 @@ from pipeline.stages.convert import convert_dataset
 from pipeline.stages.parquet import compact_table
 from pipeline.stages.csvdata import write_csv
 from pipeline.core.dataset import MNIST
-from pipeline.shards import ShardError, ShardWriter, load_split, write_shards
+from pipeline.shards import ShardError, ShardWriter, merge_parts, read_split, write_part
 from pipeline.stages.shard import shard_dataset
-from conftest import make_split
+from conftest import make_split, write_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_streamed_stage_writes_the_bytes_of_the_whole_split_in_memory(tmp_path, 
                      compression=compression, level=5, source={"content_sha256": digest})
     assert files(tmp_path / "streamed") == files(tmp_path / "whole")
     assert len(files(tmp_path / "streamed" / "train")) == 1 + -(-len(tiny.arrays["train_labels"]) // 24)
-    images, labels = load_split(tmp_path / "streamed" / "train")
+    images = read_split(tmp_path / "streamed" / "train")["images"]
     np.testing.assert_array_equal(images.numpy(), tiny.arrays["train_images"])
 
 
@@ -95,7 +95,7 @@ print(tracemalloc.get_traced_memory()[1], pa.default_memory_pool().max_memory())
     numpy_peak, arrow_peak = map(int, out.split())
     split_bytes = n * 785
     assert numpy_peak + arrow_peak < split_bytes / 4, (numpy_peak, arrow_peak, split_bytes)
-    loaded, _ = load_split(tmp_path / "out")
+    loaded = read_split(tmp_path / "out")["images"]
     assert len(loaded) == n
 
 
@@ -117,7 +117,8 @@ def test_parquet_column_order_and_extra_columns_do_not_matter(tmp_path, layout):
     pq.write_table(table, tmp_path / "foreign.parquet")
     manifest = stream_split(tmp_path / "foreign.parquet", tmp_path / "s", dataset="d", split="train",
                             samples_per_shard=16)
-    got_images, got_labels = load_split(tmp_path / "s")
+    got = read_split(tmp_path / "s")
+    got_images, got_labels = got["images"], got["labels"]
     np.testing.assert_array_equal(got_labels.numpy(), labels)
     np.testing.assert_array_equal(got_images.numpy(), images)
     digest = hashlib.sha256(labels.tobytes() + images.reshape(40, 784).tobytes()).hexdigest()
@@ -150,7 +151,7 @@ def test_writer_edges_one_sample_shards_nested_folder_default_level(tmp_path):
     manifest = write_shards(images, labels, tmp_path / "a" / "b" / "c", dataset="d", split="train",
                             samples_per_shard=1)
     assert [s["count"] for s in manifest["shards"]] == [1, 1, 1]
-    np.testing.assert_array_equal(load_split(tmp_path / "a" / "b" / "c")[1].numpy(), labels)
+    np.testing.assert_array_equal(read_split(tmp_path / "a" / "b" / "c")["labels"].numpy(), labels)
     with pytest.raises(ValueError, match="samples_per_shard"):
         write_shards(images, labels, tmp_path / "zero", dataset="d", split="train", samples_per_shard=0)
     zstd = write_shards(images, labels, tmp_path / "z", dataset="d", split="train", samples_per_shard=3,
@@ -246,3 +247,69 @@ def test_safetensors_parts_are_what_safetensors_writes():
         for n in (0, 1, 17) for k in (1, 3, 5)]
     for columns in cases:
         assert b"".join(safetensors_parts(columns)) == save(columns), {k: v.dtype for k, v in columns.items()}
+
+
+# ---- Parallel writers: parts merged into one split ---------------------------------------
+
+
+def _parts(folder: Path, images, labels, cuts: list[int], per_shard: int, **options) -> None:
+    """Write samples cuts[i]..cuts[i+1] as one part each (in reverse order: no writer waits
+    for another)."""
+    for a, b in reversed(list(zip(cuts, cuts[1:]))):
+        write_part({"images": images[a:b], "labels": labels[a:b]}, folder, first_sample=a, sample=MNIST, dataset="d",
+                   split="train", samples_per_shard=per_shard, **options)
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+@pytest.mark.parametrize("cuts", [[0, 100], [0, 24, 48, 100], [0, 72, 96, 100]])
+def test_parts_merge_into_the_bytes_one_writer_writes(tmp_path, compression, cuts):
+    images, labels = make_split(100, 7)
+    whole = write_shards(images, labels, tmp_path / "whole", dataset="d", split="train", samples_per_shard=24,
+                         compression=compression)
+    _parts(tmp_path / "parts", images, labels, cuts, 24, compression=compression)
+    assert not (tmp_path / "parts" / "manifest.json").exists()  # not a split until merged
+    assert merge_parts(tmp_path / "parts") == whole
+    assert files(tmp_path / "parts") == files(tmp_path / "whole")  # the part records are gone
+    np.testing.assert_array_equal(read_split(tmp_path / "parts")["images"].numpy(), images)
+
+
+def test_a_writer_given_first_sample_numbers_its_shards_by_their_place(tmp_path):
+    images, labels = make_split(30, 2)
+    writer = ShardWriter(tmp_path / "s", sample=MNIST, dataset="d", split="train", samples_per_shard=10,
+                         first_sample=20)
+    writer.add({"images": images[20:], "labels": labels[20:]})
+    writer.finish()
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [".parts", "shard-00002.safetensors"]
+    for first in (5, -10, 1.0):
+        with pytest.raises(ValueError, match=r"first_sample must be a multiple of samples_per_shard \(10\)"):
+            ShardWriter(tmp_path / "t", sample=MNIST, dataset="d", split="train", samples_per_shard=10,
+                        first_sample=first)
+
+
+@pytest.mark.parametrize(("pieces", "message"), [
+    ([(0, 20), (24, 100)], r"000000000000\.json: 20 samples is not a whole number of shards of 24 \(only the last part"),
+    ([(0, 24), (48, 100)], r"000000000048\.json: starts at sample 48, expected 24 \(a part missing or overlapping\)$"),
+    ([(24, 100)], r"000000000024\.json: starts at sample 24, expected 0 \(a part missing or overlapping\)$"),
+    ([(0, 48), (24, 100)], r"000000000024\.json: starts at sample 24, expected 48 \(a part missing or overlapping\)$"),
+])
+def test_parts_that_do_not_tile_the_split_are_refused(tmp_path, pieces, message):
+    images, labels = make_split(100, 7)
+    folder = tmp_path / "parts"
+    for a, b in pieces:
+        _parts(folder, images, labels, [a, b], 24)
+    with pytest.raises(ShardError, match=message):
+        merge_parts(folder)
+    assert not (folder / "manifest.json").exists() and len(list((folder / ".parts").glob("*.json"))) == len(pieces)
+
+
+def test_parts_written_with_other_settings_are_refused(tmp_path):
+    images, labels = make_split(48, 7)
+    folder = tmp_path / "parts"
+    _parts(folder, images, labels, [0, 24], 24)
+    write_part({"images": images[24:], "labels": labels[24:]}, folder, first_sample=24, sample=MNIST, dataset="d",
+               split="test", samples_per_shard=24)
+    with pytest.raises(ShardError, match=r"000000000024\.json: split 'test' differs from the first part's 'train'"):
+        merge_parts(folder)
+    assert not (folder / "manifest.json").exists()
+    with pytest.raises(ShardError, match=r"empty: no parts to merge"):
+        merge_parts(tmp_path / "empty")

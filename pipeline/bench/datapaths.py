@@ -19,8 +19,9 @@ import torch
 from pipeline.core.dataset import SPLITS
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
 from pipeline.core.variants import EAGER_VARIANTS, LOADER_VARIANTS
-from pipeline.shards.loaders import DeviceBatches, ShardDataset
-from pipeline.shards.reader import load_split
+from pipeline.shards.dataset import DeviceBatches, ShardDataset
+from pipeline.shards.reader import read_split
+from pipeline.bench.model import MODEL_INPUT
 
 
 
@@ -48,9 +49,8 @@ class Resident:
     @classmethod
     def load(cls, shards: Path, device: torch.device, dataset: str) -> Resident:
         """Both splits of `dataset`, verified: a folder of another data set or split is refused."""
-        (train_x, train_y), (test_x, test_y) = (load_split(Path(shards) / split, device, dataset=dataset, split=split)
-                                                for split in SPLITS)
-        return cls(train_x, train_y, test_x, test_y)
+        train, test = (read_split(Path(shards) / split, device, dataset=dataset, split=split) for split in SPLITS)
+        return cls(train["images"], train["labels"], test["images"], test["labels"])
 
 
 def checked_parquet(parquet: Path, split: str) -> Path:
@@ -132,18 +132,20 @@ def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *
         test_loader = _loader(test_set, batch, False, seed, _samples(sampled, batch, len(test_set)), **options)
         return DataPath(lambda: train_loader, lambda: test_loader, train_steps, test_steps, batch, sampled)
     if variant == "batched":
-        train_set, test_set = (ShardDataset(Path(shards) / split, dataset=dataset, split=split) for split in SPLITS)
+        train_set, test_set = (ShardDataset(Path(shards) / split, dataset=dataset, split=split,
+                                            transform=list(MODEL_INPUT)) for split in SPLITS)
         pin = device.type == "cuda"
-        train_loader = train_set.loader(batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed),
-                                        pin_memory=pin)
+        train_loader = train_set.loader(batch_size, shuffle=True, seed=seed, pin_memory=pin)
         test_loader = test_set.loader(batch_size, pin_memory=pin)
         train_steps = steps(len(train_set), batch_size)
         return DataPath(lambda: train_loader, lambda: test_loader, train_steps, steps(len(test_set), batch_size),
                         batch_size, sampled_steps(epoch_samples, batch_size, train_steps))
     if variant == "device":
         data = Resident.load(shards, device, dataset)
-        train = DeviceBatches(data.train_images, data.train_labels, batch_size, shuffle=True, seed=seed)
-        test = DeviceBatches(data.test_images, data.test_labels, batch_size, shuffle=False)
+        train = DeviceBatches({"images": data.train_images, "labels": data.train_labels}, batch_size, shuffle=True,
+                              seed=seed, transform=list(MODEL_INPUT))
+        test = DeviceBatches({"images": data.test_images, "labels": data.test_labels}, batch_size,
+                             transform=list(MODEL_INPUT))
         return DataPath(lambda: train, lambda: test, len(train), len(test), batch_size,
                         sampled_steps(epoch_samples, batch_size, len(train)))
     raise ValueError(f"unknown eager variant {variant!r}; expected one of {EAGER_VARIANTS}")

@@ -5,6 +5,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pipeline.shards.transforms import Int64, UnitFloat
+
+# What the model takes of MNIST's stored sample (uint8 [28, 28] images, uint8 labels): float
+# images [1, 28, 28] in 0..1 and int64 class indices; every reader of the ladder and of the
+# train stage names this transform (the shard library converts nothing unasked).
+MODEL_INPUT = (UnitFloat("images", add_channel=True), Int64("labels"))
+
 
 class SimpleCNN(nn.Module):
     def __init__(self, num_classes: int = 10) -> None:

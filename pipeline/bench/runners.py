@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from pipeline.bench.budget import profile_steps, timed_window
 from pipeline.bench.datapaths import DataPath, Resident
 from pipeline.bench.model import SimpleCNN
-from pipeline.shards.loaders import DeviceBatches, to_float
+from pipeline.shards.order import ShardSampler
+from pipeline.shards.transforms import unit_float
 
 T = TypeVar("T")
 
@@ -235,7 +236,7 @@ class StaticSteps:
             self.ys = torch.zeros(len(self.order), dtype=torch.long, device=device)
         self.test_mask, _ = _padded(n_test, b, device)
         self.test_order = torch.arange(len(self.test_mask), device=device) * self.test_mask
-        self.batches = DeviceBatches(data.train_images, data.train_labels, b, shuffle=True, seed=config.seed)
+        self.sampler = ShardSampler(n_train, b, shuffle=True, seed=config.seed)  # the `device` variant's order
         self.total_loss = torch.zeros((), device=device)
         self.correct = torch.zeros((), dtype=torch.long, device=device)
         self.train_graph: torch.cuda.CUDAGraph | None = None
@@ -243,7 +244,7 @@ class StaticSteps:
 
     def _batch(self, images: torch.Tensor, labels: torch.Tensor, order: torch.Tensor, step: int):
         index = order[step * self.batch : (step + 1) * self.batch]
-        return to_float(images[index]), labels[index].long()
+        return unit_float(images[index], add_channel=True), labels[index].long()
 
     def _gather(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A train step's batch: gathered and converted, or (pregathered) a view."""
@@ -328,9 +329,9 @@ class StaticSteps:
     def before_epoch(self, epoch: int) -> None:
         """Off the clock: this epoch's permutation (the `device` variant's, exactly) and,
         pregathered, its batches."""
-        self.order[: len(self.data.train_labels)].copy_(self.batches.indices(epoch))
+        self.order[: len(self.data.train_labels)].copy_(torch.from_numpy(self.sampler.rank_order(epoch)))
         if self.pregathered:
-            self.xs.copy_(to_float(self.data.train_images[self.order]))
+            self.xs.copy_(unit_float(self.data.train_images[self.order], add_channel=True))
             self.ys.copy_(self.data.train_labels[self.order].long())
 
     def train_epoch(self, epoch: int) -> None:

@@ -1,24 +1,32 @@
-"""The shard library: write a data set as a few large checksummed tensor files, read it back
-verified, and feed a training loop from it, on one process or per DDP rank.
+"""The shard library: write any fixed-shape data set as a few large checksummed tensor files,
+read it back verified, and feed a training loop from it, on one process or per DDP rank.
 
-    from pipeline.shards import Field, Sample, write_shards, ShardDataset, load_split, DeviceBatches
+    from pipeline.shards import Field, Sample, write_split, ShardDataset
 
-Any fixed-shape data: a `Sample` of named `Field`s (dtype, shape per sample, classes for a
-label), declared in each split's manifest and checked on every write and read.
+A sample is a `Sample` of named `Field`s (dtype, shape per sample, classes for a label),
+declared in each split's manifest and checked on every write and read. Every reader returns
+every field with its stored dtype and shape; only a named transform changes values.
 
-Modules: `format` (the manifest and sample schema), `writer`, `reader`, `loaders` (feeding a
-training loop), `ranks` (one DDP rank's part of a split). It needs torch, numpy and
-safetensors (xxhash and zstandard when present) and imports nothing of the pipeline's
-stages: no polars, pyarrow, dvc or pydantic.
+Modules: `format` (the manifest and sample schema), `writer` (one writer, parallel parts),
+`reader` (a whole split into tensors; the per-shard checks), `mapped` (a split mapped for
+random access), `order` (shuffles, ranks, resuming), `dataset` (the dataset and loaders),
+`transforms`, `remote` (shards at a URL, in a node-local cache). It needs torch, numpy,
+safetensors and xxhash (zstandard for zstd shards, fsspec for URLs) and imports nothing of the
+pipeline's stages.
 """
 
 import importlib
 
 _WHERE = {
     "FORMAT_VERSION": "format", "Field": "format", "Sample": "format", "ShardError": "format",
-    "check_manifest": "format", "read_manifest": "format", "DeviceBatches": "loaders", "ShardDataset": "loaders",
-    "to_float": "loaders", "RankShards": "ranks", "VERIFY": "reader", "load_split": "reader", "read_split": "reader",
-    "ShardWriter": "writer", "write_shards": "writer", "write_split": "writer",
+    "check_manifest": "format", "read_manifest": "format",
+    "ShardWriter": "writer", "write_split": "writer", "write_part": "writer", "merge_parts": "writer",
+    "VERIFY": "reader", "read_split": "reader",
+    "MappedSplit": "mapped",
+    "SHUFFLES": "order", "ShardSampler": "order",
+    "ShardDataset": "dataset", "ShardLoader": "dataset", "DeviceBatches": "dataset",
+    "UnitFloat": "transforms", "Int64": "transforms", "unit_float": "transforms",
+    "RemoteShards": "remote",
 }
 __all__ = sorted(_WHERE)
 

@@ -133,8 +133,7 @@ def field_problem(field: Field) -> str | None:
 
 @dataclass(frozen=True)
 class Sample:
-    """The fields of one sample, in order (the order `load_split` returns and a
-    `ShardDataset` yields them in)."""
+    """The fields of one sample, in order (the order every reader returns them in)."""
 
     fields: tuple[Field, ...]
 
@@ -226,7 +225,10 @@ def blocks_in(size: int, block: int) -> int:
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:
-    (Path(folder) / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    """manifest.json in `folder`, written beside and renamed into place: whole or not at all."""
+    tmp = Path(folder) / ".manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    tmp.replace(Path(folder) / "manifest.json")
 
 
 MAX_COUNT = 1 << 31            # samples in one split: far above any real data set, far below petabytes
@@ -399,7 +401,12 @@ def read_manifest(path: Path, dataset: str | None = None, split: str | None = No
         raise ShardError(str(err)) from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise ShardError(f"{file}: not valid JSON ({err})") from None
-    manifest = check_manifest(manifest, file)
+    return check_identity(check_manifest(manifest, file), file, dataset, split)
+
+
+def check_identity(manifest: dict, file, dataset: str | None, split: str | None) -> dict:
+    """The manifest, when its data set and split are the ones asked for (None: any); else a
+    ShardError naming the file and both values. Every reader, local or remote, asks it."""
     for key, wanted in (("dataset", dataset), ("split", split)):
         if wanted is not None and manifest.get(key) != wanted:
             raise ShardError(f"{file}: manifest is for {key} {manifest.get(key)!r}, expected {wanted!r}")

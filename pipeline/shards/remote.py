@@ -39,7 +39,7 @@ from pathlib import Path
 
 from pipeline.core.errors import reason
 from pipeline.shards.format import ShardError, check_manifest, suffix
-from pipeline.shards.reader import VERIFY, _hasher
+from pipeline.shards.reader import VERIFY, hasher
 
 MAX_MANIFEST = 64 << 20   # the bound read_manifest applies to a local manifest, too
 CHUNK = 8 << 20           # one ranged GET per chunk: bounded memory whatever the shard's size
@@ -96,6 +96,8 @@ class RemoteShards:
         self.cache = Path(cache)
         self.objects = self.cache / OBJECTS
         self.objects.mkdir(parents=True, exist_ok=True)
+        if self.objects.is_symlink() or self.cache.is_symlink():
+            raise ShardError(f"{self.objects}: a link; the cache writes only inside a folder of its own")
         self.counts = FetchCounts()
         try:
             self.fs, self.root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
@@ -129,12 +131,19 @@ class RemoteShards:
 
     def _key(self, entry: dict) -> tuple[str, str]:
         """(manifest key of the digest, cache file name) for a shard: named by its content."""
-        key, _ = _hasher(self.verify if self.verify != "none" else "sha256")
+        key, _ = hasher(self.verify if self.verify != "none" else "sha256")
         return key, entry[key] + self._suffix
 
     def local(self, shard: int) -> tuple[Path, dict]:
         """(folder, entry) for `read_shard_into`: shard `shard` verified in the cache, fetched
         if it was not there. The entry names the cached copy; its checksums are the manifest's."""
+        with self.holding(shard) as found:
+            return found
+
+    @contextlib.contextmanager
+    def holding(self, shard: int) -> Iterator[tuple[Path, dict]]:
+        """`local(shard)`, held: while the block runs, no process sharing the cache evicts the
+        copy (open or map it inside the block; once open, an eviction cannot take it away)."""
         entry = self.manifest["shards"][shard]
         _, name = self._key(entry)
         with self._locked(name):
@@ -145,10 +154,11 @@ class RemoteShards:
                 if self._intact(path, entry) is None:
                     os.utime(path)  # recently used: evicted last
                     self.counts.hits += 1
-                    return self.objects, {**entry, "file": name}
+                    yield self.objects, {**entry, "file": name}
+                    return
                 path.unlink()  # damaged on disk: fetch anew
             self._fetch(entry, name)
-        return self.objects, {**entry, "file": name}
+            yield self.objects, {**entry, "file": name}
 
     def _intact(self, path: Path, entry: dict) -> str | None:
         """None when `path` has the shard's size and checksum, else what is wrong."""
@@ -157,11 +167,11 @@ class RemoteShards:
             return f"{size:,} bytes, manifest says {entry['bytes']:,}"
         if self.verify == "none":
             return None
-        key, hasher = _hasher(self.verify)
+        key, digest = hasher(self.verify)
         with path.open("rb") as file:
             while chunk := file.read(CHUNK):
-                hasher.update(chunk)
-        return None if hasher.hexdigest() == entry[key] else f"checksum mismatch: manifest {key} {entry[key]}"
+                digest.update(chunk)
+        return None if digest.hexdigest() == entry[key] else f"checksum mismatch: manifest {key} {entry[key]}"
 
     def _fetch(self, entry: dict, name: str) -> None:
         source = join(self.url, entry["file"])
@@ -191,7 +201,7 @@ class RemoteShards:
     def _mismatch(self, entry: dict, digest: str | None) -> str:
         if digest is None:  # verify "none": the size alone was checked
             return ""
-        key, _ = _hasher(self.verify)
+        key, _ = hasher(self.verify)
         return "" if digest == entry[key] else f"checksum mismatch: manifest {key} {entry[key]}, got {digest}"
 
     def _download(self, path: str, out, size: int) -> str | None:
@@ -199,7 +209,7 @@ class RemoteShards:
         at most one byte more than `size`: an object longer than its manifest entry is caught
         without reading all of it. Every byte received counts in `counts.bytes`."""
         got = 0
-        hasher = None if self.verify == "none" else _hasher(self.verify)[1]
+        digest = None if self.verify == "none" else hasher(self.verify)[1]
         with self.fs.open(path, "rb", block_size=CHUNK, cache_type="none") as file:
             while got <= size:
                 chunk = file.read(min(CHUNK, size + 1 - got))
@@ -208,29 +218,54 @@ class RemoteShards:
                 out.write(chunk)
                 got += len(chunk)
                 self.counts.bytes += len(chunk)
-                if hasher is not None:
-                    hasher.update(chunk)
+                if digest is not None:
+                    digest.update(chunk)
         if got < size:
             raise ShardError(f"only {got:,} of the manifest's {size:,} bytes (partial download)")
         if got > size:
             raise ShardError(f"longer than the manifest's {size:,} bytes (not this shard)")
-        return None if hasher is None else hasher.hexdigest()
+        return None if digest is None else digest.hexdigest()
 
     def _make_room(self, needed: int) -> None:
-        """Evict the least recently used copies until `needed` more bytes fit the bound."""
-        copies = sorted((p.stat().st_mtime_ns, p.name, p.stat().st_size) for p in self.objects.iterdir()
-                        if p.is_file() and not p.name.startswith("."))
-        used = sum(size for *_, size in copies)
-        for _, name, size in copies:
+        """Evict the least recently used copies until `needed` more bytes fit the bound. A copy
+        another process holds (its lock taken) is skipped; a temporary left by a killed fetch
+        counts against the bound and goes first."""
+        entries = []
+        for path in self.objects.iterdir():
+            if path.is_symlink() or not path.is_file() or path.name.endswith(".lock"):
+                continue
+            status = path.stat()
+            stale = path.name.startswith(".") and path.name.endswith(".tmp")
+            entries.append((not stale, status.st_mtime_ns, path.name, status.st_size))
+        used = sum(size for *_, size in entries)
+        for kept, _, name, size in sorted(entries):
             if used + needed <= self.max_bytes:
                 break
-            (self.objects / name).unlink(missing_ok=True)
-            used -= size
+            owner = name[1:].split(".", 1)[0] + self._suffix if not kept else name
+            if self._try_evict(owner, self.objects / name):
+                used -= size
+
+    def _try_evict(self, owner: str, path: Path) -> bool:
+        """Remove `path` unless another process holds `owner`'s lock right now."""
+        lock = self.objects / f".{owner}.lock"
+        if lock.is_symlink():
+            return False
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        try:
+            path.unlink(missing_ok=True)
+            return True
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def _locked(self, name: str) -> Iterator[None]:
         """One fetcher per shard and cache: other ranks on the node wait, then find it cached."""
-        fd = os.open(self.objects / f".{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        fd = os.open(self.objects / f".{name}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

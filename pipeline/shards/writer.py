@@ -8,10 +8,15 @@ classes) is refused with the field and the sample's index in the split. Because 
 conversion comes first, the bytes never depend on how the caller batches or which dtype
 it hands over. `ShardWriter` fills one preallocated shard buffer per field and writes each
 shard as soon as it is full (a full shard's worth handed over at once is written straight
-from the converted array, no further copy). `write_shards` feeds it a split held in memory;
+from the converted array, no further copy). `write_split` feeds it a split held in memory;
 the shard stage (`pipeline.stages.shard`) feeds it record batches streamed from Parquet, so
-both give the same bytes. `write_split` is the general entry point; `write_shards(images, labels, ...)`
-the image-classification one.
+both give the same bytes. `write_split` writes a split held in memory.
+
+Parallel writes: several processes each write a part of a split (`write_part`, or a
+`ShardWriter` given `first_sample`) into one folder, starting at a multiple of
+`samples_per_shard`; `merge_parts` checks that the parts agree and tile the split, then
+writes the manifest. The shards are numbered by their place in the split, so the merged
+folder holds the same bytes as one writer's, whatever the number of writers.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.atomic import atomic_dir
-from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, V2_SAMPLE, Field, Sample, ShardError,
-                                    block_bytes, new_manifest, shard_file, write_manifest, zstd)
+from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, Field, Sample, ShardError, block_bytes,
+                                    new_manifest, parse_fields, shard_file, write_manifest, zstd)
 
 
 # safetensors' `Dtype` enum order: it lays tensors out by dtype, later in this order first, then
@@ -187,9 +192,15 @@ class ShardWriter:
     write them."""
 
     def __init__(self, folder: Path, *, sample: Sample, dataset: str, split: str, samples_per_shard: int,
-                 compression: str = "none", level: int = 3, origin: str | None = None) -> None:
-        if samples_per_shard < 1:
+                 compression: str = "none", level: int = 3, origin: str | None = None,
+                 first_sample: int | None = None) -> None:
+        if type(samples_per_shard) is not int or samples_per_shard < 1:
             raise ValueError("samples_per_shard must be at least 1")
+        if first_sample is not None and (type(first_sample) is not int or first_sample < 0
+                                         or first_sample % samples_per_shard):
+            raise ValueError(f"first_sample must be a multiple of samples_per_shard ({samples_per_shard}), "
+                             f"got {first_sample!r}")
+        self.first_sample = first_sample  # None: the whole split; else this writer writes a part from there
         if compression not in CODECS:
             raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
         self.folder, self.sample, self.dataset, self.split = Path(folder), sample, dataset, split
@@ -213,7 +224,7 @@ class ShardWriter:
         import xxhash  # the writer runs where the project is installed
 
         parts = shard_parts(columns, self.compression, self.level, self.block)
-        name = shard_file(len(self.entries), self.compression)
+        name = shard_file((self.first_sample or 0) // self.size + len(self.entries), self.compression)
         sha256 = self.pool.submit(_digest, hashlib.sha256(), parts)
         try:
             with open(self.folder / name, "wb") as file:  # (parts larger than its buffer go straight through)
@@ -262,13 +273,81 @@ class ShardWriter:
             n -= take
 
     def finish(self, source: dict | None = None) -> dict:
+        """Write the last shard and the manifest (or, for a part, the part's record)."""
         self._flush()
         self.pool.shutdown()
         manifest = new_manifest(sample=self.sample, dataset=self.dataset, split=self.split, count=self.count,
                                 codec=self.compression, level=self.level, source=source or {},
                                 shards=self.entries, block=self.block)
-        write_manifest(self.folder, manifest)
+        if self.first_sample is None:
+            write_manifest(self.folder, manifest)
+        else:
+            part = {**manifest, "first_sample": self.first_sample, "samples_per_shard": self.size}
+            parts = self.folder / PARTS
+            parts.mkdir(exist_ok=True)
+            (parts / f"{self.first_sample:012d}.json").write_text(json.dumps(part, indent=2) + "\n")
         return manifest
+
+
+PARTS = ".parts"   # where parallel writers leave their records until `merge_parts`
+
+
+def write_part(columns: Mapping[str, object], folder: Path, *, first_sample: int, sample: Sample, dataset: str,
+               split: str, samples_per_shard: int, compression: str = "none", level: int = 3) -> dict:
+    """Write samples `first_sample`.. of a split ({field: array-like [n, *shape]}) into `folder`,
+    beside the other writers' parts; `merge_parts` makes them one split."""
+    writer = ShardWriter(folder, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
+                         compression=compression, level=level, first_sample=first_sample)
+    writer.add(columns)
+    return writer.finish()
+
+
+def merge_parts(folder: Path, source: dict | None = None) -> dict:
+    """One manifest for the parts written into `folder`: every part's schema and settings the
+    same, parts tiling the split from sample 0 with no gap or overlap, every part but the
+    last a whole number of shards. Writes manifest.json (replacing it atomically), then
+    removes the parts' records. A ShardError names the first problem; nothing is written."""
+    from pipeline.core.bounded import read_capped
+
+    folder = Path(folder)
+    records = sorted((folder / PARTS).glob("*.json")) if (folder / PARTS).is_dir() else []
+    if not records:
+        raise ShardError(f"{folder}: no parts to merge (expected {PARTS}/*.json written by write_part)")
+    parts = []
+    for record in records:
+        try:
+            parts.append(json.loads(read_capped(record, 64 << 20, "part record", within=folder)))
+        except (ValueError, OSError) as err:
+            raise ShardError(f"{record}: not a readable part record ({err})") from None
+    keys = ("dataset", "split", "fields", "compression", "block_bytes", "samples_per_shard")
+    first = parts[0]
+    expected, entries = 0, []
+    for record, part in zip(records, parts):
+        for key in keys:
+            if part.get(key) != first.get(key):
+                raise ShardError(f"{record}: {key} {part.get(key)!r:.60} differs from the first part's "
+                                 f"{first.get(key)!r:.60}")
+        if part.get("first_sample") != expected:
+            raise ShardError(f"{record}: starts at sample {part.get('first_sample')!r}, expected {expected} "
+                             f"(a part missing or overlapping)")
+        if part is not parts[-1] and part["count"] % part["samples_per_shard"]:
+            raise ShardError(f"{record}: {part['count']} samples is not a whole number of shards of "
+                             f"{part['samples_per_shard']} (only the last part may end with a short shard)")
+        expected += part["count"]
+        entries += part["shards"]
+    compression = first["compression"]
+    manifest = new_manifest(sample=parse_fields(first["fields"], records[0]), dataset=first["dataset"],
+                            split=first["split"], count=expected, codec=compression["codec"],
+                            level=compression["level"] if compression["codec"] == "zstd" else 3,
+                            source=source or {}, shards=entries, block=first["block_bytes"])
+    from pipeline.shards.format import check_manifest
+
+    check_manifest(json.loads(json.dumps(manifest)), folder / "manifest.json")
+    write_manifest(folder, manifest)
+    for record in records:
+        record.unlink()
+    (folder / PARTS).rmdir()
+    return manifest
 
 
 def write_split(columns: Mapping[str, object], out_dir: Path, *, sample: Sample, dataset: str, split: str,
@@ -281,13 +360,3 @@ def write_split(columns: Mapping[str, object], out_dir: Path, *, sample: Sample,
                              compression=compression, level=level)
         writer.add(columns)
         return writer.finish(source)
-
-
-def write_shards(images, labels, out_dir: Path, *, dataset: str, split: str, samples_per_shard: int,
-                 compression: str = "none", level: int = 3, source: dict | None = None,
-                 sample: Sample = V2_SAMPLE) -> dict:
-    """`write_split` for an image-classification split given as two arrays: `images` and
-    `labels` under a sample schema with those two fields (by default what format version 2
-    fixed, uint8 [28, 28] images and labels 0..9, which MNIST's schema equals)."""
-    return write_split({"images": images, "labels": labels}, out_dir, sample=sample, dataset=dataset, split=split,
-                       samples_per_shard=samples_per_shard, compression=compression, level=level, source=source)

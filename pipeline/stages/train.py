@@ -7,15 +7,17 @@ gloo on the CPU, nccl on CUDA (one GPU per rank, by LOCAL_RANK). The global batc
 (`train.batch_size`, the seed's 512) is split evenly across ranks; DDP averages the ranks'
 gradients, so each step's update is the seed's mean over 512 samples and the learning rate
 stays the seed's (1e-3): no scaling rule is needed because the global batch does not change.
-Each rank reads only its shards (`ranks.RankShards`); the test split is sliced across ranks
-and the correct counts summed. Rank 0 writes the metrics.
+Each rank reads its contiguous run of the epoch's order, which visits the shards one after
+another (the shard library's `shuffle="shards"`, `pipeline.shards.order`); the test split is
+cut across ranks the same way and the correct counts summed. Rank 0 writes the metrics.
 
 Past one machine (docs/scale.md): `--shards` may be a URL (`s3://bucket/shards/mnist`); each
-node then fetches only the shards its ranks' ranges cover into its `--cache` folder. With
+node then fetches the shards its ranks' runs touch into its `--cache` folder. With
 `--checkpoint`, rank 0 saves model, optimizer and data position every `train.checkpoint_every`
 optimizer steps (atomically: a kill leaves the previous checkpoint); `--resume` continues from
-it, mid-epoch, with exactly the batches and weights an uninterrupted run would have had. A
-different world size is refused mid-epoch and accepted at an epoch's start (`RankStream`).
+it, mid-epoch, with exactly the batches and weights an uninterrupted run would have had; with
+another number of ranks, the samples still due that epoch are spread over the new ranks, each
+taken once.
 """
 
 from __future__ import annotations
@@ -34,9 +36,8 @@ import torch.nn.functional as F
 
 from pipeline.core.atomic import atomic_path, write_text
 from pipeline.core.errors import InputError, reason
-from pipeline.bench.model import SimpleCNN
-from pipeline.shards.ranks import RankShards, RankStream
-from pipeline.shards.loaders import to_float
+from pipeline.bench.model import MODEL_INPUT, SimpleCNN
+from pipeline.shards.dataset import ShardDataset, ShardLoader
 from pipeline.shards.remote import is_url, join
 
 # Fault injection for the resume test: the rank named by PIPELINE_TRAIN_KILL_RANK kills itself
@@ -52,7 +53,7 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
-def train_ddp(shards: Path | str, out: Path, *, epochs: int, batch_size: int, lr: float, seed: int,
+def train_ddp(shards: Path | str, out: Path, *, dataset: str, epochs: int, batch_size: int, lr: float, seed: int,
               record: bool = False, cache: Path | None = None, cache_mib: int = 4096,
               checkpoint: Path | None = None, checkpoint_every: int = 0, resume: bool = False) -> dict | None:
     """Train SimpleCNN on `shards` (a folder or a URL) with every rank of the torchrun job;
@@ -68,7 +69,7 @@ def train_ddp(shards: Path | str, out: Path, *, epochs: int, batch_size: int, lr
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
         location = str(shards) if is_url(shards) else Path(shards)
-        return _train(location, Path(out), device, epochs, batch_size, lr, seed, record,
+        return _train(location, dataset, Path(out), device, epochs, batch_size, lr, seed, record,
                       Checkpoints(checkpoint, checkpoint_every, resume), cache, cache_mib << 20)
     finally:
         dist.destroy_process_group()
@@ -104,8 +105,22 @@ class Checkpoints:
         return state
 
 
-def _train(shards: Path | str, out: Path, device: torch.device, epochs: int, batch_size: int, lr: float, seed: int,
-           record: bool, checkpoints: Checkpoints, cache: Path | None, cache_bytes: int) -> dict | None:
+def _loaders(shards: Path | str, dataset: str, batch: int, seed: int, cache: Path | None,
+             cache_bytes: int) -> tuple[ShardLoader, ShardLoader]:
+    """This rank's train loader (the shards in a seeded order, samples shuffled within each)
+    and test loader (in order), both checked to hold `dataset`'s splits."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    where = {"cache": cache, "cache_bytes": cache_bytes, "transform": list(MODEL_INPUT), "dataset": dataset}
+    train_set = ShardDataset(_split(shards, "train"), split="train", **where)
+    test_set = ShardDataset(_split(shards, "test"), split="test", **where)
+    if len(train_set) < world:
+        raise InputError(f"{_split(shards, 'train')}: {len(train_set)} samples cannot feed {world} ranks")
+    return (train_set.loader(batch, shuffle="shards", seed=seed, rank=rank, world_size=world),
+            test_set.loader(batch, rank=rank, world_size=world))
+
+
+def _train(shards: Path | str, dataset: str, out: Path, device: torch.device, epochs: int, batch_size: int, lr: float,
+           seed: int, record: bool, checkpoints: Checkpoints, cache: Path | None, cache_bytes: int) -> dict | None:
     rank, world = dist.get_rank(), dist.get_world_size()
     if batch_size % world:
         raise ValueError(f"train.batch_size {batch_size} does not split evenly across {world} ranks")
@@ -113,18 +128,14 @@ def _train(shards: Path | str, out: Path, device: torch.device, epochs: int, bat
     torch.manual_seed(seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model = SimpleCNN().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    where = {"cache": cache, "cache_bytes": cache_bytes}
-    train_split = RankShards(_split(shards, "train"), rank, world, seed, **where)
-    stream = RankStream(train_split, local_batch, device)
-    # The test split is cut across ranks too (epoch 0's ranges): each reads only its part.
-    test_split = RankShards(_split(shards, "test"), rank, world, seed, **where)
+    train, test = _loaders(shards, dataset, local_batch, seed, cache, cache_bytes)
     history, loss_so_far, global_step = [], 0.0, 0
     state = checkpoints.load(device)
     if state is not None:
         try:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
-            stream.load_state_dict(state["data"])
+            train.load_state_dict(state["data"])
             history, loss_so_far, global_step = list(state["history"]), float(state["loss_so_far"]), \
                 int(state["global_step"])
         except InputError as err:
@@ -132,70 +143,75 @@ def _train(shards: Path | str, out: Path, device: torch.device, epochs: int, bat
         except (RuntimeError, ValueError, KeyError, TypeError) as err:  # weights of another model, a bad state
             raise InputError(f"{checkpoints.path}: does not fit this model and optimizer ({reason(err)})") from None
         if rank == 0:
-            print(f"train: resumed from {checkpoints.path} at epoch {stream.epoch + 1}, step {stream.step}",
-                  file=sys.stderr, flush=True)
+            done = len(train.dataset) - sum(b - a for a, b in train.state_dict()["due"])
+            print(f"train: resumed from {checkpoints.path} at epoch {train.epoch + 1}, sample {done} of the epoch, "
+                  f"on {world} ranks", file=sys.stderr, flush=True)
     ddp = torch.nn.parallel.DistributedDataParallel(model)  # (after the load: DDP broadcasts rank 0's weights)
     kill_after = int(os.environ.get(KILL_AFTER, "0")) if os.environ.get("PIPELINE_TRAIN_KILL_RANK") == str(rank) else 0
     log: list[list[int]] = []  # with --record: [global step, sample ids...] of each batch this process trained on
     seen: list[int] = []        # with --record: epoch 1's samples of this rank, in order
-    test_x = test_y = None
-    steps = stream.steps()
+    sampler = train.sampler
+    full_steps = sampler.steps([(0, len(train.dataset))])
 
     def snapshot() -> dict:
         total = loss_sum.clone()
         dist.all_reduce(total)  # the epoch's loss so far, over all ranks (each rank's part differs)
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "data": stream.state_dict(),
-                "history": history, "loss_so_far": total.item(), "global_step": global_step}
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "data": train.state_dict(),
+                "history": history, "loss_so_far": total.item() / world, "global_step": global_step}
 
-    while stream.epoch < epochs:
-        epoch, start = stream.epoch, time.perf_counter()
-        # Summed on the device (no sync per step); resumed mid-epoch, each rank holds its share of the saved sum.
-        loss_sum = torch.full((), loss_so_far / world if stream.step else 0.0, device=device, dtype=torch.float64)
+    while train.epoch < epochs:
+        epoch, start = train.epoch, time.perf_counter()
+        plan_due = train.state_dict()["due"]
+        steps = len(train)
+        # Summed on the device (no sync per step): the ranks' sums add up to `world` times the sum of the
+        # steps' global-batch means. Resumed mid-epoch, each rank starts from the saved sum of means.
+        resumed_mid_epoch = sum(b - a for a, b in plan_due) < len(train.dataset)
+        loss_sum = torch.full((), loss_so_far if resumed_mid_epoch else 0.0, device=device, dtype=torch.float64)
         loss_so_far = 0.0
-        read_before, read_seconds = _fetched(train_split), 0.0
-        for images, labels, ids in stream:
-            if not read_seconds:  # this epoch's shards read (and fetched) before its first batch
+        read_before, read_seconds = _fetched(train), 0.0
+        for step, (images, labels) in enumerate(train):
+            if not read_seconds:  # this epoch's first batch read (and its shards fetched)
                 read_seconds = time.perf_counter() - start
-            loss = F.cross_entropy(ddp(to_float(images)), labels.long())
+            images, labels = images.to(device), labels.to(device)
+            # The global batch's mean: each rank's sum over the samples all ranks take this step
+            # (DDP averages the ranks' gradients, hence the factor `world`); the last step's
+            # global batch may be smaller, and a rank's batch may even be empty.
+            total_now = sampler.batch_total([tuple(i) for i in plan_due], step)
+            loss = F.cross_entropy(ddp(images), labels, reduction="sum") * (world / total_now)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # DDP averages gradients across ranks: the global batch's mean
+            loss.backward()
             optimizer.step()
             loss_sum += loss.detach()
             global_step += 1
             if record:
-                log.append([global_step, *ids.tolist()])
-            if stream.step < steps and checkpoints.due(global_step):
+                log.append([global_step, *train.indices.tolist()])
+                if epoch == 0:
+                    seen += train.indices.tolist()
+            if train.taken < steps and checkpoints.due(global_step):
                 checkpoints.save(snapshot())
             if global_step == kill_after:
                 os.kill(os.getpid(), signal.SIGKILL)
-        if record and epoch == 0:
-            seen = stream.part.seen().tolist()
-        if test_x is None:
-            part = test_split.epoch(0)
-            test_x, test_y = part.images.to(device), part.labels.to(device)
         total = loss_sum.clone()
         dist.all_reduce(total)
         correct = torch.zeros((), device=device, dtype=torch.long)
         with torch.inference_mode():
-            for first in range(0, len(test_y), local_batch):
-                x, y = test_x[first : first + local_batch], test_y[first : first + local_batch]
-                correct += (model(to_float(x)).argmax(1) == y).sum()
+            for x, y in test:
+                correct += (model(x.to(device)).argmax(1) == y.to(device)).sum()
         dist.all_reduce(correct)
-        history.append({"epoch": epoch + 1, "loss": round(total.item() / world / max(steps, 1), 5),
-                        "accuracy": round(correct.item() / (len(test_y) * world), 4),
-                        "steps": steps, "samples_per_rank": steps and len(stream.part.order),
-                        "dropped": stream.part.dropped, "seconds": round(time.perf_counter() - start, 3),
-                        "read_seconds": round(read_seconds, 3),
-                        "fetched_bytes": _fetched(train_split) - read_before})
-        if checkpoints.due(global_step) or checkpoints.path and stream.epoch == epochs:
+        history.append({"epoch": epoch + 1, "loss": round(total.item() / world / max(full_steps, 1), 5),
+                        "accuracy": round(correct.item() / len(test.dataset), 4),
+                        "steps": full_steps, "seconds": round(time.perf_counter() - start, 3),
+                        "read_seconds": round(read_seconds, 3), "fetched_bytes": _fetched(train) - read_before})
+        if checkpoints.due(global_step) or checkpoints.path and train.epoch == epochs:
             loss_sum.zero_()  # (the epoch's loss is in `history` now)
             checkpoints.save(snapshot())
         if rank == 0:
             print(f"train epoch {epoch + 1}/{epochs}: {history[-1]}", file=sys.stderr, flush=True)
     if record:
         params = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
-        fetched = {name: split.remote.counts.as_dict() for name, split in (("train", train_split), ("test", test_split))
-                   if split.remote}
+        fetched = {name: loader.dataset.split.remote.counts.as_dict() for name, loader in (("train", train),
+                                                                                           ("test", test))
+                   if loader.dataset.split.remote}
         write_text(out.with_name(f"{out.stem}.rank{rank}.json"), json.dumps(
             {"rank": rank, "steps": [h["steps"] for h in history], "params_sum": float(params.double().sum()),
              "params_head": params[:8].tolist(), "params_sha256": _digest(params), "batches": log,
@@ -212,8 +228,9 @@ def _split(shards: Path | str, name: str) -> Path | str:
     return join(shards, name) if isinstance(shards, str) else shards / name
 
 
-def _fetched(split: RankShards) -> int:
-    return split.remote.counts.bytes if split.remote else 0
+def _fetched(loader: ShardLoader) -> int:
+    remote = loader.dataset.split.remote
+    return remote.counts.bytes if remote else 0
 
 
 def _digest(params: torch.Tensor) -> str:

@@ -1,0 +1,201 @@
+"""Feeding a training loop from shards: one map-style dataset, one loader, and the same rules
+for a split held on the device.
+
+- `ShardDataset(location)`: a local folder or URL, for any DataLoader (samplers, workers, a
+  `DistributedSampler`, a `collate_fn`); `dataset[i]` is a tuple of the sample's fields.
+- `ShardDataset.loader(...)` / `ShardLoader`: the batched path (one gather per batch, no
+  collate), with ranks, shuffles and a resumable position (`order.ShardSampler`).
+- `DeviceBatches(columns, ...)`: a split already on the device (e.g. `read_split(path,
+  "cuda")`), batches gathered there, by the same sampler.
+
+Every path returns every field, in the manifest's order, with its stored dtype and shape; a
+`transform` (see `transforms`) is the only way values change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from pipeline.shards.mapped import MappedSplit
+from pipeline.shards.order import ShardSampler
+from pipeline.shards.transforms import Transform, compose
+
+
+class ShardDataset(Dataset):
+    """Map-style view of a shard split, mapped and verified as used (`mapped.MappedSplit`).
+
+    `dataset[i]` is one sample: a tuple of its fields in the manifest's order, each a tensor of
+    the field's dtype and shape. `__getitems__` follows PyTorch's contract (a list of samples,
+    which the default collate stacks) while gathering the batch with one index. `transform`
+    (a callable of a batch dict, or a list of them) is applied to every batch, and to a single
+    sample as a batch of one. Other keyword arguments go to `MappedSplit`: dataset, split,
+    verify, max_resident, cache, cache_bytes, storage_options."""
+
+    def __init__(self, location: Path | str, *, transform: Transform | Sequence[Transform] | None = None,
+                 **split_options) -> None:
+        self.split = MappedSplit(location, **split_options)
+        self.sample = self.split.sample
+        self.transform = compose(transform, {f.name: f.dtype for f in self.sample.fields})
+
+    @property
+    def names(self) -> list[str]:
+        return self.sample.names
+
+    @property
+    def shard_counts(self) -> list[int]:
+        return list(self.split.counts)
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def batch(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> tuple:
+        """The samples at `indices` as one batch: a tuple of [b, *shape] tensors in field order."""
+        if isinstance(indices, torch.Tensor):
+            indices = indices.numpy()
+        columns = {name: torch.from_numpy(values) for name, values in self.split.take(indices).items()}
+        if self.transform is not None:
+            columns = self.transform(columns)
+        return tuple(columns.values())
+
+    def __getitem__(self, index: int) -> tuple:
+        if not isinstance(index, int | np.integer):
+            raise TypeError(f"a sample index is an integer, got {type(index).__name__}")
+        return tuple(column[0] for column in self.batch([int(index)]))
+
+    def __getitems__(self, indices: list[int]) -> list[tuple]:
+        return list(zip(*(column.unbind(0) for column in self.batch(indices)), strict=True))
+
+    def wait(self) -> None:
+        """Map (fetch) and verify the whole split now, raising what is wrong."""
+        self.split.wait()
+
+    def sampler(self, batch_size: int, *, shuffle: bool | str = False, seed: int = 0, rank: int = 0,
+                world_size: int = 1, drop_last: bool = False) -> ShardSampler:
+        """A `ShardSampler` for this split (its shard counts included, for shuffle="shards")."""
+        return ShardSampler(len(self), batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
+                            drop_last=drop_last, shard_counts=self.shard_counts or None)
+
+    def loader(self, batch_size: int, *, shuffle: bool | str = False, seed: int = 0, rank: int = 0,
+               world_size: int = 1, drop_last: bool = False, **dataloader_options) -> ShardLoader:
+        """The batched path: a `ShardLoader` over this dataset (see `order` for the rules of
+        `shuffle`, ranks and resuming). Other keyword arguments (num_workers, pin_memory, ...)
+        go to the DataLoader underneath."""
+        sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
+                               drop_last=drop_last)
+        return ShardLoader(self, sampler, **dataloader_options)
+
+
+class _Batches(Dataset):
+    """A ShardDataset indexed by whole batches: each item is (indices, fields)."""
+
+    def __init__(self, dataset: ShardDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, indices: np.ndarray) -> tuple[torch.Tensor, tuple]:
+        return torch.from_numpy(np.asarray(indices, dtype=np.int64)), self.dataset.batch(indices)
+
+
+class _Resumable:
+    """What ShardLoader and DeviceBatches share: a sampler, the plan of the iteration started
+    last and the batches the caller took of it, and the state built from both."""
+
+    sampler: ShardSampler
+    plan: tuple | None = None
+    taken: int = 0
+
+    def _begin(self) -> None:
+        if self.plan is not None:  # continue after what the loop took (the whole epoch: the next one)
+            self.sampler.load_state_dict(self.state_dict())
+        self.plan, self.taken, self.indices = (self.sampler.epoch, list(self.sampler.due)), 0, None
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its beginning at the next iteration."""
+        self.sampler.set_epoch(epoch)
+        self.plan, self.taken = None, 0
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch belongs to."""
+        return self.state_dict()["epoch"]
+
+    def state_dict(self) -> dict:
+        """Where the next batch comes from (the same on every rank); `load_state_dict` of it
+        resumes there, with this world size or another."""
+        if self.plan is None:
+            return self.sampler.state_dict()
+        return self.sampler.state(*self.sampler.after(*self.plan, self.taken))
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+        self.plan, self.taken = None, 0
+
+
+class ShardLoader(_Resumable):
+    """Batches of a ShardDataset drawn by a ShardSampler through a DataLoader (workers,
+    pinned memory, prefetching: any DataLoader option): each batch a tuple of the fields.
+    `indices` holds the sample indices of the batch just yielded; `state_dict()` counts the
+    batches the loop took, not those the DataLoader fetched ahead."""
+
+    def __init__(self, dataset: ShardDataset, sampler: ShardSampler, **dataloader_options) -> None:
+        self.dataset, self.sampler = dataset, sampler
+        self.indices = None
+        self.dataloader = DataLoader(_Batches(dataset), batch_size=None, sampler=sampler, **dataloader_options)
+
+    def __iter__(self) -> Iterator[tuple]:
+        self._begin()
+        for indices, fields in self.dataloader:
+            self.taken += 1
+            self.indices = indices
+            yield fields
+
+
+class DeviceBatches(_Resumable):
+    """Batches of a split held as tensors (on any device: `read_split(path, device)`), gathered
+    where they are, in the order a ShardSampler gives: no host work per step. `columns` maps
+    field names to tensors [n, *shape]; each batch is a tuple of them in that order, as
+    stored unless `transform` is given."""
+
+    def __init__(self, columns: Mapping[str, torch.Tensor], batch_size: int, *, shuffle: bool | str = False,
+                 seed: int = 0, rank: int = 0, world_size: int = 1, drop_last: bool = False,
+                 transform: Transform | Sequence[Transform] | None = None,
+                 shard_counts: Sequence[int] | None = None) -> None:
+        if not isinstance(columns, Mapping) or not columns:
+            raise ValueError("DeviceBatches: columns must map field names to tensors")
+        lengths = {name: len(t) for name, t in columns.items()}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"DeviceBatches: fields differ in length: {lengths}")
+        devices = {str(t.device) for t in columns.values()}
+        if len(devices) != 1:
+            raise ValueError(f"DeviceBatches: fields on several devices: {sorted(devices)}")
+        self.columns = dict(columns)
+        self.device = next(iter(columns.values())).device
+        self.transform = compose(transform, {n: str(t.dtype).removeprefix("torch.") for n, t in columns.items()})
+        self.sampler = ShardSampler(next(iter(lengths.values())), batch_size, shuffle=shuffle, seed=seed, rank=rank,
+                                    world_size=world_size, drop_last=drop_last, shard_counts=shard_counts)
+        self.indices = None
+
+    def rank_order(self, epoch: int) -> torch.Tensor:
+        """The sample indices this rank takes in a fresh `epoch`, in order, on the data's device."""
+        return torch.from_numpy(self.sampler.rank_order(epoch)).to(self.device)
+
+    def __iter__(self) -> Iterator[tuple]:
+        self._begin()
+        for indices in self.sampler:
+            index = torch.from_numpy(indices).to(self.device)
+            batch = {name: values[index] for name, values in self.columns.items()}
+            if self.transform is not None:
+                batch = self.transform(batch)
+            self.taken += 1
+            self.indices = index
+            yield tuple(batch.values())

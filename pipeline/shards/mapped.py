@@ -1,0 +1,292 @@
+"""A split read for random access without copying it: each uncompressed shard memory-mapped
+and gathered from in place, verified block by block as batches touch it.
+
+Memory model: the shards' pages belong to the kernel's page cache, which every process that
+maps the same file shares; a process holds nothing of the split but the batches it gathers.
+So N DataLoader workers hold the split once, not N times (PSS, which divides a shared page
+among the processes mapping it, sums to about one split). `max_resident` bounds what one
+process keeps mapped in: past it, the maps are told to let go of their pages
+(`madvise(MADV_DONTNEED)`, the page cache keeps them), so a split larger than memory reads
+within a bound. zstd shards are decompressed into this process's memory when the split is
+opened (forked workers share those pages until they write to them, which they never do).
+
+A location is a local folder or a URL (`s3://...`, any fsspec URL); a URL's shards are
+fetched into a node-local cache (`remote.RemoteShards`) when a batch first touches them.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.shards.format import (MAX_HEADER, ShardError, blocks_in, check_identity, manifest_sample,
+                                    read_manifest)
+from pipeline.shards.reader import (VERIFY, _open_shard, _read_header, _verify, allocate, check_classes,
+                                    read_shard_into)
+from pipeline.shards.remote import RemoteShards, is_url
+
+
+@dataclass
+class MappedShard:
+    """One uncompressed shard: its fields as read-only arrays over a map of the file, and,
+    where the header lists block digests, which of its blocks are verified so far."""
+
+    path: str
+    columns: dict[str, np.ndarray]
+    mapped: mmap.mmap | None = None
+    view: memoryview | None = None       # the data area (after the header), hashed block by block
+    digests: bytes = b""                 # 8 bytes per block, from the header
+    done: np.ndarray | None = None       # verified blocks
+    offsets: tuple[int, ...] = ()        # per field: where its first row lies in the data area
+    block: int = 0
+
+    def check_rows(self, rows: np.ndarray, row_bytes: list[int]) -> None:
+        """Verify every block the samples at `rows` lie in (each block once), or raise a
+        ShardError naming the file, the block and its bytes."""
+        if self.done is None or not len(rows):
+            return
+        touched = []
+        for offset, row in zip(self.offsets, row_bytes):
+            first = offset + rows * row
+            last = (first + row - 1) // self.block
+            first //= self.block
+            if row <= self.block:
+                touched += [first, last]
+            else:
+                touched += [np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]
+        wanted = np.unique(np.concatenate(touched))
+        for number in wanted[~self.done[wanted]].tolist():
+            begin, end = number * self.block, min((number + 1) * self.block, self.view.nbytes)
+            got, expected = _xxh3_64(self.view[begin:end]), self.digests[8 * number : 8 * number + 8]
+            if got != expected:
+                raise ShardError(f"{self.path}: checksum mismatch in block {number} (bytes {begin:,}..{end:,} after "
+                                 f"the header): header xxh3_64 {expected.hex()}, file {got.hex()}")
+            self.done[number] = True
+
+    def check_all(self, row_bytes: list[int]) -> None:
+        if self.done is not None:
+            self.check_rows(np.arange(len(next(iter(self.columns.values()))), dtype=np.int64), row_bytes)
+
+    def let_go(self) -> None:
+        """Drop this process's pages of the map (the page cache keeps them)."""
+        if self.mapped is not None:
+            self.mapped.madvise(mmap.MADV_DONTNEED)
+
+
+def _xxh3_64(data) -> bytes:
+    from xxhash import xxh3_64_digest
+
+    return xxh3_64_digest(data)
+
+
+def _head(fd: int, size: int) -> bytes:
+    """A shard's header as stored (8-byte length and JSON), at most 8 + MAX_HEADER bytes."""
+    head = os.pread(fd, min(size, 1 << 14), 0)
+    declared = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
+    wanted = min(8 + min(declared, MAX_HEADER), size)
+    if wanted > len(head):
+        head += os.pread(fd, wanted - len(head), len(head))
+    return head[:wanted]
+
+
+def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | None) -> MappedShard:
+    """Map one uncompressed shard after the checks every reader runs (a plain file of the
+    stated size; the header against the sample schema). With `block` (format version 4 and
+    verify "xxh3"), the header is checked against the manifest's `header_xxh3_64` before it
+    is parsed and the data are verified block by block later; otherwise the whole file is
+    hashed now (verify "xxh3" or "sha256") or not at all ("none")."""
+    count = entry["count"]
+    path, fd, size = _open_shard(folder, entry)
+    try:
+        head = _head(fd, size) if block else b""
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    if block:
+        got = _xxh3_64(head).hex()
+        if got != entry["header_xxh3_64"]:
+            mapped.close()
+            raise ShardError(f"{path}: header checksum mismatch: manifest header_xxh3_64 "
+                             f"{entry['header_xxh3_64']}, file {got}")
+        import io
+
+        source = io.BytesIO(head)
+    else:
+        _verify(path, entry, verify, mapped)
+        source = mapped
+    data_start, tiles, metadata = _read_header(source, path, count, templates)
+    end = tiles[-1][2] if tiles else 0
+    if data_start + end != size:
+        raise ShardError(f"{path}: {size - data_start - end:,} bytes after the last tensor")
+    columns = {}
+    for name, begin, _ in tiles:
+        template = templates[name]
+        dtype = np.dtype(str(template.dtype).removeprefix("torch."))
+        items = math.prod(template.shape[1:])
+        columns[name] = np.frombuffer(mapped, dtype, count * items, data_start + begin).reshape(count,
+                                                                                                 *template.shape[1:])
+    shard = MappedShard(path, {name: columns[name] for name in templates}, mapped)
+    if block:
+        digests = metadata.get("xxh3_64_blocks")
+        wanted = blocks_in(size - data_start, block)
+        try:
+            raw = bytes.fromhex(digests) if isinstance(digests, str) else b""
+        except ValueError:
+            raw = b""
+        if len(raw) != 8 * wanted:
+            raise ShardError(f"{path}: the header lists no {wanted} block digests (xxh3_64_blocks)")
+        begins = {name: begin for name, begin, _ in tiles}
+        shard.view, shard.digests, shard.block = memoryview(mapped)[data_start:], raw, block
+        shard.done, shard.offsets = np.zeros(wanted, bool), tuple(begins[name] for name in templates)
+    return shard
+
+
+def _file_pages() -> int:
+    """This process's resident file-backed and shared pages, in bytes (Linux: /proc/self/statm)."""
+    with open("/proc/self/statm", "rb") as statm:
+        return int(statm.read().split()[2]) * mmap.PAGESIZE
+
+
+class MappedSplit:
+    """A shard split (local folder or URL) for random access: `take(indices)` gathers a batch,
+    one array per field, in the manifest's field order and dtypes, verified as it is touched.
+
+    Opening reads and checks the manifest (and, given `dataset`/`split`, that it is that data
+    set's split); a shard is mapped, its size and header checked, when a batch first touches
+    it. Pickled (DataLoader workers under spawn or forkserver), it carries its arguments only:
+    a worker opens the split again and verifies what it touches itself."""
+
+    def __init__(self, location, *, dataset: str | None = None, split: str | None = None, verify: str = "xxh3",
+                 max_resident: int | None = None, cache: Path | str | None = None, cache_bytes: int = 1 << 40,
+                 storage_options: dict | None = None) -> None:
+        if verify not in VERIFY:
+            raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
+        if max_resident is not None and (type(max_resident) is not int or max_resident < 0):
+            raise ValueError(f"max_resident must be a number of bytes (0 or more), got {max_resident!r}")
+        self._args = {"location": location, "dataset": dataset, "split": split, "verify": verify,
+                      "max_resident": max_resident, "cache": cache, "cache_bytes": cache_bytes,
+                      "storage_options": storage_options}
+        self._open(**self._args)
+
+    def _open(self, location, dataset, split, verify, max_resident, cache, cache_bytes, storage_options) -> None:
+        self.verify, self.max_resident = verify, max_resident
+        self.remote: RemoteShards | None = None
+        if is_url(location):
+            if cache is None:
+                raise ShardError(f"{location}: a split at a URL needs a cache folder (cache=...)")
+            self.remote = RemoteShards(str(location), Path(cache), cache_bytes, verify=verify,
+                                       storage_options=storage_options)
+            self.location = self.remote.url
+            manifest = check_identity(self.remote.manifest, f"{self.location}/manifest.json", dataset, split)
+        else:
+            self.location = Path(location)
+            manifest = read_manifest(self.location, dataset, split)
+        self.manifest = manifest
+        self.sample = manifest_sample(manifest)
+        self.count: int = manifest["count"]
+        self.counts = [entry["count"] for entry in manifest["shards"]]
+        self.ends = np.cumsum(self.counts, dtype=np.int64)
+        self.starts = self.ends - np.asarray(self.counts, dtype=np.int64)
+        self.codec = manifest["compression"]["codec"]
+        self.block = manifest["block_bytes"] if verify == "xxh3" else None
+        self.templates = allocate(self.sample, 0)
+        self.row_bytes = [f.row_bytes for f in self.sample.fields]
+        self.shards: list[MappedShard | None] = [None] * len(self.counts)
+        self._baseline: int | None = None
+        if self.codec == "zstd":
+            held = self.count * self.sample.row_bytes
+            if max_resident is not None and held > max_resident:
+                raise ShardError(f"{self.location}: zstd shards are decompressed into memory ({held:,} bytes), over "
+                                 f"max_resident {max_resident:,}; write the split uncompressed to read it mapped")
+            for number in range(len(self.counts)):
+                self.shards[number] = self._decompressed(number)
+
+    def _where(self, number: int):
+        """(folder, manifest entry) of shard `number`: the local folder, or the cache (fetched)."""
+        if self.remote is None:
+            return self.location, self.manifest["shards"][number]
+        return self.remote.local(number)
+
+    def _decompressed(self, number: int) -> MappedShard:
+        targets = allocate(self.sample, self.counts[number])
+        folder, entry = self._where(number)
+        verify = self.verify if self.remote is None else "none"  # (the cache verified its copy)
+        read_shard_into(folder, entry, self.codec, verify, targets)
+        return MappedShard(str(Path(str(folder)) / entry["file"]), {k: t.numpy() for k, t in targets.items()})
+
+    def shard(self, number: int) -> MappedShard:
+        """Shard `number`, mapped (and fetched) on first use."""
+        shard = self.shards[number]
+        if shard is None:
+            if self.remote is None:
+                shard = map_shard(self.location, self.manifest["shards"][number], self.templates, self.verify,
+                                  self.block)
+            else:  # mapped while the cache holds its lock: no other rank evicts it in between
+                with self.remote.holding(number) as (folder, entry):
+                    shard = map_shard(folder, entry, self.templates, "none", None)
+            self.shards[number] = shard
+        return shard
+
+    def __len__(self) -> int:
+        return self.count
+
+    def take(self, indices) -> dict[str, np.ndarray]:
+        """The samples at `indices` (ints, negative from the end): one new array per field,
+        [b, *shape] of its declared dtype, in the manifest's field order."""
+        index = np.asarray(indices)
+        if index.ndim != 1 or (len(index) and index.dtype.kind not in "iu"):
+            raise IndexError(f"expected a 1-D sequence of integer sample indices, got {index.dtype} "
+                             f"{list(index.shape)}")
+        index = index.astype(np.int64, copy=False)
+        if len(index) and (index.min() < -self.count or index.max() >= self.count):
+            raise IndexError(f"sample index out of range 0..{self.count - 1}")
+        index = np.where(index < 0, index + self.count, index)
+        if self._baseline is None and self.max_resident is not None:
+            self._baseline = _file_pages()
+        out = {f.name: np.empty((len(index), *f.shape), f.dtype) for f in self.sample.fields}
+        owner = np.searchsorted(self.ends, index, side="right")
+        if len(self.counts) == 1:
+            self._gather(0, index, slice(None), out)
+        else:
+            order = np.argsort(owner, kind="stable")
+            edges = np.flatnonzero(np.diff(owner[order])) + 1
+            for picked in np.split(order, edges) if len(order) else []:
+                number = int(owner[picked[0]])
+                self._gather(number, index[picked] - self.starts[number], picked, out)
+        check_classes(self.sample, out, str(self.location), ids=index)
+        if self.max_resident is not None and _file_pages() - self._baseline > self.max_resident:
+            for shard in self.shards:
+                if shard is not None:
+                    shard.let_go()
+        return out
+
+    def _gather(self, number: int, rows: np.ndarray, picked, out: dict[str, np.ndarray]) -> None:
+        shard = self.shard(number)
+        shard.check_rows(rows, self.row_bytes)
+        for name, values in shard.columns.items():
+            if isinstance(picked, slice):
+                np.take(values, rows, axis=0, out=out[name])
+            else:
+                out[name][picked] = values[rows]
+
+    def wait(self) -> None:
+        """Map (fetch) and verify every shard now; raise what is wrong."""
+        for number in range(len(self.counts)):
+            shard = self.shard(number)
+            shard.check_all(self.row_bytes)
+            check_classes(self.sample, shard.columns, str(self.location),
+                          ids=range(int(self.starts[number]), int(self.ends[number])))
+            if self.max_resident is not None:
+                shard.let_go()
+
+    def __getstate__(self) -> dict:
+        return {"_args": self._args}
+
+    def __setstate__(self, state: dict) -> None:
+        self._args = state["_args"]
+        self._open(**self._args)

@@ -1,0 +1,110 @@
+"""Transforms a caller names: the only way a reader returns values other than those stored.
+
+A transform maps a batch ({field name: tensor [b, *shape]}, in the manifest's field order) to
+a batch. The two here are what an image classifier usually wants; each checks, when the
+reader is built, that the field it names exists and has a dtype it fits, and refuses it
+otherwise with a ValueError naming the field:
+
+    ShardDataset(path, transform=[UnitFloat("images", add_channel=True), Int64("labels")])
+
+Any other callable of a batch dict works too (it is not checked in advance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+Batch = dict[str, torch.Tensor]
+# The float dtypes numpy computes exactly as torch does (same IEEE operations, same dtype):
+# on the CPU the conversion runs in numpy on one thread, which a busy host does not slow down
+# as it does torch's intra-op threads. Other dtypes go through torch.
+_HOST_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def unit_float(images: torch.Tensor, *, mean: float | None = None, std: float | None = None,
+               dtype: torch.dtype = torch.float32, add_channel: bool = False) -> torch.Tensor:
+    """uint8 [b, ...] -> `dtype` in 0..1 (x / 255), then (x - mean) / std when both are given;
+    `add_channel` inserts a channel axis of 1 after the batch axis ([b, H, W] -> [b, 1, H, W]).
+    On its device; on the CPU the same values computed with numpy."""
+    if images.dtype != torch.uint8:
+        raise ValueError(f"unit_float: expected uint8 values, got {images.dtype}")
+    if (mean is None) != (std is None):
+        raise ValueError(f"unit_float: mean and std go together (got mean={mean}, std={std})")
+    if images.device.type == "cpu" and dtype in _HOST_FLOATS:
+        kind = _HOST_FLOATS[dtype]
+        x = images.numpy().astype(kind)
+        np.divide(x, kind(255), out=x)
+        if mean is not None:
+            np.subtract(x, kind(mean), out=x)
+            np.divide(x, kind(std), out=x)
+        out = torch.from_numpy(x)
+    else:
+        out = images.to(dtype).div_(255)
+        if mean is not None:
+            out = out.sub_(mean).div_(std)
+    return out.unsqueeze(1) if add_channel else out
+
+
+class UnitFloat:
+    """A uint8 field as floats in 0..1 (optionally normalised, optionally with a channel axis):
+    `unit_float` of that field. Refuses a field that is not uint8."""
+
+    def __init__(self, field: str, *, mean: float | None = None, std: float | None = None,
+                 dtype: torch.dtype = torch.float32, add_channel: bool = False) -> None:
+        if (mean is None) != (std is None):
+            raise ValueError(f"UnitFloat({field!r}): mean and std go together")
+        self.field, self.mean, self.std, self.dtype, self.add_channel = field, mean, std, dtype, add_channel
+
+    def check(self, dtypes: Mapping[str, str]) -> None:
+        if self.field not in dtypes:
+            raise ValueError(f"UnitFloat: no field {self.field!r} (fields: {list(dtypes)})")
+        if dtypes[self.field] != "uint8":
+            raise ValueError(f"UnitFloat: field {self.field!r} is {dtypes[self.field]}, not uint8 (0..255)")
+
+    def __call__(self, batch: Batch) -> Batch:
+        return {**batch, self.field: unit_float(batch[self.field], mean=self.mean, std=self.std, dtype=self.dtype,
+                                                add_channel=self.add_channel)}
+
+
+class Int64:
+    """An integer field as int64 (what `cross_entropy` takes as class indices). Refuses a
+    field that is not an integer one."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def check(self, dtypes: Mapping[str, str]) -> None:
+        if self.field not in dtypes:
+            raise ValueError(f"Int64: no field {self.field!r} (fields: {list(dtypes)})")
+        if not dtypes[self.field].startswith(("int", "uint")):
+            raise ValueError(f"Int64: field {self.field!r} is {dtypes[self.field]}, not an integer field")
+
+    def __call__(self, batch: Batch) -> Batch:
+        return {**batch, self.field: batch[self.field].to(torch.int64)}
+
+
+Transform = Callable[[Batch], Batch]
+
+
+def compose(transform: Transform | Sequence[Transform] | None, dtypes: Mapping[str, str]) -> Transform | None:
+    """One callable of the caller's transform(s), each checked against the fields' dtypes."""
+    if transform is None:
+        return None
+    steps = list(transform) if isinstance(transform, list | tuple) else [transform]
+    for step in steps:
+        if not callable(step):
+            raise ValueError(f"a transform must be callable, got {type(step).__name__}")
+        if hasattr(step, "check"):
+            step.check(dtypes)
+    if len(steps) == 1:
+        return steps[0]
+
+    def run(batch: Batch) -> Batch:
+        for step in steps:
+            batch = step(batch)
+        return batch
+
+    return run

@@ -1,0 +1,387 @@
+"""The shard library as a user takes it into their own code: any fields come back bit for bit
+through every public reading path, transforms only when named, workers share one copy,
+memory within a bound, elastic resume, parallel writes, and docs/shards.md's code runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from pipeline.shards import (DeviceBatches, Field, Int64, Sample, ShardDataset, ShardError, ShardSampler, UnitFloat,
+                             merge_parts, read_split, write_part, write_split)
+from pipeline.shards.mapped import MappedSplit
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MIXED = Sample((
+    Field("x", "float32", (16,)),
+    Field("target", "float32", ()),
+    Field("image", "uint8", (3, 8, 8)),
+    Field("label", "int64", (), classes=100),
+    Field("half", "float16", (2,)),
+    Field("wide", "float64", ()),
+    Field("count", "int16", (3,)),
+    Field("mask", "bool", (5,)),
+    Field("big", "uint16", ()),
+))
+
+
+def mixed_columns(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((n, 16)).astype(np.float32),
+            "target": (rng.standard_normal(n) * 5).astype(np.float32),   # -4.257 stays -4.257
+            "image": rng.integers(0, 256, (n, 3, 8, 8), dtype=np.uint8),
+            "label": rng.integers(0, 100, n),
+            "half": rng.standard_normal((n, 2)).astype(np.float16),
+            "wide": rng.standard_normal(n),
+            "count": rng.integers(-30000, 30000, (n, 3)).astype(np.int16),
+            "mask": rng.random((n, 5)) < 0.5,
+            "big": rng.integers(0, 65536, n).astype(np.uint16)}
+
+
+def same(got: torch.Tensor | np.ndarray, want: np.ndarray, name: str) -> None:
+    """Bit for bit: dtype, shape and bytes."""
+    got = torch.from_numpy(got) if isinstance(got, np.ndarray) else got
+    assert str(got.dtype).removeprefix("torch.") == want.dtype.name, (name, got.dtype, want.dtype)
+    assert tuple(got.shape) == want.shape, (name, got.shape, want.shape)
+    assert got.contiguous().numpy().tobytes() == np.ascontiguousarray(want).tobytes(), name
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mixed")
+    columns = mixed_columns(230)
+    for codec in ("none", "zstd"):
+        write_split(columns, root / codec, sample=MIXED, dataset="mixed", split="train", samples_per_shard=64,
+                    compression=codec)
+    return root, columns
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_every_reading_path_returns_the_written_values_untouched(mixed, codec):
+    root, columns = mixed
+    folder = root / codec
+    names = list(columns)
+    order = np.random.default_rng(1).permutation(230)
+
+    def check(fields, index, where):
+        assert len(fields) == len(names), where
+        for name, got in zip(names, fields):
+            same(got, columns[name][index], f"{where}: {name}")
+
+    data = ShardDataset(folder, dataset="mixed", split="train")
+    check(data[17], 17, "dataset[i]")
+    check(data.batch(order[:50]), order[:50], "batch")
+    check(tuple(MappedSplit(folder).take(order).values()), order, "MappedSplit.take")
+    check(tuple(read_split(folder).values()), np.arange(230), "read_split")
+    for workers in (0, 2):
+        got = [torch.cat(column) for column in zip(*DataLoader(data, batch_size=40, num_workers=workers))]
+        check(got, np.arange(230), f"DataLoader, workers {workers}")
+        loader = data.loader(40, shuffle=True, seed=5, num_workers=workers)
+        seen, parts = [], []
+        for fields in loader:
+            seen.append(loader.indices.numpy())
+            parts.append(fields)
+        check([torch.cat(column) for column in zip(*parts)], np.concatenate(seen), f"loader, workers {workers}")
+    resident = DeviceBatches(read_split(folder), 1000)
+    check(next(iter(resident)), np.arange(230), "DeviceBatches")
+
+
+def test_a_url_split_returns_the_written_values_untouched(mixed, tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    root, columns = mixed
+    url = f"memory://lib-{uuid.uuid4().hex}/train"
+    fs, base = fsspec.core.url_to_fs(url)
+    for file in (root / "none").iterdir():
+        fs.pipe_file(f"{base}/{file.name}", file.read_bytes())
+    data = ShardDataset(url, cache=tmp_path / "cache", dataset="mixed", split="train")
+    for name, got in zip(columns, data.batch(np.arange(230))):
+        same(got, columns[name], name)
+    with pytest.raises(ShardError, match="manifest is for dataset 'mixed', expected 'mnist'"):
+        ShardDataset(url, cache=tmp_path / "cache", dataset="mnist")
+    fs.rm(base, recursive=True)
+
+
+def test_values_change_only_through_a_named_transform_that_fits(mixed):
+    root, columns = mixed
+    data = ShardDataset(root / "none", transform=[UnitFloat("image", add_channel=True), Int64("label")])
+    fields = dict(zip(columns, data.batch([0, 1])))
+    assert fields["image"].dtype == torch.float32 and fields["image"].shape == (2, 1, 3, 8, 8)
+    assert torch.equal(fields["image"][:, 0], torch.from_numpy(columns["image"][:2]).float() / 255)
+    assert fields["label"].dtype == torch.int64
+    same(fields["x"], columns["x"][:2], "x")   # the fields no transform names: untouched
+    for transform, message in ((UnitFloat("x"), "field 'x' is float32, not uint8"),
+                               (Int64("target"), "field 'target' is float32, not an integer field"),
+                               (UnitFloat("images"), "no field 'images'")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            ShardDataset(root / "none", transform=transform)
+    resident = read_split(root / "none")
+    with pytest.raises(ValueError, match="not uint8"):
+        DeviceBatches(resident, 10, transform=UnitFloat("x"))
+
+
+# --- one order rule: ranks and elastic resume -------------------------------------------------
+
+
+def take_steps(samplers: list[ShardSampler], steps: int | None) -> tuple[list[int], list[int]]:
+    """Run every rank's sampler for `steps` steps (all: None); the indices taken, and the
+    batch count per rank."""
+    taken, counts = [], []
+    for sampler in samplers:
+        batches = iter(sampler)
+        mine = [next(batches) for _ in range(len(sampler) if steps is None else steps)]
+        taken += [int(i) for batch in mine for i in batch]
+        counts.append(len(mine))
+    return taken, counts
+
+
+@pytest.mark.parametrize("shuffle", ["samples", "shards", "none"])
+@pytest.mark.parametrize("old, new", [(3, 2), (2, 5), (4, 4), (1, 3)])
+def test_an_epoch_resumed_with_another_world_size_takes_every_sample_once(shuffle, old, new):
+    n, counts = 1003, [300, 300, 300, 103]
+
+    def ranks(world, batch):
+        return [ShardSampler(n, batch, shuffle=shuffle, seed=9, rank=r, world_size=world, shard_counts=counts)
+                for r in range(world)]
+
+    first = ranks(old, 17)
+    before, steps = take_steps(first, 5)
+    states = [sampler.state_dict(5) for sampler in first]
+    assert all(state == states[0] for state in states)   # every rank saves the same position
+    resumed = ranks(new, 23)
+    for sampler in resumed:
+        sampler.load_state_dict(states[0])
+    after, counts_after = take_steps(resumed, None)
+    assert len(set(counts_after)) == 1                    # equal steps on every new rank
+    assert sorted(before + after) == list(range(n))       # nothing repeated, nothing dropped
+    # the state's positions are those of the epoch's order (the same for any world size) not yet taken
+    whole = ShardSampler(n, 50, shuffle=shuffle, seed=9, shard_counts=counts).order(0)
+    due = {int(whole[p]) for a, b in states[0]["due"] for p in range(a, b)}
+    assert due == set(range(n)) - set(before) and len(before) == 5 * 17 * old
+
+
+def test_the_order_does_not_depend_on_the_world_size_and_steps_are_equal():
+    n = 1001
+    one = ShardSampler(n, 10, shuffle=True, seed=4)
+    orders = [np.concatenate(list(iter(ShardSampler(n, 10, shuffle=True, seed=4, rank=r, world_size=3))))
+              for r in range(3)]
+    assert np.array_equal(np.concatenate(orders), one.order(0))
+    assert [len(o) for o in orders] == [334, 334, 333]
+    assert len({len(ShardSampler(n, 10, shuffle=True, seed=4, rank=r, world_size=3)) for r in range(3)}) == 1
+    assert not np.array_equal(one.order(0), one.order(1))             # a new order each epoch
+    assert np.array_equal(one.order(1), ShardSampler(n, 7, shuffle=True, seed=4).order(1))
+
+
+def test_a_state_for_another_order_is_refused_in_one_line():
+    sampler = ShardSampler(100, 10, shuffle=True, seed=1)
+    state = sampler.state_dict()
+    for key, value, message in (("seed", 2, "saved with seed 2"), ("count", 99, "saved with count 99"),
+                                ("shuffle", "none", "saved with shuffle 'none'"),
+                                ("due", [[5, 3]], "due interval [5, 3]"), ("epoch", 2 ** 62, "epoch 4611686018427387904"),
+                                ("due", [[0, 101]], "inside 0..100")):
+        with pytest.raises(ShardError, match=re.escape(message)):
+            ShardSampler(100, 10, shuffle=True, seed=1).load_state_dict({**state, key: value})
+
+
+def test_the_loader_state_counts_the_batches_taken_not_those_fetched_ahead(mixed):
+    root, _ = mixed
+    data = ShardDataset(root / "none")
+    loader = data.loader(10, shuffle=True, seed=2, num_workers=2, prefetch_factor=4)
+    taken = []
+    for step, _ in enumerate(loader):
+        taken += loader.indices.tolist()
+        if step == 6:
+            break
+    state = loader.state_dict()
+    assert sum(b - a for a, b in state["due"]) == 230 - 70
+    again = data.loader(10, shuffle=True, seed=2)
+    again.load_state_dict(state)
+    for _ in again:
+        taken += again.indices.tolist()
+    assert sorted(taken) == list(range(230))
+    assert again.state_dict()["epoch"] == 1
+
+
+# --- memory: one copy between workers, and a bound ----------------------------------------------
+
+
+def tree_pss(folder: Path | None = None) -> tuple[int, int]:
+    """(PSS of the anonymous memory, PSS of the pages mapped from files under `folder`), in
+    bytes, summed over this process and its children (the DataLoader's workers). PSS divides
+    a page shared by several processes among them, so a page held once counts once."""
+    me = os.getpid()
+    pids = [me] + [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == me]
+    anon = mapped = 0
+    for pid in pids:
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            smaps = Path(f"/proc/{pid}/smaps").read_text() if folder else ""
+        except OSError:
+            continue
+        anon += int(re.search(r"^Pss_Anon:\s+(\d+) kB", rollup, re.M).group(1)) * 1024
+        inside = False
+        for line in smaps.splitlines():
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                inside = str(folder) in line
+            elif inside and line.startswith("Pss:"):
+                mapped += int(line.split()[1]) * 1024
+    return anon, mapped
+
+
+def _parent(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+class Blank(torch.utils.data.Dataset):
+    """Batches of zeros shaped like the split's: what the workers cost without any data."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitems__(self, indices):
+        return [(torch.zeros(28, 28, dtype=torch.uint8), torch.zeros((), dtype=torch.int64))] * len(indices)
+
+
+def epochs_pss(dataset, folder: Path | None = None, workers: int = 3) -> tuple[int, int]:
+    """What two shuffled epochs add to `tree_pss` (anonymous, mapped from `folder`), taken
+    while the DataLoader's workers are still up."""
+    anon, _ = tree_pss()
+    loader = DataLoader(dataset, batch_size=512, shuffle=True, num_workers=workers, persistent_workers=True)
+    for _ in range(2):
+        for _ in loader:
+            pass
+    after, mapped = tree_pss(folder)
+    del loader
+    return after - anon, mapped
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux's /proc")
+def test_dataloader_workers_hold_the_split_once_between_them(tmp_path):
+    """3 workers over a 48 MB split: the split's pages are held once between the parent and
+    its workers (their PSS sums to the split, not 3 splits), and the workers' own memory grows
+    no more than over a data set of zeros plus one split (a copy in each worker: 3 more)."""
+    n = 60_000
+    rng = np.random.default_rng(0)
+    write_split({"images": rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), "labels": rng.integers(0, 10, n)},
+                tmp_path / "s", sample=Sample((Field("images", "uint8", (28, 28)), Field("labels", "int64", ()))),
+                dataset="d", split="train", samples_per_shard=16384)
+    split_bytes = n * (28 * 28 + 8)
+    blank, _ = epochs_pss(Blank(n))
+    anon, mapped = epochs_pss(ShardDataset(tmp_path / "s"), tmp_path / "s")
+    assert 0.9 * split_bytes <= mapped <= 1.05 * split_bytes, f"{mapped:,} bytes of the split's pages held"
+    # (the workers' heaps keep some of the batches they gathered and collated: about half a split
+    # between three workers here; one copy of the split each would be three)
+    assert anon - blank <= 1.0 * split_bytes, f"the workers' memory grew {anon - blank:,} bytes more than over zeros"
+
+
+def _file_pages() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[2]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux's /proc")
+def test_a_split_reads_within_a_memory_bound(tmp_path):
+    """A 32 MB split read in shuffled batches with max_resident 4 MB: this process's mapped
+    pages stay within the bound plus one batch's pages; without the bound they grow to the
+    split."""
+    n = 40_000
+    rng = np.random.default_rng(0)
+    write_split({"v": rng.integers(0, 256, (n, 800), dtype=np.uint8)}, tmp_path / "s",
+                sample=Sample((Field("v", "uint8", (800,)),)), dataset="d", split="train", samples_per_shard=8192)
+    order = np.random.default_rng(1).permutation(n)
+    for bound, within in ((4 << 20, True), (None, False)):
+        split = MappedSplit(tmp_path / "s", max_resident=bound)
+        split.take(order[:1])
+        base, peak = _file_pages(), 0
+        for start in range(0, n, 256):
+            split.take(order[start : start + 256])
+            peak = max(peak, _file_pages() - base)
+        # a batch of 256 rows touches at most 256 x 2 pages, with the kernel's fault-around 64 KiB each
+        assert (peak <= (4 << 20) + 256 * (64 << 10)) is within, peak
+        del split
+
+
+# --- parallel writes ---------------------------------------------------------------------------
+
+
+def _write_part(args) -> None:
+    folder, first, n = args
+    columns = mixed_columns(230)
+    write_part({k: v[first : first + n] for k, v in columns.items()}, folder, first_sample=first, sample=MIXED,
+               dataset="mixed", split="train", samples_per_shard=64)
+
+
+@pytest.mark.slow
+def test_parts_written_by_several_processes_merge_into_the_single_writers_bytes(mixed, tmp_path):
+    import concurrent.futures
+    import multiprocessing
+
+    root, _ = mixed
+    for plan in ([(0, 128), (128, 102)], [(0, 64), (64, 64), (128, 64), (192, 38)]):
+        folder = tmp_path / f"parts{len(plan)}"
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as pool:
+            list(pool.map(_write_part, [(folder, first, n) for first, n in plan]))
+        merge_parts(folder)
+        files = sorted(p.name for p in folder.iterdir())
+        assert files == sorted(p.name for p in (root / "none").iterdir())
+        for name in files:
+            assert (folder / name).read_bytes() == (root / "none" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("plan, message", [
+    ([(0, 64), (128, 102)], "starts at sample 128, expected 64 (a part missing or overlapping)"),
+    ([(0, 100), (100, 130)], "ValueError"),
+    ([(64, 64)], "starts at sample 64, expected 0"),
+])
+def test_parts_that_do_not_tile_the_split_are_refused_and_nothing_is_merged(tmp_path, plan, message):
+    folder = tmp_path / "p"
+    try:
+        for first, n in plan:
+            _write_part((folder, first, n))
+    except ValueError as err:  # a part that does not start on a shard boundary: refused by the writer
+        assert message == "ValueError" and "multiple of samples_per_shard" in str(err)
+        return
+    with pytest.raises(ShardError, match=re.escape(message)):
+        merge_parts(folder)
+    assert not (folder / "manifest.json").exists()
+
+
+def test_parts_that_disagree_are_refused(tmp_path):
+    columns = mixed_columns(128)
+    write_part({k: v[:64] for k, v in columns.items()}, tmp_path, first_sample=0, sample=MIXED, dataset="mixed",
+               split="train", samples_per_shard=64)
+    write_part({k: v[64:] for k, v in columns.items()}, tmp_path, first_sample=64, sample=MIXED, dataset="other",
+               split="train", samples_per_shard=64)
+    with pytest.raises(ShardError, match="dataset 'other' differs from the first part's 'mixed'"):
+        merge_parts(tmp_path)
+
+
+# --- the docs' code ----------------------------------------------------------------------------
+
+
+def test_the_code_blocks_of_docs_shards_md_run(tmp_path):
+    text = (ROOT / "docs" / "shards.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 4
+    script = tmp_path / "docs_shards.py"
+    script.write_text("\n".join(blocks))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
