@@ -92,12 +92,9 @@ def resolve_device(device: str) -> str:
 
 def check_names(datasets: list) -> None:
     """Data set names become folder names: plain slugs only (what the params schema asks)."""
-    import re
+    from pipeline.core.errors import InputError, is_slug
 
-    from pipeline.core.errors import InputError
-
-    slug = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # the params schema's (which needs pydantic: not here)
-    bad = [name for name in datasets if not isinstance(name, str) or not re.match(slug, name)]
+    bad = [name for name in datasets if not is_slug(name)]
     if bad:
         raise InputError(f"data set names must be plain slugs (a-z, 0-9, '-', '_'): {bad[:3]}")
 
@@ -201,9 +198,15 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, s
     Writes both layouts: `wide` (label + pixel1..pixel784, the seed's) and `compact`
     (label + one 784-byte image value). Malformed CSVs are rejected with file and line.
     """
+    from pipeline.core.codec import Codec
+    from pipeline.core.errors import InputError
     from pipeline.core.sources import known_rows
     from pipeline.stages.convert import convert_dataset
 
+    try:
+        Codec.parse(codec)
+    except ValueError as err:
+        raise InputError(f"CODEC: {err}") from None
     params = load_checked(params_path)
     rows = int(section(params, "convert", "row_group_rows"))
     convert_dataset(csv_dir, out, figures, codec, rows, rows=known_rows(sources_path, dataset))
@@ -387,4 +390,5 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
     settings = section(load_checked(params_path), "train")
     train_ddp(shards, out, dataset=dataset, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],
               seed=settings["seed"], record=record, cache=cache, cache_mib=settings["cache_mib"],
-              checkpoint=checkpoint, checkpoint_every=settings["checkpoint_every"], resume=resume)
+              checkpoint=checkpoint, checkpoint_every=settings["checkpoint_every"], resume=resume,
+              timeout_s=settings["timeout_s"])

@@ -145,3 +145,18 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
 def write_text(dest: Path, text: str) -> None:
     with atomic_path(dest) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(dest: Path, document, indent: int | None = 2) -> None:
+    """`document` as JSON (indented, a final newline), atomically; a NaN or an infinity
+    anywhere in it is refused with an InputError naming `dest` (JSON has no such numbers,
+    and a figure that is not a number must not reach a metrics file or a page)."""
+    import json
+
+    from pipeline.core.errors import InputError
+
+    try:
+        text = json.dumps(document, indent=indent, allow_nan=False)
+    except ValueError:
+        raise InputError(f"{dest}: refusing to write a value that is not a finite number (NaN or inf)") from None
+    write_text(Path(dest), text + "\n")

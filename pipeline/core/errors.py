@@ -10,6 +10,8 @@ import re
 
 
 _HEX_DIGITS = re.compile("[0-9a-f]*")
+SLUG = "[a-z0-9][a-z0-9_-]{0,63}"   # a data set's name (a folder name): matched whole, never with `$`
+_SLUG = re.compile(SLUG)
 
 
 class InputError(ValueError):
@@ -24,6 +26,12 @@ class DataError(InputError):
 def is_hex(value: str, length: int) -> bool:
     """A digest as every file here records it: exactly `length` lowercase hex digits."""
     return len(value) == length and _HEX_DIGITS.fullmatch(value) is not None
+
+
+def is_slug(value) -> bool:
+    """A plain name: a-z and 0-9 first, then also '-' and '_', at most 64 characters, and
+    nothing else (no trailing newline: `$` would let one through)."""
+    return isinstance(value, str) and _SLUG.fullmatch(value) is not None
 
 
 def reason(err: BaseException, limit: int = 200) -> str:

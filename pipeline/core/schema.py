@@ -7,7 +7,7 @@ problem at once with its dotted key; the stages then trust what they read.
 
 from __future__ import annotations
 
-import re
+from collections import Counter
 from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
@@ -15,8 +15,8 @@ from pydantic import model_validator
 
 from pipeline.core.variants import COMPILE_MODES, STATIC_VARIANTS, VARIANTS
 from pipeline.core.codec import Codec
+from pipeline.core.errors import is_slug
 
-SLUG = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 Number = Union[StrictInt, StrictFloat]
 Variant = Literal[VARIANTS]  # type: ignore[valid-type]
 
@@ -60,8 +60,9 @@ class Convert(Strict):
     @classmethod
     def _codecs(cls, codecs: list[str]) -> list[str]:
         labels = [Codec.parse(spec).label for spec in codecs]  # ValueError names the spec
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"codecs listed twice: {sorted({c for c in labels if labels.count(c) > 1})}")
+        if len(set(labels)) != len(labels):  # (counted once each: linear in the list's length)
+            twice = sorted(label for label, n in Counter(labels).items() if n > 1)
+            raise ValueError(f"codecs listed twice: {twice[:5]}{' ...' if len(twice) > 5 else ''}")
         return codecs
 
     @model_validator(mode="after")
@@ -118,6 +119,7 @@ class Train(Strict):
     seed: StrictInt = Seed
     checkpoint_every: StrictInt = Field(ge=0, le=1 << 30)  # optimizer steps; 0: never
     cache_mib: StrictInt = Field(ge=1, le=1 << 30)         # the node-local cache of a remote split
+    timeout_s: Number = Field(gt=0, le=3600)               # the most a collective may wait for the other ranks
 
     @model_validator(mode="after")
     def _even(self) -> Train:
@@ -137,7 +139,7 @@ class Params(Strict):
     @field_validator("datasets")
     @classmethod
     def _slugs(cls, names: list[str]) -> list[str]:
-        bad = [n for n in names if not re.match(SLUG, n)]
+        bad = [n for n in names if not is_slug(n)]
         if bad:
             raise ValueError(f"data set names must be plain slugs (a-z, 0-9, '-', '_'): {bad}")
         if len(set(names)) != len(names):

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from pipeline.bench.ladder import BenchSettings, run_bench
-from pipeline.core.atomic import write_text
+from pipeline.core.atomic import write_json
 from pipeline.core.errors import InputError
 
 MACHINE_KEYS = {"name": str, "cpu": str, "cores": int, "memory_gb": float, "gpu": (str, type(None)),
@@ -31,7 +31,7 @@ def read_machine(path: Path) -> dict:
 
 
 def write_bench(document: dict, out: Path) -> None:
-    write_text(Path(out), json.dumps(document, indent=2) + "\n")
+    write_json(Path(out), document)
 
 
 def warn_unstable(document: dict, stream=sys.stderr) -> None:

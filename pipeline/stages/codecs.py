@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
-from pipeline.core.atomic import write_text
+from pipeline.core.atomic import write_json, write_text
 from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError
@@ -78,7 +77,7 @@ def size_rows(table: dict) -> list[dict]:
 def write_codecs(figures_dir: Path, datasets: list[str], codecs: list[str],
                  metrics_path: Path, plot_path: Path) -> dict:
     table = codec_table(figures_dir, datasets, codecs)
-    write_text(Path(metrics_path), json.dumps(table, indent=2, allow_nan=False) + "\n")
+    write_json(Path(metrics_path), table)
     rows = size_rows(table)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")

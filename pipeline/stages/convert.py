@@ -20,7 +20,6 @@ line by line to name the first bad line.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.core.atomic import atomic_dir, atomic_path
+from pipeline.core.atomic import atomic_dir, atomic_path, write_json
 from pipeline.core.bounded import open_regular
 from pipeline.stages.csvdata import HEADER, LINE_MAX, ROW_MAX, ROW_MIN, is_header, line_body
 from pipeline.core.codec import Codec
@@ -267,6 +266,5 @@ def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec
             sizes = ", ".join(f"{layout} {figures[split][layout]['bytes'] / 1e6:.2f} MB" for layout in LAYOUTS)
             print(f"{csv_dir}/{split}.csv -> {codec.label}: {sizes}", file=sys.stderr)
         write_checksums(tmp)
-    with atomic_path(Path(figures_path)) as tmp:
-        tmp.write_text(json.dumps(figures, indent=2) + "\n")
+    write_json(Path(figures_path), figures)
     return figures

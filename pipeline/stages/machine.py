@@ -10,13 +10,12 @@ runs on one machine (time, load, free memory) goes in.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
 from pathlib import Path
 
-from pipeline.core.atomic import write_text
+from pipeline.core.atomic import write_json
 from pipeline.core.host import physical_memory
 
 
@@ -62,5 +61,5 @@ def fingerprint(device: str = "auto") -> dict:
 
 def write_machine(out: Path, device: str = "auto") -> dict:
     machine = fingerprint(device)
-    write_text(Path(out), json.dumps(machine, indent=2) + "\n")
+    write_json(Path(out), machine)
     return machine

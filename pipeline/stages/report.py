@@ -39,10 +39,9 @@ from pydantic import ValidationError
 
 from pipeline.core.atomic import atomic_dir, write_text
 from pipeline.core.bounded import read_capped
-from pipeline.core.errors import InputError
+from pipeline.core.errors import SLUG, InputError, is_slug
 from pipeline.stages import charts
 
-SLUG = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 MAX_FILE_BYTES = 4 << 20  # a bench or codec document is a few KB
 GENERATED = re.compile(r"<!-- generated: (?P<name>[a-z0-9-]+) -->\n.*?<!-- /generated -->", re.DOTALL)
 EMBED = re.compile(r"<!-- embed: (?P<path>\S+) -->\n```(?P<lang>\w*)\n.*?```\n<!-- /embed -->", re.DOTALL)
@@ -58,7 +57,7 @@ class ReportError(InputError):
 
 # --- the schema of what is rendered ------------------------------------------------------
 
-Slug = Annotated[str, StringConstraints(pattern=SLUG, strict=True)]
+Slug = Annotated[str, StringConstraints(pattern=f"^{SLUG}$", strict=True)]  # (pydantic's Rust regex: `$` is the end)
 Text = Annotated[str, StringConstraints(max_length=2000, strict=True)]  # escaped where rendered
 Seconds = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]  # under four months
 Ratio = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]
@@ -255,7 +254,7 @@ def collect_runs(bench_paths: list[Path], results_dir: Path | None) -> list[Run]
     if results_dir is not None and Path(results_dir).is_dir():
         for folder in sorted(p for p in Path(results_dir).iterdir() if p.is_dir()):
             documents = [(p, data) for p in sorted(folder.glob("*.json")) if is_bench_document(data := read_json(p))]
-            if documents and not re.fullmatch(SLUG.strip("^$"), folder.name):
+            if documents and not is_slug(folder.name):
                 raise ReportError(f"{folder}: a machine folder's name must be a plain slug (a-z, 0-9, '-', '_')")
             runs += [load_run(p, folder.name, False, data) for p, data in documents]
     return runs

@@ -15,10 +15,9 @@ real run can give (NaN, inf, 1e308 or a negative time stop the stage, naming fil
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pipeline.core.atomic import write_text
+from pipeline.core.atomic import write_json
 from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError
@@ -66,5 +65,5 @@ def write_summary(figures_dir: Path, bench_dir: Path, datasets: list[str], codec
         bench_path = Path(bench_dir) / f"{dataset}.json"
         summary[dataset] = headline(read_json(figures_path, what="figures file"), layout,
                                     read_json(bench_path, 64 << 20, "bench metrics file"), figures_path, bench_path)
-    write_text(Path(out), json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    write_json(Path(out), summary)
     return summary

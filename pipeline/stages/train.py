@@ -22,7 +22,7 @@ taken once.
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import pickle
 import signal
@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from pipeline.core.atomic import atomic_path, write_text
+from pipeline.core.atomic import atomic_path, write_json
 from pipeline.core.errors import InputError, reason
 from pipeline.bench.model import MODEL_INPUT, SimpleCNN
 from pipeline.shards.dataset import ShardDataset, ShardLoader
@@ -46,18 +46,50 @@ KILL_AFTER = "PIPELINE_TRAIN_KILL_AFTER_STEP"
 
 
 def _device() -> torch.device:
+    """This rank's device: GPU LOCAL_RANK where torch sees CUDA (one line when the node has
+    fewer GPUs than ranks), else the CPU."""
     if torch.cuda.is_available():
         local = int(os.environ.get("LOCAL_RANK", "0"))
+        if local >= torch.cuda.device_count():
+            raise InputError(f"rank {os.environ.get('RANK', '?')}: local rank {local} needs GPU {local}, this node "
+                             f"has {torch.cuda.device_count()}; run at most that many ranks per node "
+                             f"(torchrun --nproc-per-node)")
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
 
 
+def _agree(settings: dict) -> None:
+    """Every rank's run-defining settings are rank 0's, or every rank stops with one line
+    naming the first key that differs and both values. Sent as JSON bytes over the process
+    group (no pickle), lengths first."""
+    import json
+
+    mine = json.dumps(settings, sort_keys=True).encode()
+    world = dist.get_world_size()
+    lengths = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+    dist.all_gather(lengths, torch.tensor([len(mine)]))
+    size = int(max(lengths).item())
+    padded = torch.zeros(size, dtype=torch.uint8)
+    padded[: len(mine)] = torch.frombuffer(bytearray(mine), dtype=torch.uint8)
+    everyone = [torch.zeros(size, dtype=torch.uint8) for _ in range(world)]
+    dist.all_gather(everyone, padded)
+    first = json.loads(bytes(everyone[0][: int(lengths[0])].tolist()))
+    for rank, (raw, length) in enumerate(zip(everyone, lengths)):
+        theirs = json.loads(bytes(raw[: int(length)].tolist()))
+        for key in sorted(set(first) | set(theirs)):
+            if first.get(key) != theirs.get(key):
+                raise InputError(f"rank {rank} runs with {key} = {theirs.get(key)!r:.80}, rank 0 with "
+                                 f"{first.get(key)!r:.80}; every rank must run the same settings")
+
+
 def train_ddp(shards: Path | str, out: Path, *, dataset: str, epochs: int, batch_size: int, lr: float, seed: int,
               record: bool = False, cache: Path | None = None, cache_mib: int = 4096,
-              checkpoint: Path | None = None, checkpoint_every: int = 0, resume: bool = False) -> dict | None:
+              checkpoint: Path | None = None, checkpoint_every: int = 0, resume: bool = False,
+              timeout_s: float = 300) -> dict | None:
     """Train SimpleCNN on `shards` (a folder or a URL) with every rank of the torchrun job;
-    rank 0 returns the metrics."""
+    rank 0 returns the metrics. A collective that does not complete within `timeout_s`
+    (another rank stopped, killed or failed) ends this rank with one line."""
     if is_url(shards) and cache is None:
         raise InputError(f"--shards {shards}: a URL needs --cache, the node-local folder its shards are fetched into")
     if resume and checkpoint is None:
@@ -66,13 +98,41 @@ def train_ddp(shards: Path | str, out: Path, *, dataset: str, epochs: int, batch
         raise InputError("train runs under torchrun: torchrun --standalone --nproc-per-node N "
                          "-m pipeline train DATASET --shards ... --out ...")
     device = _device()
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    from datetime import timedelta
+
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=timeout_s))
     try:
         location = str(shards) if is_url(shards) else Path(shards)
-        return _train(location, dataset, Path(out), device, epochs, batch_size, lr, seed, record,
-                      Checkpoints(checkpoint, checkpoint_every, resume), cache, cache_mib << 20)
+        settings = {"dataset": dataset, "epochs": epochs, "global_batch": batch_size, "lr": lr, "seed": seed,
+                    "checkpoint_every": checkpoint_every, "resume": resume, "world_size": dist.get_world_size(),
+                    "code": code_version()}
+        return _train(location, Path(out), device, settings, record, Checkpoints(checkpoint, checkpoint_every, resume),
+                      cache, cache_mib << 20)
+    except dist.DistBackendError as err:
+        raise InputError(f"rank {dist.get_rank()}: a collective did not complete within {timeout_s:g} s (train."
+                         f"timeout_s): another rank stopped or failed ({reason(err, 120)})") from None
+    except RuntimeError as err:
+        if "Connection closed by peer" in str(err) or "timed out" in str(err).lower() or "Timeout" in str(err):
+            raise InputError(f"rank {dist.get_rank()}: another rank stopped or failed, or a collective timed out "
+                             f"({reason(err, 120)})") from None
+        raise
     finally:
         dist.destroy_process_group()
+
+
+def code_version() -> str:
+    """The sha256 of the training code this rank runs (this module, the model, the shard
+    library): ranks running other code are refused like ranks with other settings."""
+    import hashlib
+
+    import pipeline.bench.model as model
+    import pipeline.shards as shards
+
+    digest = hashlib.sha256()
+    files = [Path(__file__), Path(model.__file__), *sorted(Path(shards.__file__).parent.glob("*.py"))]
+    for file in files:
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 class Checkpoints:
@@ -95,14 +155,38 @@ class Checkpoints:
     def load(self, device: torch.device) -> dict | None:
         if not self.resume or not self.path.exists():  # (a relaunch with --resume before any save: a fresh start)
             return None
+        if not self.path.is_file():
+            raise InputError(f"{self.path}: not a regular file (a checkpoint is one)")
         try:
             state = torch.load(self.path, map_location=device, weights_only=True)
         except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, OSError) as err:
             raise InputError(f"{self.path}: not a readable checkpoint ({reason(err)})") from None
-        keys = {"model", "optimizer", "data", "history", "loss_so_far", "global_step"}
+        keys = {"model", "optimizer", "data", "history", "loss_so_far", "global_step", "run"}
         if not isinstance(state, dict) or not keys <= set(state):
             raise InputError(f"{self.path}: not a train checkpoint (expected keys {sorted(keys)})")
         return state
+
+    def check(self, state: dict, run: dict) -> None:
+        """The checkpoint was saved by a run of this data and these settings, and its numbers
+        are in range; else one line naming the difference."""
+        saved = state["run"]
+        if not isinstance(saved, dict):
+            raise InputError(f"{self.path}: its run record is not a dict")
+        for key in sorted(set(run) | set(saved)):
+            if key not in run or saved.get(key) != run[key]:
+                raise InputError(f"{self.path}: saved by a run with {key} = {saved.get(key)!r:.80}, this run has "
+                                 f"{run.get(key)!r:.80}; resume only the run that saved it")
+        loss, step, history = state["loss_so_far"], state["global_step"], state["history"]
+        if not (isinstance(loss, float | int) and math.isfinite(loss) and 0 <= loss < 1e12):
+            raise InputError(f"{self.path}: loss_so_far {loss!r:.40} is not a finite non-negative number")
+        if type(step) is not int or not 0 <= step < 1 << 40:
+            raise InputError(f"{self.path}: global_step {step!r:.40} is out of range")
+        if not isinstance(history, list) or len(history) > 1000 or not all(
+                isinstance(h, dict) and all(isinstance(v, int | float) and math.isfinite(v) for v in h.values())
+                for h in history):
+            raise InputError(f"{self.path}: history is not a list of finite per-epoch figures")
+        if not isinstance(state["data"], dict):
+            raise InputError(f"{self.path}: data position is not a dict")
 
 
 def _loaders(shards: Path | str, dataset: str, batch: int, seed: int, cache: Path | None,
@@ -119,8 +203,19 @@ def _loaders(shards: Path | str, dataset: str, batch: int, seed: int, cache: Pat
             test_set.loader(batch, rank=rank, world_size=world))
 
 
-def _train(shards: Path | str, dataset: str, out: Path, device: torch.device, epochs: int, batch_size: int, lr: float,
-           seed: int, record: bool, checkpoints: Checkpoints, cache: Path | None, cache_bytes: int) -> dict | None:
+def _identity(loader: ShardLoader) -> dict:
+    """What a split is, for a checkpoint and for the ranks to agree on: its data set, split,
+    count and the digest of its shards' digests."""
+    import hashlib
+
+    manifest = loader.dataset.split.manifest
+    digest = hashlib.sha256("".join(entry["sha256"] for entry in manifest["shards"]).encode()).hexdigest()[:16]
+    return {"dataset": manifest["dataset"], "split": manifest["split"], "count": manifest["count"], "shards": digest}
+
+
+def _train(shards: Path | str, out: Path, device: torch.device, settings: dict, record: bool,
+           checkpoints: Checkpoints, cache: Path | None, cache_bytes: int) -> dict | None:
+    dataset, epochs, batch_size, lr, seed = (settings[k] for k in ("dataset", "epochs", "global_batch", "lr", "seed"))
     rank, world = dist.get_rank(), dist.get_world_size()
     if batch_size % world:
         raise ValueError(f"train.batch_size {batch_size} does not split evenly across {world} ranks")
@@ -129,9 +224,13 @@ def _train(shards: Path | str, dataset: str, out: Path, device: torch.device, ep
     model = SimpleCNN().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     train, test = _loaders(shards, dataset, local_batch, seed, cache, cache_bytes)
+    run = {"dataset": dataset, "train": _identity(train), "test": _identity(test), "seed": seed, "lr": lr,
+           "global_batch": batch_size}  # what a checkpoint must have been saved with (not the world size: elastic)
+    _agree({**settings, "train": run["train"], "test": run["test"]})
     history, loss_so_far, global_step = [], 0.0, 0
     state = checkpoints.load(device)
     if state is not None:
+        checkpoints.check(state, run)
         try:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
@@ -157,7 +256,7 @@ def _train(shards: Path | str, dataset: str, out: Path, device: torch.device, ep
         total = loss_sum.clone()
         dist.all_reduce(total)  # the epoch's loss so far, over all ranks (each rank's part differs)
         return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "data": train.state_dict(),
-                "history": history, "loss_so_far": total.item() / world, "global_step": global_step}
+                "history": history, "loss_so_far": total.item() / world, "global_step": global_step, "run": run}
 
     while train.epoch < epochs:
         epoch, start = train.epoch, time.perf_counter()
@@ -212,15 +311,14 @@ def _train(shards: Path | str, dataset: str, out: Path, device: torch.device, ep
         fetched = {name: loader.dataset.split.remote.counts.as_dict() for name, loader in (("train", train),
                                                                                            ("test", test))
                    if loader.dataset.split.remote}
-        write_text(out.with_name(f"{out.stem}.rank{rank}.json"), json.dumps(
-            {"rank": rank, "steps": [h["steps"] for h in history], "params_sum": float(params.double().sum()),
+        write_json(out.with_name(f"{out.stem}.rank{rank}.json"), {"rank": rank, "steps": [h["steps"] for h in history], "params_sum": float(params.double().sum()),
              "params_head": params[:8].tolist(), "params_sha256": _digest(params), "batches": log,
-             "ids": seen, "fetched": fetched, "epochs": history}) + "\n")
+             "ids": seen, "fetched": fetched, "epochs": history}, indent=None)
     if rank != 0:
         return None
     document = {"world_size": world, "backend": dist.get_backend(), "device": str(device),
                 "global_batch": batch_size, "local_batch": local_batch, "lr": lr, "seed": seed, "epochs": history}
-    write_text(out, json.dumps(document, indent=2) + "\n")
+    write_json(out, document)
     return document
 
 
