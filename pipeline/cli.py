@@ -391,4 +391,4 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
     train_ddp(shards, out, dataset=dataset, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],
               seed=settings["seed"], record=record, cache=cache, cache_mib=settings["cache_mib"],
               checkpoint=checkpoint, checkpoint_every=settings["checkpoint_every"], resume=resume,
-              timeout_s=settings["timeout_s"])
+              timeout_s=settings["timeout_s"], remote=settings["remote"])

@@ -111,6 +111,15 @@ class Bench(Strict):
         return self
 
 
+class Remote(Strict):
+    """Deadlines of every read from a URL (a shard or a manifest)."""
+
+    connect_s: Number = Field(gt=0, le=600)
+    first_byte_s: Number = Field(gt=0, le=3600)
+    min_kib_s: Number = Field(gt=0, le=1 << 30)   # the slowest rate accepted, over any window
+    window_s: Number = Field(gt=0, le=3600)
+
+
 class Train(Strict):
     world_size: StrictInt = Field(ge=1, le=1024)
     epochs: StrictInt = Epochs
@@ -120,6 +129,7 @@ class Train(Strict):
     checkpoint_every: StrictInt = Field(ge=0, le=1 << 30)  # optimizer steps; 0: never
     cache_mib: StrictInt = Field(ge=1, le=1 << 30)         # the node-local cache of a remote split
     timeout_s: Number = Field(gt=0, le=3600)               # the most a collective may wait for the other ranks
+    remote: Remote
 
     @model_validator(mode="after")
     def _even(self) -> Train:

@@ -34,7 +34,7 @@ class ShardDataset(Dataset):
     which the default collate stacks) while gathering the batch with one index. `transform`
     (a callable of a batch dict, or a list of them) is applied to every batch, and to a single
     sample as a batch of one. Other keyword arguments go to `MappedSplit`: dataset, split,
-    verify, max_resident, cache, cache_bytes, storage_options."""
+    verify, max_resident, cache, cache_bytes, storage_options, deadlines (`remote.Deadlines`)."""
 
     def __init__(self, location: Path | str, *, transform: Transform | Sequence[Transform] | None = None,
                  **split_options) -> None:

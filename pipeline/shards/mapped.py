@@ -163,24 +163,25 @@ class MappedSplit:
 
     def __init__(self, location, *, dataset: str | None = None, split: str | None = None, verify: str = "xxh3",
                  max_resident: int | None = None, cache: Path | str | None = None, cache_bytes: int = 1 << 40,
-                 storage_options: dict | None = None) -> None:
+                 storage_options: dict | None = None, deadlines=None) -> None:
         if verify not in VERIFY:
             raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
         if max_resident is not None and (type(max_resident) is not int or max_resident < 0):
             raise ValueError(f"max_resident must be a number of bytes (0 or more), got {max_resident!r}")
         self._args = {"location": location, "dataset": dataset, "split": split, "verify": verify,
                       "max_resident": max_resident, "cache": cache, "cache_bytes": cache_bytes,
-                      "storage_options": storage_options}
+                      "storage_options": storage_options, "deadlines": deadlines}
         self._open(**self._args)
 
-    def _open(self, location, dataset, split, verify, max_resident, cache, cache_bytes, storage_options) -> None:
+    def _open(self, location, dataset, split, verify, max_resident, cache, cache_bytes, storage_options,
+              deadlines) -> None:
         self.verify, self.max_resident = verify, max_resident
         self.remote: RemoteShards | None = None
         if is_url(location):
             if cache is None:
                 raise ShardError(f"{location}: a split at a URL needs a cache folder (cache=...)")
             self.remote = RemoteShards(str(location), Path(cache), cache_bytes, verify=verify,
-                                       storage_options=storage_options)
+                                       storage_options=storage_options, deadlines=deadlines)
             self.location = self.remote.url
             manifest = check_identity(self.remote.manifest, f"{self.location}/manifest.json", dataset, split)
         else:

@@ -43,6 +43,7 @@ from pipeline.shards.reader import VERIFY, hasher
 
 MAX_MANIFEST = 64 << 20   # the bound read_manifest applies to a local manifest, too
 CHUNK = 8 << 20           # one ranged GET per chunk: bounded memory whatever the shard's size
+READ = 1 << 20            # what one read() asks for: progress is seen (and a deadline checked) at least this often
 OBJECTS = "objects"       # the cache's verified shard copies; temporaries and locks beside them
 
 
@@ -63,6 +64,79 @@ class _Where(str):
         return self.rsplit("/", 1)[0]
 
 
+@dataclass(frozen=True)
+class Deadlines:
+    """How long a read from the store may take: no first byte within `connect_s` +
+    `first_byte_s` of asking, fewer than `min_rate` bytes a second over any `window_s`
+    seconds after that, or more than `total(size)` seconds for the whole object, and the try
+    is abandoned (then retried, then refused with one line naming the URL and what was slow)."""
+
+    connect_s: float = 10.0
+    first_byte_s: float = 30.0
+    min_rate: int = 64 << 10
+    window_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("connect_s", "first_byte_s", "min_rate", "window_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e12:
+                raise ValueError(f"Deadlines.{name} must be a positive number, got {value!r}")
+
+    def total(self, size: int) -> float:
+        """The most one object of `size` bytes may take, tries apart."""
+        return self.connect_s + self.first_byte_s + self.window_s + size / self.min_rate
+
+
+def watched(read, what: str | None, size: int, deadlines: Deadlines):
+    """Run `read(progress)` on a thread (it adds each byte count it receives to
+    `progress[0]`, and stops when `progress[1]` is set), waiting by `deadlines`; returns what it
+    returns, raises what it raises, or a ShardError naming `what` (when given) and the
+    deadline that expired. Progress is seen when a read() returns (at most READ bytes). An abandoned read is told to stop at its next chunk; its connection is the
+    store's to close."""
+    import threading
+    import time
+    from collections import deque
+
+    progress: list = [0, False]
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = read(progress)
+        except BaseException as err:  # noqa: BLE001 - handed to the waiting thread
+            outcome["error"] = err
+
+    thread = threading.Thread(target=run, name="shards-fetch", daemon=True)
+    start = time.monotonic()
+    thread.start()
+    seen = deque([(start, 0)])
+    first_byte = deadlines.connect_s + deadlines.first_byte_s
+    total = deadlines.total(size)
+    while thread.is_alive():
+        thread.join(0.1)
+        now, got = time.monotonic(), progress[0]
+        elapsed = now - start
+        problem = None
+        if not got and elapsed > first_byte:
+            problem = f"no data within {first_byte:g} s of asking (connect + first byte)"
+        elif elapsed > total:
+            problem = f"{got:,} of {size:,} bytes after {elapsed:.0f} s, over the {total:.0f} s allowed for its size"
+        else:
+            seen.append((now, got))
+            while len(seen) > 1 and seen[1][0] <= now - deadlines.window_s:
+                seen.popleft()
+            since, then = seen[0]
+            if got and now - since >= deadlines.window_s and (got - then) / (now - since) < deadlines.min_rate:
+                problem = (f"{(got - then) / (now - since):,.0f} bytes/s over the last {now - since:.0f} s, under "
+                           f"the minimum of {deadlines.min_rate:,}")
+        if problem:
+            progress[1] = True
+            raise ShardError(f"{what}: {problem}" if what else problem)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 @dataclass
 class FetchCounts:
     """What one process fetched: bytes and shards that came over the network, and cache hits."""
@@ -81,7 +155,7 @@ class RemoteShards:
     """A shard split at `url`, its shards fetched on demand into `cache` (at most `max_bytes`)."""
 
     def __init__(self, url: str, cache: Path, max_bytes: int, *, verify: str = "xxh3", retries: int = 2,
-                 storage_options: dict | None = None) -> None:
+                 storage_options: dict | None = None, deadlines: Deadlines | None = None) -> None:
         if verify not in VERIFY:
             raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
         if max_bytes < 1 or retries < 0:
@@ -93,6 +167,7 @@ class RemoteShards:
                              f"pip install -e '.[s3]'") from None
 
         self.url, self.verify, self.retries, self.max_bytes = str(url).rstrip("/"), verify, retries, max_bytes
+        self.deadlines = deadlines or Deadlines()
         self.cache = Path(cache)
         self.objects = self.cache / OBJECTS
         self.objects.mkdir(parents=True, exist_ok=True)
@@ -113,9 +188,21 @@ class RemoteShards:
 
     def _read_manifest(self) -> dict:
         where = _Where(join(self.url, "manifest.json"))
-        try:
+        def read(progress: list) -> bytes:
+            parts = []
             with self.fs.open(join(self.root, "manifest.json"), "rb") as file:
-                raw = file.read(MAX_MANIFEST + 1)
+                while sum(map(len, parts)) <= MAX_MANIFEST and not progress[1]:
+                    part = file.read(READ)
+                    if not part:
+                        break
+                    parts.append(part)
+                    progress[0] += len(part)
+            return b"".join(parts)
+
+        try:
+            raw = watched(read, where, MAX_MANIFEST, self.deadlines)
+        except ShardError:
+            raise
         except FileNotFoundError:
             raise ShardError(f"{where}: missing (is {self.url} a shard folder?)") from None
         except Exception as err:  # whatever the store answers (refused, unreachable, denied): one line
@@ -208,18 +295,24 @@ class RemoteShards:
         """Stream the object into `out`, hashing as it comes (None for verify "none"), reading
         at most one byte more than `size`: an object longer than its manifest entry is caught
         without reading all of it. Every byte received counts in `counts.bytes`."""
-        got = 0
         digest = None if self.verify == "none" else hasher(self.verify)[1]
-        with self.fs.open(path, "rb", block_size=CHUNK, cache_type="none") as file:
-            while got <= size:
-                chunk = file.read(min(CHUNK, size + 1 - got))
-                if not chunk:
-                    break
-                out.write(chunk)
-                got += len(chunk)
-                self.counts.bytes += len(chunk)
-                if digest is not None:
-                    digest.update(chunk)
+
+        def read(progress: list) -> int:
+            got = 0
+            with self.fs.open(path, "rb", block_size=CHUNK, cache_type="none") as file:
+                while got <= size and not progress[1]:
+                    chunk = file.read(min(READ, size + 1 - got))
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    got += len(chunk)
+                    progress[0] = got
+                    self.counts.bytes += len(chunk)
+                    if digest is not None:
+                        digest.update(chunk)
+            return got
+
+        got = watched(read, None, size, self.deadlines)
         if got < size:
             raise ShardError(f"only {got:,} of the manifest's {size:,} bytes (partial download)")
         if got > size:

@@ -38,7 +38,7 @@ from pipeline.core.atomic import atomic_path, write_json
 from pipeline.core.errors import InputError, reason
 from pipeline.bench.model import MODEL_INPUT, SimpleCNN
 from pipeline.shards.dataset import ShardDataset, ShardLoader
-from pipeline.shards.remote import is_url, join
+from pipeline.shards.remote import Deadlines, is_url, join
 
 # Fault injection for the resume test: the rank named by PIPELINE_TRAIN_KILL_RANK kills itself
 # (SIGKILL: no cleanup, as a lost node) after this many optimizer steps.
@@ -86,7 +86,7 @@ def _agree(settings: dict) -> None:
 def train_ddp(shards: Path | str, out: Path, *, dataset: str, epochs: int, batch_size: int, lr: float, seed: int,
               record: bool = False, cache: Path | None = None, cache_mib: int = 4096,
               checkpoint: Path | None = None, checkpoint_every: int = 0, resume: bool = False,
-              timeout_s: float = 300) -> dict | None:
+              timeout_s: float = 300, remote: dict | None = None) -> dict | None:
     """Train SimpleCNN on `shards` (a folder or a URL) with every rank of the torchrun job;
     rank 0 returns the metrics. A collective that does not complete within `timeout_s`
     (another rank stopped, killed or failed) ends this rank with one line."""
@@ -106,8 +106,11 @@ def train_ddp(shards: Path | str, out: Path, *, dataset: str, epochs: int, batch
         settings = {"dataset": dataset, "epochs": epochs, "global_batch": batch_size, "lr": lr, "seed": seed,
                     "checkpoint_every": checkpoint_every, "resume": resume, "world_size": dist.get_world_size(),
                     "code": code_version()}
+        deadlines = Deadlines() if remote is None else Deadlines(
+            connect_s=remote["connect_s"], first_byte_s=remote["first_byte_s"],
+            min_rate=int(remote["min_kib_s"] * 1024), window_s=remote["window_s"])
         return _train(location, Path(out), device, settings, record, Checkpoints(checkpoint, checkpoint_every, resume),
-                      cache, cache_mib << 20)
+                      cache, cache_mib << 20, deadlines)
     except dist.DistBackendError as err:
         raise InputError(f"rank {dist.get_rank()}: a collective did not complete within {timeout_s:g} s (train."
                          f"timeout_s): another rank stopped or failed ({reason(err, 120)})") from None
@@ -190,11 +193,12 @@ class Checkpoints:
 
 
 def _loaders(shards: Path | str, dataset: str, batch: int, seed: int, cache: Path | None,
-             cache_bytes: int) -> tuple[ShardLoader, ShardLoader]:
+             cache_bytes: int, deadlines: Deadlines) -> tuple[ShardLoader, ShardLoader]:
     """This rank's train loader (the shards in a seeded order, samples shuffled within each)
     and test loader (in order), both checked to hold `dataset`'s splits."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    where = {"cache": cache, "cache_bytes": cache_bytes, "transform": list(MODEL_INPUT), "dataset": dataset}
+    where = {"cache": cache, "cache_bytes": cache_bytes, "transform": list(MODEL_INPUT), "dataset": dataset,
+             "deadlines": deadlines}
     train_set = ShardDataset(_split(shards, "train"), split="train", **where)
     test_set = ShardDataset(_split(shards, "test"), split="test", **where)
     if len(train_set) < world:
@@ -214,7 +218,7 @@ def _identity(loader: ShardLoader) -> dict:
 
 
 def _train(shards: Path | str, out: Path, device: torch.device, settings: dict, record: bool,
-           checkpoints: Checkpoints, cache: Path | None, cache_bytes: int) -> dict | None:
+           checkpoints: Checkpoints, cache: Path | None, cache_bytes: int, deadlines: Deadlines) -> dict | None:
     dataset, epochs, batch_size, lr, seed = (settings[k] for k in ("dataset", "epochs", "global_batch", "lr", "seed"))
     rank, world = dist.get_rank(), dist.get_world_size()
     if batch_size % world:
@@ -223,7 +227,7 @@ def _train(shards: Path | str, out: Path, device: torch.device, settings: dict, 
     torch.manual_seed(seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model = SimpleCNN().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    train, test = _loaders(shards, dataset, local_batch, seed, cache, cache_bytes)
+    train, test = _loaders(shards, dataset, local_batch, seed, cache, cache_bytes, deadlines)
     run = {"dataset": dataset, "train": _identity(train), "test": _identity(test), "seed": seed, "lr": lr,
            "global_batch": batch_size}  # what a checkpoint must have been saved with (not the world size: elastic)
     _agree({**settings, "train": run["train"], "test": run["test"]})
