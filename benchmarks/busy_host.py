@@ -1,7 +1,8 @@
 """A loader on a busy host: one shuffled epoch of float batches of 512 from a split held on
-the CPU, made with torch's ops (what `DeviceBatches` did before: `to_float` on torch's
-default intra-op threads) and with numpy on one thread (what it does now on the CPU), with
-the host as it is and with `--spinners` extra processes spinning on the cores.
+the CPU, made with torch's ops (what `DeviceBatches` did before: uint8 -> float on torch's
+default intra-op threads) and with numpy on one thread (what its `UnitFloat` transform does
+on the CPU), with the host as it is and with `--spinners` extra processes spinning on the
+cores.
 
     python benchmarks/busy_host.py data/shards/mnist/train --out results/peers
 
@@ -33,11 +34,12 @@ def spin(stop) -> None:
 def epochs(split: Path, path: str, repeat: int) -> list[float]:
     import torch
 
-    from pipeline.shards import DeviceBatches, load_split
-    from pipeline.shards.loaders import to_float
+    from pipeline.bench.model import MODEL_INPUT
+    from pipeline.shards import DeviceBatches, read_split
 
-    images, labels = load_split(split)
-    batches = DeviceBatches(images, labels, 512, seed=0)
+    columns = read_split(split)
+    images, labels = columns["images"], columns["labels"]
+    batches = DeviceBatches(columns, 512, shuffle=True, seed=0, transform=list(MODEL_INPUT))
     times = []
     for epoch in range(repeat):
         start = time.perf_counter()
@@ -45,10 +47,10 @@ def epochs(split: Path, path: str, repeat: int) -> list[float]:
             for _ in batches:
                 pass
         else:
-            order = batches.indices(epoch)
+            order = batches.rank_order(epoch)
             for first in range(0, len(order), 512):
                 index = order[first: first + 512]
-                to_float(images[index]), labels[index].long()
+                images[index].unsqueeze(1).to(torch.float32).div_(255), labels[index].long()
         times.append(time.perf_counter() - start)
     del torch
     return times

@@ -24,8 +24,15 @@ import torch
 from safetensors.torch import load as load_bytes
 from safetensors.torch import load_file
 
+from pipeline.bench.model import MODEL_INPUT
 from pipeline.stages.parquet import read_parquet_arrays
-from pipeline.shards import DeviceBatches, load_split, write_shards
+from pipeline.shards import DeviceBatches, read_split, write_split
+from pipeline.shards.format import V2_SAMPLE
+
+
+def as_columns(loaded) -> dict[str, torch.Tensor]:
+    """What a case returns ({field: tensor} from `read_split`, or (images, labels)) as columns."""
+    return loaded if isinstance(loaded, dict) else dict(zip(("images", "labels"), loaded, strict=True))
 
 
 def best(fn, repeat: int) -> float:
@@ -50,14 +57,15 @@ def main() -> None:
     megabytes = (images.nbytes + labels.nbytes) / 1e6
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        write_shards(images, labels, tmp / "plain", dataset="d", split="train", samples_per_shard=32768)
-        write_shards(images, labels, tmp / "zstd", dataset="d", split="train", samples_per_shard=32768,
-                     compression="zstd", level=3)
+        columns = {"images": images, "labels": labels}
+        write_split(columns, tmp / "plain", sample=V2_SAMPLE, dataset="d", split="train", samples_per_shard=32768)
+        write_split(columns, tmp / "zstd", sample=V2_SAMPLE, dataset="d", split="train", samples_per_shard=32768,
+                    compression="zstd", level=3)
         torch.save({"images": torch.from_numpy(images.copy()), "labels": torch.from_numpy(labels.copy())}, tmp / "t.pt")
 
         def first_batch(load):
-            x, y = load()
-            return next(iter(DeviceBatches(x, y, 512, seed=0)))
+            # float images and int64 labels, as the model takes them
+            return next(iter(DeviceBatches(as_columns(load()), 512, shuffle=True, seed=0, transform=list(MODEL_INPUT))))
 
         def memcpy():
             return torch.from_numpy(np.array(images)), torch.from_numpy(np.array(labels))
@@ -67,7 +75,7 @@ def main() -> None:
             return torch.cat([p["images"] for p in parts]), torch.cat([p["labels"] for p in parts])
 
         def previous_loader():
-            # What load_split did before this benchmark's change: read the file, hash it
+            # What the shard loader did before this benchmark's change: read the file, hash it
             # with sha256, parse it into tensors, copy those into the output.
             out_images, out_labels = torch.empty(images.shape, dtype=torch.uint8), torch.empty(len(labels), dtype=torch.uint8)
             start = 0
@@ -83,10 +91,10 @@ def main() -> None:
         cases = {
             "previous loader (read, sha256, copy)": previous_loader,
             "memory copy (the ceiling)": memcpy,
-            "shards, none, xxh3 verified": lambda: load_split(tmp / "plain"),
-            "shards, none, sha256 verified": lambda: load_split(tmp / "plain", verify="sha256"),
-            "shards, none, unverified": lambda: load_split(tmp / "plain", verify="none"),
-            "shards, zstd-3, xxh3 verified": lambda: load_split(tmp / "zstd"),
+            "shards, none, xxh3 verified": lambda: read_split(tmp / "plain"),
+            "shards, none, sha256 verified": lambda: read_split(tmp / "plain", verify="sha256"),
+            "shards, none, unverified": lambda: read_split(tmp / "plain", verify="none"),
+            "shards, zstd-3, xxh3 verified": lambda: read_split(tmp / "zstd"),
             "safetensors load_file + cat": safetensors_own,
             "parquet compact (this codec)": lambda: tuple(map(torch.from_numpy, read_parquet_arrays(args.parquet)[::-1])),
             "torch.load one tensor file": lambda: tuple(torch.load(tmp / "t.pt").values()),

@@ -152,7 +152,7 @@ def parquet(csv_dir, tmp_path):
 
 @pytest.fixture
 def shard_dir(tmp_path, tiny):
-    from pipeline.shards import write_shards
+    from conftest import write_shards
 
     write_shards(tiny.arrays["train_images"], tiny.arrays["train_labels"], tmp_path / "split", dataset="tiny",
                  split="train", samples_per_shard=24)
@@ -498,8 +498,9 @@ def test_yaml_alias_bomb_in_params_fails_at_once(files):
 
 
 def test_train_refuses_another_data_sets_shards_and_too_many_ranks(tmp_path, tiny, monkeypatch):
+    from conftest import write_shards
     from pipeline.cli import check_world
-    from pipeline.shards import ShardError, write_shards
+    from pipeline.shards import ShardError
 
     for split in ("train", "test"):
         write_shards(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], tmp_path / "s" / split,
@@ -749,7 +750,8 @@ def test_idx_dimensions_whose_product_wraps(tmp_path, data, message):
 def test_manifest_count_that_cannot_be_allocated(tmp_path):
     """A zstd split's count is not bounded by its file sizes: 2^31 samples (1.7 TB) is
     refused as a message when the tensor cannot be had, not a torch traceback."""
-    from pipeline.shards import ShardError, load_split
+    from pipeline.shards import ShardError
+    from pipeline.shards import read_split as read_shard_split  # (read_split here is the IDX reader's)
     from pipeline.shards.format import MAX_COUNT, new_manifest, write_manifest
 
     entry = {"file": "shard-00000.safetensors.zst", "count": MAX_COUNT, "bytes": 100, "sha256": "a" * 64,
@@ -761,7 +763,7 @@ def test_manifest_count_that_cannot_be_allocated(tmp_path):
                                                 source={}, shards=[entry], block=None))
     with pytest.raises(ShardError, match=r"manifest.json: count 2,147,483,648 needs 1,685.8 GB, which cannot be "
                                          r"allocated here"):
-        load_split(tmp_path / "s")
+        read_shard_split(tmp_path / "s")
 
 
 def test_compact_parquet_without_label(parquet, tmp_path):

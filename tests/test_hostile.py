@@ -20,8 +20,9 @@ from pipeline.stages.parquet import read_parquet_arrays
 from pipeline.stages.csvdata import write_csv
 from pipeline.core.errors import DataError
 from pipeline.core.params import ParamsError, validate_params
-from pipeline.shards import ShardDataset, ShardError, load_split, read_manifest, write_shards
+from pipeline.shards import ShardDataset, ShardError, read_manifest, read_split
 from pipeline.stages.shard import shard_dataset
+from conftest import write_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,7 +151,7 @@ def test_hostile_manifest(shard_dir, case):
     manifest = json.loads((shard_dir / "manifest.json").read_text())
     edit(manifest)
     (shard_dir / "manifest.json").write_text(json.dumps(manifest))
-    for reader in (load_split, read_manifest):
+    for reader in (read_split, read_manifest, ShardDataset):
         with pytest.raises(ShardError, match=message) as err:
             reader(shard_dir)
         assert str(err.value).startswith(str(shard_dir / "manifest.json")) and "\n" not in str(err.value)
@@ -163,9 +164,10 @@ def test_hostile_manifest(shard_dir, case):
 ])
 def test_unreadable_manifest(shard_dir, text, message):
     (shard_dir / "manifest.json").write_text(text)
-    with pytest.raises(ShardError, match=message) as err:
-        load_split(shard_dir)
-    assert str(err.value).startswith(f"{shard_dir / 'manifest.json'}: ")
+    for reader in (read_split, ShardDataset):
+        with pytest.raises(ShardError, match=message) as err:
+            reader(shard_dir)
+        assert str(err.value).startswith(f"{shard_dir / 'manifest.json'}: ")
 
 
 def test_symlinked_shard_is_refused(shard_dir, tmp_path):
@@ -174,8 +176,9 @@ def test_symlinked_shard_is_refused(shard_dir, tmp_path):
     outside.write_bytes(first.read_bytes())
     first.unlink()
     first.symlink_to(outside)
-    with pytest.raises(ShardError, match=r"shard-00000.safetensors: a link, not a plain file; shards must be plain"):
-        load_split(shard_dir)
+    for read in (read_split, lambda folder: ShardDataset(folder).batch([0])):
+        with pytest.raises(ShardError, match=r"shard-00000.safetensors: a link, not a plain file; shards must be plain"):
+            read(shard_dir)
 
 
 def test_a_fifo_as_a_shard_is_refused_without_waiting(shard_dir):
@@ -184,7 +187,7 @@ def test_a_fifo_as_a_shard_is_refused_without_waiting(shard_dir):
     first = shard_dir / "shard-00000.safetensors"
     first.unlink()
     os.mkfifo(first)
-    for read in (load_split, lambda folder: ShardDataset(folder).batch([0])):  # (a ShardDataset maps on first use)
+    for read in (read_split, lambda folder: ShardDataset(folder).batch([0])):  # (a ShardDataset maps on first use)
         with within(5), pytest.raises(ShardError, match=r"shard-00000.safetensors: a FIFO \(named pipe\), not a "
                                                         r"regular file; expected a file here; shards must be plain"):
             read(shard_dir)
@@ -201,8 +204,10 @@ def test_zstd_frame_that_claims_too_much(tmp_path, tiny):
     manifest = json.loads((tmp_path / "z" / "manifest.json").read_text())
     manifest["shards"][0].update(bytes=len(bomb))
     (tmp_path / "z" / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ShardError, match=r"shard-00000.safetensors.zst: zstd frame holds 2,512,000 bytes, not 64 samples"):
-        load_split(tmp_path / "z", verify="none")
+    for read in (read_split, ShardDataset):  # (a ShardDataset decompresses zstd shards when opened)
+        with pytest.raises(ShardError, match=r"shard-00000.safetensors.zst: zstd frame holds 2,512,000 bytes, not 64 "
+                                             r"samples"):
+            read(tmp_path / "z", verify="none")
 
 
 # ---------------------------------------------------------------- params
@@ -333,6 +338,7 @@ def test_damaged_parquet_is_refused_by_the_reader_itself(parquet, where):
         read_parquet_arrays(path)
 
 
+@pytest.mark.slow
 def test_checksum_file_is_sha256sum_compatible(parquet):
     folder = parquet.parent
     result = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=folder, capture_output=True, text=True)
@@ -368,6 +374,7 @@ def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
     assert (dest / "x").read_text() == "ok" and not list(tmp_path.glob(".out.*"))
 
 
+@pytest.mark.slow
 def test_a_concurrent_process_is_refused(tmp_path):
     dest = tmp_path / "out"
     code = ("import sys, time; from pipeline.core.atomic import atomic_dir\n"
@@ -380,6 +387,7 @@ def test_a_concurrent_process_is_refused(tmp_path):
     assert first.wait() == 0
 
 
+@pytest.mark.slow
 def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
     dest = tmp_path / "out.parquet"
     code = ("import os, sys; from pipeline.core.atomic import atomic_path\n"
@@ -400,6 +408,7 @@ def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd, env=env)
 
 
+@pytest.mark.slow
 def test_cli_bad_params_is_one_line_and_exit_2(tmp_path, params, csv_dir):
     params["shard"]["samples_per_shard"] = 1.5
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(params))
@@ -413,6 +422,7 @@ def test_cli_bad_params_is_one_line_and_exit_2(tmp_path, params, csv_dir):
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 
 
+@pytest.mark.slow
 def test_cli_missing_test_csv_is_named(tmp_path, csv_dir):
     (csv_dir / "test.csv").unlink()
     (tmp_path / "sources.yaml").write_text("tiny: {rows: {train: 64, test: 32}, files: {}}\n")
@@ -422,11 +432,12 @@ def test_cli_missing_test_csv_is_named(tmp_path, csv_dir):
     assert "test.csv" in result.stderr and not (tmp_path / "pq").exists()
 
 
+@pytest.mark.slow
 def test_cli_hostile_manifest_in_bench(tmp_path, shard_dir):
     manifest = json.loads((shard_dir / "manifest.json").read_text())
     manifest["shards"][0]["file"] = "/etc/passwd"
     (shard_dir / "manifest.json").write_text(json.dumps(manifest))
-    code = f"from pipeline.shards import load_split; load_split({str(shard_dir)!r})"
+    code = f"from pipeline.shards import read_split; read_split({str(shard_dir)!r})"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "is not a plain shard file name" in result.stderr and "passwd: " not in result.stderr.split("file name")[-1]
 

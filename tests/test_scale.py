@@ -210,7 +210,8 @@ def test_a_shard_loader_resumes_mid_epoch_with_the_same_or_another_world_size(tm
                 if len(taken[rank]) == 8:
                     break
     state = firsts[1].state_dict()
-    assert state == firsts[0].state_dict() == {  # the same on every rank: runs [0, 115) and [115, 230), 40 taken of each
+    # the same on every rank: runs [0, 115) and [115, 230), 40 taken of each
+    assert state == firsts[0].state_dict() == {
         "epoch": 1, "due": [[40, 115], [155, 230]], "seed": 3, "shuffle": "shards", "count": 230,
         "shard_counts": counts, "drop_last": False}
     resumed = loader()
@@ -503,7 +504,9 @@ def history(root: Path, name: str) -> list[dict]:
     return json.loads((root / name / "train.json").read_text())["epochs"]
 
 
-TIMING = {"seconds", "read_seconds"}
+def untimed(epoch: dict) -> dict:
+    """An epoch's figures but its timings."""
+    return {k: v for k, v in epoch.items() if k not in ("seconds", "read_seconds")}
 
 
 @pytest.mark.slow
@@ -523,8 +526,7 @@ def test_a_killed_run_resumes_with_the_same_samples_and_weights(resumed):
     assert full[0]["params_sha256"] == full[1]["params_sha256"]
     doc, whole = history(root, "on2"), history(root, "full")
     assert [e["epoch"] for e in doc] == [1, 2]
-    assert [{k: v for k, v in e.items() if k not in TIMING} for e in doc] == \
-        [{k: v for k, v in e.items() if k not in TIMING} for e in whole]
+    assert [untimed(e) for e in doc] == [untimed(e) for e in whole]
 
 
 @pytest.mark.parametrize("nproc", [1, 3])
@@ -534,7 +536,7 @@ def test_a_killed_run_resumes_on_another_number_of_ranks(resumed, nproc):
     cut among the new ranks; across the old run and the new, every sample of the interrupted
     epoch is trained on exactly once, and training completes."""
     root, _, _, outputs, seed = resumed
-    line = f"train: resumed from {root / f'on{nproc}.pt'} at epoch 2, sample 120 of the epoch, on {nproc} ranks"
+    line = f"train: resumed from {root / f'on{nproc}.pt'} at epoch 2, sample 120 of the epoch, on {nproc} rank{'s' if nproc > 1 else ''}"
     assert sum(text == line for text in outputs[nproc].splitlines()) == 1, outputs[nproc][-2000:]
     # The killed run took the full run's first 12 steps (the same seed and order: the 2-rank
     # resume above proves it); its checkpoint holds what came after.
@@ -556,10 +558,12 @@ def test_a_killed_run_resumes_on_another_number_of_ranks(resumed, nproc):
     # training completed: epoch 1 as the checkpoint recorded it, epoch 2 finished on the new ranks
     doc, whole = history(root, f"on{nproc}"), history(root, "full")
     assert [e["epoch"] for e in doc] == [1, 2] and doc[1]["steps"] == 10
-    assert {k: v for k, v in doc[0].items() if k not in TIMING} == {k: v for k, v in whole[0].items() if k not in TIMING}
-    # other global batches in epoch 2 than the uninterrupted run's: close, not equal
-    assert abs(doc[1]["loss"] - whole[1]["loss"]) <= 0.25 * whole[1]["loss"] + 0.02, (doc, whole)
-    assert doc[1]["accuracy"] >= whole[1]["accuracy"] - 0.1, (doc, whole)
+    assert untimed(doc[0]) == untimed(whole[0])
+    # other global batches in epoch 2 than the uninterrupted run's (the same samples, grouped
+    # otherwise): close, not equal
+    assert abs(doc[1]["loss"] - whole[1]["loss"]) <= 0.05 * whole[1]["loss"], (doc, whole)
+    assert doc[1]["accuracy"] >= whole[1]["accuracy"] - 0.05, (doc, whole)
+
 
 def test_the_docs_show_the_measured_results():
     """docs/scale.md's block is benchmarks/two_nodes.py's rendering of results/scale/mnist/two_nodes.json."""

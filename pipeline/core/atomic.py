@@ -117,18 +117,45 @@ def atomic_path(dest: Path) -> Iterator[Path]:
             tmp.unlink(missing_ok=True)
 
 
+MARKER = ".pipeline-output"   # inside every folder atomic_dir writes: what it may replace later
+
+
+def check_owned(dest: Path, marker: str = MARKER) -> None:
+    """`dest` may be replaced: absent, an empty folder, or a folder this project wrote (it
+    holds `marker`). A file, a link, the current folder or one above it, or a folder of
+    someone else's is refused with one line; nothing is touched."""
+    from pipeline.core.errors import InputError
+
+    if dest.is_symlink() or dest.exists() and not dest.is_dir():
+        raise InputError(f"{dest}: exists and is not a folder; refusing to replace it (choose another output)")
+    if not dest.exists():
+        return
+    here = Path.cwd().resolve()
+    if dest.resolve() == here or dest.resolve() in here.parents:
+        raise InputError(f"{dest}: is the current folder or one above it; refusing to replace it")
+    if (dest / marker).is_file() or not any(dest.iterdir()):
+        return
+    raise InputError(f"{dest}: a folder this project did not write (no {marker} inside); refusing to replace it "
+                     f"(remove it yourself, or choose another output)")
+
+
 @contextlib.contextmanager
-def atomic_dir(dest: Path) -> Iterator[Path]:
-    """Yield a fresh temporary folder; on success it replaces `dest` as a whole.
+def atomic_dir(dest: Path, marker: str | None = None) -> Iterator[Path]:
+    """Yield a fresh temporary folder; on success it replaces `dest` as a whole. `dest` must
+    be absent, empty or the project's own (`check_owned`); the new folder is marked so
+    (MARKER), unless `marker` names a file the caller writes into it that marks it instead.
 
     The old folder is first renamed aside (a temporary name the next run clears), so at no
     moment is `dest` a mix of old and new; at worst, after a kill at that instant, it is
     missing and DVC restores it from its cache."""
     dest = Path(dest)
+    check_owned(dest, marker or MARKER)
     with locked(dest), _worded(dest):
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
             yield tmp
+            if marker is None:
+                (tmp / MARKER).write_text("written by this project's pipeline; replaced whole by its next run\n")
             os.chmod(tmp, 0o777 & ~_umask())
             old = None
             if dest.exists() or dest.is_symlink():

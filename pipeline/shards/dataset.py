@@ -78,7 +78,7 @@ class ShardDataset(Dataset):
                 world_size: int = 1, drop_last: bool = False) -> ShardSampler:
         """A `ShardSampler` for this split (its shard counts included, for shuffle="shards")."""
         return ShardSampler(len(self), batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
-                            drop_last=drop_last, shard_counts=self.shard_counts or None)
+                            drop_last=drop_last, shard_counts=self.shard_counts)
 
     def loader(self, batch_size: int, *, shuffle: bool | str = False, seed: int = 0, rank: int = 0,
                world_size: int = 1, drop_last: bool = False, **dataloader_options) -> ShardLoader:

@@ -178,7 +178,7 @@ def zstd():
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
-    """The one mix of (seed, epoch) behind every shuffle (DeviceBatches, ranks): runs repeat
+    """The one mix of (seed, epoch) behind every shuffle (`order.ShardSampler`): runs repeat
     exactly and epochs differ."""
     return seed * 1_000_003 + epoch
 

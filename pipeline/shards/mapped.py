@@ -100,17 +100,26 @@ def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | No
     verify "xxh3"), the header is checked against the manifest's `header_xxh3_64` before it
     is parsed and the data are verified block by block later; otherwise the whole file is
     hashed now (verify "xxh3" or "sha256") or not at all ("none")."""
-    count = entry["count"]
     path, fd, size = _open_shard(folder, entry)
     try:
         head = _head(fd, size) if block else b""
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)
+    try:
+        return _mapped_shard(path, entry, templates, verify, block, head, mapped, size)
+    except BaseException:
+        mapped.close()  # (no array was handed out: the map is ours to close)
+        raise
+
+
+def _mapped_shard(path: str, entry: dict, templates: dict, verify: str, block: int | None, head: bytes,
+                  mapped: mmap.mmap, size: int) -> MappedShard:
+    """`map_shard`'s checks and arrays over an open map."""
+    count = entry["count"]
     if block:
         got = _xxh3_64(head).hex()
         if got != entry["header_xxh3_64"]:
-            mapped.close()
             raise ShardError(f"{path}: header checksum mismatch: manifest header_xxh3_64 "
                              f"{entry['header_xxh3_64']}, file {got}")
         import io
@@ -214,7 +223,12 @@ class MappedSplit:
         return self.remote.local(number)
 
     def _decompressed(self, number: int) -> MappedShard:
-        targets = allocate(self.sample, self.counts[number])
+        try:
+            targets = allocate(self.sample, self.counts[number])
+        except RuntimeError:  # torch's "can't allocate memory": a count no real shard has
+            raise ShardError(f"{self.location}: shard {number} of {self.counts[number]:,} samples needs "
+                             f"{self.counts[number] * self.sample.row_bytes:,} bytes, which cannot be allocated "
+                             f"here") from None
         folder, entry = self._where(number)
         verify = self.verify if self.remote is None else "none"  # (the cache verified its copy)
         read_shard_into(folder, entry, self.codec, verify, targets)

@@ -14,8 +14,10 @@ seed, the epoch and the shuffle, never on the number of ranks:
 The positions of that order still due this epoch (all of them at its start) are cut into
 `world_size` contiguous runs whose lengths differ by at most one; rank r takes run r,
 `batch_size` positions at a time. Every rank takes the same number of steps (DDP's
-collectives need it): where runs differ in length, the shorter runs' last batch is one sample
-smaller (empty only when fewer samples than ranks remain). After `s` steps, the positions
+collectives need it): where runs differ in length, a shorter run's last batch is one sample
+smaller, and empty where the longest run's last batch holds a single sample (61 samples on 4
+ranks in batches of 5: rank 0 takes 5, 5, 5, 1; the others 5, 5, 5, 0). A loss averaged over
+the global batch sums each rank's samples and divides by `batch_total`. After `s` steps, the positions
 still due are each run minus its first `s * batch_size`: a list of at most `world_size`
 intervals, which is the resume state. Loaded into a sampler with another world size (or
 another batch size), those intervals are cut anew, so an interrupted epoch ends with every

@@ -11,9 +11,11 @@ AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for a MinIO or moto server, ~/.aws), or
 `storage_options`.
 
 Why whole shards rather than byte ranges: the manifest's checksums cover whole files, so a
-shard can only be verified whole; a rank whose range covers part of a shard still fetches all
-of it (at most two such shards per rank and epoch, see `ranks`). Shards are a few large files,
-so this costs at most two shards' worth per rank.
+shard can only be verified whole; a rank whose run touches part of a shard still fetches all
+of it (with `shuffle="shards"`, at most two such shards per rank and epoch: `order`).
+
+Every read has deadlines (`Deadlines`: connect and first byte, a minimum rate over a window,
+a total by the object's size); an expired one abandons the try.
 
 The cache holds verified copies named by content (`<xxh3_128 or sha256><suffix>`): a shard
 that changed upstream is a different name, never a stale hit, and two splits share what they
@@ -21,9 +23,10 @@ have in common. Each fetch streams into a temporary file inside the cache, hashi
 goes, and is renamed into place only once size and checksum match; a failed try is retried
 `retries` times, then refused with one line naming the shard. A cached copy is verified again
 before use (a disk can rot; a damaged copy is fetched anew). When a new shard would take the
-cache past `max_bytes`, the least recently used copies go first. Ranks of one node may share a
+cache past `max_bytes`, the least recently used copies go first (a temporary left by a killed
+fetch first of all; never a copy another process holds). Ranks of one node may share a
 cache folder: a per-shard lock makes one of them fetch while the others wait and then hit.
-Nothing is written outside the cache folder.
+Nothing is written outside the cache folder (a link in its place is refused).
 """
 
 from __future__ import annotations

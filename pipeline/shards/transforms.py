@@ -99,12 +99,17 @@ def compose(transform: Transform | Sequence[Transform] | None, dtypes: Mapping[s
             raise ValueError(f"a transform must be callable, got {type(step).__name__}")
         if hasattr(step, "check"):
             step.check(dtypes)
-    if len(steps) == 1:
-        return steps[0]
+    return steps[0] if len(steps) == 1 else Compose(steps)
 
-    def run(batch: Batch) -> Batch:
-        for step in steps:
+
+class Compose:
+    """Transforms applied in turn (a class, not a closure: DataLoader workers started with
+    spawn or forkserver receive the dataset pickled)."""
+
+    def __init__(self, steps: Sequence[Transform]) -> None:
+        self.steps = list(steps)
+
+    def __call__(self, batch: Batch) -> Batch:
+        for step in self.steps:
             batch = step(batch)
         return batch
-
-    return run

@@ -355,7 +355,7 @@ def write_split(columns: Mapping[str, object], out_dir: Path, *, sample: Sample,
                 source: dict | None = None) -> dict:
     """Write one split held in memory ({field name: array-like [n, *shape]}) as shards plus
     manifest.json into `out_dir` (replaced whole: on any error nothing is left behind)."""
-    with atomic_dir(Path(out_dir)) as tmp:
+    with atomic_dir(Path(out_dir), marker="manifest.json") as tmp:  # (a split's manifest marks it as ours)
         writer = ShardWriter(tmp, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
                              compression=compression, level=level)
         writer.add(columns)

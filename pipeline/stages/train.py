@@ -248,7 +248,7 @@ def _train(shards: Path | str, out: Path, device: torch.device, settings: dict, 
         if rank == 0:
             done = len(train.dataset) - sum(b - a for a, b in train.state_dict()["due"])
             print(f"train: resumed from {checkpoints.path} at epoch {train.epoch + 1}, sample {done} of the epoch, "
-                  f"on {world} ranks", file=sys.stderr, flush=True)
+                  f"on {world} rank{'s' if world > 1 else ''}", file=sys.stderr, flush=True)
     ddp = torch.nn.parallel.DistributedDataParallel(model)  # (after the load: DDP broadcasts rank 0's weights)
     kill_after = int(os.environ.get(KILL_AFTER, "0")) if os.environ.get("PIPELINE_TRAIN_KILL_RANK") == str(rank) else 0
     log: list[list[int]] = []  # with --record: [global step, sample ids...] of each batch this process trained on
