@@ -4,11 +4,14 @@ and gathered from in place, verified block by block as batches touch it.
 Memory model: the shards' pages belong to the kernel's page cache, which every process that
 maps the same file shares; a process holds nothing of the split but the batches it gathers.
 So N DataLoader workers hold the split once, not N times (PSS, which divides a shared page
-among the processes mapping it, sums to about one split). `max_resident` bounds what one
-process keeps mapped in: past it, the maps are told to let go of their pages
-(`madvise(MADV_DONTNEED)`, the page cache keeps them), so a split larger than memory reads
-within a bound. zstd shards are decompressed into this process's memory when the split is
-opened (forked workers share those pages until they write to them, which they never do).
+among the processes mapping it, sums to about one split). A mapped page a batch touched
+does count in the process's RSS, though, and the kernel may map a whole large folio (up to
+megabytes) for one touched row. With `max_resident` set, a split is read with `pread`
+instead of through its maps: the process holds the batches it gathers and nothing of the
+split, so a split larger than memory reads within any bound (a shard verified whole, where
+its header lists no block digests, passes through memory once and is let go). zstd shards
+are decompressed into this process's memory when the split is opened (forked workers share
+those pages until they write to them, which they never do); their size must fit the bound.
 
 A location is a local folder or a URL (`s3://...`, any fsspec URL); a URL's shards are
 fetched into a node-local cache (`remote.RemoteShards`) when a batch first touches them.
@@ -44,6 +47,14 @@ class MappedShard:
     done: np.ndarray | None = None       # verified blocks
     offsets: tuple[int, ...] = ()        # per field: where its first row lies in the data area
     block: int = 0
+    fd: int | None = None                # read with pread instead of the map (a memory bound is set)
+    data_start: int = 0                  # where the data area starts in the file
+
+    def _block(self, number: int) -> bytes | memoryview:
+        begin = number * self.block
+        if self.fd is None:
+            return self.view[begin : begin + self.block]
+        return os.pread(self.fd, self.block, self.data_start + begin)
 
     def check_rows(self, rows: np.ndarray, row_bytes: list[int]) -> None:
         """Verify every block the samples at `rows` lie in (each block once), or raise a
@@ -61,8 +72,9 @@ class MappedShard:
                 touched += [np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]
         wanted = np.unique(np.concatenate(touched))
         for number in wanted[~self.done[wanted]].tolist():
-            begin, end = number * self.block, min((number + 1) * self.block, self.view.nbytes)
-            got, expected = _xxh3_64(self.view[begin:end]), self.digests[8 * number : 8 * number + 8]
+            data = self._block(number)
+            begin, end = number * self.block, number * self.block + len(data)
+            got, expected = _xxh3_64(data), self.digests[8 * number : 8 * number + 8]
             if got != expected:
                 raise ShardError(f"{self.path}: checksum mismatch in block {number} (bytes {begin:,}..{end:,} after "
                                  f"the header): header xxh3_64 {expected.hex()}, file {got.hex()}")
@@ -76,6 +88,23 @@ class MappedShard:
         """Drop this process's pages of the map (the page cache keeps them)."""
         if self.mapped is not None:
             self.mapped.madvise(mmap.MADV_DONTNEED)
+
+    def read_rows(self, rows: np.ndarray, row_bytes: list[int], picked, out: dict[str, np.ndarray]) -> None:
+        """Rows `rows` of every field into `out` (at `picked`), read from the file with pread:
+        nothing of the file is mapped into this process."""
+        slots = np.arange(len(rows)) if isinstance(picked, slice) else picked
+        for (name, target), offset, size in zip(out.items(), self.offsets, row_bytes):
+            flat = target.reshape(len(target), -1).view(np.uint8)
+            start = self.data_start + offset
+            for slot, row in zip(slots.tolist(), rows.tolist()):
+                view = memoryview(flat[slot])
+                if os.preadv(self.fd, [view], start + row * size) != size:
+                    raise ShardError(f"{self.path}: ends early (changed since it was opened?)")
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _xxh3_64(data) -> bytes:
@@ -94,23 +123,34 @@ def _head(fd: int, size: int) -> bytes:
     return head[:wanted]
 
 
-def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | None) -> MappedShard:
+def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | None,
+              pread: bool = False) -> MappedShard:
     """Map one uncompressed shard after the checks every reader runs (a plain file of the
     stated size; the header against the sample schema). With `block` (format version 4 and
     verify "xxh3"), the header is checked against the manifest's `header_xxh3_64` before it
     is parsed and the data are verified block by block later; otherwise the whole file is
-    hashed now (verify "xxh3" or "sha256") or not at all ("none")."""
+    hashed now (verify "xxh3" or "sha256") or not at all ("none"). With `pread`, the shard
+    keeps its descriptor and is read with pread (`read_rows`), its map let go after the
+    checks."""
     path, fd, size = _open_shard(folder, entry)
     try:
         head = _head(fd, size) if block else b""
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
     try:
-        return _mapped_shard(path, entry, templates, verify, block, head, mapped, size)
+        shard = _mapped_shard(path, entry, templates, verify, block, head, mapped, size)
     except BaseException:
         mapped.close()  # (no array was handed out: the map is ours to close)
+        os.close(fd)
         raise
+    if pread:
+        shard.fd = fd
+        shard.let_go()
+    else:
+        os.close(fd)
+    return shard
 
 
 def _mapped_shard(path: str, entry: dict, templates: dict, verify: str, block: int | None, head: bytes,
@@ -139,7 +179,9 @@ def _mapped_shard(path: str, entry: dict, templates: dict, verify: str, block: i
         items = math.prod(template.shape[1:])
         columns[name] = np.frombuffer(mapped, dtype, count * items, data_start + begin).reshape(count,
                                                                                                  *template.shape[1:])
-    shard = MappedShard(path, {name: columns[name] for name in templates}, mapped)
+    begins = {name: begin for name, begin, _ in tiles}
+    shard = MappedShard(path, {name: columns[name] for name in templates}, mapped, data_start=data_start,
+                        offsets=tuple(begins[name] for name in templates))
     if block:
         digests = metadata.get("xxh3_64_blocks")
         wanted = blocks_in(size - data_start, block)
@@ -149,16 +191,9 @@ def _mapped_shard(path: str, entry: dict, templates: dict, verify: str, block: i
             raw = b""
         if len(raw) != 8 * wanted:
             raise ShardError(f"{path}: the header lists no {wanted} block digests (xxh3_64_blocks)")
-        begins = {name: begin for name, begin, _ in tiles}
         shard.view, shard.digests, shard.block = memoryview(mapped)[data_start:], raw, block
-        shard.done, shard.offsets = np.zeros(wanted, bool), tuple(begins[name] for name in templates)
+        shard.done = np.zeros(wanted, bool)
     return shard
-
-
-def _file_pages() -> int:
-    """This process's resident file-backed and shared pages, in bytes (Linux: /proc/self/statm)."""
-    with open("/proc/self/statm", "rb") as statm:
-        return int(statm.read().split()[2]) * mmap.PAGESIZE
 
 
 class MappedSplit:
@@ -207,12 +242,11 @@ class MappedSplit:
         self.templates = allocate(self.sample, 0)
         self.row_bytes = [f.row_bytes for f in self.sample.fields]
         self.shards: list[MappedShard | None] = [None] * len(self.counts)
-        self._baseline: int | None = None
         if self.codec == "zstd":
             held = self.count * self.sample.row_bytes
             if max_resident is not None and held > max_resident:
                 raise ShardError(f"{self.location}: zstd shards are decompressed into memory ({held:,} bytes), over "
-                                 f"max_resident {max_resident:,}; write the split uncompressed to read it mapped")
+                                 f"max_resident {max_resident:,}; write the split uncompressed to read it within a bound")
             for number in range(len(self.counts)):
                 self.shards[number] = self._decompressed(number)
 
@@ -238,12 +272,13 @@ class MappedSplit:
         """Shard `number`, mapped (and fetched) on first use."""
         shard = self.shards[number]
         if shard is None:
+            pread = self.max_resident is not None
             if self.remote is None:
                 shard = map_shard(self.location, self.manifest["shards"][number], self.templates, self.verify,
-                                  self.block)
-            else:  # mapped while the cache holds its lock: no other rank evicts it in between
+                                  self.block, pread)
+            else:  # opened while the cache holds its lock: no other rank evicts it in between
                 with self.remote.holding(number) as (folder, entry):
-                    shard = map_shard(folder, entry, self.templates, "none", None)
+                    shard = map_shard(folder, entry, self.templates, "none", None, pread)
             self.shards[number] = shard
         return shard
 
@@ -261,8 +296,6 @@ class MappedSplit:
         if len(index) and (index.min() < -self.count or index.max() >= self.count):
             raise IndexError(f"sample index out of range 0..{self.count - 1}")
         index = np.where(index < 0, index + self.count, index)
-        if self._baseline is None and self.max_resident is not None:
-            self._baseline = _file_pages()
         out = {f.name: np.empty((len(index), *f.shape), f.dtype) for f in self.sample.fields}
         owner = np.searchsorted(self.ends, index, side="right")
         if len(self.counts) == 1:
@@ -274,15 +307,14 @@ class MappedSplit:
                 number = int(owner[picked[0]])
                 self._gather(number, index[picked] - self.starts[number], picked, out)
         check_classes(self.sample, out, str(self.location), ids=index)
-        if self.max_resident is not None and _file_pages() - self._baseline > self.max_resident:
-            for shard in self.shards:
-                if shard is not None:
-                    shard.let_go()
         return out
 
     def _gather(self, number: int, rows: np.ndarray, picked, out: dict[str, np.ndarray]) -> None:
         shard = self.shard(number)
         shard.check_rows(rows, self.row_bytes)
+        if shard.fd is not None:
+            shard.read_rows(rows, self.row_bytes, picked, out)
+            return
         for name, values in shard.columns.items():
             if isinstance(picked, slice):
                 np.take(values, rows, axis=0, out=out[name])
@@ -301,6 +333,11 @@ class MappedSplit:
 
     def __getstate__(self) -> dict:
         return {"_args": self._args}
+
+    def __del__(self) -> None:
+        for shard in getattr(self, "shards", []):
+            if shard is not None:
+                shard.close()
 
     def __setstate__(self, state: dict) -> None:
         self._args = state["_args"]
