@@ -133,3 +133,12 @@ def test_importing_the_shard_library_loads_no_heavy_dependency():
             "print(sorted(m for m in ('polars', 'pyarrow', 'dvc', 'pydantic', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_plot_titles_embed_safely_in_dvc_plots_page():
+    """DVC writes each plot's title into the page's JavaScript unescaped: a quote, backslash
+    or angle bracket there leaves that chart blank in a browser."""
+    plots = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
+    titles = [next(iter(plot)) for plot in plots]
+    assert len(titles) == 6
+    assert not [title for title in titles if set(title) & set("'\"\\<>`\n")], titles
