@@ -502,3 +502,12 @@ def test_a_sampled_epoch_leaves_persistent_workers_nothing_to_drain():
 def test_sampled_epochs_take_the_same_samples_whatever_the_batch():
     assert sampled_steps(20 * 512, 512, 118) == 20 and sampled_steps(20 * 512, 16, 3750) == 640
     assert sampled_steps(20 * 512, 512, 10) == 10 and sampled_steps(None, 512, 118) is None
+
+
+def test_a_sampled_epoch_tests_the_same_share_of_the_test_split():
+    from pipeline.bench.datapaths import sampled_test_steps
+
+    assert sampled_test_steps(None, 118, 20) is None          # whole epochs: the whole test split
+    assert sampled_test_steps(20, 118, 20) == 4               # 20/118 of train -> ceil(20 * 20/118) of 20 test steps
+    assert sampled_test_steps(1, 3750, 625) == 1              # at least one step
+    assert sampled_test_steps(118, 118, 20) == 20             # never more than the split

@@ -34,7 +34,8 @@ class DataPath:
     train_steps: int
     test_steps: int
     batch_size: int
-    sampled_steps: int | None = None  # train (and test) steps per timed epoch when sampled
+    sampled_steps: int | None = None  # train steps per timed epoch when sampled
+    sampled_test_steps: int | None = None  # test steps per timed epoch when sampled: the same share of the split
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,14 @@ def _loader(dataset, batch_size: int, shuffle: bool, seed: int, samples: int | N
     return torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, generator=generator, **kwargs)
 
 
+def sampled_test_steps(sampled: int | None, train_steps: int, test_steps: int) -> int | None:
+    """Test steps of a sampled epoch: the share of the test split that the sampled train steps
+    are of the train split (at least one step); None: whole epochs."""
+    if sampled is None:
+        return None
+    return max(1, min(test_steps, math.ceil(sampled * test_steps / train_steps)))
+
+
 def sampled_steps(epoch_samples: int | None, batch_size: int, steps: int) -> int | None:
     """Steps per sampled epoch: those of `epoch_samples` samples (the same data whatever the
     variant's batch, so `naive_bs16` takes 32 times the steps of `naive` at 512), at most a
@@ -128,24 +137,28 @@ def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *
         batch = 16 if variant == "naive_bs16" else batch_size
         train_steps, test_steps = steps(len(train_set), batch), steps(len(test_set), batch)
         sampled = sampled_steps(epoch_samples, batch, train_steps)
+        sampled_test = sampled_test_steps(sampled, train_steps, test_steps)
         train_loader = _loader(train_set, batch, True, seed, _samples(sampled, batch, len(train_set)), **options)
-        test_loader = _loader(test_set, batch, False, seed, _samples(sampled, batch, len(test_set)), **options)
-        return DataPath(lambda: train_loader, lambda: test_loader, train_steps, test_steps, batch, sampled)
+        test_loader = _loader(test_set, batch, False, seed, _samples(sampled_test, batch, len(test_set)), **options)
+        return DataPath(lambda: train_loader, lambda: test_loader, train_steps, test_steps, batch, sampled,
+                        sampled_test)
     if variant == "batched":
         train_set, test_set = (ShardDataset(Path(shards) / split, dataset=dataset, split=split,
                                             transform=list(MODEL_INPUT)) for split in SPLITS)
         pin = device.type == "cuda"
         train_loader = train_set.loader(batch_size, shuffle=True, seed=seed, pin_memory=pin)
         test_loader = test_set.loader(batch_size, pin_memory=pin)
-        train_steps = steps(len(train_set), batch_size)
-        return DataPath(lambda: train_loader, lambda: test_loader, train_steps, steps(len(test_set), batch_size),
-                        batch_size, sampled_steps(epoch_samples, batch_size, train_steps))
+        train_steps, test_steps = steps(len(train_set), batch_size), steps(len(test_set), batch_size)
+        sampled = sampled_steps(epoch_samples, batch_size, train_steps)
+        return DataPath(lambda: train_loader, lambda: test_loader, train_steps, test_steps, batch_size, sampled,
+                        sampled_test_steps(sampled, train_steps, test_steps))
     if variant == "device":
         data = Resident.load(shards, device, dataset)
         train = DeviceBatches({"images": data.train_images, "labels": data.train_labels}, batch_size, shuffle=True,
                               seed=seed, transform=list(MODEL_INPUT))
         test = DeviceBatches({"images": data.test_images, "labels": data.test_labels}, batch_size,
                              transform=list(MODEL_INPUT))
-        return DataPath(lambda: train, lambda: test, len(train), len(test), batch_size,
-                        sampled_steps(epoch_samples, batch_size, len(train)))
+        sampled = sampled_steps(epoch_samples, batch_size, len(train))
+        return DataPath(lambda: train, lambda: test, len(train), len(test), batch_size, sampled,
+                        sampled_test_steps(sampled, len(train), len(test)))
     raise ValueError(f"unknown eager variant {variant!r}; expected one of {EAGER_VARIANTS}")

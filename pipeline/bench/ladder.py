@@ -115,7 +115,8 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
                      workers=settings.workers(),
                      epoch_samples=settings.sample_steps * settings.batch_size if sampled else None)
     timing = train_eager(path, device, config, epochs=settings.sample_epochs if sampled else settings.epochs,
-                         steps=path.sampled_steps, started=started, progress=progress, budget=settings.budget)
+                         steps=path.sampled_steps, test_steps=path.sampled_test_steps, started=started,
+                         progress=progress, budget=settings.budget)
     return timing, path.train_steps, path.test_steps
 
 
@@ -141,8 +142,8 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
     if sampled:
         train, first, train_all = _sampled_epochs(timing.train_s, train_steps / timing.sampled_steps,
                                                   settings.epochs)
-        test, _, test_all = _sampled_epochs(timing.test_s, test_steps / min(timing.sampled_steps, test_steps),
-                                            settings.epochs)
+        tested = timing.sampled_test_steps or min(timing.sampled_steps, test_steps)
+        test, _, test_all = _sampled_epochs(timing.test_s, test_steps / tested, settings.epochs)
     else:
         train, test = statistics.median(timing.train_s), statistics.median(timing.test_s)
         first, train_all, test_all = timing.train_s[0], sum(timing.train_s), sum(timing.test_s)

@@ -73,6 +73,7 @@ class Timing:
     recompiles: int = 0             # graphs compiled during the timed epochs (must be 0)
     budget: dict | None = None      # where a train step's time goes (`budget.profile_steps`)
     sampled_steps: int | None = None  # train steps per timed epoch when sampled; None: whole epochs
+    sampled_test_steps: int | None = None  # test steps per timed epoch when sampled
 
 
 def sync(device: torch.device) -> None:
@@ -155,9 +156,10 @@ def _limited(iterable: Iterable, steps: int | None) -> Iterator:
 
 
 def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, epochs: int,
-                steps: int | None = None, started: float | None = None, progress: str = "",
-                budget: bool = False) -> Timing:
-    """The seed's loop over `path`'s batches; `steps` caps the steps per epoch (sampled timing).
+                steps: int | None = None, test_steps: int | None = None, started: float | None = None,
+                progress: str = "", budget: bool = False) -> Timing:
+    """The seed's loop over `path`'s batches; `steps` and `test_steps` cap the train and test
+    steps per epoch (sampled timing).
     With `budget`, one more epoch (of `steps` steps when sampled) from a fresh iterator, worker
     start-up included, is profiled after the timed ones (`budget.profile_steps`): the very
     steps the timed figures are made of."""
@@ -165,7 +167,7 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
     model, forward, optimizer = build_model(device, config, Execution(), graph=False)
     loss_fn = torch.nn.CrossEntropyLoss()
     non_blocking = device.type == "cuda"
-    timing = Timing(sampled_steps=steps)
+    timing = Timing(sampled_steps=steps, sampled_test_steps=test_steps if steps is not None else None)
     sync(device)
     timing.setup_s = time.perf_counter() - started
     total_loss = torch.zeros((), device=device)
@@ -186,7 +188,7 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
     def test_pass() -> float:
         correct, seen = torch.zeros((), device=device, dtype=torch.long), 0
         with torch.inference_mode():
-            for item in _limited(path.test(), steps):
+            for item in _limited(path.test(), test_steps if steps is not None else None):
                 x, y = _as_batch(item, device, non_blocking)
                 correct += (forward(x).argmax(1) == y).sum()
                 seen += len(y)
