@@ -19,13 +19,37 @@ from pipeline.stages.idx import idx_bytes
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _committed_params() -> Path:
+    """params.yaml as the repository commits it (`git show HEAD:params.yaml`), copied to a
+    folder of the suite's own: an experiment (`dvc exp run -S ...`) changes the workspace's
+    file, and the suite must not depend on what the workspace holds. Outside git, the
+    workspace's file."""
+    import atexit
+    import shutil
+    import subprocess
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="pipeline-tests-"))
+    atexit.register(shutil.rmtree, folder, True)
+    try:
+        text = subprocess.run(["git", "show", "HEAD:params.yaml"], cwd=ROOT, capture_output=True, text=True,
+                              check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = (ROOT / "params.yaml").read_text()
+    (folder / "params.yaml").write_text(text)
+    return folder / "params.yaml"
+
+
+PARAMS = _committed_params()   # every test's params, never the workspace's
+
+
 def bench_settings(**overrides):
     """The repository's params.yaml `bench` block, schema-checked, with `overrides`: tests
     state only what they change, and no default is written twice."""
     from pipeline.bench.ladder import settings_from_params
     from pipeline.core.params import load_params, validate_params
 
-    params = load_params(ROOT / "params.yaml")
+    params = load_params(PARAMS)
     params["bench"] = {**params["bench"], **overrides}
     return settings_from_params(validate_params(params)["bench"])
 

@@ -21,7 +21,7 @@ from pipeline.shards import DeviceBatches
 from pipeline.stages.shard import shard_dataset
 from pipeline.bench.runners import (Execution, Floor, StaticSteps, Timing, TrainConfig, _compiled_graphs, _limited, train_eager,
                             train_static)
-from conftest import ROOT, bench_settings, make_split
+from conftest import PARAMS, ROOT, bench_settings, make_split
 
 CPU = torch.device("cpu")
 
@@ -240,7 +240,7 @@ def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
 
     tiny.write_mirror(tmp_path / "mirror" / "tiny")
     (tmp_path / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"files": tiny.files}}))
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = yaml.safe_load((PARAMS).read_text())
     params["datasets"], params["shard"]["samples_per_shard"] = ["tiny"], 40
     params["bench"].update(epochs=1, batch_size=16, num_workers=1, variants=["naive", "device", "graphed"],
                            sample=["naive"], sample_steps=2, sample_epochs=1, floor=False, budget=True)

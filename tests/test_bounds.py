@@ -35,7 +35,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import tiny_dataset
+from conftest import PARAMS, tiny_dataset
 from pipeline.core.atomic import atomic_dir, atomic_path
 from pipeline.core.bounded import open_regular, read_json
 from pipeline.core.errors import DataError, InputError
@@ -119,7 +119,7 @@ def files(tmp_path, tiny):
     """A params file (the repository's), a sources file pinning the tiny data set with its
     rows, and a mirror folder holding it: what the CLI commands below run on."""
     (tmp_path / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"rows": ROWS, "files": tiny.files}}))
-    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    (tmp_path / "params.yaml").write_text((PARAMS).read_text())
     tiny.write_mirror(tmp_path / "mirror" / "tiny")
     return tmp_path
 
@@ -292,7 +292,7 @@ def test_raw_idx_with_more_samples_than_the_data_set(tmp_path, tiny):
 @pytest.mark.parametrize("value, ok", [(1, False), (1023, False), (1024, True), (1 << 20, True),
                                        ((1 << 20) + 1, False)])
 def test_row_group_rows_has_a_floor_and_a_ceiling(value, ok):
-    params = load_params(ROOT / "params.yaml")
+    params = load_params(PARAMS)
     params["convert"]["row_group_rows"] = value
     if ok:
         validate_params(params)
@@ -445,7 +445,7 @@ def test_slow_drip_mirror_is_given_up_at_the_deadline(tmp_path, tiny, drip_serve
     ({"retries": 11}, r"fetch\.retries: Input should be less than or equal to 10"),
 ])
 def test_fetch_time_knobs_are_bounded_together(change, message):
-    params = load_params(ROOT / "params.yaml")
+    params = load_params(PARAMS)
     params["fetch"].update(change)
     with pytest.raises(ParamsError, match=message):
         validate_params(params)
@@ -460,7 +460,7 @@ def test_fetch_time_knobs_are_bounded_together(change, message):
     ("bench", "sample_steps", 10_001, r"bench\.sample_steps: Input should be less than or equal to 10000"),
 ])
 def test_seeds_and_epochs_are_bounded(section, key, value, message):
-    params = load_params(ROOT / "params.yaml")
+    params = load_params(PARAMS)
     params[section][key] = value
     with pytest.raises(ParamsError, match=message):
         validate_params(params)
@@ -725,7 +725,7 @@ def test_params_that_are_not_yaml(tmp_path, content, message):
 
 
 def test_cli_params_not_utf8_is_one_line(files):
-    (files / "params.yaml").write_bytes(b"\xff\xfe" + (ROOT / "params.yaml").read_bytes())
+    (files / "params.yaml").write_bytes(b"\xff\xfe" + (PARAMS).read_bytes())
     rc, err, _, _ = cli("fetch", "tiny", "--out", str(files / "raw"), "--params", str(files / "params.yaml"))
     assert rc == 2
     one_line_error(err, "params.yaml: not UTF-8 text (byte 0xff at offset 0)")

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import make_split, write_shards, write_unchecked_split
+from conftest import PARAMS, make_split, write_shards, write_unchecked_split
 from pipeline.shards import ShardDataset, ShardError, ShardSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def ddp_runs(tmp_path_factory):
     (train_x, train_y), (test_x, test_y) = make_split(600, 0), make_split(100, 1)
     write_shards(train_x, train_y, root / "shards" / "train", dataset="t", split="train", samples_per_shard=50)
     write_shards(test_x, test_y, root / "shards" / "test", dataset="t", split="test", samples_per_shard=50)
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = yaml.safe_load((PARAMS).read_text())
     params["train"].update(epochs=3, batch_size=60)
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}

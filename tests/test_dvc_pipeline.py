@@ -14,7 +14,7 @@ import yaml
 
 import json
 
-from conftest import tiny_dataset
+from conftest import PARAMS, tiny_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> s
 
 def tiny_params(datasets: list[str]) -> dict:
     """The project's params.yaml with tiny data sets and settings small enough for a test."""
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = yaml.safe_load((PARAMS).read_text())
     params["datasets"] = datasets
     params["convert"]["codecs"] = ["snappy", "zstd-3", "gzip", "none"]
     params["bench"].update(epochs=1, batch_size=32, num_workers=1, sample_steps=2, sample_epochs=1,

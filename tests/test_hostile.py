@@ -22,7 +22,7 @@ from pipeline.core.errors import DataError
 from pipeline.core.params import ParamsError, validate_params
 from pipeline.shards import ShardDataset, ShardError, read_manifest, read_split
 from pipeline.stages.shard import shard_dataset
-from conftest import write_shards
+from conftest import PARAMS, write_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -215,7 +215,7 @@ def test_zstd_frame_that_claims_too_much(tmp_path, tiny):
 
 @pytest.fixture
 def params():
-    return yaml.safe_load((ROOT / "params.yaml").read_text())
+    return yaml.safe_load((PARAMS).read_text())
 
 
 PARAMS_CASES = {

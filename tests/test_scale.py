@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import make_split, write_shards
+from conftest import PARAMS, make_split, write_shards
 from pipeline.shards import DeviceBatches, ShardDataset, ShardError, ShardSampler
 from pipeline.shards.remote import RemoteShards
 
@@ -291,7 +291,7 @@ def test_train_arguments_are_checked_in_one_line(args, message, tmp_path, monkey
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     result = CliRunner().invoke(main, ["train", "t", "--out", str(tmp_path / "o.json"), *args,
-                                       "--params", str(ROOT / "params.yaml")])
+                                       "--params", str(PARAMS)])
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
 
 
@@ -338,7 +338,7 @@ def put_s3(local: Path, key: str, env: dict) -> None:
 
 
 def params_file(folder: Path, **train) -> Path:
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = yaml.safe_load((PARAMS).read_text())
     params["train"].update(train)
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(params))
