@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pipeline.core.errors import InputError, SystemFailure, system_failure
@@ -120,10 +120,10 @@ def atomic_path(dest: Path) -> Iterator[Path]:
 MARKER = ".pipeline-output"   # inside every folder atomic_dir writes: what it may replace later
 
 
-def check_owned(dest: Path, marker: str = MARKER) -> None:
+def check_owned(dest: Path, marker: str = MARKER, owns: Callable[[Path], bool] | None = None) -> None:
     """`dest` may be replaced: absent, an empty folder, or a folder this project wrote (it
-    holds `marker`). A file, a link, the current folder or one above it, or a folder of
-    someone else's is refused with one line; nothing is touched."""
+    holds `marker`, or `owns(dest)` says so). A file, a link, the current folder or one above
+    it, or a folder of someone else's is refused with one line; nothing is touched."""
     from pipeline.core.errors import InputError
 
     if dest.is_symlink() or dest.exists() and not dest.is_dir():
@@ -133,23 +133,25 @@ def check_owned(dest: Path, marker: str = MARKER) -> None:
     here = Path.cwd().resolve()
     if dest.resolve() == here or dest.resolve() in here.parents:
         raise InputError(f"{dest}: is the current folder or one above it; refusing to replace it")
-    if (dest / marker).is_file() or not any(dest.iterdir()):
+    if not any(dest.iterdir()) or (owns(dest) if owns is not None else (dest / marker).is_file()):
         return
-    raise InputError(f"{dest}: a folder this project did not write (no {marker} inside); refusing to replace it "
+    why = f"no {marker} inside" if owns is None else f"not only what it writes, a {marker} and its files"
+    raise InputError(f"{dest}: a folder this project did not write ({why}); refusing to replace it "
                      f"(remove it yourself, or choose another output)")
 
 
 @contextlib.contextmanager
-def atomic_dir(dest: Path, marker: str | None = None) -> Iterator[Path]:
+def atomic_dir(dest: Path, marker: str | None = None, owns: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield a fresh temporary folder; on success it replaces `dest` as a whole. `dest` must
     be absent, empty or the project's own (`check_owned`); the new folder is marked so
-    (MARKER), unless `marker` names a file the caller writes into it that marks it instead.
+    (MARKER), unless `marker` names a file the caller writes into it that marks it instead
+    (then `owns(folder)` decides whether an existing folder is one of the caller's).
 
     The old folder is first renamed aside (a temporary name the next run clears), so at no
     moment is `dest` a mix of old and new; at worst, after a kill at that instant, it is
     missing and DVC restores it from its cache."""
     dest = Path(dest)
-    check_owned(dest, marker or MARKER)
+    check_owned(dest, marker or MARKER, owns)
     with locked(dest), _worded(dest):
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:

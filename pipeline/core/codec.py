@@ -24,7 +24,7 @@ class Codec:
         name, _, level = str(spec).partition("-")
         if name not in CODECS:
             raise ValueError(f"unknown codec {spec!r}; expected one of {CODECS}, optionally -<level>")
-        if level and not level.isdigit():
+        if level and not (level.isascii() and level.isdigit()):  # (isdigit alone takes '³' and '١')
             raise ValueError(f"codec {spec!r}: the level after '-' must be an integer")
         if level and name in ("none", "snappy", "lz4"):
             raise ValueError(f"codec {spec!r}: {name} takes no level")

@@ -54,11 +54,13 @@ def validate_params(params: dict[str, Any], path: Path = Path("params.yaml")) ->
     try:
         Params.model_validate(params)
     except ValidationError as err:
-        problems = []
-        for error in err.errors():
+        problems, shown = [], 10   # the first ten, and how many more: one readable line however many there are
+        for error in err.errors()[:shown]:
             key = ".".join(str(part) for part in error["loc"]) or "(top level)"
             message = error["msg"].removeprefix("Value error, ")
             got = "" if error["type"] in ("missing", "value_error") else f" (got {short(error.get('input'))})"
             problems.append(f"{key}: {message}{got}")
-        raise ParamsError(f"{path}: {len(problems)} problem(s): " + "; ".join(problems)) from None
+        count = err.error_count()
+        more = f"; and {count - shown:,} more" if count > shown else ""
+        raise ParamsError(f"{path}: {count:,} problem(s): " + "; ".join(problems) + more) from None
     return params

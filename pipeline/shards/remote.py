@@ -173,9 +173,13 @@ class RemoteShards:
         self.deadlines = deadlines or Deadlines()
         self.cache = Path(cache)
         self.objects = self.cache / OBJECTS
-        self.objects.mkdir(parents=True, exist_ok=True)
-        if self.objects.is_symlink() or self.cache.is_symlink():
-            raise ShardError(f"{self.objects}: a link; the cache writes only inside a folder of its own")
+        for folder in (self.cache, self.objects):  # before anything is created: never through a link
+            if folder.is_symlink():
+                raise ShardError(f"{folder}: a link; the cache writes only inside a folder of its own")
+        try:
+            self.objects.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ShardError(f"{self.objects}: exists and is not a folder; the cache needs it as one") from None
         self.counts = FetchCounts()
         try:
             self.fs, self.root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))

@@ -350,12 +350,27 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
     return manifest
 
 
+def is_split_folder(folder: Path) -> bool:
+    """A folder this library wrote: a manifest of the shard format, and nothing else but shard
+    files and the writer's temporaries (what `write_split` may replace)."""
+    names = [p.name for p in Path(folder).iterdir()]
+    if "manifest.json" not in names or not all(
+            n == "manifest.json" or n.startswith("shard-") or n in (".manifest.json.tmp", PARTS) for n in names):
+        return False
+    try:
+        with open(Path(folder) / "manifest.json", "rb") as file:
+            manifest = json.loads(file.read(64 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and isinstance(manifest.get("format_version"), int) and "shards" in manifest
+
+
 def write_split(columns: Mapping[str, object], out_dir: Path, *, sample: Sample, dataset: str, split: str,
                 samples_per_shard: int, compression: str = "none", level: int = 3,
                 source: dict | None = None) -> dict:
     """Write one split held in memory ({field name: array-like [n, *shape]}) as shards plus
     manifest.json into `out_dir` (replaced whole: on any error nothing is left behind)."""
-    with atomic_dir(Path(out_dir), marker="manifest.json") as tmp:  # (a split's manifest marks it as ours)
+    with atomic_dir(Path(out_dir), marker="manifest.json", owns=is_split_folder) as tmp:
         writer = ShardWriter(tmp, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
                              compression=compression, level=level)
         writer.add(columns)

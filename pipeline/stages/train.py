@@ -111,13 +111,17 @@ def train_ddp(shards: Path | str, out: Path, *, dataset: str, epochs: int, batch
             min_rate=int(remote["min_kib_s"] * 1024), window_s=remote["window_s"])
         return _train(location, Path(out), device, settings, record, Checkpoints(checkpoint, checkpoint_every, resume),
                       cache, cache_mib << 20, deadlines)
-    except dist.DistBackendError as err:
-        raise InputError(f"rank {dist.get_rank()}: a collective did not complete within {timeout_s:g} s (train."
-                         f"timeout_s): another rank stopped or failed ({reason(err, 120)})") from None
+    except dist.DistBackendError:
+        raise InputError(f"rank {dist.get_rank()}: a collective did not complete within train.timeout_s "
+                         f"({timeout_s:g} s): another rank stopped or failed") from None
     except RuntimeError as err:
-        if "Connection closed by peer" in str(err) or "timed out" in str(err).lower() or "Timeout" in str(err):
-            raise InputError(f"rank {dist.get_rank()}: another rank stopped or failed, or a collective timed out "
-                             f"({reason(err, 120)})") from None
+        text = str(err)
+        if "timed out" in text.lower():
+            raise InputError(f"rank {dist.get_rank()}: a collective waited past train.timeout_s ({timeout_s:g} s): "
+                             f"another rank stopped or failed") from None
+        if "Connection closed by peer" in text or "Connection reset" in text:
+            raise InputError(f"rank {dist.get_rank()}: another rank's connection closed: it stopped or failed "
+                             f"(its own line says why)") from None
         raise
     finally:
         dist.destroy_process_group()
@@ -190,6 +194,9 @@ class Checkpoints:
             raise InputError(f"{self.path}: history is not a list of finite per-epoch figures")
         if not isinstance(state["data"], dict):
             raise InputError(f"{self.path}: data position is not a dict")
+        if state["data"].get("epoch") != len(history):  # a saved position is always in the epoch after its history
+            raise InputError(f"{self.path}: data position is in epoch {state['data'].get('epoch')!r:.20}, but its "
+                             f"history holds {len(history)} finished epochs")
 
 
 def _loaders(shards: Path | str, dataset: str, batch: int, seed: int, cache: Path | None,
