@@ -195,7 +195,7 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, s
             params_path: Path) -> None:
     """Convert DATASET's CSVs to Parquet with CODEC (`zstd-19`: codec zstd, level 19).
 
-    Writes both layouts: `wide` (label + pixel1..pixel784, the seed's) and `compact`
+    Writes both layouts: `wide` (label + pixel1..pixel784, the write-up's) and `compact`
     (label + one 784-byte image value). Malformed CSVs are rejected with file and line.
     """
     from pipeline.core.codec import Codec
@@ -260,7 +260,7 @@ def machine(out: Path, device: str) -> None:
 
 @main.command()
 @click.argument("dataset")
-@input_dir("--parquet", "Folder with the wide-layout train.parquet and test.parquet (the seed's input).")
+@input_dir("--parquet", "Folder with the wide-layout train.parquet and test.parquet (the write-up's input).")
 @input_dir("--shards", "The shard stage's folder for DATASET (train/, test/).")
 @output_path("--out", "Metrics JSON to write.")
 @click.option("--machine", "machine_path", type=click.Path(path_type=Path), required=True,
@@ -271,7 +271,7 @@ def machine(out: Path, device: str) -> None:
 @stage_command
 def bench(dataset: str, parquet: Path, shards: Path, out: Path, machine_path: Path, device: str,
           params_path: Path) -> None:
-    """Time the seed's training ladder and the faster variants on DATASET.
+    """Time the write-up's training ladder and the faster variants on DATASET.
 
     Variants, epochs, batch size and which slow variants are timed on sampled steps come
     from the `bench` block of params.yaml. Progress per variant and epoch, with the time

@@ -616,9 +616,12 @@ def test_os_failures_are_one_line_naming_the_output(files, csv_dir, parquet, mon
     being written and what to do, exit status 2, and the previous output untouched."""
     from pipeline.cli import main
 
+    from pipeline.core.atomic import MARKER
+
     out = files / "out"
     out.mkdir()
     (out / "previous").write_text("kept")
+    (out / MARKER).write_text("an earlier run's\n")   # the stage's own earlier output, which it may replace
     common = ["--sources", str(files / "sources.yaml"), "--params", str(files / "params.yaml")]
     if stage == "fetch":
         monkeypatch.setattr("pipeline.stages.fetch._Content._emit", _fail_with(number))
@@ -636,7 +639,8 @@ def test_os_failures_are_one_line_naming_the_output(files, csv_dir, parquet, mon
     assert result.exit_code == 2, result.output
     one_line_error(result.stderr, f"Error: {written}: {os.strerror(number)} ({errno.errorcode[number]}); "
                                   f"{OS_FAILURES[number]}", "the outputs are unchanged")
-    assert tree_digest(out) == {"previous": hashlib.sha256(b"kept").hexdigest()}
+    assert tree_digest(out) == {"previous": hashlib.sha256(b"kept").hexdigest(),
+                                MARKER: hashlib.sha256(b"an earlier run's\n").hexdigest()}
     assert [p.name for p in files.iterdir() if p.name.startswith(".out")] == []
 
 
