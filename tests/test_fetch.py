@@ -19,8 +19,10 @@ def serve(server, prefix, tiny, override=None):
 
 
 def assert_fetched(out, tiny):
+    from pipeline.core.atomic import MARKER
+
     assert sorted(p.name for p in out.iterdir()) == [
-        "test-images.idx", "test-labels.idx", "train-images.idx", "train-labels.idx"]
+        MARKER, "test-images.idx", "test-labels.idx", "train-images.idx", "train-labels.idx"]
     for role, array in tiny.arrays.items():
         kind, what = role.split("_")
         np.testing.assert_array_equal(read_idx(out / f"{kind}-{what}.idx"), array)
@@ -137,8 +139,11 @@ def test_checksum_mismatch_lists_every_mirror(tmp_path, tiny, http_server):
     from pipeline.stages.idx import idx_bytes
     corrupt = gzip.compress(idx_bytes(bad))
     serve(http_server, "/m", tiny, {"t10k-labels-idx1-ubyte.gz": corrupt})
+    from pipeline.core.atomic import MARKER
+
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "stale.idx").write_bytes(b"old")
+    (tmp_path / "raw" / MARKER).write_text("an earlier run's\n")   # the stage's own earlier output
     with pytest.raises(FetchError) as err:
         fetch_dataset("tiny", tiny.files, [http_server.url + "/m", str(tmp_path / "empty")],
                       tmp_path / "raw", FAST, env={})
@@ -151,7 +156,7 @@ def test_checksum_mismatch_lists_every_mirror(tmp_path, tiny, http_server):
     assert f"expected {expected}, got {actual}" in message
     assert f"{tmp_path / 'empty'}/t10k-labels-idx1-ubyte.gz: not found" in message
     # The old output is untouched and no partial file of the new one is left anywhere.
-    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["stale.idx"]
+    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == [MARKER, "stale.idx"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert not (tmp_path / "raw" / name).exists()
 

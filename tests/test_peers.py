@@ -60,8 +60,8 @@ def test_the_tables_cells_say_min_and_median(peers):
     assert cell.endswith("same order for a seed, same order next epoch")
     meta = {"remeasured": [{"command": "a", "host": "load 1"}, {"command": "b", "host": "load 2"},
                            {"command": "a", "host": "load 3"}]}
-    assert peers.remeasures(meta) == ["Re-measured afterwards (2 times): `a` (load 1; load 3).",
-                                      "Re-measured afterwards: `b` (load 2)."]
+    assert peers.remeasures(meta) == ["Also measured by (2 runs): `a` (load 1; load 3).",
+                                      "Also measured by: `b` (load 2)."]
 
 
 @pytest.mark.slow
