@@ -48,6 +48,7 @@ class MappedShard:
     offsets: tuple[int, ...] = ()        # per field: where its first row lies in the data area
     block: int = 0
     fd: int | None = None                # read with pread instead of the map (a memory bound is set)
+    complete: bool = False               # every block verified: batches skip the check
     data_start: int = 0                  # where the data area starts in the file
 
     def _block(self, number: int) -> bytes | memoryview:
@@ -59,7 +60,7 @@ class MappedShard:
     def check_rows(self, rows: np.ndarray, row_bytes: list[int]) -> None:
         """Verify every block the samples at `rows` lie in (each block once), or raise a
         ShardError naming the file, the block and its bytes."""
-        if self.done is None or not len(rows):
+        if self.done is None or self.complete or not len(rows):
             return
         touched = []
         for offset, row in zip(self.offsets, row_bytes):
@@ -70,8 +71,10 @@ class MappedShard:
                 touched += [first, last]
             else:
                 touched += [np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]
-        wanted = np.unique(np.concatenate(touched))
-        for number in wanted[~self.done[wanted]].tolist():
+        wanted = np.concatenate(touched)
+        wanted = wanted[~self.done[wanted]]
+        todo = np.unique(wanted).tolist() if len(wanted) else []
+        for number in todo:
             data = self._block(number)
             begin, end = number * self.block, number * self.block + len(data)
             got, expected = _xxh3_64(data), self.digests[8 * number : 8 * number + 8]
@@ -79,6 +82,8 @@ class MappedShard:
                 raise ShardError(f"{self.path}: checksum mismatch in block {number} (bytes {begin:,}..{end:,} after "
                                  f"the header): header xxh3_64 {expected.hex()}, file {got.hex()}")
             self.done[number] = True
+        if todo and self.done.all():
+            self.complete = True
 
     def check_all(self, row_bytes: list[int]) -> None:
         if self.done is not None:
