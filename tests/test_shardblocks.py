@@ -360,3 +360,49 @@ def test_the_loader_gives_the_same_epoch_whatever_max_resident(split):
 def test_a_bad_max_resident_is_refused(split, limit):
     with pytest.raises(ValueError, match="max_resident must be a number of bytes"):
         MappedSplit(split[0], max_resident=limit)
+
+
+def test_rows_larger_than_a_block_verify_every_block_they_span(tmp_path):
+    """A row of 40,000 bytes spans three or four 16 KiB blocks: a batch verifies all of them,
+    and damage in the middle of such a row (in a block neither its first nor its last) is
+    found; rows of several shards come back in the batch's order."""
+    from pipeline.shards import Field, Sample
+
+    sample = Sample((Field("x", "uint8", (40_000,)), Field("y", "int64")))
+    rng = np.random.default_rng(5)
+    data = {"x": rng.integers(0, 256, (30, 40_000), dtype=np.uint8), "y": np.arange(30, dtype=np.int64)}
+    folder = tmp_path / "big"
+    write_split(data, folder, sample=sample, dataset="d", split="train", samples_per_shard=7)
+    picks = [29, 0, 15, 8, 7, 22, 1]
+    batch = MappedSplit(folder).take(picks)
+    np.testing.assert_array_equal(batch["x"], data["x"][picks])
+    np.testing.assert_array_equal(batch["y"], picks)
+    entry = read_manifest(folder)["shards"][2]  # samples 14..20
+    start, header = _header((folder / entry["file"]).read_bytes())
+    row = header["x"]["data_offsets"][0] + 1 * 40_000  # sample 15
+    middle = (row // BLOCK_BYTES + 1) * BLOCK_BYTES + 100  # inside the row's second block
+    assert row // BLOCK_BYTES < middle // BLOCK_BYTES < (row + 40_000 - 1) // BLOCK_BYTES
+    _flip(folder / entry["file"], start + middle)
+    mapped = MappedSplit(folder)
+    mapped.take([14, 16])  # the neighbours' blocks only
+    with pytest.raises(ShardError, match=rf"{entry['file']}: checksum mismatch in block {middle // BLOCK_BYTES} "):
+        mapped.take([3, 15])
+
+
+def test_a_manifest_claiming_more_blocks_than_a_split_may_have_is_refused(tmp_path):
+    """The verified-block flags are sized from the manifest before any shard is opened: a
+    manifest stating shards of terabytes is refused with one line, not allocated."""
+    from pipeline.shards import Field, Sample
+
+    sample = Sample((Field("x", "uint8", (40_000,)),))
+    folder = tmp_path / "big"
+    write_split({"x": np.zeros((6, 40_000), np.uint8)}, folder, sample=sample, dataset="d", split="train",
+                samples_per_shard=2)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    per_shard = 400_000_000  # 16 TB a shard: within MAX_BYTES, 3 x 10^9 blocks in all
+    manifest["count"] = 3 * per_shard
+    for entry in manifest["shards"]:
+        entry["count"], entry["bytes"] = per_shard, per_shard * 40_000 + 4096
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match=r"the manifest's shards add up to [\d,]+ blocks of [\d,]+ bytes, more than"):
+        MappedSplit(folder)

@@ -33,6 +33,8 @@ from pipeline.shards.reader import (VERIFY, _open_shard, _read_header, _verify, 
                                     read_shard_into)
 from pipeline.shards.remote import RemoteShards, is_url
 
+MAX_FLAGS = 1 << 30  # verified-block flags of one split: 16 TiB of data at the smallest block
+
 
 @dataclass
 class MappedShard:
@@ -48,7 +50,6 @@ class MappedShard:
     offsets: tuple[int, ...] = ()        # per field: where its first row lies in the data area
     block: int = 0
     fd: int | None = None                # read with pread instead of the map (a memory bound is set)
-    complete: bool = False               # every block verified: batches skip the check
     data_start: int = 0                  # where the data area starts in the file
 
     def _block(self, number: int) -> bytes | memoryview:
@@ -57,53 +58,37 @@ class MappedShard:
             return self.view[begin : begin + self.block]
         return os.pread(self.fd, self.block, self.data_start + begin)
 
-    def check_rows(self, rows: np.ndarray, row_bytes: list[int]) -> None:
-        """Verify every block the samples at `rows` lie in (each block once), or raise a
+    def check_block(self, number: int) -> None:
+        """Verify block `number` against the header's digest and mark it done, or raise a
         ShardError naming the file, the block and its bytes."""
-        if self.done is None or self.complete or not len(rows):
-            return
-        touched = []
-        for offset, row in zip(self.offsets, row_bytes):
-            first = offset + rows * row
-            last = (first + row - 1) // self.block
-            first //= self.block
-            if row <= self.block:
-                touched += [first, last]
-            else:
-                touched += [np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]
-        wanted = np.concatenate(touched)
-        wanted = wanted[~self.done[wanted]]
-        todo = np.unique(wanted).tolist() if len(wanted) else []
-        for number in todo:
-            data = self._block(number)
-            begin, end = number * self.block, number * self.block + len(data)
-            got, expected = _xxh3_64(data), self.digests[8 * number : 8 * number + 8]
-            if got != expected:
-                raise ShardError(f"{self.path}: checksum mismatch in block {number} (bytes {begin:,}..{end:,} after "
-                                 f"the header): header xxh3_64 {expected.hex()}, file {got.hex()}")
-            self.done[number] = True
-        if todo and self.done.all():
-            self.complete = True
+        data = self._block(number)
+        begin, end = number * self.block, number * self.block + len(data)
+        got, expected = _xxh3_64(data), self.digests[8 * number : 8 * number + 8]
+        if got != expected:
+            raise ShardError(f"{self.path}: checksum mismatch in block {number} (bytes {begin:,}..{end:,} after "
+                             f"the header): header xxh3_64 {expected.hex()}, file {got.hex()}")
+        self.done[number] = True
 
-    def check_all(self, row_bytes: list[int]) -> None:
-        if self.done is not None:
-            self.check_rows(np.arange(len(next(iter(self.columns.values()))), dtype=np.int64), row_bytes)
+    def check_all(self) -> int:
+        """Verify every block not verified yet; how many that was."""
+        todo = [] if self.done is None else np.flatnonzero(~self.done).tolist()
+        for number in todo:
+            self.check_block(number)
+        return len(todo)
 
     def let_go(self) -> None:
         """Drop this process's pages of the map (the page cache keeps them)."""
         if self.mapped is not None:
             self.mapped.madvise(mmap.MADV_DONTNEED)
 
-    def read_rows(self, rows: np.ndarray, row_bytes: list[int], picked, out: dict[str, np.ndarray]) -> None:
-        """Rows `rows` of every field into `out` (at `picked`), read from the file with pread:
-        nothing of the file is mapped into this process."""
-        slots = np.arange(len(rows)) if isinstance(picked, slice) else picked
+    def read_rows(self, rows: np.ndarray, row_bytes: list[int], start: int, out: dict[str, np.ndarray]) -> None:
+        """Rows `rows` of every field into `out` from slot `start` on, read from the file with
+        pread: nothing of the file is mapped into this process."""
         for (name, target), offset, size in zip(out.items(), self.offsets, row_bytes):
             flat = target.reshape(len(target), -1).view(np.uint8)
-            start = self.data_start + offset
-            for slot, row in zip(slots.tolist(), rows.tolist()):
-                view = memoryview(flat[slot])
-                if os.preadv(self.fd, [view], start + row * size) != size:
+            begin = self.data_start + offset
+            for slot, row in enumerate(rows.tolist(), start):
+                if os.preadv(self.fd, [memoryview(flat[slot])], begin + row * size) != size:
                     raise ShardError(f"{self.path}: ends early (changed since it was opened?)")
 
     def close(self) -> None:
@@ -247,6 +232,22 @@ class MappedSplit:
         self.templates = allocate(self.sample, 0)
         self.row_bytes = [f.row_bytes for f in self.sample.fields]
         self.shards: list[MappedShard | None] = [None] * len(self.counts)
+        # Which blocks of the whole split are verified, one flag per block, each shard's flags
+        # a view of its range (sized from its stated bytes, an upper bound on its data area):
+        # a batch's blocks are looked up in one call however many shards it touches. The
+        # flags are zeroed pages the kernel maps as a shard is first touched; `left` counts
+        # the flags not set yet.
+        self.done = self.block_base = self.field_offsets = None
+        self.left = 0
+        if self.block and self.remote is None and self.codec != "zstd":
+            bounds = [blocks_in(entry["bytes"], self.block) for entry in manifest["shards"]]
+            self.block_base = np.concatenate([[0], np.cumsum(bounds, dtype=np.int64)])
+            self.left = int(self.block_base[-1])
+            if self.left > MAX_FLAGS:
+                raise ShardError(f"{self.location}: the manifest's shards add up to {self.left:,} blocks of "
+                                 f"{self.block:,} bytes, more than a split here may have ({MAX_FLAGS:,})")
+            self.done = np.zeros(self.left, bool)
+            self.field_offsets = np.zeros((len(self.counts), len(self.row_bytes)), np.int64)
         if self.codec == "zstd":
             held = self.count * self.sample.row_bytes
             if max_resident is not None and held > max_resident:
@@ -284,8 +285,21 @@ class MappedSplit:
             else:  # opened while the cache holds its lock: no other rank evicts it in between
                 with self.remote.holding(number) as (folder, entry):
                     shard = map_shard(folder, entry, self.templates, "none", None, pread)
+            if self.done is not None:
+                self._track(number, shard)
             self.shards[number] = shard
         return shard
+
+    def _track(self, number: int, shard: MappedShard) -> None:
+        """Make `shard`'s verified-block flags a view of the split's: none set, if it is to be
+        verified block by block; all, if it was verified whole (or not at all)."""
+        base, bound = int(self.block_base[number]), int(self.block_base[number + 1])
+        blocks = 0 if shard.done is None else len(shard.done)
+        self.done[base + blocks : bound] = True  # past the shard's data area, or the whole range
+        self.left -= bound - base - blocks
+        if shard.done is not None:
+            shard.done = self.done[base : base + blocks]
+            self.field_offsets[number] = shard.offsets
 
     def __len__(self) -> int:
         return self.count
@@ -302,35 +316,62 @@ class MappedSplit:
             raise IndexError(f"sample index out of range 0..{self.count - 1}")
         index = np.where(index < 0, index + self.count, index)
         out = {f.name: np.empty((len(index), *f.shape), f.dtype) for f in self.sample.fields}
-        owner = np.searchsorted(self.ends, index, side="right")
         if len(self.counts) == 1:
-            self._gather(0, index, slice(None), out)
-        else:
-            order = np.argsort(owner, kind="stable")
-            edges = np.flatnonzero(np.diff(owner[order])) + 1
-            for picked in np.split(order, edges) if len(order) else []:
-                number = int(owner[picked[0]])
-                self._gather(number, index[picked] - self.starts[number], picked, out)
+            owner = np.zeros(len(index), np.int64)
+            self._gather([(0, 0, len(index))], owner, index, out)
+        elif len(index):
+            # Grouped by shard (stable: a shard's rows keep the batch's order), gathered group
+            # by group into a sorted copy, then put back in the batch's order once per field.
+            order = np.argsort(np.searchsorted(self.ends, index, side="right"), kind="stable")
+            owner = np.searchsorted(self.ends, index[order], side="right")
+            rows = index[order] - self.starts[owner]
+            edges = [0, *(np.flatnonzero(np.diff(owner)) + 1).tolist(), len(index)]
+            groups = [(int(owner[a]), a, b) for a, b in zip(edges[:-1], edges[1:])]
+            ordered = {name: np.empty_like(values) for name, values in out.items()}
+            self._gather(groups, owner, rows, ordered)
+            for name, values in ordered.items():
+                out[name][order] = values
         check_classes(self.sample, out, str(self.location), ids=index)
         return out
 
-    def _gather(self, number: int, rows: np.ndarray, picked, out: dict[str, np.ndarray]) -> None:
-        shard = self.shard(number)
-        shard.check_rows(rows, self.row_bytes)
-        if shard.fd is not None:
-            shard.read_rows(rows, self.row_bytes, picked, out)
+    def _gather(self, groups: list[tuple[int, int, int]], owner: np.ndarray, rows: np.ndarray,
+                out: dict[str, np.ndarray]) -> None:
+        """Rows `rows[a:b]` of shard `number` into `out[a:b]` for each (number, a, b), after
+        the blocks they lie in are verified."""
+        shards = [self.shard(number) for number, _, _ in groups]  # mapped (fetched) on first touch
+        self._check_blocks(owner, rows)
+        for shard, (_, a, b) in zip(shards, groups):
+            if shard.fd is not None:
+                shard.read_rows(rows[a:b], self.row_bytes, a, out)
+                continue
+            picked = rows[a:b]
+            for name, values in shard.columns.items():
+                values.take(picked, 0, out[name][a:b])
+
+    def _check_blocks(self, owner: np.ndarray, rows: np.ndarray) -> None:
+        """Verify every block not verified yet that the rows (of shards `owner`) lie in, once
+        per batch for the whole split; a mismatch is a ShardError naming file and block."""
+        if not self.left or not len(rows):
             return
-        for name, values in shard.columns.items():
-            if isinstance(picked, slice):
-                np.take(values, rows, axis=0, out=out[name])
-            else:
-                out[name][picked] = values[rows]
+        firsts, lasts = [], []
+        for field, row in enumerate(self.row_bytes):
+            first = self.field_offsets[owner, field] + rows * row
+            firsts.append(first // self.block)
+            lasts.append((first + row - 1) // self.block)
+        first, last = np.concatenate(firsts), np.concatenate(lasts)
+        base = self.block_base[np.concatenate([owner] * len(self.row_bytes))]
+        span = last - first + 1  # blocks per row and field (1 or 2 unless a row is larger than a block)
+        ids = np.repeat(base + first, span) + np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span, span)
+        for block in np.unique(ids[~self.done[ids]]).tolist():
+            number = int(np.searchsorted(self.block_base, block, side="right")) - 1
+            self.shards[number].check_block(block - int(self.block_base[number]))
+            self.left -= 1
 
     def wait(self) -> None:
         """Map (fetch) and verify every shard now; raise what is wrong."""
         for number in range(len(self.counts)):
             shard = self.shard(number)
-            shard.check_all(self.row_bytes)
+            self.left -= shard.check_all()
             check_classes(self.sample, shard.columns, str(self.location),
                           ids=range(int(self.starts[number]), int(self.ends[number])))
             if self.max_resident is not None:
