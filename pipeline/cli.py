@@ -235,13 +235,18 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
 @PARAMS_OPTION
 @stage_command
 def shard(dataset: str, parquet: Path, out: Path, sources_path: Path, params_path: Path) -> None:
-    """Write DATASET's Parquet as safetensors shards with a checksummed manifest."""
+    """Write DATASET's Parquet as safetensors shards with a checksummed manifest.
+
+    The samples must be DATASET's as published: their images and labels, written out as IDX
+    files, must have the sha256 sources.yaml pins (a Parquet folder of another data set or
+    split is refused, naming what it holds); the manifest records both digests."""
     from pipeline.core.sources import known_rows
-    from pipeline.stages.shard import shard_dataset
+    from pipeline.stages.shard import published_pins, shard_dataset
 
     settings = section(load_checked(params_path), "shard")
-    shard_dataset(parquet, out, dataset, int(settings["samples_per_shard"]),
-                  str(settings["compression"]), int(settings["level"]), rows=known_rows(sources_path, dataset))
+    shard_dataset(parquet, out, dataset, int(settings["samples_per_shard"]), str(settings["compression"]),
+                  int(settings["level"]), rows=known_rows(sources_path, dataset),
+                  pins=published_pins(sources_path, dataset))
 
 
 @main.command()

@@ -316,6 +316,70 @@ def test_shard_replaces_its_own_earlier_output(tmp_path, parquet_input):
     assert sorted(os.listdir(work)) == ["out"]  # no lock, no temporary left beside it
 
 
+def _pinned_sources(root: Path) -> Path:
+    """A sources file pinning the tiny data set's IDX files and those of another data set."""
+    other = tiny_dataset(seed=7)
+    path = root / "pinned.yaml"
+    path.write_text(yaml.safe_dump({"tiny": {"rows": {"train": 64, "test": 32}, "files": tiny_dataset().files},
+                                    "other": {"rows": {"train": 64, "test": 32}, "files": other.files}}))
+    return path
+
+
+def test_shard_refuses_parquet_of_another_data_set_naming_what_it_holds(tmp_path, parquet_input):
+    """`shard other --parquet <tiny's Parquet>`: the labels, hashed as the published IDX file
+    would be, are tiny's, not other's: refused before a shard is written, rc 2, one line."""
+    sources = _pinned_sources(tmp_path)
+    args = ["shard", "other", "--parquet", parquet_input / "pq" / "compact", "--out", "out", "--params", PARAMS,
+            "--sources", sources]
+    line = one_line(cli(args, tmp_path, env=env_for(tmp_path)))
+    assert re.fullmatch(r"Error: \S+/compact/train\.parquet: holds tiny's train labels, not other's train labels "
+                        r"\(sha256 of the labels as an IDX file: [0-9a-f]{16}\.\.\., sources\.yaml pins "
+                        r"[0-9a-f]{16}\.\.\.\)", line), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_shard_records_the_published_digests_it_checked(tmp_path, parquet_input):
+    """The data set the Parquet is named for: sharded, and each manifest's source carries the
+    sha256 of the published IDX files its samples are (equal to sources.yaml's pins)."""
+    sources = _pinned_sources(tmp_path)
+    args = ["shard", "tiny", "--parquet", parquet_input / "pq" / "compact", "--out", "out", "--params", PARAMS,
+            "--sources", sources]
+    result = cli(args, tmp_path, env=env_for(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    files = tiny_dataset().files
+    for split in ("train", "test"):
+        source = json.loads((tmp_path / "out" / split / "manifest.json").read_text())["source"]
+        assert source["idx_sha256"] == {"images": files[f"{split}_images"]["sha256"],
+                                        "labels": files[f"{split}_labels"]["sha256"]}
+
+
+def test_shard_refuses_the_other_split_and_images_nobody_published(tmp_path, parquet_input):
+    """The test split offered as the train split is named as such; right labels with other
+    images (one pixel changed) are refused once the images have streamed, naming no data set."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.core.errors import DataError
+    from pipeline.stages.parquet import IMAGE_TYPE
+    from pipeline.stages.shard import published_pins, stream_split
+
+    pins = published_pins(_pinned_sources(tmp_path), "tiny")
+    test_file = parquet_input / "pq" / "compact" / "test.parquet"
+    with pytest.raises(DataError, match=r"test\.parquet: holds tiny's test labels, not tiny's train labels"):
+        stream_split(test_file, tmp_path / "a", dataset="tiny", split="train", samples_per_shard=16,
+                     pins=pins["train"])
+    table = pq.read_table(test_file)
+    images = bytearray(table.column("image")[5].as_py())
+    images[100] ^= 1
+    column = table.column("image").to_pylist()
+    column[5] = bytes(images)
+    changed = table.set_column(1, "image", pa.array(column, IMAGE_TYPE))
+    pq.write_table(changed, tmp_path / "test.parquet")
+    with pytest.raises(DataError, match=r"holds samples no data set in sources\.yaml has, not tiny's test images"):
+        stream_split(tmp_path / "test.parquet", tmp_path / "b", dataset="tiny", split="test", samples_per_shard=16,
+                     pins=pins["test"])
+
+
 def test_write_split_refuses_a_users_folder_and_replaces_its_own(tmp_path):
     from pipeline.core.errors import InputError
 

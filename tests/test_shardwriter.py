@@ -32,7 +32,8 @@ def files(folder: Path) -> dict[str, str]:
 @pytest.mark.parametrize("layout, compression", [("compact", "none"), ("wide", "zstd"), ("compact", "zstd")])
 def test_streamed_stage_writes_the_bytes_of_the_whole_split_in_memory(tmp_path, tiny, layout, compression):
     """Fed 10-row record batches (Parquet row groups of 10) into 24-sample shards, the stage
-    writes what the writer fed the whole split at once writes, digest included."""
+    writes what the writer fed the whole split at once writes, digests included (the IDX
+    ones equal to the sha256 of the files the tiny data set publishes)."""
     for split in ("train", "test"):
         write_csv(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], tmp_path / "csv" / f"{split}.csv")
     convert_dataset(tmp_path / "csv", tmp_path / "pq", tmp_path / "f.json", "zstd-3", row_group_rows=10)
@@ -41,7 +42,10 @@ def test_streamed_stage_writes_the_bytes_of_the_whole_split_in_memory(tmp_path, 
         labels, images = tiny.arrays[f"{split}_labels"], tiny.arrays[f"{split}_images"]
         digest = hashlib.sha256(labels.tobytes() + images.tobytes()).hexdigest()
         write_shards(images, labels, tmp_path / "whole" / split, dataset="tiny", split=split, samples_per_shard=24,
-                     compression=compression, level=5, source={"content_sha256": digest})
+                     compression=compression, level=5,
+                     source={"content_sha256": digest, "idx_sha256": {  # the published files' digests
+                         "images": tiny.files[f"{split}_images"]["sha256"],
+                         "labels": tiny.files[f"{split}_labels"]["sha256"]}})
     assert files(tmp_path / "streamed") == files(tmp_path / "whole")
     assert len(files(tmp_path / "streamed" / "train")) == 1 + -(-len(tiny.arrays["train_labels"]) // 24)
     images = read_split(tmp_path / "streamed" / "train")["images"]
@@ -125,7 +129,10 @@ def test_parquet_column_order_and_extra_columns_do_not_matter(tmp_path, layout):
     np.testing.assert_array_equal(got_labels.numpy(), labels)
     np.testing.assert_array_equal(got_images.numpy(), images)
     digest = hashlib.sha256(labels.tobytes() + images.reshape(40, 784).tobytes()).hexdigest()
-    assert manifest["source"] == {"content_sha256": digest}
+    from pipeline.stages.idx import idx_bytes
+
+    assert manifest["source"] == {"content_sha256": digest, "idx_sha256": {
+        "images": hashlib.sha256(idx_bytes(images)).hexdigest(), "labels": hashlib.sha256(idx_bytes(labels)).hexdigest()}}
 
 
 def test_stream_split_passes_the_zstd_level_on_and_names_its_source(tmp_path):

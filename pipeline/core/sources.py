@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.bounded import load_yaml, short
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, is_hex
 
 SOURCES_CAP = 1 << 20          # bytes: the file is a few KiB
 MAX_ROWS = 1 << 24             # samples in one split: far above any data set of 28x28 images here
 SPLITS = ("train", "test")
+IDX_ROLES = ("train_images", "train_labels", "test_images", "test_labels")
 
 
 class SourcesError(InputError):
@@ -57,3 +58,32 @@ def known_rows(path: Path, dataset: str) -> dict[str, int]:
             raise SourcesError(f"{path}: {dataset}.rows.{split}: expected an integer in 1..{MAX_ROWS:,}, "
                                f"got {short(value)}")
     return {split: rows[split] for split in SPLITS}
+
+
+def _pin(path: Path, dataset: str, role: str, entry: Any) -> str:
+    sha = entry.get("sha256") if isinstance(entry, dict) else None
+    if not (isinstance(sha, str) and is_hex(sha.lower(), 64)):
+        raise SourcesError(f"{path}: {dataset}.files.{role}.sha256 must be 64 hex digits, got {short(sha)}")
+    return sha.lower()
+
+
+def idx_pins(path: Path, dataset: str) -> dict[str, str] | None:
+    """{role: sha256} of `dataset`'s four IDX files as published (decompressed), or None for
+    a data set published as CSV: what a split's samples, written out as IDX, must hash to."""
+    files = dataset_entry(path, dataset)["files"]
+    if not all(role in files for role in IDX_ROLES):
+        return None
+    return {role: _pin(path, dataset, role, files[role]) for role in IDX_ROLES}
+
+
+def pin_owners(path: Path) -> dict[str, str]:
+    """{sha256: "<dataset> <role>"} over every IDX file sources.yaml pins: names what a
+    mislabelled input holds."""
+    owners = {}
+    for dataset, entry in read_sources(path).items():
+        files = entry.get("files") if isinstance(entry, dict) else None
+        for role in IDX_ROLES if isinstance(files, dict) else ():
+            spec = files.get(role)
+            if isinstance(spec, dict) and isinstance(spec.get("sha256"), str):
+                owners[spec["sha256"].lower()] = f"{dataset}'s {role.replace('_', ' ')}"
+    return owners

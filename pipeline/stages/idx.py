@@ -16,7 +16,7 @@ from pipeline.core.atomic import atomic_path
 from pipeline.core.bounded import open_regular
 from pipeline.core.errors import DataError
 from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES, PIXELS, first_bad_label
-from pipeline.core.idxheader import TYPES, IdxError, header_size, parse_header
+from pipeline.core.idxheader import TYPES, IdxError, header_size, idx_header, parse_header
 
 # Type codes of the IDX format; MNIST only uses 0x08, the others are read for completeness.
 _DTYPES: dict[int, np.dtype] = {code: np.dtype(spec) for code, (spec, _) in TYPES.items()}
@@ -67,9 +67,7 @@ def idx_bytes(array: np.ndarray) -> bytes:
     dtype = array.dtype.newbyteorder(">") if array.dtype.itemsize > 1 else array.dtype
     if dtype not in _CODES:
         raise IdxError(f"dtype {array.dtype} has no IDX type code")
-    header = bytes([0, 0, _CODES[dtype], array.ndim])
-    header += b"".join(int(d).to_bytes(4, "big") for d in array.shape)
-    return header + np.ascontiguousarray(array, dtype=dtype).tobytes()
+    return idx_header(_CODES[dtype], array.shape) + np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:

@@ -15,6 +15,7 @@ import hashlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +23,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.atomic import atomic_dir
-from pipeline.core.errors import DataError, reason
-from pipeline.shards.writer import ShardWriter
 from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, MNIST, PIXELS, SPLITS
+from pipeline.core.errors import DataError, reason
+from pipeline.core.idxheader import idx_header
+from pipeline.core.sources import idx_pins, pin_owners
+from pipeline.shards.writer import ShardWriter
 from pipeline.stages.parquet import check_present, check_types, verify_checksum
-
 
 
 @contextmanager
@@ -82,44 +84,91 @@ def iter_samples(path: Path, batch_rows: int = 8192, rows: int | None = None
                 yield labels, np.ascontiguousarray(by_column.T)
 
 
-def _label_digest(path: Path, rows: int | None = None) -> hashlib._Hash:
-    """sha256 over every label: the first pass, the label column only."""
-    digest = hashlib.sha256()
+def _label_digests(path: Path, rows: int | None = None) -> tuple[hashlib._Hash, hashlib._Hash, int]:
+    """The first pass, the label column only: sha256 over every label (the content digest's
+    start), sha256 of the labels as an IDX file, and the row count."""
+    content, idx = hashlib.sha256(), hashlib.sha256()
     with _parquet(path, rows) as source:
+        count = source.metadata.num_rows
+        idx.update(idx_header(0x08, (count,)))
         for batch in source.iter_batches(batch_size=1 << 16, columns=["label"], use_threads=False):
-            digest.update(_complete(path, batch).column(0).to_numpy().tobytes())
-    return digest
+            labels = _complete(path, batch).column(0).to_numpy().tobytes()
+            content.update(labels)
+            idx.update(labels)
+    return content, idx, count
+
+
+@dataclass(frozen=True)
+class Pins:
+    """What a split's samples must be: the sha256 of its images and of its labels as IDX
+    files (sources.yaml's pins of the published files), and which data set and file each
+    pinned digest belongs to, to name what a mislabelled input holds."""
+
+    images: str
+    labels: str
+    owners: dict[str, str]
+
+    def check(self, path: Path, kind: str, got: str, dataset: str, split: str) -> None:
+        wanted = getattr(self, kind)
+        if got != wanted:
+            holds = self.owners.get(got, "samples no data set in sources.yaml has")
+            raise DataError(f"{path}: holds {holds}, not {dataset}'s {split} {kind} (sha256 of the {kind} as an "
+                            f"IDX file: {got[:16]}..., sources.yaml pins {wanted[:16]}...)")
+
+
+def published_pins(sources: Path, dataset: str) -> dict[str, Pins] | None:
+    """{split: Pins} of `dataset` from sources.yaml; None for a data set published as CSV
+    (its pins are of CSV text, which the samples alone do not fix)."""
+    pinned = idx_pins(sources, dataset)
+    if pinned is None:
+        return None
+    owners = pin_owners(sources)
+    return {split: Pins(pinned[f"{split}_images"], pinned[f"{split}_labels"], owners) for split in SPLITS}
 
 
 def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, samples_per_shard: int,
-                 compression: str = "none", level: int = 3, batch_rows: int = 8192, rows: int | None = None) -> dict:
+                 compression: str = "none", level: int = 3, batch_rows: int = 8192, rows: int | None = None,
+                 pins: Pins | None = None) -> dict:
     """One split's Parquet -> shards + manifest.json in `out_dir` (new or empty); with `rows`
     (sources.yaml), the file must hold exactly that many, checked before a page is read and
-    again as they stream (row groups that state fewer rows than their pages hold)."""
-    digest = _label_digest(source, rows)
+    again as they stream (row groups that state fewer rows than their pages hold). With
+    `pins`, its labels (before any shard is written) and its images must be the published
+    files' samples, in their order. The manifest's `source` records both IDX digests."""
+    digest, labels_idx, count = _label_digests(source, rows)
+    if pins is not None:
+        pins.check(source, "labels", labels_idx.hexdigest(), dataset, split)
+    images_idx = hashlib.sha256(idx_header(0x08, (count, *IMAGE_SHAPE)))
     writer = ShardWriter(out_dir, sample=MNIST, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
                          compression=compression, level=level, origin=str(source))
     for labels, images in iter_samples(source, batch_rows, rows):
         digest.update(images.tobytes())
-        if rows is not None and writer.count + len(labels) > rows:
-            raise DataError(f"{source}: more rows than the data set's split has ({rows:,}, sources.yaml rows)")
+        images_idx.update(images.tobytes())
+        if writer.count + len(labels) > count:
+            raise DataError(f"{source}: more rows than its footer states ({count:,})")
         writer.add({"images": images.reshape(len(images), *IMAGE_SHAPE), "labels": labels})
+    if writer.count != count:
+        raise DataError(f"{source}: {writer.count:,} rows, but its footer states {count:,}")
     if writer.count == 0:
         raise DataError(f"{source}: no samples")
-    return writer.finish({"content_sha256": digest.hexdigest()})
+    if pins is not None:
+        pins.check(source, "images", images_idx.hexdigest(), dataset, split)
+    return writer.finish({"content_sha256": digest.hexdigest(),
+                          "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()}})
 
 
 def shard_dataset(parquet_dir: Path, out_dir: Path, dataset: str, samples_per_shard: int,
-                  compression: str, level: int, rows: dict[str, int] | None = None) -> None:
-    """Stage `shard@<dataset>`: both splits, checked against SHA256SUMS (and, given `rows`,
-    against the data set's row counts), streamed to shards; the whole folder swapped in at
-    the end (both splits or neither)."""
+                  compression: str, level: int, rows: dict[str, int] | None = None,
+                  pins: dict[str, Pins] | None = None) -> None:
+    """Stage `shard@<dataset>`: both splits, checked against SHA256SUMS (and, given `rows`
+    and `pins` per split, against the data set's row counts and published files), streamed
+    to shards; the whole folder swapped in at the end (both splits or neither)."""
     with atomic_dir(Path(out_dir)) as tmp:
         for split in SPLITS:
             source = Path(parquet_dir) / f"{split}.parquet"
             verify_checksum(source)  # one flipped byte anywhere: refused, the file named
             manifest = stream_split(source, tmp / split, dataset=dataset, split=split,
                                     samples_per_shard=samples_per_shard, compression=compression, level=level,
-                                    rows=None if rows is None else rows[split])
+                                    rows=None if rows is None else rows[split],
+                                    pins=None if pins is None else pins[split])
             total = sum(s["bytes"] for s in manifest["shards"])
             print(f"{out_dir}/{split}: {len(manifest['shards'])} shards, {total / 1e6:.1f} MB", file=sys.stderr)
