@@ -353,6 +353,25 @@ def test_shard_records_the_published_digests_it_checked(tmp_path, parquet_input)
                                         "labels": files[f"{split}_labels"]["sha256"]}
 
 
+@pytest.mark.parametrize("level, hint", [
+    ("codec", "holds no train.parquet (folders: compact, wide): pass a layout folder: {pq}/compact"),
+    ("data set", "holds no train.parquet (folders: zstd-3): pass the convert stage's <codec>/<layout> folder, "
+                 "e.g. data/parquet/<dataset>/zstd-3/compact"),
+])
+def test_shard_names_a_folder_one_level_too_high(tmp_path, parquet_input, level, hint):
+    """`--parquet` naming the codec folder (the layout forgotten), or one above: one line that
+    says which folder is expected, not a SHA256SUMS missing one level up."""
+    from pipeline.core.errors import DataError
+    from pipeline.stages.shard import shard_dataset
+
+    folder = parquet_input / "pq" if level == "codec" else tmp_path / "tiny"
+    (tmp_path / "tiny" / "zstd-3").mkdir(parents=True)
+    with pytest.raises(DataError) as caught:
+        shard_dataset(folder, tmp_path / "out", "tiny", 16, "none", 3)
+    assert str(caught.value) == f"{folder}: " + hint.format(pq=parquet_input / "pq")
+    assert not (tmp_path / "out").exists()
+
+
 def test_shard_refuses_the_other_split_and_images_nobody_published(tmp_path, parquet_input):
     """The test split offered as the train split is named as such; right labels with other
     images (one pixel changed) are refused once the images have streamed, naming no data set."""

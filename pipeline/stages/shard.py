@@ -28,7 +28,7 @@ from pipeline.core.errors import DataError, reason
 from pipeline.core.idxheader import idx_header
 from pipeline.core.sources import idx_pins, pin_owners
 from pipeline.shards.writer import ShardWriter
-from pipeline.stages.parquet import check_present, check_types, verify_checksum
+from pipeline.stages.parquet import LAYOUTS, check_present, check_types, verify_checksum
 
 
 @contextmanager
@@ -156,12 +156,24 @@ def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, sampl
                           "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()}})
 
 
+def _check_folder(folder: Path) -> None:
+    """A folder holding the splits' Parquet files; one level too high is named as such."""
+    if (folder / f"{SPLITS[0]}.parquet").exists() or not folder.is_dir():
+        return
+    inside = sorted(p.name for p in folder.iterdir() if p.is_dir())[:8]
+    layouts = [name for name in inside if name in LAYOUTS]
+    hint = (f"pass a layout folder: {folder / layouts[0]}" if layouts else
+            "pass the convert stage's <codec>/<layout> folder, e.g. data/parquet/<dataset>/zstd-3/compact")
+    raise DataError(f"{folder}: holds no {SPLITS[0]}.parquet (folders: {', '.join(inside) or 'none'}): {hint}")
+
+
 def shard_dataset(parquet_dir: Path, out_dir: Path, dataset: str, samples_per_shard: int,
                   compression: str, level: int, rows: dict[str, int] | None = None,
                   pins: dict[str, Pins] | None = None) -> None:
     """Stage `shard@<dataset>`: both splits, checked against SHA256SUMS (and, given `rows`
     and `pins` per split, against the data set's row counts and published files), streamed
     to shards; the whole folder swapped in at the end (both splits or neither)."""
+    _check_folder(Path(parquet_dir))
     with atomic_dir(Path(out_dir)) as tmp:
         for split in SPLITS:
             source = Path(parquet_dir) / f"{split}.parquet"
