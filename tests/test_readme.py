@@ -91,8 +91,20 @@ def test_every_embed_names_a_recorded_file():
 
 @pytest.mark.parametrize("phrase", [
     "the team", "seed.md", "design outline", "before this work", "the issue", "earlier claim",
-    "an earlier", "no longer", "this session", "../shared",
+    "an earlier", "no longer", "this session", "../shared", "re-measured afterwards", "was not done", "not done",
 ])
 def test_pages_describe_the_product_not_its_history(phrase):
     for page in PAGES:
         assert phrase not in page.read_text().lower(), f"{page.relative_to(ROOT)}: {phrase!r}"
+
+
+ABSOLUTE = re.compile(r"(?:^|[\s`'\"(=])(/(?:work|home|root|tmp|mnt|Users|private|var/folders)/[^\s`'\")]*)")
+
+
+def test_pages_show_no_path_of_a_development_machine():
+    """Paths in README and docs are the repository's own, relative: a reader's machine has
+    no /work, /home/<someone> or /tmp folder of ours (the recorded command outputs included)."""
+    recorded = sorted((ROOT / "results").rglob("*.txt")) + sorted((ROOT / "results").rglob("*.md"))
+    for page in [*PAGES, *recorded]:
+        found = ABSOLUTE.findall(page.read_text())
+        assert not found, f"{page.relative_to(ROOT)}: {found[:3]}"

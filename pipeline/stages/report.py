@@ -326,19 +326,32 @@ def spread_text(spread: Spread | None) -> str:
     return f"{100 * (spread.max - spread.min) / spread.median:.0f}%"
 
 
+VS_NAIVE = "vs naive: `naive`'s steady train s/epoch over the row's"
+WALL_VS_NAIVE = "wall vs naive: `naive`'s wall s over the row's, what the whole run cost"
+
+
+def vs_naive(naive: float | None, row: float | None) -> str:
+    """`naive`'s figure over the row's, as "12.3x": the one meaning of "vs naive" everywhere."""
+    if naive is None or row is None or row <= 0:
+        return "n/a"
+    return f"{num(naive / row)}x"
+
+
 def ladder_table(run: Run) -> str:
     """One data set's ladder on one machine: steady figures beside what a user pays."""
     lines = [f"**{run.doc.dataset}**: {machine_line(run)}", "",
              "| variant | train s/epoch | spread | test s/epoch | setup s | wall s | accuracy "
-             "| vs naive: steady / wall |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| vs naive | wall vs naive |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    naive = run.doc.variants.get("naive")
     for name, v in run.doc.variants.items():
         mark = " *" if v.extrapolated else ""
         mark += " (graph)" if v.cuda_graph else ""
         mark += " **unstable**" if v.unstable else ""
         spread = spread_text(v.spread)
         accuracy = opt(v.accuracy, lambda a: f"{a:.4f}") + ("" if v.accuracy_ok else " (outside tolerance)")
-        vs = f"{opt(v.speedup)}x" + (f" / {num(v.wall_speedup)}x" if v.wall_speedup is not None else "")
+        vs = (f"{vs_naive(naive and naive.train_s, v.train_s)} | "
+              f"{vs_naive(naive and naive.wall_s, v.wall_s)}")
         lines.append(f"| {name}{mark} | {num(v.train_s)} | {spread} | {num(v.test_s)} | {opt(v.setup_s)} "
                      f"| {opt(v.wall_s)} | {accuracy} | {vs} |")
     reasons = [f"`{n}`: {text(v.unstable_reason or 'no reason given')}"
@@ -387,12 +400,12 @@ def headline(machines: dict[str, dict[str, Run]]) -> str:
             seed = variants.get("preprocessed")
             name, best = best_variant(run)
             flag = lambda n: " (unstable)" if variants[n].unstable else ""  # noqa: E731
-            ratio = f"{num(naive.train_s / best.train_s)}x" if naive and best.train_s > 0 else "n/a"
+            ratio = vs_naive(naive and naive.train_s, best.train_s)
             lines.append(f"| `{machine}` | {dataset} | {opt(naive and naive.train_s)}{naive and flag('naive') or ''} "
                          f"| {opt(seed and seed.train_s)}{seed and flag('preprocessed') or ''} "
                          f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} |")
-    return "\n".join(lines) + ("\n\nSeconds per train epoch (steady: the median of the timed epochs); vs naive: "
-                               "`naive` over the best.")
+    return "\n".join(lines) + ("\n\nSeconds per train epoch (steady: the median of the timed epochs); "
+                               + VS_NAIVE + ".")
 
 
 def codec_table(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> str:
@@ -509,8 +522,8 @@ NOTE = ("`*` sampled: timed over a fixed number of steps per epoch and scaled to
         "(accuracy not measured). `(graph)`: each epoch replays one CUDA graph. **unstable**: the timed "
         "epochs spread more than `bench.max_spread`, a twin doing identical work disagrees, or it beats "
         "its floor. spread: (max - min) / median of the timed epochs. setup s: everything before the "
-        "first timed step; wall s: setup plus every epoch, train and test. vs naive: `naive`'s steady train + test per epoch over the row's, then "
-        "its wall s over the row's.")
+        "first timed step; wall s: setup plus every epoch, train and test (a sampled row's: scaled from its "
+        "sampled steps, like its epochs). " + VS_NAIVE + "; " + WALL_VS_NAIVE + ".")
 
 
 def image(name: str, alt: str, prefix: str) -> str:
