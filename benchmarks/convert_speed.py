@@ -1,9 +1,9 @@
-"""CSV -> Parquet: the seed's path (pandas read_csv + to_parquet) against the convert stage.
+"""CSV -> Parquet: the write-up's path (pandas read_csv + to_parquet) against the convert stage.
 
     python benchmarks/convert_speed.py data/csv/mnist/train.csv [--scale 10]
 
 Side by side in one run on the same file, each in its own child process so that its peak
-RSS is its own: the seed path (pandas, default snappy, one int64 column per value), then
+RSS is its own: the write-up's path (pandas, default snappy, one int64 column per value), then
 the stage's writer for each layout alone (snappy) and the whole stage step (both layouts);
 each runs --repeats times in its process and the best time is the figure (the first,
 cold, run is shown beside it).

@@ -42,7 +42,7 @@ from pipeline.shards.writer import write_split
 
 
 def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path) -> None:
-    """The seed's layout (label + pixel1..pixel784, uint8) with pyarrow, zstd."""
+    """The write-up's layout (label + pixel1..pixel784, uint8) with pyarrow, zstd."""
     flat = images.reshape(len(images), -1)
     columns = [pa.array(labels)] + [pa.array(np.ascontiguousarray(flat[:, i])) for i in range(flat.shape[1])]
     with atomic_path(dest) as tmp:

@@ -1,6 +1,6 @@
 """Each rung's data path: where a variant's batches come from, in one place per variant.
 
-The loader rungs follow the seed's story one change at a time (batch size, workers,
+The loader rungs follow the write-up's story one change at a time (batch size, workers,
 persistent workers, pinned memory, Dataset v2); `batched` serves whole batches from shards
 by one tensor index; `device` keeps the split on the accelerator and shuffles it there.
 Every variant builds its own inputs (nothing is shared between variants), so each one's
@@ -55,9 +55,9 @@ class Resident:
 
 
 def checked_parquet(parquet: Path, split: str) -> Path:
-    """The wide split the seed's Datasets read, checked before they touch it: its bytes
+    """The wide split the write-up's Datasets read, checked before they touch it: its bytes
     against the convert stage's SHA256SUMS (polars writes no page checksums), and its columns
-    by name and order (the seed's Datasets take pixels by position: columns in another order
+    by name and order (the write-up's Datasets take pixels by position: columns in another order
     would train on scrambled images without a word)."""
     import pyarrow.parquet as pq
 
@@ -77,7 +77,7 @@ def checked_parquet(parquet: Path, split: str) -> Path:
 
 def _loader(dataset, batch_size: int, shuffle: bool, seed: int, samples: int | None = None,
             **kwargs) -> torch.utils.data.DataLoader:
-    """The seed's DataLoader; with `samples`, one whose epochs are `samples` samples of a fresh
+    """The write-up's DataLoader; with `samples`, one whose epochs are `samples` samples of a fresh
     shuffle each (the first epoch's: the first of the order a whole one takes). A sampled
     epoch then ends when its sampler does, so persistent workers hold no batch prefetched for
     it when the next epoch starts (PyTorch makes the next epoch wait for such batches, which
@@ -107,7 +107,7 @@ def sampled_steps(epoch_samples: int | None, batch_size: int, steps: int) -> int
 
 
 def loader_options(variant: str, workers: int, device: torch.device) -> dict:
-    """The DataLoader settings each rung of the seed's story adds to the one before."""
+    """The DataLoader settings each rung of the write-up's story adds to the one before."""
     steps = LOADER_VARIANTS.index(variant)
     options: dict = {}
     if steps >= LOADER_VARIANTS.index("workers"):

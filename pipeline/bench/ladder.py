@@ -1,4 +1,4 @@
-"""Stage `bench@<dataset>`: the seed's training ladder, timed per epoch, and beyond it.
+"""Stage `bench@<dataset>`: the write-up's training ladder, timed per epoch, and beyond it.
 
 Every variant trains the same SimpleCNN from the same seed with Adam (lr 1e-3) and
 cross-entropy, testing after every epoch; only the data path (`datapaths`) and, on the last
@@ -54,7 +54,7 @@ class BenchSettings:
     sample: tuple[str, ...]
     sample_steps: int
     sample_epochs: int
-    accuracy_tolerance: float            # vs the `preprocessed` variant (the seed's best)
+    accuracy_tolerance: float            # vs the `preprocessed` variant (the write-up's best)
     # What `compiled` adds, per device type (see `runners.Execution`); chosen by measurement.
     compiled: dict
     floor: bool                          # also time the floor: the same steps with no data path

@@ -1,4 +1,4 @@
-"""The seed's SimpleCNN (206,922 parameters), unchanged, so every variant trains the same model."""
+"""The write-up's SimpleCNN (206,922 parameters), unchanged, so every variant trains the same model."""
 
 from __future__ import annotations
 

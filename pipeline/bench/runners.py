@@ -2,12 +2,12 @@
 
 Two runners train the same SimpleCNN from the same seed with Adam and cross-entropy:
 
-- `train_eager` takes batches from any iterable, shapes as they come: the seed's loop,
+- `train_eager` takes batches from any iterable, shapes as they come: the write-up's loop,
   used by every data-path rung (its last partial batch is simply smaller).
 - `train_static` takes both splits resident on the device and runs every step at one batch
   shape. The last partial batch is padded with weight-0 samples and the loss is a weighted
   sum (weight 1/n on each of the n real samples), so the loss and every gradient equal the
-  seed's mean over the real samples, while one shape means one compilation, done in the
+  write-up's mean over the real samples, while one shape means one compilation, done in the
   warm-up, never inside a timed epoch. One shape also lets a whole epoch (every step:
   gather, convert, forward, backward, Adam) be captured once as a CUDA graph and replayed
   per epoch: no Python and no kernel-launch latency per step, which is what an eager step
@@ -42,7 +42,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """What every variant shares: the seed's hyper-parameters."""
+    """What every variant shares: the write-up's hyper-parameters."""
 
     batch_size: int = 512
     lr: float = 1e-3
@@ -141,7 +141,7 @@ def _timed_epochs(timing: Timing, device: torch.device, epochs: int, train_epoch
         _report(progress, epoch, epochs, timing)
 
 
-# ---------------------------------------------------------------- eager: the seed's loop
+# ---------------------------------------------------------------- eager: the write-up's loop
 
 
 def _as_batch(item, device: torch.device, non_blocking: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,7 +158,7 @@ def _limited(iterable: Iterable, steps: int | None) -> Iterator:
 def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, epochs: int,
                 steps: int | None = None, test_steps: int | None = None, started: float | None = None,
                 progress: str = "", budget: bool = False) -> Timing:
-    """The seed's loop over `path`'s batches; `steps` and `test_steps` cap the train and test
+    """The write-up's loop over `path`'s batches; `steps` and `test_steps` cap the train and test
     steps per epoch (sampled timing).
     With `budget`, one more epoch (of `steps` steps when sampled) from a fresh iterator, worker
     start-up included, is profiled after the timed ones (`budget.profile_steps`): the very

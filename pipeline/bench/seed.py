@@ -1,4 +1,4 @@
-"""The seed's two Datasets, kept exactly as the story wrote them: the ladder's first rungs.
+"""The write-up's two Datasets, kept exactly as the story wrote them: the ladder's first rungs.
 
 Version 1 does all the work per item, every epoch (a pandas row, a float conversion, two
 tensors); version 2 does it once in `__init__`. Their cost is the story, so they are not
@@ -15,7 +15,7 @@ import torch
 
 
 class NaiveDataset(torch.utils.data.Dataset):
-    """The seed's Dataset v1: a pandas frame, and all the work per item, every epoch."""
+    """The write-up's Dataset v1: a pandas frame, and all the work per item, every epoch."""
 
     def __init__(self, parquet_path: Path) -> None:
         self.df = pd.read_parquet(parquet_path)
@@ -33,7 +33,7 @@ class NaiveDataset(torch.utils.data.Dataset):
 
 
 class PreprocessedDataset(torch.utils.data.Dataset):
-    """The seed's Dataset v2: everything converted once in `__init__`; items only index."""
+    """The write-up's Dataset v2: everything converted once in `__init__`; items only index."""
 
     def __init__(self, parquet_path: Path) -> None:
         df = pd.read_parquet(parquet_path)

@@ -13,7 +13,7 @@ NUM_CLASSES = 10               # labels are class indices 0..NUM_CLASSES-1
 # (the same as what shard format version 2 fixed, so those shards' bytes did not change).
 MNIST = Sample((Field("images", "uint8", IMAGE_SHAPE), Field("labels", "uint8", (), classes=NUM_CLASSES)))
 PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
-# The seed's wide layout, and the CSV header of the Kaggle edition: label, pixel1..pixel784.
+# The write-up's wide layout, and the CSV header of the Kaggle edition: label, pixel1..pixel784.
 COLUMNS = ["label"] + [f"pixel{i}" for i in range(1, PIXELS + 1)]
 
 

@@ -1,7 +1,7 @@
 """The ladder's rungs and the compile modes, named once: the params schema, the data paths
 and the runners all take these lists (plain names, no torch: the schema imports them).
 
-Loader rungs follow the seed's story one change at a time; `batched` and `device` change
+Loader rungs follow the write-up's story one change at a time; `batched` and `device` change
 where batches come from; the static rungs change how the steps run (one batch shape,
 whole epochs as one graph) and so cannot be timed on a sample of steps.
 """

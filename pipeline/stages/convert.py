@@ -1,6 +1,6 @@
 """CSV -> Parquet, streamed, validated, in two layouts and any codec.
 
-`wide` is the seed's layout (label + one uint8 column per pixel) so its size table is
+`wide` is the write-up's layout (label + one uint8 column per pixel) so its size table is
 reproduced like for like; `compact` keeps each image as one 784-byte fixed-size binary
 value, which compresses as well as the raw IDX bytes and reads back into a uint8 array
 without a per-column gather.
@@ -219,7 +219,7 @@ def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int, 
 
 
 def write_wide(csv_path: Path, out: Path, codec: Codec, row_group_rows: int) -> None:
-    """CSV -> wide Parquet (the seed's layout), read and encoded in parallel by polars.
+    """CSV -> wide Parquet (the write-up's layout), read and encoded in parallel by polars.
 
     Call after `write_compact` has validated the same CSV: polars' own errors carry no
     line number, and a missing field would be written as null rather than rejected."""

@@ -1,4 +1,4 @@
-"""Render the raw data sets as CSV: the format the seed's story starts from.
+"""Render the raw data sets as CSV: the format the write-up's story starts from.
 
 One row per image: the label, then the 784 pixels as decimal integers, comma-separated,
 `\\n` line ends, under the Kaggle edition's header `label,pixel1,...,pixel784`. polars'

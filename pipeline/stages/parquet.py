@@ -1,6 +1,6 @@
 """The two Parquet layouts the convert stage writes, and the checks every reader of them runs.
 
-`wide` is the seed's layout (label + one uint8 column per pixel); `compact` keeps each
+`wide` is the write-up's layout (label + one uint8 column per pixel); `compact` keeps each
 image as one 784-byte fixed-size binary value. A reader takes columns by name, checks their
 types (a file from elsewhere with wider ones would wrap when cast to uint8) and that none
 holds a null (Arrow reads a null as 0), and checks the file against the `SHA256SUMS` the

@@ -4,9 +4,9 @@
         --out metrics/train/mnist.json
 
 gloo on the CPU, nccl on CUDA (one GPU per rank, by LOCAL_RANK). The global batch
-(`train.batch_size`, the seed's 512) is split evenly across ranks; DDP averages the ranks'
-gradients, so each step's update is the seed's mean over 512 samples and the learning rate
-stays the seed's (1e-3): no scaling rule is needed because the global batch does not change.
+(`train.batch_size`, the write-up's 512) is split evenly across ranks; DDP averages the ranks'
+gradients, so each step's update is the write-up's mean over 512 samples and the learning rate
+stays the write-up's (1e-3): no scaling rule is needed because the global batch does not change.
 Each rank reads its contiguous run of the epoch's order, which visits the shards one after
 another (the shard library's `shuffle="shards"`, `pipeline.shards.order`); the test split is
 cut across ranks the same way and the correct counts summed. Rank 0 writes the metrics.
