@@ -215,3 +215,68 @@ def write_shards(images, labels, folder: Path, **options) -> dict:
 
     return write_split({"images": images, "labels": labels}, folder, sample=options.pop("sample", V2_SAMPLE),
                        **options)
+
+
+# ---------------------------------------------------------------- a real DVC repository
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str], check: bool = True):
+    """A command's CompletedProcess (text); with `check`, a failure is an AssertionError
+    that shows what it printed."""
+    import subprocess
+
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def tiny_params(datasets: list[str]) -> dict:
+    """The project's params.yaml with tiny data sets and settings small enough for a test."""
+    import yaml
+
+    params = yaml.safe_load(PARAMS.read_text())
+    params["datasets"] = datasets
+    params["convert"]["codecs"] = ["snappy", "zstd-3", "gzip", "none"]
+    params["bench"].update(epochs=1, batch_size=32, num_workers=1, sample_steps=2, sample_epochs=1,
+                           variants=["naive", "workers", "preprocessed", "batched", "device", "graphed", "compiled"],
+                           sample=["naive", "workers"])
+    return params
+
+
+def dvc_repo(root: Path, names: list[str]) -> tuple[Path, dict[str, str]]:
+    """A git + DVC repository in `root` holding the project's pipeline on tiny generated data
+    sets called `names` (served by a mirror folder beside it), committed; and an environment
+    to run it in."""
+    import os
+    import shutil
+    import sys
+
+    import yaml
+
+    shutil.copytree(ROOT / "pipeline", root / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "results", root / "results")
+    shutil.copytree(ROOT / "tools", root / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
+        shutil.copy(ROOT / name, root / name)
+    # The project's README embeds this repository's own outputs (results/dvc/...); the test
+    # repository has other data sets, so it gets a README with one of the report's blocks.
+    (root / "README.md").write_text("# test\n\n<!-- generated: headline -->\n<!-- /generated -->\n")
+    mirror = root.parent / f"{root.name}-mirror"
+    sources = {}
+    for name, seed in zip(names, (0, 7)):
+        data = tiny_dataset(seed=seed)
+        data.write_mirror(mirror / name)
+        sources[name] = {"rows": {"train": 64, "test": 32}, "files": data.files, "mirrors": []}
+    (root / "sources.yaml").write_text(yaml.safe_dump(sources, sort_keys=False))
+    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(list(sources)), sort_keys=False))
+    env = {**os.environ, "PIPELINE_MIRROR": str(mirror), "DVC_NO_ANALYTICS": "1",
+           "DVC_SITE_CACHE_DIR": str(root.parent / f"{root.name}-site-cache"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    run(["git", "init", "-q"], root, env)
+    shutil.copytree(ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache"))
+    run(["git", "add", "-A"], root, env)
+    run(["git", "commit", "-qm", "init"], root, env)
+    return root, env

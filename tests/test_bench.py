@@ -511,3 +511,15 @@ def test_a_sampled_epoch_tests_the_same_share_of_the_test_split():
     assert sampled_test_steps(20, 118, 20) == 4               # 20/118 of train -> ceil(20 * 20/118) of 20 test steps
     assert sampled_test_steps(1, 3750, 625) == 1              # at least one step
     assert sampled_test_steps(118, 118, 20) == 20             # never more than the split
+
+
+def test_quick_mode_sets_fewer_epochs_and_steps_and_says_so():
+    """`bench.quick`: QUICK's settings in place of the block's, whatever the block says, and
+    the flag itself carried to the metrics (`params.quick`)."""
+    from pipeline.bench.ladder import QUICK
+
+    full, quick = bench_settings(), bench_settings(quick=True)
+    assert not full.quick and quick.quick
+    assert {key: getattr(quick, key) for key in QUICK} == QUICK
+    assert quick.epochs < full.epochs and quick.sample_steps < full.sample_steps
+    assert (quick.variants, quick.batch_size, quick.seed) == (full.variants, full.batch_size, full.seed)

@@ -83,6 +83,15 @@ def test_generated_blocks_are_current():
     assert GENERATED.search(README.read_text())
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_embed_block_holds_its_recorded_file(page):
+    """An embedded command output is the recorded file, as tools/record_commands.py wrote it
+    (it refills every page's blocks after recording)."""
+    from pipeline.stages.report import embed
+
+    assert embed(page.read_text(), ROOT) == page.read_text(), f"{page.name}: run tools/record_commands.py"
+
+
 def test_every_embed_names_a_recorded_file():
     for page in PAGES:
         for name in re.findall(r"^<!-- (?:embed|include): (\S+) -->$", page.read_text(), re.MULTILINE):
@@ -108,3 +117,21 @@ def test_pages_show_no_path_of_a_development_machine():
     for page in [*PAGES, *recorded]:
         found = ABSOLUTE.findall(page.read_text())
         assert not found, f"{page.relative_to(ROOT)}: {found[:3]}"
+
+
+def test_every_chart_image_draws_in_a_browser():
+    """docs/img/*.svg as GitHub shows them, opened in a real headless Chromium: each parses as
+    SVG (a title with an unescaped character would give an XML error page instead), has a
+    drawn size and its text, and logs no error."""
+    from browser import chromium, open_pages
+
+    if chromium() is None:
+        pytest.skip("no Chromium here (apt install chromium, or set $CHROMIUM)")
+    images = sorted((ROOT / "docs" / "img").glob("*.svg"))
+    seen = open_pages(images, "const r = document.documentElement; return {tag: r.tagName, "
+                              "width: r.getBBox ? r.getBBox().width : 0, texts: document.querySelectorAll('text').length};",
+                      settle_ms=200)
+    for image in images:
+        result = seen[image]["result"]
+        assert seen[image]["errors"] == [] and result["tag"] == "svg", (image.name, seen[image])
+        assert result["width"] > 100 and result["texts"] >= 5, (image.name, result)

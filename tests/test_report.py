@@ -136,6 +136,21 @@ def test_report_writes_every_output_from_tiny_metrics(tmp_path):
     assert outputs(root) == before  # deterministic, and the README does not grow
 
 
+def test_a_quick_run_is_marked_in_every_table(tmp_path):
+    """`bench.quick` figures say so: in the headline's machine cell and the ladder's line,
+    never passing for a full run; vs naive is one ratio, the shown train s/epoch's."""
+    quick = new_doc()
+    quick["params"].update(quick=True, sample_steps=5, sample_epochs=2, epochs=2)
+    root = tree(tmp_path, local={"tiny.json": quick})
+    assert run_report(root).returncode == 0
+    headline = (root / "README.md").read_text().split("<!-- generated: headline -->\n")[1]
+    assert "| `box-a` (quick) | tiny | 40.0 | 10.0 (unstable) | 2.00 (`device`) | 20.0x |" in headline
+    page = (root / "docs/results.md").read_text()
+    assert "**tiny**: **quick run** (`bench.quick`: fewer epochs and steps, no spread): Some CPU" in page
+    assert "| naive * | 40.0 | n/a | 4.00 | 0.100 | 200 | n/a | 1.00x | 1.00x |" in page
+    assert "| device | 2.00 | n/a | 0.200 | 0.100 | 10.0 | 0.9700 | 20.0x | 20.0x |" in page
+
+
 def test_newest_run_of_each_machine(tmp_path):
     """A machine both measured here and committed shows its later run; undated runs lose."""
     committed_newer = new_doc(day="2026-11-25", **{"naive": variant(30.0), "device": variant(3.0)})

@@ -27,8 +27,10 @@ CPU with synthetic event lists, CUDA categories included.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -152,30 +154,180 @@ def _sync(device: torch.device) -> None:
 def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Callable[[Any], None], steps: int,
                   device: torch.device, warmup: int = 2) -> dict:
     """Run `steps` train steps (after `warmup` unprofiled ones) under the profiler and
-    return the parts per step, in seconds, with the pass's step time (`step_s`).
+    return the parts per step, in seconds, with the pass's step time (`step_s`): the
+    ladder's use of `TimeBudget`, the API any loop uses.
 
     `batches` yields what the variant's loader yields; `to_device` moves one to the device;
     `step` trains on it."""
-    for _ in range(warmup):
-        step(to_device(next(batches)))
-    _sync(device)
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        start = time.perf_counter()
-        for index in range(steps):
-            with torch.profiler.record_function(RANGE + "data_wait"):
-                item = next(batches)
-            with torch.profiler.record_function(RANGE + "copy"):
-                batch = to_device(item)
-            with torch.profiler.record_function(RANGE + "step"):
-                step(batch)
-                if index == steps - 1:
-                    _sync(device)  # the device's queue drains inside the last step
-        wall = time.perf_counter() - start
-    parts = split(*trace_intervals(prof.events()), cuda=device.type == "cuda")
-    return per_step(parts, steps, wall)
+    budget = TimeBudget(device, steps=steps, skip=warmup, flops=False)
+    for item in budget.batches(batches):
+        with budget.copy():
+            batch = to_device(item)
+        with budget.step():
+            step(batch)
+        if budget.done:
+            break
+    if budget.result is None:
+        raise ValueError(f"the loader gave {budget.seen} batches, fewer than the {warmup} + {steps} to profile")
+    return budget.result.per_step
+
+
+@dataclass
+class Budget:
+    """A profiled window's budget: seconds per step by part (`per_step`, as `per_step()`
+    returns it), with what the device did where one was watched."""
+
+    per_step: dict
+    device: str
+    kernels_per_step: float | None = None    # device kernels launched per step (CUDA)
+    flop_per_step: float | None = None       # what the profiler counts for matmuls, convolutions, ...
+    peak_device_bytes: int | None = None     # the device memory's high-water mark in the window (CUDA)
+
+    def shares(self) -> dict[str, float]:
+        """Each part's fraction of the step."""
+        total = self.per_step["step_s"]
+        return {part: (self.per_step[f"{part}_s"] / total if total > 0 else 0.0) for part in PARTS}
+
+    def bound(self) -> str:
+        """The part that takes the most of the step."""
+        shares = self.shares()
+        return max(PARTS, key=shares.__getitem__)
+
+    def to_json(self) -> dict:
+        """The figures, the shares and the verdict's bound: what a metrics file holds."""
+        achieved = (self.flop_per_step / self.per_step["step_s"]
+                    if self.flop_per_step and self.per_step["step_s"] > 0 else None)
+        return {"device": self.device, **self.per_step, "share": {k: round(v, 4) for k, v in self.shares().items()},
+                "bound": self.bound(), "kernels_per_step": self.kernels_per_step,
+                "flop_per_step": self.flop_per_step, "achieved_flop_s": achieved,
+                "peak_device_bytes": self.peak_device_bytes}
+
+    def report(self, ladder: dict | None = None, width: int = 100) -> str:
+        """The step, its parts and the verdict (quoting `ladder`, a bench metrics document,
+        when given), wrapped at `width` columns."""
+        import textwrap
+
+        from pipeline.bench.verdict import LABELS, verdict
+
+        ms = self.per_step
+        parts = " | ".join(f"{LABELS[p]} {share:.0%}" for p, share in self.shares().items())
+        extra = ""
+        if self.kernels_per_step is not None:
+            extra += f", {self.kernels_per_step:.0f} kernels"
+        if self.peak_device_bytes is not None:
+            extra += f", peak device memory {self.peak_device_bytes / 2**20:.0f} MiB"
+        head = f"step {1000 * ms['step_s']:.3g} ms ({ms['steps']} steps on {self.device}{extra}): {parts}"
+        return "\n".join([*textwrap.wrap(head, width), *textwrap.wrap(verdict(self, ladder), width)])
+
+    def __str__(self) -> str:
+        return self.report()
+
+
+class TimeBudget:
+    """Where any training loop's step time goes: wrap its loader, mark its step.
+
+        budget = TimeBudget("cuda")                 # or "cpu"; steps to profile, steps to skip
+        for x, y in budget.batches(loader):         # the wait for each batch is timed
+            with budget.step():                     # forward, backward, optimizer (copies too)
+                ...
+        print(budget.result)                        # parts per step, the bound and what to try
+
+    The first `skip` steps run untouched (warm-up, compilation, workers starting); the next
+    `steps` run under `torch.profiler`, and the window's parts (see the module) add up to
+    its span; after them the wrapper only counts. `copy()` marks a host-to-device copy the
+    profiler cannot see as one (on CUDA, memcpys are found without it). With `trace`, the
+    window is written as a Chrome/Perfetto trace with the ranges marked (`budget:step`, ...).
+    """
+
+    def __init__(self, device: str | torch.device = "cpu", steps: int = 20, skip: int = 5,
+                 trace: str | None = None, flops: bool = True) -> None:
+        if type(steps) is not int or steps < 1 or type(skip) is not int or skip < 0:
+            raise ValueError(f"steps must be an int >= 1 and skip an int >= 0, got steps={steps!r}, skip={skip!r}")
+        self.device = torch.device(device)
+        self.steps, self.skip, self.trace, self.flops = steps, skip, trace, flops
+        self.seen = 0                       # batches handed out so far
+        self.result: Budget | None = None
+        self._profiler: torch.profiler.profile | None = None
+        self._started = 0.0
+
+    @property
+    def profiling(self) -> bool:
+        return self._profiler is not None
+
+    @property
+    def done(self) -> bool:
+        """The window is profiled and `result` holds its budget."""
+        return self.result is not None
+
+    def batches(self, loader: Iterable) -> Iterator:
+        """`loader`'s items, unchanged; inside the window each wait for one is marked."""
+        items = iter(loader)
+        while True:
+            if self.seen == self.skip and self.result is None and self._profiler is None:
+                self._start()
+            try:
+                if self._profiler is None:
+                    item = next(items)
+                else:
+                    with torch.profiler.record_function(RANGE + "data_wait"):
+                        item = next(items)
+            except StopIteration:
+                if self._profiler is not None:  # the loader ended inside the window
+                    self._stop(self.seen - self.skip)
+                return
+            self.seen += 1
+            yield item
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """Marks one train step; the window's last one waits for the device inside it."""
+        if self._profiler is None:
+            yield
+            return
+        last = self.seen - self.skip == self.steps
+        with torch.profiler.record_function(RANGE + "step"):
+            yield
+            if last:
+                _sync(self.device)
+        if last:
+            self._stop(self.steps)
+
+    @contextlib.contextmanager
+    def copy(self) -> Iterator[None]:
+        """Marks a copy of a batch to the device (outside or inside the step)."""
+        if self._profiler is None:
+            yield
+            return
+        with torch.profiler.record_function(RANGE + "copy"):
+            yield
+
+    def _start(self) -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        _sync(self.device)
+        self._profiler = torch.profiler.profile(activities=activities, with_flops=self.flops)
+        self._profiler.__enter__()
+        self._started = time.perf_counter()
+
+    def _stop(self, steps: int) -> None:
+        wall = time.perf_counter() - self._started
+        profiler, self._profiler = self._profiler, None
+        profiler.__exit__(None, None, None)
+        if steps < 1:
+            return
+        events = profiler.events()
+        ranges, ops, kernels, memcpy = trace_intervals(events)
+        parts = split(ranges, ops, kernels, memcpy, cuda=self.device.type == "cuda")
+        flop = sum(getattr(e, "flops", 0) or 0 for e in events) if self.flops else 0  # set on leaf ops only
+        peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
+        self.result = Budget(per_step=per_step(parts, steps, wall), device=str(self.device),
+                             kernels_per_step=len(kernels) / steps if self.device.type == "cuda" else None,
+                             flop_per_step=flop / steps if flop else None, peak_device_bytes=peak)
+        if self.trace:
+            profiler.export_chrome_trace(str(self.trace))
 
 
 def per_step(parts: dict[str, float], steps: int, wall: float | None = None) -> dict:

@@ -63,6 +63,7 @@ class BenchSettings:
     # whose twin doing identical work disagrees by more, is marked unstable.
     max_spread: float
     budget: bool                         # profile one more (sampled) epoch per variant: its time budget
+    quick: bool = False                  # a first answer: QUICK's settings, marked in every table
 
     def workers(self) -> int:
         return self.num_workers or min(4, os.cpu_count() or 1)
@@ -239,7 +240,8 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
                 "params": {"epochs": settings.epochs, "batch_size": settings.batch_size,
                            "seed": settings.seed, "num_workers": settings.workers(),
                            "parameters": parameter_count(SimpleCNN()), "train_samples": n_train,
-                           "sample_steps": settings.sample_steps, "sample_epochs": settings.sample_epochs},
+                           "sample_steps": settings.sample_steps, "sample_epochs": settings.sample_epochs,
+                           "quick": settings.quick},
                 "compiled_options": dataclasses.asdict(settings.execution("compiled", device)),
                 "variants": results}
     if floor_runs:
@@ -335,7 +337,14 @@ def flag_unstable(document: dict, max_spread: float) -> list[str]:
     return [name for name, why in reasons.items() if why]
 
 
+# `bench.quick`: every rung, fewer epochs and fewer sampled steps, no floor and no profiled
+# epoch: the shape of the answer in a few minutes. One warm-up epoch and one timed one, so no
+# spread (its tables say "n/a" and every one is marked quick).
+QUICK = {"epochs": 2, "sample_steps": 5, "sample_epochs": 2, "floor": False, "budget": False}
+
+
 def settings_from_params(block: dict) -> BenchSettings:
     """BenchSettings from params.yaml's `bench` block, already checked by the params schema
-    (lists become tuples)."""
-    return BenchSettings(**{**block, "variants": tuple(block["variants"]), "sample": tuple(block["sample"])})
+    (lists become tuples); with `quick`, QUICK's settings in place of the block's."""
+    settings = BenchSettings(**{**block, "variants": tuple(block["variants"]), "sample": tuple(block["sample"])})
+    return dataclasses.replace(settings, **QUICK) if settings.quick else settings

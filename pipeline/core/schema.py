@@ -102,6 +102,7 @@ class Bench(Strict):
     reuse_host_memory: StrictBool
     max_spread: Number = Field(gt=0, le=10)
     budget: StrictBool
+    quick: StrictBool = False
 
     @model_validator(mode="after")
     def _sampled(self) -> Bench:

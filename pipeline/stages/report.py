@@ -140,6 +140,7 @@ class RunParams(Loose):
     batch_size: StrictInt = Field(ge=1, le=1 << 30)
     sample_steps: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 30)
     sample_epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
+    quick: StrictBool = False
 
 
 class Floor(Loose):
@@ -313,7 +314,8 @@ def machine_line(run: Run) -> str:
     p = d.params
     sampled = (f"; sampled rungs: {p.sample_steps} steps x {p.sample_epochs} epochs"
                if p.sample_steps and p.sample_epochs else "")
-    return f"{what}{when}; {p.epochs} epochs, batch {p.batch_size}{sampled} ({source})"
+    quick = "**quick run** (`bench.quick`: fewer epochs and steps, no spread): " if p.quick else ""
+    return f"{quick}{what}{when}; {p.epochs} epochs, batch {p.batch_size}{sampled} ({source})"
 
 
 def spread_text(spread: Spread | None) -> str:
@@ -401,7 +403,8 @@ def headline(machines: dict[str, dict[str, Run]]) -> str:
             name, best = best_variant(run)
             flag = lambda n: " (unstable)" if variants[n].unstable else ""  # noqa: E731
             ratio = vs_naive(naive and naive.train_s, best.train_s)
-            lines.append(f"| `{machine}` | {dataset} | {opt(naive and naive.train_s)}{naive and flag('naive') or ''} "
+            quick = " (quick)" if run.doc.params.quick else ""
+            lines.append(f"| `{machine}`{quick} | {dataset} | {opt(naive and naive.train_s)}{naive and flag('naive') or ''} "
                          f"| {opt(seed and seed.train_s)}{seed and flag('preprocessed') or ''} "
                          f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} |")
     return "\n".join(lines) + ("\n\nSeconds per train epoch (steady: the median of the timed epochs); "

@@ -1,0 +1,35 @@
+"""The command outputs the README embeds (results/dvc/*.txt) are what the commands print:
+`tools/record_commands.py --check` runs each recording's commands in a real DVC repository
+of the pipeline whose two data sets carry the real names (tiny data) and compares, with
+measurements (numbers and their units, commit and experiment ids) excepted by pattern."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import dvc_repo, run
+
+
+@pytest.mark.slow
+def test_recorded_outputs_are_what_the_commands_print(tmp_path):
+    root, env = dvc_repo(tmp_path / "repo", ["mnist", "fashion-mnist"])
+    run([sys.executable, "-m", "dvc", "repro", "-q"], root, env)
+    run(["git", "add", "-A"], root, env)
+    run(["git", "commit", "-qm", "after make repro"], root, env)
+    result = run([sys.executable, "tools/record_commands.py", "--check", "--repo", str(root), "--clone", str(root)],
+                 root, env, check=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_normalizing_keeps_words_and_drops_measurements():
+    """What --check compares: a changed word is a difference, a changed figure or id is not."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tools"))
+    from record_commands import normalized, parse
+
+    steps = parse("$ du -sh data\n1.3G\tdata\n$ dvc exp show\n  7fa8e7d   10.018   zstd-3 \n")
+    assert [command for command, _ in steps] == ["du -sh data", "dvc exp show"]
+    assert normalized(steps[0][1]) == normalized("52K\tdata\n") != normalized("1.3G\tcache\n")
+    assert normalized(steps[1][1]) == normalized("  a9f2098      9.709   zstd-3\n") != normalized("  a9f2098  9.7  gzip\n")
+    assert normalized("data/shards/mnist/train: 2 shards, 47.1 MB") == normalized("data/shards/mnist/train: 1 shards, 0.1 MB")

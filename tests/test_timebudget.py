@@ -1,0 +1,116 @@
+"""The time budget for any loop (`pipeline.bench.budget.TimeBudget`): on loops built to be
+bound by each part, on the CPU, the verdict names that part; the parts add up to the
+profiled window; outside the window the loop runs as it would without it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from pipeline.bench.budget import TimeBudget
+from pipeline.bench.verdict import RULES, verdict
+
+
+def _loop(kind: str, budget: TimeBudget, steps: int = 9) -> None:
+    """A loop whose step time is dominated by `kind`: each loader item, copy and step does
+    the work that part stands for and little else."""
+    w = torch.randn(8, 8, requires_grad=True)
+    big = torch.ones(8 << 20)  # 32 MB: a copy of it takes milliseconds
+    square = torch.randn(640, 640)
+
+    def loader():
+        for _ in range(steps):
+            if kind == "data_wait":
+                time.sleep(0.02)  # a Dataset doing per-item work, or a worker that cannot keep up
+            yield torch.randn(4, 8)
+
+    for x in budget.batches(loader()):
+        if kind == "copy":
+            with budget.copy():
+                for _ in range(4):
+                    big.clone()
+        with budget.step():
+            if kind == "compute":
+                for _ in range(4):
+                    square @ square
+            if kind == "overhead":
+                sum(i * i for i in range(60_000))  # Python between ops
+            (x @ w).sum().backward()
+        if kind == "other":
+            time.sleep(0.02)  # the loop's own code between steps: logging, a sync, a checkpoint
+
+
+@pytest.mark.parametrize("kind", ["data_wait", "copy", "compute", "overhead", "other"])
+def test_the_verdict_names_the_part_a_loop_is_built_to_be_bound_by(kind):
+    budget = TimeBudget("cpu", steps=6, skip=2, flops=False)
+    _loop(kind, budget)
+    result = budget.result
+    assert result is not None and result.per_step["steps"] == 6
+    assert result.bound() == kind, str(result)
+    assert result.shares()[kind] > 0.5, str(result)
+    said = verdict(result)
+    assert said.startswith(kind.replace("_", " ").upper() + "-BOUND: ") and RULES[kind].try_next in said
+
+
+def test_parts_add_up_to_the_window_on_a_plain_clock():
+    """The parts sum to the span of the profiled events, and that span is the window as a
+    plain clock measured it, within 5%."""
+    budget = TimeBudget("cpu", steps=6, skip=1, flops=False)
+    _loop("data_wait", budget)
+    step = budget.result.per_step
+    parts = sum(step[f"{p}_s"] for p in ("data_wait", "copy", "compute", "overhead", "other"))
+    assert parts == pytest.approx(step["step_s"], abs=1e-5)
+    assert abs(step["vs_wall"] - 1) < 0.05, step
+
+
+def test_the_verdict_quotes_this_machines_ladder_when_given():
+    budget = TimeBudget("cpu", steps=4, skip=1, flops=False)
+    _loop("data_wait", budget, steps=6)
+    ladder = {"dataset": "mnist", "variants": {"naive": {"train_s": 76.8}, "preprocessed": {"train_s": 15.5},
+                                               "workers": {"train_s": 50.0}}}
+    said = verdict(budget.result, ladder)
+    assert "On this machine's ladder (mnist): `naive` 76.8 -> `preprocessed` 15.5 s/epoch; " \
+           "`naive` 76.8 -> `workers` 50 s/epoch." in said
+
+
+def test_a_trace_and_a_summary_a_user_can_keep(tmp_path):
+    """The window as a Chrome trace with the marked ranges, and a JSON summary of plain
+    numbers (what `dvc metrics show` reads)."""
+    trace = tmp_path / "trace.json"
+    budget = TimeBudget("cpu", steps=3, skip=1, trace=str(trace))
+    _loop("compute", budget, steps=5)
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e.get("name") for e in events}
+    assert {"budget:step", "budget:data_wait"} <= names
+    summary = json.loads(json.dumps(budget.result.to_json()))
+    assert summary["bound"] == "compute" and summary["steps"] == 3 and summary["flop_per_step"] > 4 * 2 * 640 ** 3 * 0.9
+
+
+def test_outside_the_window_nothing_is_profiled_and_the_items_are_untouched():
+    """Before the window (skip) and after it, items pass through as the loader made them and
+    the wrapper holds no profiler; a loader shorter than the window still gives a budget of
+    the steps it had."""
+    items = [torch.tensor([i]) for i in range(10)]
+    budget = TimeBudget("cpu", steps=4, skip=3, flops=False)
+    seen = []
+    for item in budget.batches(items):
+        seen.append(item)
+        assert budget.profiling == (3 < len(seen) <= 7)
+        with budget.step():
+            pass
+    assert all(a is b for a, b in zip(seen, items)) and len(seen) == 10
+    assert budget.result.per_step["steps"] == 4
+    short = TimeBudget("cpu", steps=50, skip=2, flops=False)
+    for _ in short.batches(items):
+        with short.step():
+            pass
+    assert short.result.per_step["steps"] == 8
+
+
+@pytest.mark.parametrize("steps, skip", [(0, 1), (1, -1), (2.5, 0)])
+def test_bad_window_sizes_are_refused(steps, skip):
+    with pytest.raises(ValueError, match="steps must be an int >= 1 and skip an int >= 0"):
+        TimeBudget("cpu", steps=steps, skip=skip)
