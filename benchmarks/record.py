@@ -21,25 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
 def machine() -> tuple[str, str]:
-    """(folder slug, one-line description) of this machine."""
-    model, cores = cpu_model(), os.cpu_count() or 1
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    words = re.sub(r"\(r\)|\(tm\)|processor|\d+-core|cpu @.*", " ", model.lower())
-    slug = "-".join(re.findall(r"[a-z0-9]+", words)[:4]) + f"-{cores}core"
-    return slug, f"{model}, {cores} cores, {memory:.0f} GiB"
+    """(folder slug, one-line description) of this machine: the slug the bench's own
+    fingerprint gives a CPU run (`pipeline.stages.machine`), so one host has one name."""
+    from pipeline.stages.machine import cpu_model, memory_gb, slug
+
+    cores = os.cpu_count() or 1
+    return f"{slug(cpu_model())}-{cores}c", f"{cpu_model()}, {cores} cores, {memory_gb():.0f} GiB"
 
 
 def main() -> None:

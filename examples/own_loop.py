@@ -41,9 +41,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     data = Rows(40_000)
-    if args.batched:
+    if args.batched:  # converted once; each batch gathered by a shuffled index
         x_all, y_all = torch.tensor(data.rows), torch.tensor(data.labels)
-        loader = [(x_all[i:i + 256], y_all[i:i + 256]) for i in range(0, len(data), 256)]
+        loader = ((x_all[i], y_all[i]) for i in torch.randperm(len(data)).split(256))
     else:
         loader = DataLoader(data, batch_size=256, shuffle=True)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
@@ -58,7 +58,7 @@ def main() -> None:
             optimizer.step()
         if budget.done:
             break
-    ladder = json.loads(args.ladder.read_text()) if args.ladder and args.ladder.is_file() else None
+    ladder = json.loads(args.ladder.read_text()) if args.ladder else None
     print(budget.result.report(ladder))
 
 

@@ -28,9 +28,10 @@ def chromium() -> str | None:
     return None
 
 
-def open_pages(paths: list[Path], script: str, settle_ms: int = 3000) -> dict[Path, dict]:
+def open_pages(paths: list[Path], script: str, ready: str = "true", timeout_ms: int = 30_000) -> dict[Path, dict]:
     """For each file: {"errors": console errors and uncaught exceptions, "result": what
-    `script` (a JavaScript function body run in the page once it settled) returned}."""
+    `script` (a JavaScript function body) returned once `ready` (a JavaScript expression)
+    held, or after `timeout_ms`: a loaded machine draws slowly, a broken chart never does}."""
     from playwright.sync_api import sync_playwright
 
     found = {}
@@ -43,7 +44,10 @@ def open_pages(paths: list[Path], script: str, settle_ms: int = 3000) -> dict[Pa
                 page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
                 page.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
                 page.goto(path.resolve().as_uri(), wait_until="load")
-                page.wait_for_timeout(settle_ms)
+                try:
+                    page.wait_for_function(ready, timeout=timeout_ms)
+                except Exception:  # Playwright's TimeoutError: the result says what was drawn
+                    pass
                 found[path] = {"errors": errors, "result": page.evaluate(f"() => {{ {script} }}")}
                 page.close()
         finally:

@@ -43,6 +43,18 @@ def _committed_params() -> Path:
 PARAMS = _committed_params()   # every test's params, never the workspace's
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` are skipped where torch sees no CUDA device, saying so."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (marked gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 def bench_settings(**overrides):
     """The repository's params.yaml `bench` block, schema-checked, with `overrides`: tests
     state only what they change, and no default is written twice."""

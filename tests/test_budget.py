@@ -27,18 +27,37 @@ def test_exclusive_counts_each_instant_once_in_priority_order():
     assert sum(parts.values()) == 10
 
 
+def event(name, start, end, device=CPU, parent=None, thread=1):
+    """A profiler event as `profile.events()` gives it (a range we or anyone marked is an
+    annotation)."""
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start * 1e6, end=end * 1e6),
+                           device_type=device, cpu_parent=parent, thread=thread,
+                           is_user_annotation=name.startswith("budget:") or "#" in name)
+
+
 def cpu_trace():
     """Two CPU steps: data 0-2, copy 2-3, step 3-10 (ops 3-5, 6-9), then 10-11 idle loop;
     the second: data 11-12, copy 12-12.5, step 12.5-20 (op 13-19; a nested op inside it)."""
-    def event(name, start, end, device=CPU, parent=None):
-        return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start * 1e6, end=end * 1e6),
-                               device_type=device, cpu_parent=parent)
     step1, step2 = event("budget:step", 3, 10), event("budget:step", 12.5, 20)
     outer = event("aten::conv2d", 13, 19, parent=step2)
     return [event("budget:data_wait", 0, 2), event("aten::tensor", 0.5, 1.5, parent=None),
             event("budget:copy", 2, 3), step1, event("aten::addmm", 3, 5, parent=step1),
             event("aten::relu", 6, 9, parent=step1), event("budget:data_wait", 11, 12), event("budget:copy", 12, 12.5),
             step2, outer, event("aten::mkldnn_convolution", 14, 18, parent=outer)]
+
+
+def test_annotations_are_looked_through_and_other_threads_left_out():
+    """An op under `Optimizer.step#Adam.step` (an annotation inside the step) is one of the
+    step's top-level ops; the annotation itself is not an op; an op of another thread (a
+    pin-memory thread) during the step is not the step's."""
+    step = event("budget:step", 0, 10)
+    adam = event("Optimizer.step#Adam.step", 1, 9, parent=step)
+    events = [step, adam, event("aten::add_", 2, 3, parent=adam), event("aten::mul_", 5, 6, parent=adam),
+              event("aten::copy_", 4, 8, thread=2)]
+    ranges, ops, kernels, memcpy = trace_intervals(events)
+    assert ops == [(2, 3), (5, 6)] and kernels == [] and memcpy == []
+    parts = split(ranges, ops, kernels, memcpy, cuda=False)
+    assert parts["compute"] == pytest.approx(2) and parts["overhead"] == pytest.approx(8)
 
 
 def test_cpu_split_from_a_trace():
@@ -62,14 +81,11 @@ def test_cuda_split_counts_device_time_first():
 
 
 def test_trace_sorts_device_events():
-    events = [SimpleNamespace(name="budget:step", time_range=SimpleNamespace(start=0, end=9e6), device_type=CPU,
-                              cpu_parent=None),
-              SimpleNamespace(name="budget:step", time_range=SimpleNamespace(start=0, end=9e6), device_type=CUDA,
-                              cpu_parent=None),  # the GPU-side copy of a user range: not a range
-              SimpleNamespace(name="Memcpy HtoD (Pageable -> Device)", time_range=SimpleNamespace(start=1e6, end=2e6),
-                              device_type=CUDA, cpu_parent=None),
-              SimpleNamespace(name="void cudnn::conv_kernel", time_range=SimpleNamespace(start=3e6, end=4e6),
-                              device_type=CUDA, cpu_parent=None)]
+    events = [event("budget:step", 0, 9),
+              event("budget:step", 0, 9, device=CUDA),  # the GPU-side copy of a user range: not a range
+              event("Optimizer.step#Adam.step", 0.5, 8, device=CUDA),  # nor is anyone else's, nor a kernel
+              event("Memcpy HtoD (Pageable -> Device)", 1, 2, device=CUDA),
+              event("void cudnn::conv_kernel", 3, 4, device=CUDA)]
     ranges, ops, kernels, memcpy = trace_intervals(events)
     assert ranges == {"step": [(0, 9)]} and ops == [] and kernels == [(3, 4)] and memcpy == [(1, 2)]
 

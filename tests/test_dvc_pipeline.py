@@ -147,7 +147,8 @@ def test_plots_page_draws_every_chart_in_a_browser(repo):
         dvc(repo, "repro")
     dvc(repo, "plots", "show", "-o", "plots-browser")
     index = root / "plots-browser" / "index.html"
-    seen = open_pages([index], DRAWN)[index]
+    seen = open_pages([index], DRAWN, ready=f"document.querySelectorAll('.vega-embed svg, .vega-embed canvas')"
+                                             f".length >= {index.read_text().count('vegaEmbed(')}")[index]
     calls = index.read_text().count("vegaEmbed(")
     assert seen["errors"] == [], seen["errors"]
     assert seen["result"] == {"charts": calls, "drawn": calls}, (seen["result"], calls)
@@ -248,9 +249,9 @@ def test_s3_remote_round_trip(repo, s3_server, tmp_path):
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
 
 
-def _stage_process(root: Path, words: tuple[str, ...], deadline_s: float) -> bool:
-    """Whether a process whose command line holds `words` (the stage's command) appears in
-    `deadline_s` seconds."""
+def _stage_process(session: int, words: tuple[str, ...], deadline_s: float) -> bool:
+    """Whether a process of session `session` (the `dvc repro` we started, and its children)
+    whose command line holds `words` (the stage's command) appears within `deadline_s`."""
     import time
 
     end = time.monotonic() + deadline_s
@@ -258,12 +259,25 @@ def _stage_process(root: Path, words: tuple[str, ...], deadline_s: float) -> boo
         for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
             try:
                 parts = cmdline.read_bytes().split(b"\0")
-            except OSError:
+                ours = os.getsid(int(cmdline.parent.name)) == session
+            except (OSError, ValueError):
                 continue
-            if all(word.encode() in parts for word in words):
+            if ours and all(word.encode() in parts for word in words):
                 return True
         time.sleep(0.1)
     return False
+
+
+def _session_alive(session: int) -> list[int]:
+    """The processes still in session `session` (the stage's DataLoader workers included)."""
+    alive = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.getsid(int(entry.name)) == session:
+                alive.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return alive
 
 
 @pytest.mark.slow
@@ -281,21 +295,26 @@ def test_ctrl_c_in_the_bench_keeps_its_committed_results_and_the_lock(repo):
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "bench results", "--allow-empty"], root, env)
     results = {p: p.read_bytes() for p in (root / "metrics" / "bench").glob("*.json")}
+    assert results, "no committed bench results to protect"
     lock = (root / "dvc.lock").read_bytes()
     proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "-f", "-s", "bench@tiny"], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        assert _stage_process(root, ("pipeline", "bench", "tiny"), 60), "the bench stage never started"
-        time.sleep(2)  # inside the stage: data loaded, a variant training
+        assert _stage_process(proc.pid, ("pipeline", "bench", "tiny"), 60), "the bench stage never started"
+        time.sleep(2)  # inside the stage: its imports done, data loading or a variant training
         os.killpg(proc.pid, signal.SIGINT)
         start = time.monotonic()
         proc.wait(timeout=60)
         stopped = time.monotonic() - start
+        while _session_alive(proc.pid) and time.monotonic() - start < 15:
+            time.sleep(0.1)
+        left = _session_alive(proc.pid)
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None or _session_alive(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode != 0 and stopped < 15, (proc.returncode, stopped)
+    assert not left, f"still running 15 s after Ctrl-C: {left}"  # no worker left behind
     assert {p: p.read_bytes() for p in (root / "metrics" / "bench").glob("*.json")} == results
     assert (root / "dvc.lock").read_bytes() == lock
     assert not any(p.name.startswith(".") and p.name.endswith(".tmp") for p in (root / "metrics" / "bench").iterdir())

@@ -33,3 +33,5 @@ def test_normalizing_keeps_words_and_drops_measurements():
     assert normalized(steps[0][1]) == normalized("52K\tdata\n") != normalized("1.3G\tcache\n")
     assert normalized(steps[1][1]) == normalized("  a9f2098      9.709   zstd-3\n") != normalized("  a9f2098  9.7  gzip\n")
     assert normalized("data/shards/mnist/train: 2 shards, 47.1 MB") == normalized("data/shards/mnist/train: 1 shards, 0.1 MB")
+    assert normalized("delta -1.5 in 100ms") == normalized("delta 2.25 in 3 ms")
+    assert normalized("acceded 7fa8e7d") == ["acceded @"]  # a word of hex letters is a word; a hash is an id

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pipeline.bench.budget import TimeBudget
-from pipeline.bench.verdict import RULES, verdict
+from pipeline.bench.verdict import rule_for, verdict
 
 
 def _loop(kind: str, budget: TimeBudget, steps: int = 9) -> None:
@@ -52,18 +52,57 @@ def test_the_verdict_names_the_part_a_loop_is_built_to_be_bound_by(kind):
     assert result.bound() == kind, str(result)
     assert result.shares()[kind] > 0.5, str(result)
     said = verdict(result)
-    assert said.startswith(kind.replace("_", " ").upper() + "-BOUND: ") and RULES[kind].try_next in said
+    assert said.startswith(kind.replace("_", " ").upper() + "-BOUND: ") and rule_for(kind, "cpu").try_next in said
 
 
-def test_parts_add_up_to_the_window_on_a_plain_clock():
-    """The parts sum to the span of the profiled events, and that span is the window as a
-    plain clock measured it, within 5%."""
+def test_the_profiled_window_is_the_window_a_plain_clock_measured():
+    """The parts sum to the span of the window's events by construction; that span is the
+    window as a plain clock around it measured, within 5%: nothing lost, nothing counted twice."""
     budget = TimeBudget("cpu", steps=6, skip=1, flops=False)
     _loop("data_wait", budget)
     step = budget.result.per_step
-    parts = sum(step[f"{p}_s"] for p in ("data_wait", "copy", "compute", "overhead", "other"))
-    assert parts == pytest.approx(step["step_s"], abs=1e-5)
     assert abs(step["vs_wall"] - 1) < 0.05, step
+    assert step["wall_s"] == pytest.approx(0.02, rel=0.5)  # the 20 ms sleep dominates each step
+
+
+def test_an_annotation_inside_the_step_is_looked_through():
+    """`Optimizer.step#Adam.step` and the user's own ranges are annotations, not ops: the
+    Python between the ops under them is overhead, not compute."""
+    budget = TimeBudget("cpu", steps=4, skip=1, flops=False)
+    for _ in budget.batches(range(6)):
+        with budget.step():
+            with torch.profiler.record_function("mine"):
+                sum(i * i for i in range(60_000))
+                torch.ones(4).add_(1)
+    assert budget.result.bound() == "overhead", str(budget.result)
+
+
+def test_a_loop_left_early_or_a_loader_that_ends_gives_the_steps_finished_marked_partial():
+    for leave in ("break", "exception", "end"):
+        budget = TimeBudget("cpu", steps=10, skip=1, flops=False)
+        items = range(5 if leave == "end" else 100)
+        with pytest.raises(RuntimeError) if leave == "exception" else _nothing():
+            for i in budget.batches(items):
+                with budget.step():
+                    time.sleep(0.005)
+                if i == 3:
+                    if leave == "break":
+                        break
+                    if leave == "exception":
+                        raise RuntimeError("the user's loop failed")
+        result = budget.result
+        assert result is not None and result.partial, leave
+        assert result.per_step["steps"] == (4 if leave == "end" else 3), leave  # items 1.. after the skipped 0
+        assert result.shares()["data_wait"] < 0.2, (leave, str(result))  # the loader's end is no step's wait
+        assert not budget.profiling
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def test_the_verdict_quotes_this_machines_ladder_when_given():
@@ -72,8 +111,13 @@ def test_the_verdict_quotes_this_machines_ladder_when_given():
     ladder = {"dataset": "mnist", "variants": {"naive": {"train_s": 76.8}, "preprocessed": {"train_s": 15.5},
                                                "workers": {"train_s": 50.0}}}
     said = verdict(budget.result, ladder)
-    assert "On this machine's ladder (mnist): `naive` 76.8 -> `preprocessed` 15.5 s/epoch; " \
-           "`naive` 76.8 -> `workers` 50 s/epoch." in said
+    assert said.endswith(" On this machine's ladder (mnist): `naive` 76.8 -> `preprocessed` 15.5 s/epoch.")
+    del ladder["variants"]["preprocessed"]  # the closest change not run: the next one quoted
+    assert verdict(budget.result, ladder).endswith(" (mnist): `naive` 76.8 -> `workers` 50 s/epoch.")
+    ladder["variants"]["workers"].update(extrapolated=True, unstable=True)
+    ladder.update(machine={"device": "cpu"}, params={"quick": True})
+    assert verdict(budget.result, ladder).endswith(
+        " (mnist, on cpu) (a quick run): `naive` 76.8 -> `workers` 50 (sampled, unstable) s/epoch.")
 
 
 def test_a_trace_and_a_summary_a_user_can_keep(tmp_path):
@@ -86,7 +130,8 @@ def test_a_trace_and_a_summary_a_user_can_keep(tmp_path):
     names = {e.get("name") for e in events}
     assert {"budget:step", "budget:data_wait"} <= names
     summary = json.loads(json.dumps(budget.result.to_json()))
-    assert summary["bound"] == "compute" and summary["steps"] == 3 and summary["flop_per_step"] > 4 * 2 * 640 ** 3 * 0.9
+    assert summary["bound"] == "compute" and summary["steps"] == 3 and summary["partial"] is False
+    assert summary["flop_per_step"] == pytest.approx(4 * 2 * 640 ** 3, rel=0.01)  # the matmuls, once each
 
 
 def test_outside_the_window_nothing_is_profiled_and_the_items_are_untouched():

@@ -1,5 +1,5 @@
-"""Re-record the command outputs the README embeds (results/dvc/*.txt) from a real run, or
-check them against one.
+"""Re-record the DVC command outputs the README embeds (results/dvc/*.txt) from a real run,
+or check them against one. (A benchmark's output is recorded by benchmarks/record.py.)
 
 Each recording is its own script: a line `$ <command>` is run (bash, COLUMNS=120, the
 project's .venv/bin first on PATH) and the lines up to the next `$ ` are what it printed,
@@ -9,7 +9,7 @@ clone of its last commit that shares the repository's DVC cache, so experiments 
 the user's workspace and the clone starts as a fresh clone would after `make repro`.
 
     python tools/record_commands.py                  # after `make repro`: rewrite results/dvc/*.txt
-    python tools/record_commands.py --check          # compare instead; exit 1 naming the first difference
+    python tools/record_commands.py --check          # compare instead; exit 1 naming every difference
     python tools/record_commands.py --check --repo R --clone C   # R's recordings, run in the ready clone C
 
 `--check` compares with measurements excepted by pattern (numbers with their units, commit
@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # (recording, where it runs): "repo" reads the repository as it is; "clone" runs in the
 # scratch clone, in this order (the experiments of one are the next one's rows).
-RECORDINGS = [("results/dvc/disk.txt", "repo"), ("results/budget/own_loop.txt", "repo"),
-              ("results/dvc/metrics_show.txt", "clone"), ("results/dvc/exp_run.txt", "clone"),
-              ("results/dvc/exp_show.txt", "clone"), ("results/dvc/params_diff.txt", "clone")]
+RECORDINGS = [("results/dvc/disk.txt", "repo"), ("results/dvc/metrics_show.txt", "clone"),
+              ("results/dvc/exp_run.txt", "clone"), ("results/dvc/exp_show.txt", "clone"),
+              ("results/dvc/params_diff.txt", "clone")]
 TIMEOUT_S = 3600  # one command: an experiment reruns the shard stages of both data sets
 
 
@@ -51,7 +51,8 @@ def parse(text: str) -> list[tuple[str, str]]:
 
 
 def render(steps: list[tuple[str, str]]) -> str:
-    return "".join(f"$ {command}\n{output}" for command, output in steps)
+    return "".join(f"$ {command}\n{output}" + ("" if not output or output.endswith("\n") else "\n")
+                   for command, output in steps)
 
 
 def environment(repo: Path) -> dict[str, str]:
@@ -79,8 +80,8 @@ def make_clone(repo: Path, into: Path, env: dict[str, str]) -> Path:
     return clone
 
 
-NUMBER = re.compile(r"(?<![\w-])\d+(?:[.,]\d+)*\s?(?:[KMGT]i?B?|B|s|x|%)?(?![\w.])")
-IDENT = re.compile(r"\b[0-9a-f]{7,40}\b")
+NUMBER = re.compile(r"(?<![\w-])-?\d+(?:[.,]\d+)*\s?(?:[kKMGT]i?B?|B|ms|us|s|x|%)?(?![\w.])")
+IDENT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")  # letters and digits: a hash
 RULE = re.compile(r"[─━═]+")
 
 

@@ -27,6 +27,7 @@ CPU with synthetic event lists, CUDA categories included.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -109,7 +110,10 @@ def split(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[
     marked = [i for name in ("data_wait", "copy", "step") for i in ranges.get(name, [])]
     if not marked:
         raise ValueError("a profiled pass with no marked range")
-    window = (min(s for s, _ in marked), max(e for _, e in marked))
+    # The window ends with its last step (or copy): a wait for a batch that never came (the
+    # loader's end) or for one the loop never took is not part of any step.
+    ends = [end for name in ("copy", "step") for _, end in ranges.get(name, [])] or [end for _, end in marked]
+    window = (min(s for s, _ in marked), max(ends))
     steps = ranges.get("step", [])
     if cuda:
         layers = [("compute", kernels), ("copy", memcpy + ranges.get("copy", [])),
@@ -124,26 +128,61 @@ def split(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[
 # ---------------------------------------------------------------- reading a torch.profiler trace
 
 
+def _annotation(event: Any) -> bool:
+    """A range someone marked (ours, `Optimizer.step#...`, DDP's, the user's), not an op."""
+    return bool(getattr(event, "is_user_annotation", False)) or event.name.startswith(RANGE)
+
+
 def trace_intervals(events: Iterable[Any]) -> tuple[dict[str, list[Interval]], list[Interval], list[Interval],
                                                     list[Interval]]:
     """(marked ranges by name, host top-level ops, device kernels, device memcpys) from
-    `profile.events()`, in seconds. A top-level op is one called by the step itself: its
-    parent is a marked range or nothing (its children are inside it already)."""
+    `profile.events()`, in seconds. A top-level op is one the step called itself: no op
+    above it, annotations (ours, `Optimizer.step#...`, the user's ranges) looked through, on
+    the thread that marked the ranges (a pin-memory or prefetch thread's ops are not the
+    step's). On the device only kernels, memcpys and memsets count, never annotations."""
+    events = list(events)
     ranges: dict[str, list[Interval]] = {}
+    threads = set()
+    for event in events:
+        if event.name.startswith(RANGE) and event.device_type == torch.autograd.DeviceType.CPU:
+            ranges.setdefault(event.name[len(RANGE):], []).append(_seconds(event))
+            threads.add(event.thread)
     ops: list[Interval] = []
     kernels: list[Interval] = []
     memcpy: list[Interval] = []
     for event in events:
-        interval = (event.time_range.start / 1e6, event.time_range.end / 1e6)
-        on_device = event.device_type != torch.autograd.DeviceType.CPU
-        if event.name.startswith(RANGE):
-            if not on_device:
-                ranges.setdefault(event.name[len(RANGE):], []).append(interval)
-        elif on_device:
-            (memcpy if "memcpy" in event.name.lower() else kernels).append(interval)
-        elif event.cpu_parent is None or event.cpu_parent.name.startswith(RANGE):
-            ops.append(interval)
+        if _annotation(event):
+            continue
+        if event.device_type != torch.autograd.DeviceType.CPU:
+            (memcpy if "memcpy" in event.name.lower() else kernels).append(_seconds(event))
+            continue
+        parent = event.cpu_parent
+        while parent is not None and _annotation(parent):
+            parent = parent.cpu_parent
+        if parent is None and event.thread in threads:
+            ops.append(_seconds(event))
     return ranges, ops, kernels, memcpy
+
+
+def _seconds(event: Any) -> Interval:
+    return event.time_range.start / 1e6, event.time_range.end / 1e6
+
+
+def step_flops(events: Iterable[Any], steps: list[Interval]) -> float:
+    """The FLOPs torch.profiler counts (by op name: matmuls, forward convolutions, ...) for
+    the host ops that start inside a marked step: not those of a compiled or graph-replayed
+    step, whose work is not dispatched op by op."""
+    spans = union(steps)
+    starts = [start for start, _ in spans]
+    total = 0.0
+    for event in events:
+        flops = getattr(event, "flops", 0) or 0
+        if flops and event.device_type == torch.autograd.DeviceType.CPU:
+            at = event.time_range.start / 1e6
+            i = bisect.bisect_right(starts, at) - 1
+            if i >= 0 and at <= spans[i][1]:
+                total += flops
+    return total
 
 
 def _sync(device: torch.device) -> None:
@@ -167,7 +206,7 @@ def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Call
             step(batch)
         if budget.done:
             break
-    if budget.result is None:
+    if budget.result is None or budget.result.partial:
         raise ValueError(f"the loader gave {budget.seen} batches, fewer than the {warmup} + {steps} to profile")
     return budget.result.per_step
 
@@ -182,6 +221,7 @@ class Budget:
     kernels_per_step: float | None = None    # device kernels launched per step (CUDA)
     flop_per_step: float | None = None       # what the profiler counts for matmuls, convolutions, ...
     peak_device_bytes: int | None = None     # the device memory's high-water mark in the window (CUDA)
+    partial: bool = False                    # the loader ended, or the loop left, before the window's end
 
     def shares(self) -> dict[str, float]:
         """Each part's fraction of the step."""
@@ -198,7 +238,7 @@ class Budget:
         achieved = (self.flop_per_step / self.per_step["step_s"]
                     if self.flop_per_step and self.per_step["step_s"] > 0 else None)
         return {"device": self.device, **self.per_step, "share": {k: round(v, 4) for k, v in self.shares().items()},
-                "bound": self.bound(), "kernels_per_step": self.kernels_per_step,
+                "bound": self.bound(), "partial": self.partial, "kernels_per_step": self.kernels_per_step,
                 "flop_per_step": self.flop_per_step, "achieved_flop_s": achieved,
                 "peak_device_bytes": self.peak_device_bytes}
 
@@ -249,6 +289,8 @@ class TimeBudget:
         self.result: Budget | None = None
         self._profiler: torch.profiler.profile | None = None
         self._started = 0.0
+        self._stepped = 0                   # steps finished inside the window
+        self._ended = 0.0                   # when the last of them ended
 
     @property
     def profiling(self) -> bool:
@@ -260,23 +302,33 @@ class TimeBudget:
         return self.result is not None
 
     def batches(self, loader: Iterable) -> Iterator:
-        """`loader`'s items, unchanged; inside the window each wait for one is marked."""
+        """`loader`'s items, unchanged; inside the window each wait for one is marked. The
+        generator that opened the window closes it if the loader ends or the loop leaves
+        first: the budget then covers the steps finished, marked `partial`."""
         items = iter(loader)
-        while True:
-            if self.seen == self.skip and self.result is None and self._profiler is None:
-                self._start()
-            try:
-                if self._profiler is None:
-                    item = next(items)
-                else:
-                    with torch.profiler.record_function(RANGE + "data_wait"):
+        opened = False
+        try:
+            while True:
+                if self.seen == self.skip and self.result is None and self._profiler is None:
+                    self._start()
+                    opened = True
+                try:
+                    if self._profiler is None:
                         item = next(items)
-            except StopIteration:
-                if self._profiler is not None:  # the loader ended inside the window
-                    self._stop(self.seen - self.skip)
-                return
-            self.seen += 1
-            yield item
+                    else:
+                        with torch.profiler.record_function(RANGE + "data_wait"):
+                            item = next(items)
+                except StopIteration:
+                    return
+                self.seen += 1
+                yield item
+        finally:
+            if opened and self._profiler is not None:
+                if self.device.type == "cuda" and self._stepped:
+                    with torch.profiler.record_function(RANGE + "step"):  # the last step's queued work
+                        _sync(self.device)
+                    self._ended = time.perf_counter()
+                self._stop(self._stepped, partial=True)
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
@@ -284,11 +336,13 @@ class TimeBudget:
         if self._profiler is None:
             yield
             return
-        last = self.seen - self.skip == self.steps
+        last = self._stepped + 1 == self.steps
         with torch.profiler.record_function(RANGE + "step"):
             yield
             if last:
                 _sync(self.device)
+        self._stepped += 1
+        self._ended = time.perf_counter()
         if last:
             self._stop(self.steps)
 
@@ -312,20 +366,21 @@ class TimeBudget:
         self._profiler.__enter__()
         self._started = time.perf_counter()
 
-    def _stop(self, steps: int) -> None:
-        wall = time.perf_counter() - self._started
+    def _stop(self, steps: int, partial: bool = False) -> None:
+        wall = self._ended - self._started  # to the end of the last step finished
         profiler, self._profiler = self._profiler, None
         profiler.__exit__(None, None, None)
         if steps < 1:
             return
-        events = profiler.events()
+        events = list(profiler.events())
         ranges, ops, kernels, memcpy = trace_intervals(events)
         parts = split(ranges, ops, kernels, memcpy, cuda=self.device.type == "cuda")
-        flop = sum(getattr(e, "flops", 0) or 0 for e in events) if self.flops else 0  # set on leaf ops only
+        flop = step_flops(events, ranges.get("step", [])) if self.flops else 0
         peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
         self.result = Budget(per_step=per_step(parts, steps, wall), device=str(self.device),
                              kernels_per_step=len(kernels) / steps if self.device.type == "cuda" else None,
-                             flop_per_step=flop / steps if flop else None, peak_device_bytes=peak)
+                             flop_per_step=flop / steps if flop else None, peak_device_bytes=peak,
+                             partial=partial)
         if self.trace:
             profiler.export_chrome_trace(str(self.trace))
 

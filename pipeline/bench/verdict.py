@@ -17,7 +17,7 @@ LABELS = {"data_wait": "data wait", "copy": "copy", "compute": "compute", "overh
 class Rule:
     meaning: str
     try_next: str
-    rungs: tuple[tuple[str, str], ...]   # (before, after) rungs of the ladder that measured the change
+    rungs: tuple[tuple[str, str], ...]   # (before, after) rungs that measured the change, closest first
 
 
 RULES = {
@@ -41,26 +41,48 @@ RULES = {
 }
 
 
+# On the CPU the host does the work itself: no device idles, no copy to a device.
+CPU_RULES = {
+    "copy": Rule("the marked copies are the bound",
+                 "avoid the copy (a view, or the data already in the layout the step takes), or copy once "
+                 "before the loop", ()),
+    "overhead": Rule("Python and op dispatch inside the step are the bound: its ops are small",
+                     "fewer and larger ops (a larger batch, vectorised code), or torch.compile",
+                     (("device", "compiled"),)),
+}
+
+
+def rule_for(part: str, device: str) -> Rule:
+    """The rule for `part` on a device of that type ("cpu", "cuda", "cuda:0", ...)."""
+    return (CPU_RULES.get(part) if device.startswith("cpu") else None) or RULES[part]
+
+
+def _figure(name: str, variant: dict) -> str:
+    marks = [word for key, word in (("extrapolated", "sampled"), ("unstable", "unstable")) if variant.get(key)]
+    return f"`{name}` {variant['train_s']:.3g}" + (f" ({', '.join(marks)})" if marks else "")
+
+
 def evidence(rule: Rule, ladder: dict | None) -> str:
-    """What the rule's changes did on the ladder given (a bench metrics document), in words."""
+    """What the rule's closest change did on the ladder given (a bench metrics document), in
+    words: the first of its rung pairs that the ladder ran."""
     if not ladder:
         return ""
     variants = ladder.get("variants", {})
-    said = []
-    for before, after in rule.rungs:
-        if before in variants and after in variants:
-            a, b = variants[before]["train_s"], variants[after]["train_s"]
-            said.append(f"`{before}` {a:.3g} -> `{after}` {b:.3g} s/epoch")
+    said = [f"{_figure(before, variants[before])} -> {_figure(after, variants[after])} s/epoch"
+            for before, after in rule.rungs if before in variants and after in variants][:1]  # the first: the closest
     if not said:
         return ""
-    return f" On this machine's ladder ({ladder.get('dataset', 'bench')}): " + "; ".join(said) + "."
+    device = (ladder.get("machine") or {}).get("device")
+    where = f"{ladder.get('dataset', 'bench')}" + (f", on {device}" if device else "")
+    quick = " (a quick run)" if (ladder.get("params") or {}).get("quick") else ""
+    return f" On this machine's ladder ({where}){quick}: " + "; ".join(said) + "."
 
 
 def verdict(budget, ladder: dict | None = None) -> str:
     """One paragraph: the bound, its share, what it means, what to try and, given a bench
     metrics document, what those changes measured."""
     bound = budget.bound()
-    rule = RULES[bound]
+    rule = rule_for(bound, budget.device)
     share = budget.shares()[bound]
     return (f"{LABELS[bound].upper()}-BOUND: {LABELS[bound]} is {share:.0%} of the step; {rule.meaning}. "
             f"Try: {rule.try_next}.{evidence(rule, ladder)}")

@@ -1,0 +1,62 @@
+"""What only a CUDA device can show: a captured epoch trains as the eager loop does, a
+compiled model compiles nothing after its warm-up, and the time budget's parts add up with
+the device's kernels in them. Marked `gpu`: skipped where torch sees no CUDA device (the
+CPU forms of these checks run everywhere: tests/test_bench.py, tests/test_timebudget.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import make_split
+from pipeline.bench.budget import TimeBudget
+from pipeline.bench.datapaths import DataPath, Resident
+from pipeline.bench.model import MODEL_INPUT, SimpleCNN
+from pipeline.bench.runners import Execution, TrainConfig, train_eager, train_static
+from pipeline.shards import DeviceBatches
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+
+
+def resident(n_train: int = 100, n_test: int = 50) -> Resident:
+    (x, y), (xt, yt) = make_split(n_train, 0), make_split(n_test, 1)
+    return Resident(*(torch.from_numpy(a).to(CUDA) for a in (x, y, xt, yt)))
+
+
+def test_a_captured_epoch_trains_as_the_eager_loop():
+    """One CUDA graph per epoch (padded, weighted last batch) against the `device` loop."""
+    data, config = resident(), TrainConfig(batch_size=32)
+    train = DeviceBatches({"images": data.train_images, "labels": data.train_labels}, 32, shuffle=True,
+                          seed=config.seed, transform=list(MODEL_INPUT))
+    test = DeviceBatches({"images": data.test_images, "labels": data.test_labels}, 32, transform=list(MODEL_INPUT))
+    eager = train_eager(DataPath(lambda: train, lambda: test, len(train), len(test), 32), CUDA, config, epochs=2)
+    static = train_static(data, CUDA, config, Execution(cuda_graph=True), epochs=2)
+    assert static.cuda_graph is True
+    assert static.loss == pytest.approx(eager.loss, rel=1e-3)
+    assert abs(static.accuracy - eager.accuracy) <= 0.02
+
+
+def test_compiled_inside_the_graph_compiles_nothing_after_warm_up():
+    data, config = resident(n_train=70, n_test=40), TrainConfig(batch_size=32)
+    timing = train_static(data, CUDA, config, Execution(compile_mode="default", cuda_graph=True), epochs=3)
+    assert timing.warmup_s > 0 and timing.recompiles == 0
+
+
+def test_the_budget_on_cuda_counts_kernels_and_adds_up():
+    model = SimpleCNN().to(CUDA)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    batches = [(torch.rand(256, 1, 28, 28), torch.randint(0, 10, (256,))) for _ in range(12)]
+    budget = TimeBudget("cuda", steps=6, skip=3)
+    for x, y in budget.batches(batches):
+        with budget.step():
+            x, y = x.to(CUDA, non_blocking=True), y.to(CUDA, non_blocking=True)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    result = budget.result
+    step = result.per_step
+    assert abs(step["vs_wall"] - 1) < 0.05, step
+    assert result.kernels_per_step > 10 and result.peak_device_bytes > 0
+    assert step["compute_s"] > 0 and step["copy_s"] > 0, step  # the kernels, and the memcpys found in the trace
