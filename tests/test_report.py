@@ -198,8 +198,9 @@ def test_a_variant_name_must_be_a_slug(tmp_path):
 
 
 def test_bad_files_are_one_line_errors(tmp_path):
-    for content, message in (("{", "not JSON"), ("[1, 2]", "(top level): Input should be a valid dictionary"),
-                             ("[" * 100_000, "nested too deeply"), ('{"dataset": NaN}', "holds NaN"),
+    for content, message in (("{", "not valid JSON"), ("[1, 2]", "(top level): Input should be a valid dictionary"),
+                             ("[" * 100_000, "nested too deeply"), ('{"dataset": NaN}', "NaN is not a number JSON"),
+                             ('{"dataset": "a", "dataset": "b"}', "key 'dataset' is given twice"),
                              (json.dumps({"dataset": "tiny", "params": {"epochs": 1, "batch_size": 1},
                                           "variants": {"a": variant(1.0)}}), "neither 'machine' nor")):
         root = tree(tmp_path / str(len(message)), {"tiny.json": {}})

@@ -210,18 +210,29 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def parse_json(data: bytes | str, source: Path | str) -> Any:
-    """JSON with no key given twice; any problem is one InputError naming the source. (NaN
-    and Infinity parse, as Python writes them: `number` refuses them naming their key.)"""
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(data: bytes | str, source: Path | str, finite: bool = False) -> Any:
+    """JSON with no key given twice; any problem is one InputError naming the source. NaN
+    and Infinity parse, as Python writes them (`number` refuses them naming their key),
+    unless `finite` refuses them here."""
     try:
+        if finite:
+            return json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
         return json.loads(data, object_pairs_hook=_no_duplicates)
-    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        message = str(err).splitlines()[0] if str(err) else "nested too deeply"
+    except RecursionError:
+        raise InputError(f"{source}: not valid JSON (nested too deeply)") from None
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise InputError(f"{source}: not valid JSON ({message[:200]})") from None
 
 
-def read_json(path: Path, cap: int = TEXT_CAP, what: str = "JSON file", within: Path | None = None) -> Any:
-    return parse_json(read_capped(path, cap, what, within), path)
+def read_json(path: Path, cap: int = TEXT_CAP, what: str = "JSON file", within: Path | None = None,
+              finite: bool = False) -> Any:
+    """`parse_json` of a regular file read with a byte cap (`read_capped`)."""
+    return parse_json(read_capped(path, cap, what, within), path, finite)
 
 
 def number(source: Path | str, key: str, value: Any, low: float, high: float, integer: bool = False) -> float:

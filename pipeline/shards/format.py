@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.core.bounded import UnsafeFileError, read_capped
+from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError, is_hex
 
 FORMAT_VERSION = 4
@@ -234,6 +234,7 @@ def write_manifest(folder: Path, manifest: dict) -> None:
 MAX_COUNT = 1 << 31            # samples in one split: far above any real data set, far below petabytes
 MAX_HEADER = 1 << 20           # the safetensors header bound the reader enforces
 MAX_BYTES = 1 << 44            # one shard file, whatever its codec (16 TiB)
+MAX_MANIFEST = 64 << 20        # manifest.json: ~250 bytes a shard, so some 250,000 shards
 
 
 def max_shard_bytes(count: int, row_bytes: int) -> int:
@@ -394,13 +395,11 @@ def read_manifest(path: Path, dataset: str | None = None, split: str | None = No
     path = Path(path)
     file = path / "manifest.json"
     try:  # a regular file inside the folder, at most 64 MiB read (a FIFO or a link out: refused)
-        manifest = json.loads(read_capped(file, 64 << 20, "manifest", within=path))
+        manifest = read_json(file, MAX_MANIFEST, "manifest", within=path)
     except FileNotFoundError:
         raise ShardError(f"{file}: missing (is {path} a shard folder?)") from None
-    except UnsafeFileError as err:
+    except InputError as err:  # too large, not a regular file, a link out, not JSON, a key twice
         raise ShardError(str(err)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise ShardError(f"{file}: not valid JSON ({err})") from None
     return check_identity(check_manifest(manifest, file), file, dataset, split)
 
 

@@ -33,18 +33,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.core.errors import reason
-from pipeline.shards.format import ShardError, check_manifest, suffix
+from pipeline.core.bounded import parse_json
+from pipeline.core.errors import InputError, reason
+from pipeline.shards.format import MAX_MANIFEST, ShardError, check_manifest, suffix
 from pipeline.shards.reader import VERIFY, hasher
 
-MAX_MANIFEST = 64 << 20   # the bound read_manifest applies to a local manifest, too
 CHUNK = 8 << 20           # one ranged GET per chunk: bounded memory whatever the shard's size
 READ = 1 << 20            # what one read() asks for: progress is seen (and a deadline checked) at least this often
 OBJECTS = "objects"       # the cache's verified shard copies; temporaries and locks beside them
@@ -218,9 +217,9 @@ class RemoteShards:
             raise ShardError(f"{where}: larger than {MAX_MANIFEST:,} bytes")
         self.counts.manifest_bytes += len(raw)
         try:
-            manifest = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-            raise ShardError(f"{where}: not valid JSON ({err})") from None
+            manifest = parse_json(raw, where)
+        except InputError as err:  # not JSON, or a key given twice
+            raise ShardError(str(err)) from None
         return check_manifest(manifest, where)  # type: ignore[arg-type]  # (it only formats the name)
 
     def _key(self, entry: dict) -> tuple[str, str]:

@@ -31,8 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.atomic import atomic_dir
-from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, Field, Sample, ShardError, block_bytes,
-                                    new_manifest, parse_fields, shard_file, write_manifest, zstd)
+from pipeline.core.bounded import read_json
+from pipeline.core.errors import InputError
+from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MAX_MANIFEST, Field, Sample, ShardError,
+                                    block_bytes, new_manifest, parse_fields, shard_file, write_manifest, zstd)
 
 
 # safetensors' `Dtype` enum order: it lays tensors out by dtype, later in this order first, then
@@ -307,7 +309,6 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
     same, parts tiling the split from sample 0 with no gap or overlap, every part but the
     last a whole number of shards. Writes manifest.json (replacing it atomically), then
     removes the parts' records. A ShardError names the first problem; nothing is written."""
-    from pipeline.core.bounded import read_capped
 
     folder = Path(folder)
     records = sorted((folder / PARTS).glob("*.json")) if (folder / PARTS).is_dir() else []
@@ -316,8 +317,8 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
     parts = []
     for record in records:
         try:
-            parts.append(json.loads(read_capped(record, 64 << 20, "part record", within=folder)))
-        except (ValueError, OSError) as err:
+            parts.append(read_json(record, MAX_MANIFEST, "part record", within=folder))
+        except (InputError, OSError) as err:
             raise ShardError(f"{record}: not a readable part record ({err})") from None
     keys = ("dataset", "split", "fields", "compression", "block_bytes", "samples_per_shard")
     first = parts[0]
@@ -358,9 +359,8 @@ def is_split_folder(folder: Path) -> bool:
             n == "manifest.json" or n.startswith("shard-") or n in (".manifest.json.tmp", PARTS) for n in names):
         return False
     try:
-        with open(Path(folder) / "manifest.json", "rb") as file:
-            manifest = json.loads(file.read(64 << 20))
-    except (OSError, ValueError):
+        manifest = read_json(Path(folder) / "manifest.json", MAX_MANIFEST, "manifest", within=Path(folder))
+    except (OSError, InputError):  # not ours to replace: a special file, a link out, not JSON
         return False
     return isinstance(manifest, dict) and isinstance(manifest.get("format_version"), int) and "shards" in manifest
 

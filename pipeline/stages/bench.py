@@ -4,13 +4,13 @@ machine, written as the data set's bench metrics, labelled with the machine it m
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
 from pathlib import Path
 
 from pipeline.bench.ladder import BenchSettings, run_bench
 from pipeline.core.atomic import write_json
-from pipeline.core.errors import InputError
+from pipeline.core.bounded import read_json
+from pipeline.core.errors import InputError, reason
 
 MACHINE_KEYS = {"name": str, "cpu": str, "cores": int, "memory_gb": float, "gpu": (str, type(None)),
                 "gpu_count": int, "torch": str, "cuda": (str, type(None)), "device": str, "python": str}
@@ -18,10 +18,10 @@ MACHINE_KEYS = {"name": str, "cpu": str, "cores": int, "memory_gb": float, "gpu"
 
 def read_machine(path: Path) -> dict:
     """The machine stage's fingerprint, checked: the bench copies it into every result."""
-    try:
-        machine = json.loads(Path(path).read_bytes()[: 1 << 16])
-    except (OSError, ValueError) as err:
-        raise InputError(f"{path}: not a machine fingerprint ({err}); run `dvc repro machine`") from None
+    try:  # a few hundred bytes: 64 KiB read at most
+        machine = read_json(Path(path), 1 << 16, "machine fingerprint")
+    except (OSError, InputError) as err:
+        raise InputError(f"{path}: not a machine fingerprint ({reason(err)}); run `dvc repro machine`") from None
     if not isinstance(machine, dict) or set(machine) != set(MACHINE_KEYS):
         raise InputError(f"{path}: expected the keys {sorted(MACHINE_KEYS)}")
     for key, kind in MACHINE_KEYS.items():

@@ -24,7 +24,6 @@ from __future__ import annotations
 import csv
 import html
 import io
-import json
 import math
 import re
 import statistics
@@ -39,6 +38,7 @@ from pydantic import ValidationError
 
 from pipeline.core.atomic import atomic_dir, write_text
 from pipeline.core.bounded import read_capped
+from pipeline.core.bounded import read_json as read_checked_json
 from pipeline.core.errors import SLUG, InputError, is_slug
 from pipeline.stages import charts
 
@@ -188,17 +188,10 @@ class RaceDoc(Loose):
 def read_json(path: Path) -> Any:
     """A metrics file's JSON, read with a byte cap; a special file or bad JSON is refused."""
     path = Path(path)
-    data = read_capped(path, MAX_FILE_BYTES, "metrics file")  # a special file or an oversized one: one line
-    try:
-        return json.loads(data, parse_constant=lambda name: _refuse_constant(path, name))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ReportError(f"{path}: not JSON ({err})") from None
-    except RecursionError:
-        raise ReportError(f"{path}: nested too deeply; not a metrics file") from None
-
-
-def _refuse_constant(path: Path, name: str) -> None:
-    raise ReportError(f"{path}: holds {name}, which is not a number JSON allows")
+    try:  # a special file, an oversized one, not JSON, a key twice, NaN: one line
+        return read_checked_json(path, MAX_FILE_BYTES, "metrics file", finite=True)
+    except InputError as err:
+        raise ReportError(str(err)) from None
 
 
 def checked(path: Path, data: Any, model: Any) -> Any:
