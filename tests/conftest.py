@@ -287,7 +287,7 @@ def dvc_repo(root: Path, names: list[str]) -> tuple[Path, dict[str, str]]:
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
-    run(["git", "init", "-q"], root, env)
+    run(["git", "init", "-q", "-b", "main"], root, env)
     shutil.copytree(ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache"))
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "init"], root, env)

@@ -8,13 +8,17 @@ from __future__ import annotations
 import sys
 
 import pytest
+import yaml
 
-from conftest import dvc_repo, run
+from conftest import PARAMS, dvc_repo, run
 
 
 @pytest.mark.slow
 def test_recorded_outputs_are_what_the_commands_print(tmp_path):
     root, env = dvc_repo(tmp_path / "repo", ["mnist", "fashion-mnist"])
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["convert"]["codecs"] = yaml.safe_load(PARAMS.read_text())["convert"]["codecs"]  # the README's codecs
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run([sys.executable, "-m", "dvc", "repro", "-q"], root, env)
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "after make repro"], root, env)

@@ -1,4 +1,4 @@
-"""Stage `bench@<dataset>`: the write-up's training ladder, timed per epoch, and beyond it.
+"""The write-up's training ladder, timed per epoch, and beyond it: what stage `bench@` runs.
 
 Every variant trains the same SimpleCNN from the same seed with Adam (lr 1e-3) and
 cross-entropy, testing after every epoch; only the data path (`datapaths`) and, on the last

@@ -367,8 +367,8 @@ def cudnn_benchmark(device: torch.device) -> Iterator[None]:
 
     Set for a whole bench, not per variant: PyTorch caches cuDNN's choice per shape, dtype
     and layout but not per setting, so a variant run with it off would leave its untimed
-    choices to every later variant of the same shapes (measured: the fp32 graph ran at
-    140 ms/epoch after `device` had run without it, 92 ms with it)."""
+    choices to every later variant of the same shapes (measured on an H100: the fp32 graph
+    ran markedly slower after `device` had run without it)."""
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = device.type == "cuda" or before
     try:
