@@ -72,10 +72,11 @@ def run(command: str, cwd: Path, env: dict[str, str]) -> str:
 
 def make_clone(repo: Path, into: Path, env: dict[str, str]) -> Path:
     """A clone of `repo`'s last commit whose DVC cache is `repo`'s, its outputs checked out
-    (as `make repro` left them; nothing is rerun: the recordings name the stages they run)."""
+    (as `make repro` left them; nothing is rerun: the recordings name the stages they run).
+    Hard links, not symbolic ones: a stage refuses an input that links out of its folder."""
     clone = into / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
-    for command in (f"dvc cache dir --local {repo / '.dvc' / 'cache'}", "dvc config --local cache.type symlink",
+    for command in (f"dvc cache dir --local {repo / '.dvc' / 'cache'}", "dvc config --local cache.type hardlink,copy",
                     "dvc checkout -q"):
         run(command, clone, env)
     return clone
