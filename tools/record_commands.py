@@ -5,8 +5,9 @@ Each recording is its own script: a line `$ <command>` is run (bash, COLUMNS=120
 project's .venv/bin first on PATH) and the lines up to the next `$ ` are what it printed,
 stdout and stderr together as a terminal shows them. Recordings run in RECORDINGS' order,
 each where it says: in the repository itself (commands that only read), or in a scratch
-clone of its last commit that shares the repository's DVC cache, so experiments never touch
-the user's workspace and the clone starts as a fresh clone would after `make repro`.
+clone of its last commit whose outputs are pulled from the repository's DVC cache, so
+experiments never touch the user's workspace and the clone starts as a fresh clone would
+after `make repro`.
 
     python tools/record_commands.py                  # after `make repro`: rewrite results/dvc/*.txt
     python tools/record_commands.py --check          # compare instead; exit 1 naming every difference
@@ -71,13 +72,12 @@ def run(command: str, cwd: Path, env: dict[str, str]) -> str:
 
 
 def make_clone(repo: Path, into: Path, env: dict[str, str]) -> Path:
-    """A clone of `repo`'s last commit whose DVC cache is `repo`'s, its outputs checked out
-    (as `make repro` left them; nothing is rerun: the recordings name the stages they run).
-    Hard links, not symbolic ones: a stage refuses an input that links out of its folder."""
+    """A clone of `repo`'s last commit with its outputs pulled from `repo`'s DVC cache (used
+    as a remote) into a cache of its own: as a fresh clone after `make repro`, with no
+    run-cache, so the experiments run their stages rather than restoring earlier runs."""
     clone = into / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
-    for command in (f"dvc cache dir --local {repo / '.dvc' / 'cache'}", "dvc config --local cache.type hardlink,copy",
-                    "dvc checkout -q"):
+    for command in (f"dvc remote add --local -d recorder {repo / '.dvc' / 'cache'}", "dvc pull -q"):
         run(command, clone, env)
     return clone
 
