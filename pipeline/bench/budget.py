@@ -193,8 +193,9 @@ def _sync(device: torch.device) -> None:
 def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Callable[[Any], None], steps: int,
                   device: torch.device, warmup: int = 2) -> dict:
     """Run `steps` train steps (after `warmup` unprofiled ones) under the profiler and
-    return the parts per step, in seconds, with the pass's step time (`step_s`): the
-    ladder's use of `TimeBudget`, the API any loop uses.
+    return the parts per step, in seconds, with the pass's step time (`step_s`) and, on
+    CUDA, the kernels launched per step: the ladder's use of `TimeBudget`, the API any loop
+    uses.
 
     `batches` yields what the variant's loader yields; `to_device` moves one to the device;
     `step` trains on it."""
@@ -208,7 +209,7 @@ def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Call
             break
     if budget.result is None or budget.result.partial:
         raise ValueError(f"the loader gave {budget.seen} batches, fewer than the {warmup} + {steps} to profile")
-    return budget.result.per_step
+    return {**budget.result.per_step, "kernels_per_step": budget.result.kernels_per_step}
 
 
 @dataclass
@@ -400,7 +401,8 @@ def per_step(parts: dict[str, float], steps: int, wall: float | None = None) -> 
 
 def timed_window(run: Callable[[], None], device: torch.device, steps: int) -> dict:
     """The parts of a whole replayed epoch (one CUDA graph), where no step can be marked:
-    kernels are compute, memcpys copy, the rest of the host's wait overhead."""
+    kernels are compute, memcpys copy, the rest of the host's wait overhead; with the
+    kernels launched per step (None off CUDA)."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -411,6 +413,8 @@ def timed_window(run: Callable[[], None], device: torch.device, steps: int) -> d
             run()
             _sync(device)
         wall = time.perf_counter() - start
-    parts = split(*trace_intervals(prof.events()), cuda=device.type == "cuda")
-    return per_step(parts, steps, wall)
+    ranges, ops, kernels, memcpy = trace_intervals(prof.events())
+    parts = split(ranges, ops, kernels, memcpy, cuda=device.type == "cuda")
+    return {**per_step(parts, steps, wall),
+            "kernels_per_step": round(len(kernels) / steps, 1) if device.type == "cuda" else None}
 

@@ -86,6 +86,7 @@ class Budget(Loose):
     other_s: Seconds
     wall_s: Optional[Seconds] = None        # the profiled pass on a plain clock, per step
     epoch_step_s: Optional[Seconds] = None  # the timed epochs' median, per step
+    kernels_per_step: Optional[float] = Field(default=None, ge=0, le=1e7)  # device kernels (CUDA)
 
 
 class Measured(Loose):
