@@ -8,6 +8,7 @@ stderr and exit status 2.
 from __future__ import annotations
 
 import functools
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -209,6 +210,10 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, s
         raise InputError(f"CODEC: {err}") from None
     params = load_checked(params_path)
     rows = int(section(params, "convert", "row_group_rows"))
+    # Python's own Ctrl-C handler back in place of the one polars installs when imported, which
+    # loses the interrupt outside polars' own calls (pola-rs/polars#21739); the conversion
+    # runs off this thread (`interruptible`), so Ctrl-C stops it at once.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     convert_dataset(csv_dir, out, figures, codec, rows, rows=known_rows(sources_path, dataset))
 
 

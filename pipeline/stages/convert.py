@@ -21,8 +21,9 @@ line by line to name the first bad line.
 from __future__ import annotations
 
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -249,6 +250,29 @@ def measure_reads(out_paths: dict[str, Path], figures: dict) -> None:
         figures[layout].update(bytes=path.stat().st_size, read_s=time.perf_counter() - start)
 
 
+def interruptible(work: Callable[[], None], poll_s: float = 0.1) -> None:
+    """Run `work` in a worker thread while this (the main) thread waits in short slices, so
+    Ctrl-C stops the stage at once. pyarrow's writer, called from the main thread, takes
+    SIGINT for itself during a long write (zstd-19 compressing a whole split: tens of
+    seconds) and the interrupt is lost; off the main thread it installs no handler. The
+    abandoned work ends with the process; its temporary output is removed as for any
+    failure. An exception of `work` is raised here."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as err:  # noqa: BLE001 - handed to the waiting thread as it is
+            failed.append(err)
+
+    worker = threading.Thread(target=run, name="convert", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(poll_s)
+    if failed:
+        raise failed[0]
+
+
 def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec: str,
                     row_group_rows: int = 65536, rows: dict[str, int] | None = None) -> dict:
     """Stage `convert@<dataset>-<codec>`: both splits, both layouts, one codec; with `rows`
@@ -260,9 +284,13 @@ def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec
     with atomic_dir(Path(out_dir)) as tmp:
         for split in SPLITS:
             paths = {layout: tmp / layout / f"{split}.parquet" for layout in LAYOUTS}
-            figures[split] = convert_split(Path(csv_dir) / f"{split}.csv", paths, codec, row_group_rows,
-                                           None if rows is None else rows[split])
-            measure_reads(paths, figures[split])
+
+            def convert(split=split, paths=paths) -> None:
+                figures[split] = convert_split(Path(csv_dir) / f"{split}.csv", paths, codec, row_group_rows,
+                                               None if rows is None else rows[split])
+                measure_reads(paths, figures[split])
+
+            interruptible(convert)
             sizes = ", ".join(f"{layout} {figures[split][layout]['bytes'] / 1e6:.2f} MB" for layout in LAYOUTS)
             print(f"{csv_dir}/{split}.csv -> {codec.label}: {sizes}", file=sys.stderr)
         write_checksums(tmp)
