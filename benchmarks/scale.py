@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 STEPS = {
     "convert (CSV -> compact Parquet)":
-        "from pipeline.core.codec import Codec\nfrom pipeline.stages.convert import write_compact\nfrom pipeline.stages.parquet import write_checksums\n"
+        "from pipeline.core.codec import Codec\nfrom pipeline.stages.convert import write_compact\nfrom pipeline.core.parquet import write_checksums\n"
         "from pathlib import Path\nimport shutil\n"
         "d = Path(W) / 'pq' / 'compact'; d.mkdir(parents=True, exist_ok=True)\n"
         "write_compact(Path(W) / 'train.csv', d / 'train.parquet', Codec.parse('zstd-3'), 65536)\n"
@@ -37,7 +37,7 @@ STEPS = {
         "stream_split(Path(W) / 'pq/compact/train.parquet', Path(W) / 'shards/train', dataset='x', split='train',"
         " samples_per_shard=32768)",
     "shard, in-memory writer":
-        "from pipeline.stages.parquet import read_parquet_arrays\nfrom pipeline.shards import write_split\n"
+        "from pipeline.core.parquet import read_parquet_arrays\nfrom pipeline.shards import write_split\n"
         "from pipeline.shards.format import V2_SAMPLE\n"
         "from pathlib import Path\nl, i = read_parquet_arrays(Path(W) / 'pq/compact/train.parquet')\n"
         "write_split({'images': i, 'labels': l}, Path(W) / 'shards-mem/train', sample=V2_SAMPLE, dataset='x',"

@@ -25,7 +25,7 @@ from safetensors.torch import load as load_bytes
 from safetensors.torch import load_file
 
 from pipeline.bench.model import MODEL_INPUT
-from pipeline.stages.parquet import read_parquet_arrays
+from pipeline.core.parquet import read_parquet_arrays
 from pipeline.shards import DeviceBatches, read_split, write_split
 from pipeline.shards.format import V2_SAMPLE
 

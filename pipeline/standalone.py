@@ -36,7 +36,7 @@ from pipeline.stages.machine import fingerprint
 from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
 from pipeline.core.dataset import COLUMNS, MNIST, SPLITS
 from pipeline.stages.idx import read_split
-from pipeline.stages.parquet import write_checksums
+from pipeline.core.parquet import write_checksums
 from pipeline.core.params import load_params, section, validate_params
 from pipeline.shards.writer import write_split
 

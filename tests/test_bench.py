@@ -434,7 +434,7 @@ def test_the_seeds_parquet_is_checked_before_the_seeds_datasets_read_it(tmp_path
     from pipeline.bench.datapaths import checked_parquet
     from pipeline.core.dataset import COLUMNS
     from pipeline.core.errors import DataError
-    from pipeline.stages.parquet import write_checksums
+    from pipeline.core.parquet import write_checksums
 
     images, labels = make_split(20, 3)
     flat = images.reshape(20, -1)

@@ -216,7 +216,7 @@ def test_parquet_with_more_rows_than_the_data_set_is_refused_before_a_page(parqu
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.stages.parquet import IMAGE_TYPE, compact_table, write_checksums
+    from pipeline.core.parquet import IMAGE_TYPE, compact_table, write_checksums
 
     zeros = np.zeros((50_000, 784), np.uint8)
     path = parquet / "train.parquet"
@@ -321,7 +321,7 @@ def test_special_files_where_files_are_expected(kind, shard_dir, parquet, csv_di
     """A FIFO or a link to /dev/zero as manifest.json, SHA256SUMS, a raw IDX file or a CSV:
     refused at once, naming it (it hung, or read without end)."""
     from pipeline.shards import read_manifest
-    from pipeline.stages.parquet import verify_checksum
+    from pipeline.core.parquet import verify_checksum
 
     make, message = SPECIAL[kind]
     raw = tmp_path / "raw"
@@ -774,7 +774,7 @@ def test_compact_parquet_without_label(parquet, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.stages.parquet import IMAGE_TYPE, write_checksums
+    from pipeline.core.parquet import IMAGE_TYPE, write_checksums
     from pipeline.stages.shard import shard_dataset
 
     table = pq.read_table(parquet / "train.parquet")

@@ -16,7 +16,7 @@ import yaml
 
 from pipeline.core.atomic import BusyError, atomic_dir, locked
 from pipeline.stages.convert import convert_dataset, iter_csv
-from pipeline.stages.parquet import read_parquet_arrays
+from pipeline.core.parquet import read_parquet_arrays
 from pipeline.stages.csvdata import write_csv
 from pipeline.core.errors import DataError
 from pipeline.core.params import ParamsError, validate_params
@@ -351,7 +351,7 @@ def test_missing_parquet_is_named(tmp_path):
 
 
 def test_parquet_listed_but_missing_is_named(parquet):
-    from pipeline.stages.parquet import verify_checksum
+    from pipeline.core.parquet import verify_checksum
 
     train = parquet / "train.parquet"
     verify_checksum(train)  # as written: fine
@@ -487,7 +487,7 @@ def test_zstd_frame_size_bounds():
     lambda text: text.splitlines()[0][:66] + "\n" + text,            # no file name
 ])
 def test_damaged_checksum_list_is_refused_not_read_around(parquet, damage):
-    from pipeline.stages.parquet import verify_checksum
+    from pipeline.core.parquet import verify_checksum
 
     sums = parquet.parent / "SHA256SUMS"
     sums.write_text(damage(sums.read_text()))
@@ -496,7 +496,7 @@ def test_damaged_checksum_list_is_refused_not_read_around(parquet, damage):
 
 
 def test_checksum_list_that_is_not_text_is_refused(parquet):
-    from pipeline.stages.parquet import verify_checksum
+    from pipeline.core.parquet import verify_checksum
 
     sums = parquet.parent / "SHA256SUMS"
     sums.write_bytes(b"\xff\xfe" + sums.read_bytes())

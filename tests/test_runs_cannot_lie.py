@@ -379,7 +379,7 @@ def test_shard_refuses_the_other_split_and_images_nobody_published(tmp_path, par
     import pyarrow.parquet as pq
 
     from pipeline.core.errors import DataError
-    from pipeline.stages.parquet import IMAGE_TYPE
+    from pipeline.core.parquet import IMAGE_TYPE
     from pipeline.stages.shard import published_pins, stream_split
 
     pins = published_pins(_pinned_sources(tmp_path), "tiny")

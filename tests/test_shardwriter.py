@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.stages.convert import convert_dataset
-from pipeline.stages.parquet import compact_table
+from pipeline.core.parquet import compact_table
 from pipeline.stages.csvdata import write_csv
 from pipeline.core.dataset import MNIST
 from pipeline.shards import ShardError, ShardWriter, merge_parts, read_split, write_part

@@ -63,7 +63,7 @@ def checked_parquet(parquet: Path, split: str) -> Path:
 
     from pipeline.core.dataset import COLUMNS
     from pipeline.core.errors import DataError
-    from pipeline.stages.parquet import verify_checksum
+    from pipeline.core.parquet import verify_checksum
 
     path = Path(parquet) / f"{split}.parquet"
     verify_checksum(path)

@@ -17,7 +17,7 @@ from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError
 from pipeline.core.dataset import SPLITS
-from pipeline.stages.parquet import LAYOUTS
+from pipeline.core.parquet import LAYOUTS
 
 
 MAX_BYTES = 1 << 40          # a CSV or Parquet split: far above any here

@@ -38,7 +38,7 @@ from pipeline.stages.csvdata import HEADER, LINE_MAX, ROW_MAX, ROW_MIN, is_heade
 from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError, reason
 from pipeline.core.dataset import COLUMNS, NUM_CLASSES, PIXELS, SPLITS, first_bad_label
-from pipeline.stages.parquet import IMAGE_TYPE, LAYOUTS, compact_table, read_parquet_arrays, write_checksums
+from pipeline.core.parquet import IMAGE_TYPE, LAYOUTS, compact_table, read_parquet_arrays, write_checksums
 
 
 

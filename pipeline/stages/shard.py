@@ -28,7 +28,7 @@ from pipeline.core.errors import DataError, reason
 from pipeline.core.idxheader import idx_header
 from pipeline.core.sources import idx_pins, pin_owners
 from pipeline.shards.writer import ShardWriter
-from pipeline.stages.parquet import LAYOUTS, check_present, check_types, verify_checksum
+from pipeline.core.parquet import LAYOUTS, check_present, check_types, verify_checksum
 
 
 @contextmanager
