@@ -523,3 +523,25 @@ def test_quick_mode_sets_fewer_epochs_and_steps_and_says_so():
     assert {key: getattr(quick, key) for key in QUICK} == QUICK
     assert quick.epochs < full.epochs and quick.sample_steps < full.sample_steps
     assert (quick.variants, quick.batch_size, quick.seed) == (full.variants, full.batch_size, full.seed)
+
+
+
+def test_time_to_accuracy_counts_setup_and_every_epoch_until_the_target():
+    """Setup, then each epoch's train and test pass, until the first test pass at or above
+    the target; None when no timed epoch reached it."""
+    from pipeline.bench.ladder import time_to_accuracy
+
+    timing = Timing(train_s=[2.0, 1.0, 1.0], test_s=[0.5, 0.5, 0.5], accuracies=[0.95, 0.981, 0.99], setup_s=3.0)
+    assert time_to_accuracy(timing, 0.98) == {"target": 0.98, "seconds": 7.0, "epoch": 2}  # 3 + 2.5 + 1.5
+    assert time_to_accuracy(timing, 0.9) == {"target": 0.9, "seconds": 5.5, "epoch": 1}
+    assert time_to_accuracy(timing, 0.995) == {"target": 0.995, "seconds": None, "epoch": None}
+    settings = bench_settings(target_accuracy={"tiny": 0.98})
+    summary = summarise(timing, 100, 20, settings, settings.target_accuracy.get("tiny"))
+    assert summary["time_to_accuracy"]["epoch"] == 2 and summary["accuracy_by_epoch"] == [0.95, 0.981, 0.99]
+    sampled = dataclasses.replace(timing, sampled_steps=5)
+    assert summarise(sampled, 100, 20, settings, 0.98)["time_to_accuracy"] is None  # no accuracy measured
+
+
+def test_a_target_accuracy_outside_0_1_is_refused():
+    with pytest.raises(ParamsError, match=r"a target accuracy is a fraction in \(0, 1\]"):
+        bench_settings(target_accuracy={"mnist": 98})

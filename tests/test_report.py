@@ -147,8 +147,19 @@ def test_a_quick_run_is_marked_in_every_table(tmp_path):
     assert "| `box-a` (quick) | tiny | 40.0 | 10.0 (unstable) | 2.00 (`device`) | 20.0x |" in headline
     page = (root / "docs/results.md").read_text()
     assert "**tiny**: **quick run** (`bench.quick`: fewer epochs and steps, no spread): Some CPU" in page
-    assert "| naive * | 40.0 | n/a | 4.00 | 0.100 | 200 | n/a | 1.00x | 1.00x |" in page
-    assert "| device | 2.00 | n/a | 0.200 | 0.100 | 10.0 | 0.9700 | 20.0x | 20.0x |" in page
+    assert "| naive * | 40.0 | n/a | 4.00 | 0.100 | 200 | n/a | n/a | 1.00x | 1.00x |" in page
+    assert "| device | 2.00 | n/a | 0.200 | 0.100 | 10.0 | 0.9700 | n/a | 20.0x | 20.0x |" in page
+
+
+def test_time_to_accuracy_is_shown_reached_or_not(tmp_path):
+    doc = new_doc()
+    doc["variants"]["device"]["time_to_accuracy"] = {"target": 0.98, "seconds": 12.34, "epoch": 2}
+    doc["variants"]["preprocessed"]["time_to_accuracy"] = {"target": 0.98, "seconds": None, "epoch": None}
+    root = tree(tmp_path, local={"tiny.json": doc})
+    assert run_report(root).returncode == 0
+    page = (root / "docs/results.md").read_text()
+    assert "| device | 2.00 | n/a | 0.200 | 0.100 | 10.0 | 0.9700 | 12.3 s to 98% (epoch 2) | 20.0x | 20.0x |" in page
+    assert "| 0.9700 | not reached (98%) |" in page and "| naive * | 40.0 |" in page
 
 
 def test_newest_run_of_each_machine(tmp_path):

@@ -64,6 +64,8 @@ class BenchSettings:
     max_spread: float
     budget: bool                         # profile one more (sampled) epoch per variant: its time budget
     quick: bool = False                  # a first answer: QUICK's settings, marked in every table
+    # The test accuracy each data set's time to accuracy is measured to (data set -> fraction).
+    target_accuracy: dict = dataclasses.field(default_factory=dict)
 
     def workers(self) -> int:
         return self.num_workers or min(4, os.cpu_count() or 1)
@@ -136,9 +138,23 @@ def _sampled_epochs(seconds: list[float], scale: float, epochs: int) -> tuple[fl
     return steady, first, first + steady * (epochs - 1)
 
 
-def summarise(timing: Timing, train_steps: int, test_steps: int, settings: BenchSettings) -> dict:
+def time_to_accuracy(timing: Timing, target: float) -> dict:
+    """From the variant's start (its setup included) to the end of the first test pass that
+    reached `target`: {"target", "seconds", "epoch"} (1-based), seconds and epoch None when
+    no timed epoch reached it. What the user waits for, beside seconds per epoch."""
+    elapsed = timing.setup_s
+    for epoch, (train, test, accuracy) in enumerate(zip(timing.train_s, timing.test_s, timing.accuracies), 1):
+        elapsed += train + test
+        if accuracy >= target:
+            return {"target": target, "seconds": round(elapsed, 3), "epoch": epoch}
+    return {"target": target, "seconds": None, "epoch": None}
+
+
+def summarise(timing: Timing, train_steps: int, test_steps: int, settings: BenchSettings,
+              target: float | None = None) -> dict:
     """Steady per-epoch figures and the whole cost of the configured epochs (`wall_s`); a
-    timing of sampled epochs (`timing.sampled_steps`) is scaled to whole ones."""
+    timing of sampled epochs (`timing.sampled_steps`) is scaled to whole ones. With `target`
+    and whole epochs, the time to that test accuracy (sampled ones measure no accuracy)."""
     sampled = timing.sampled_steps is not None
     if sampled:
         train, first, train_all = _sampled_epochs(timing.train_s, train_steps / timing.sampled_steps,
@@ -164,6 +180,8 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
         "spread": spread(timing.train_s),
         "budget": None if timing.budget is None else with_epoch_step(
             timing.budget, steady_step(timing, train_steps)),
+        "accuracy_by_epoch": None if sampled else [round(a, 4) for a in timing.accuracies],
+        "time_to_accuracy": None if sampled or target is None else time_to_accuracy(timing, target),
     }
 
 
@@ -229,7 +247,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
               f"{eta(time.perf_counter() - started, done, len(settings.variants))}", file=sys.stderr, flush=True)
         timing, train_steps, test_steps = run_variant(variant, dataset, Path(parquet), Path(shards), device, settings,
                                                       progress=f"{dataset}/{variant}")
-        results[variant] = summarise(timing, train_steps, test_steps, settings)
+        results[variant] = summarise(timing, train_steps, test_steps, settings, settings.target_accuracy.get(dataset))
         # Free this variant's loaders now: their (persistent) worker processes must not
         # share the CPU with the next variant's timed epochs (nor with the floor's).
         gc.collect()

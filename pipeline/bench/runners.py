@@ -65,6 +65,7 @@ class Timing:
     train_s: list[float] = field(default_factory=list)
     test_s: list[float] = field(default_factory=list)
     accuracy: float | None = None
+    accuracies: list[float] = field(default_factory=list)  # the test accuracy after each timed epoch
     loss: float | None = None
     setup_s: float = 0.0            # from the variant's start to its first timed step
     warmup_s: float = 0.0           # of which: warm-up steps (compiling, autotuning)
@@ -137,6 +138,7 @@ def _timed_epochs(timing: Timing, device: torch.device, epochs: int, train_epoch
         timing.train_s.append(seconds)
         timing.accuracy, seconds = clocked(device, test_pass)
         timing.test_s.append(seconds)
+        timing.accuracies.append(timing.accuracy)
         timing.loss = mean_loss()
         _report(progress, epoch, epochs, timing)
 

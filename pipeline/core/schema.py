@@ -103,6 +103,15 @@ class Bench(Strict):
     max_spread: Number = Field(gt=0, le=10)
     budget: StrictBool
     quick: StrictBool = False
+    target_accuracy: dict[StrictStr, Number] = Field(default_factory=dict)
+
+    @field_validator("target_accuracy")
+    @classmethod
+    def _targets(cls, targets: dict) -> dict:
+        bad = {name: value for name, value in targets.items() if not 0 < value <= 1}
+        if bad:
+            raise ValueError(f"a target accuracy is a fraction in (0, 1]: {dict(list(bad.items())[:3])}")
+        return targets
 
     @model_validator(mode="after")
     def _sampled(self) -> Bench:

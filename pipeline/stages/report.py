@@ -95,6 +95,12 @@ class Measured(Loose):
     test_s: list[Seconds] = Field(max_length=10_000)
 
 
+class TimeToAccuracy(Loose):
+    target: Fraction
+    seconds: Optional[Seconds] = None          # None: no timed epoch reached the target
+    epoch: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
+
+
 class Variant(Loose):
     train_s: Seconds
     test_s: Seconds
@@ -112,6 +118,7 @@ class Variant(Loose):
     unstable_reason: Optional[Text] = None
     budget: Optional[Budget] = None
     measured: Optional[Measured] = None
+    time_to_accuracy: Optional[TimeToAccuracy] = None
 
 
 class Machine(Loose):
@@ -333,12 +340,22 @@ def vs_naive(naive: float | None, row: float | None) -> str:
     return f"{num(naive / row)}x"
 
 
+def reached(time: TimeToAccuracy | None) -> str:
+    """"12.3 s (epoch 2) to 98%", "not reached (98%)", or "n/a" where not measured."""
+    if time is None:
+        return "n/a"
+    target = f"{100 * time.target:g}%"
+    if time.seconds is None:
+        return f"not reached ({target})"
+    return f"{num(time.seconds)} s to {target} (epoch {time.epoch})"
+
+
 def ladder_table(run: Run) -> str:
     """One data set's ladder on one machine: steady figures beside what a user pays."""
     lines = [f"**{run.doc.dataset}**: {machine_line(run)}", "",
              "| variant | train s/epoch | spread | test s/epoch | setup s | wall s | accuracy "
-             "| vs naive | wall vs naive |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| time to accuracy | vs naive | wall vs naive |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     naive = run.doc.variants.get("naive")
     for name, v in run.doc.variants.items():
         mark = " *" if v.extrapolated else ""
@@ -349,7 +366,7 @@ def ladder_table(run: Run) -> str:
         vs = (f"{vs_naive(naive and naive.train_s, v.train_s)} | "
               f"{vs_naive(naive and naive.wall_s, v.wall_s)}")
         lines.append(f"| {name}{mark} | {num(v.train_s)} | {spread} | {num(v.test_s)} | {opt(v.setup_s)} "
-                     f"| {opt(v.wall_s)} | {accuracy} | {vs} |")
+                     f"| {opt(v.wall_s)} | {accuracy} | {reached(v.time_to_accuracy)} | {vs} |")
     reasons = [f"`{n}`: {text(v.unstable_reason or 'no reason given')}"
                for n, v in run.doc.variants.items() if v.unstable]
     if reasons:
@@ -520,7 +537,9 @@ NOTE = ("`*` sampled: timed over a fixed number of steps per epoch and scaled to
         "epochs spread more than `bench.max_spread`, a twin doing identical work disagrees, or it beats "
         "its floor. spread: (max - min) / median of the timed epochs. setup s: everything before the "
         "first timed step; wall s: setup plus every epoch, train and test (a sampled row's: scaled from its "
-        "sampled steps, like its epochs). " + VS_NAIVE + "; " + WALL_VS_NAIVE + ".")
+        "sampled steps, like its epochs). time to accuracy: from the rung's start, setup included, to "
+        "the end of the first test pass at or above `bench.target_accuracy` (a sampled rung measures "
+        "no accuracy). " + VS_NAIVE + "; " + WALL_VS_NAIVE + ".")
 
 
 def image(name: str, alt: str, prefix: str) -> str:
