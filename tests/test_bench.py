@@ -379,7 +379,8 @@ def test_summary_keys_and_rounding():
         "capture_s": 0.123, "wall_s": 7.258,
         "accuracy": 0.9877, "extrapolated": False, "cuda_graph": True, "recompiles": 2,
         "measured": {"train_s": [3.1235, 1.9877], "test_s": [0.6123, 0.3]},
-        "spread": {"min": 1.9877, "median": 2.5556, "max": 3.1235}, "budget": None}
+        "spread": {"min": 1.9877, "median": 2.5556, "max": 3.1235}, "budget": None,
+        "accuracy_by_epoch": [], "time_to_accuracy": None}  # (no per-epoch accuracies given, no target)
     # No test pass ran: no accuracy (not 0, which would read as a broken model)
     unmeasured = summarise(Timing(train_s=[1.0], test_s=[0.5]), 10, 3, bench_settings(epochs=1))
     assert unmeasured["accuracy"] is None
