@@ -288,7 +288,8 @@ def dvc_repo(root: Path, names: list[str]) -> tuple[Path, dict[str, str]]:
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
     run(["git", "init", "-q", "-b", "main"], root, env)
-    shutil.copytree(ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))  # not the user's remotes
+    # .dvc without its cache, its temporaries and the user's config.local (their remotes)
+    shutil.copytree(ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "init"], root, env)
     return root, env
