@@ -39,3 +39,8 @@ def test_normalizing_keeps_words_and_drops_measurements():
     assert normalized("data/shards/mnist/train: 2 shards, 47.1 MB") == normalized("data/shards/mnist/train: 1 shards, 0.1 MB")
     assert normalized("delta -1.5 in 100ms") == normalized("delta 2.25 in 3 ms")
     assert normalized("acceded 7fa8e7d") == ["acceded @"]  # a word of hex letters is a word; a hash is an id
+    made_in_one_second = ("  main   10.0  zstd-3\n  ├── 8b497eb [codec-zstd-19]  8.8  zstd-19\n"
+                          "  └── c0f8951 [codec-gzip]  9.7  gzip\n")
+    swapped = ("  main   10.0  zstd-3\n  ├── c0f8951 [codec-gzip]  9.7  gzip\n"
+               "  └── 8b497eb [codec-zstd-19]  8.8  zstd-19\n")
+    assert normalized(made_in_one_second) == normalized(swapped) != normalized(swapped.replace("gzip\n", "lz4\n"))

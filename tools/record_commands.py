@@ -89,14 +89,22 @@ RULE = re.compile(r"[─━═]+")
 
 def normalized(text: str) -> list[str]:
     """Lines with what a measurement or a run changes replaced: numbers (with units) by '#',
-    commit and experiment ids by '@', table rules and runs of spaces by one space."""
-    lines = []
+    commit and experiment ids by '@', table rules and runs of spaces by one space; the
+    experiment rows under one baseline sorted (two made in the same second tie in
+    `dvc exp show`'s order, and the tree's last row has its own glyph)."""
+    lines: list[str] = []
+    children: list[str] = []
     for line in text.splitlines():
         line = RULE.sub("-", NUMBER.sub("#", IDENT.sub("@", line)))
-        line = re.sub(r"\s+", " ", line).strip()
+        line = re.sub(r"\s+", " ", line.replace("├", "+").replace("└", "+")).strip()
+        if line.startswith("+-"):
+            children.append(line)
+            continue
+        lines += sorted(children)
+        children = []
         if line:
             lines.append(line)
-    return lines
+    return lines + sorted(children)
 
 
 def record(repo: Path, clone: Path, check: bool, env: dict[str, str]) -> list[str]:
