@@ -293,3 +293,29 @@ def dvc_repo(root: Path, names: list[str]) -> tuple[Path, dict[str, str]]:
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "init"], root, env)
     return root, env
+
+
+# ---------------------------------------------------------------- the ladder's data on a device
+
+
+def resident(n_train: int = 100, n_test: int = 50, seed: int = 0, device: str = "cpu"):
+    """Both splits of a small learnable data set, resident on `device` (the bench's `Resident`)."""
+    import torch
+
+    from pipeline.bench.datapaths import Resident
+
+    (x, y), (xt, yt) = make_split(n_train, seed), make_split(n_test, seed + 1)
+    return Resident(*(torch.from_numpy(a).to(device) for a in (x, y, xt, yt)))
+
+
+def device_path(data, batch: int, seed: int):
+    """The `device` rung's data path over resident data: batches gathered where the data lie."""
+    from pipeline.bench.datapaths import DataPath
+    from pipeline.bench.model import MODEL_INPUT
+    from pipeline.shards import DeviceBatches
+
+    train = DeviceBatches({"images": data.train_images, "labels": data.train_labels}, batch, shuffle=True,
+                          seed=seed, transform=list(MODEL_INPUT))
+    test = DeviceBatches({"images": data.test_images, "labels": data.test_labels}, batch,
+                         transform=list(MODEL_INPUT))
+    return DataPath(lambda: train, lambda: test, len(train), len(test), batch)

@@ -21,7 +21,7 @@ from pipeline.shards import DeviceBatches
 from pipeline.stages.shard import shard_dataset
 from pipeline.bench.runners import (Execution, Floor, StaticSteps, Timing, TrainConfig, _compiled_graphs, _limited, train_eager,
                             train_static)
-from conftest import PARAMS, ROOT, bench_settings, make_split
+from conftest import PARAMS, ROOT, bench_settings, device_path, make_split, resident
 
 CPU = torch.device("cpu")
 
@@ -36,11 +36,6 @@ def prepared(tmp_path_factory):
     convert_dataset(root / "csv", root / "pq", root / "fig.json", "snappy")
     shard_dataset(root / "pq" / "compact", root / "shards", "tiny", 256, "none", 3)
     return root, (train_x, train_y)
-
-
-def resident(n_train: int = 100, n_test: int = 50, seed: int = 0) -> Resident:
-    (x, y), (xt, yt) = make_split(n_train, seed), make_split(n_test, seed + 1)
-    return Resident(*(torch.from_numpy(a) for a in (x, y, xt, yt)))
 
 
 def test_model_is_the_seeds():
@@ -147,10 +142,7 @@ def test_graphed_trains_exactly_as_device():
     """Static steps (padded, weighted last batch) give the `device` loop's loss and accuracy:
     100 samples at batch 32 leave a last batch of 4, padded to 32 with weight 0."""
     data, config = resident(), TrainConfig(batch_size=32)
-    train = DeviceBatches({"images": data.train_images, "labels": data.train_labels}, 32, shuffle=True,
-                          seed=config.seed, transform=list(MODEL_INPUT))
-    test = DeviceBatches({"images": data.test_images, "labels": data.test_labels}, 32, transform=list(MODEL_INPUT))
-    eager = train_eager(DataPath(lambda: train, lambda: test, len(train), len(test), 32), CPU, config, epochs=2)
+    eager = train_eager(device_path(data, 32, config.seed), CPU, config, epochs=2)
     static = train_static(data, CPU, config, Execution(cuda_graph=True), epochs=2)
     assert static.cuda_graph is False  # asked for, but this is a CPU: run eagerly and say so
     assert static.loss == pytest.approx(eager.loss, rel=1e-5)

@@ -8,29 +8,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_split
+from conftest import device_path, resident
 from pipeline.bench.budget import TimeBudget
-from pipeline.bench.datapaths import DataPath, Resident
-from pipeline.bench.model import MODEL_INPUT, SimpleCNN
+from pipeline.bench.model import SimpleCNN
 from pipeline.bench.runners import Execution, TrainConfig, train_eager, train_static
-from pipeline.shards import DeviceBatches
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
 
 
-def resident(n_train: int = 100, n_test: int = 50) -> Resident:
-    (x, y), (xt, yt) = make_split(n_train, 0), make_split(n_test, 1)
-    return Resident(*(torch.from_numpy(a).to(CUDA) for a in (x, y, xt, yt)))
-
-
 def test_a_captured_epoch_trains_as_the_eager_loop():
     """One CUDA graph per epoch (padded, weighted last batch) against the `device` loop."""
-    data, config = resident(), TrainConfig(batch_size=32)
-    train = DeviceBatches({"images": data.train_images, "labels": data.train_labels}, 32, shuffle=True,
-                          seed=config.seed, transform=list(MODEL_INPUT))
-    test = DeviceBatches({"images": data.test_images, "labels": data.test_labels}, 32, transform=list(MODEL_INPUT))
-    eager = train_eager(DataPath(lambda: train, lambda: test, len(train), len(test), 32), CUDA, config, epochs=2)
+    data, config = resident(device="cuda"), TrainConfig(batch_size=32)
+    eager = train_eager(device_path(data, 32, config.seed), CUDA, config, epochs=2)
     static = train_static(data, CUDA, config, Execution(cuda_graph=True), epochs=2)
     assert static.cuda_graph is True
     assert static.loss == pytest.approx(eager.loss, rel=1e-3)
@@ -38,7 +28,7 @@ def test_a_captured_epoch_trains_as_the_eager_loop():
 
 
 def test_compiled_inside_the_graph_compiles_nothing_after_warm_up():
-    data, config = resident(n_train=70, n_test=40), TrainConfig(batch_size=32)
+    data, config = resident(n_train=70, n_test=40, device="cuda"), TrainConfig(batch_size=32)
     timing = train_static(data, CUDA, config, Execution(compile_mode="default", cuda_graph=True), epochs=3)
     assert timing.warmup_s > 0 and timing.recompiles == 0
 
