@@ -185,6 +185,12 @@ def step_flops(events: Iterable[Any], steps: list[Interval]) -> float:
     return total
 
 
+def _activities(device: torch.device) -> list:
+    """What the profiler records: the host's ops, and the device's work on CUDA."""
+    return [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA]
+                                                    if device.type == "cuda" else [])
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -357,13 +363,10 @@ class TimeBudget:
             yield
 
     def _start(self) -> None:
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         _sync(self.device)
-        self._profiler = torch.profiler.profile(activities=activities, with_flops=self.flops)
+        self._profiler = torch.profiler.profile(activities=_activities(self.device), with_flops=self.flops)
         self._profiler.__enter__()
         self._started = time.perf_counter()
 
@@ -403,11 +406,8 @@ def timed_window(run: Callable[[], None], device: torch.device, steps: int) -> d
     """The parts of a whole replayed epoch (one CUDA graph), where no step can be marked:
     kernels are compute, memcpys copy, the rest of the host's wait overhead; with the
     kernels launched per step (None off CUDA)."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
     _sync(device)
-    with torch.profiler.profile(activities=activities) as prof:
+    with torch.profiler.profile(activities=_activities(device)) as prof:
         start = time.perf_counter()
         with torch.profiler.record_function(RANGE + "step"):
             run()

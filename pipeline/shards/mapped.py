@@ -322,8 +322,9 @@ class MappedSplit:
         elif len(index):
             # Grouped by shard (stable: a shard's rows keep the batch's order), gathered group
             # by group into a sorted copy, then put back in the batch's order once per field.
-            order = np.argsort(np.searchsorted(self.ends, index, side="right"), kind="stable")
-            owner = np.searchsorted(self.ends, index[order], side="right")
+            owner = np.searchsorted(self.ends, index, side="right")
+            order = np.argsort(owner, kind="stable")
+            owner = owner[order]
             rows = index[order] - self.starts[owner]
             edges = [0, *(np.flatnonzero(np.diff(owner)) + 1).tolist(), len(index)]
             groups = [(int(owner[a]), a, b) for a, b in zip(edges[:-1], edges[1:])]
