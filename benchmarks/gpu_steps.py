@@ -50,12 +50,12 @@ def profile_step(data: Resident, device: torch.device, config: TrainConfig, exec
     run.prepare(Timing())
     run.order[: len(data.train_labels)].copy_(run.batches.indices(0))
     for step in range(5):
-        run._train_step(step)
+        run.train_step(step)
     torch.cuda.synchronize()
     steps = 20
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for step in range(steps):
-            run._train_step(step)
+            run.train_step(step)
         torch.cuda.synchronize()
     events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
     total = sum(e.self_device_time_total for e in events)

@@ -610,7 +610,7 @@ def remeasures(meta: dict) -> list[str]:
 
 
 def table(runs: dict[int, dict]) -> str:
-    lines = ["<!-- written by benchmarks/peers.py from results/peers/scale-*.json -->", ""]
+    lines = []
     for scale, run in runs.items():
         meta, results = run["meta"], run["results"]
         if isinstance(meta["samples"], dict):  # written by the first version of this script
@@ -661,10 +661,11 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=TASKS, choices=TASKS)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tiny", type=int, help="random samples instead of MNIST (for the test)")
-    parser.add_argument("--mnist", type=Path, default=Path(os.environ.get("PIPELINE_MIRROR", ROOT.parent / "shared/datasets")) / "mnist")
+    mirror = os.environ.get("PIPELINE_MIRROR")
+    parser.add_argument("--mnist", type=Path, default=Path(mirror) / "mnist" if mirror else None,
+                        help="a folder of MNIST's IDX files (default: $PIPELINE_MIRROR/mnist)")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "peers")
-    parser.add_argument("--docs", type=Path, help="a page whose peers:begin/end block gets the table")
     parser.add_argument("--merge", action="store_true", help="update <out>/scale-<k>.json with these tasks only")
     parser.add_argument("--interleave", action="store_true",
                         help="writes first, then each read task's runs taken in turn across the systems")
@@ -674,8 +675,10 @@ def main() -> None:
         print(json.dumps(child(args.child[0], args.child[1], args.work, args.data)))
         return
     if args.render:
-        print(render(args.out, args.docs))
+        print(render(args.out))
         return
+    if args.tiny is None and args.mnist is None:
+        parser.error("--mnist: give MNIST's IDX folder, or set PIPELINE_MIRROR to a folder holding mnist/")
     if "write-none" not in args.tasks and any(not task.startswith("write-") for task in args.tasks):
         parser.error("the read tasks read what write-none writes in this run (into a fresh folder): "
                      "add write-none to --tasks")
@@ -702,7 +705,7 @@ def main() -> None:
         if args.merge and file.exists():  # re-measured tasks replace theirs, the rest is kept
             run = merged(json.loads(file.read_text()), run)
         file.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n")
-    print(render(args.out, args.docs))
+    print(render(args.out))
 
 
 def merged(old: dict, new: dict) -> dict:
@@ -715,19 +718,13 @@ def merged(old: dict, new: dict) -> dict:
     return old
 
 
-def render(out: Path, docs: Path | None) -> str:
-    """table.md from every scale-<k>.json in `out` (and the block between the markers in `docs`)."""
+def render(out: Path) -> str:
+    """table.md from every scale-<k>.json in `out` (docs/shards.md includes it: refresh the page
+    with `python tools/record_commands.py --refill`)."""
     runs = {int(p.stem.removeprefix("scale-")): json.loads(p.read_text()) for p in out.glob("scale-*.json")}
     text = table({k: runs[k] for k in sorted(runs)})
     (out / "table.md").write_text(text)
-    if docs:
-        page = docs.read_text()
-        begin, end = page.index(BEGIN), page.index(END)
-        docs.write_text(page[: page.index("\n", begin) + 1] + "\n" + text + "\n" + page[end:])
     return text
-
-
-BEGIN, END = "<!-- peers:begin", "<!-- peers:end -->"
 
 
 def _version(system: str) -> str:

@@ -12,9 +12,9 @@ fetches the shards its rank's run of each epoch's shard order touches).
 
 Per layout, run and node: the bytes and shards fetched (train and test), the seconds to read
 the epoch's shards before its first step (fetching included) and the whole epoch's seconds,
-from the ranks' `--record` files. Writes results/scale/mnist/two_nodes.json and rewrites the block
-between `<!-- two_nodes:begin -->` and `<!-- two_nodes:end -->` in docs/scale.md from it
-(tests/test_scale.py checks they agree).
+from the ranks' `--record` files. Writes results/scale/mnist/two_nodes.json and its table,
+two_nodes.md, which docs/scale.md includes (refresh the page with `python
+tools/record_commands.py --refill`; tests/test_scale.py checks they agree).
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # One folder further down than results/<machine>/*.json, which the report stage reads as bench results.
 RESULTS = ROOT / "results" / "scale" / "mnist" / "two_nodes.json"
-DOC = ROOT / "docs" / "scale.md"
-BEGIN, END = "<!-- two_nodes:begin -->", "<!-- two_nodes:end -->"
+TABLE = RESULTS.with_suffix(".md")
 KEY = "test"
 
 
@@ -172,13 +171,6 @@ def render(results: dict) -> str:
     return "\n".join(lines)
 
 
-def write_doc(results: dict, doc: Path = DOC) -> None:
-    text = doc.read_text()
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    doc.write_text(f"{head}{BEGIN}\n{render(results)}\n{END}{tail}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shards", type=Path, required=True, help="A shard stage folder (train/, test/).")
@@ -189,7 +181,7 @@ def main() -> None:
     results = measure(args.shards, args.epochs, [0] + ([args.reshard] if args.reshard else []))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    write_doc(results)
+    TABLE.write_text(render(results) + "\n")
     print(render(results))
     print(f"({time.perf_counter() - started:.0f} s)", file=sys.stderr)
 

@@ -34,8 +34,9 @@ from pipeline.bench.ladder import run_bench, settings_from_params
 from pipeline.stages.bench import warn_unstable, write_bench
 from pipeline.stages.machine import fingerprint
 from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
-from pipeline.core.dataset import COLUMNS, MNIST, SPLITS
+from pipeline.core.dataset import COLUMNS, SPLITS
 from pipeline.stages.idx import read_split
+from pipeline.stages.sample import MNIST
 from pipeline.core.parquet import write_checksums
 from pipeline.core.params import load_params, section, validate_params
 from pipeline.shards.writer import write_split

@@ -19,7 +19,7 @@ from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
 from pipeline.bench.model import MODEL_INPUT
 from pipeline.shards import DeviceBatches
 from pipeline.stages.shard import shard_dataset
-from pipeline.bench.runners import (Execution, Floor, StaticSteps, Timing, TrainConfig, _compiled_graphs, _limited, train_eager,
+from pipeline.bench.runners import (Execution, Floor, StaticSteps, Timing, TrainConfig, _limited, no_recompiles, train_eager,
                             train_static)
 from conftest import PARAMS, ROOT, bench_settings, device_path, make_split, resident
 
@@ -62,7 +62,7 @@ def test_dataset_v1_items_match_the_seed(prepared):
 def test_every_variant_runs_with_its_costs(prepared):
     root, _ = prepared
     settings = bench_settings(epochs=2, batch_size=64, num_workers=1, sample=["naive_bs16", "naive"],
-                              sample_steps=3, sample_epochs=2, budget=True)
+                              sample_steps=3, sample_epochs=2, budget=True, target_accuracy={"tiny": 0.2})
     doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
     assert list(doc["variants"]) == list(VARIANTS)
     assert doc["params"]["train_samples"] == 600 and doc["params"]["parameters"] == 206_922
@@ -72,8 +72,17 @@ def test_every_variant_runs_with_its_costs(prepared):
         assert (entry["accuracy"] is None) == entry["extrapolated"]
         assert 0 < entry["setup_s"] < entry["wall_s"] and entry["speedup"] > 0 and entry["wall_speedup"] > 0
         assert entry["recompiles"] == 0 and entry["cuda_graph"] is False  # no CUDA here: recorded as such
-        if not entry["extrapolated"]:  # wall = setup + every epoch's train and test
-            assert entry["wall_s"] >= entry["setup_s"] + 2 * (entry["train_s"] + entry["test_s"]) * 0.5
+        measured = entry["measured"]
+        if not entry["extrapolated"]:  # wall = setup + every timed epoch's train and test pass, exactly
+            assert len(measured["train_s"]) == len(measured["test_s"]) == 2
+            assert entry["wall_s"] == pytest.approx(
+                entry["setup_s"] + sum(measured["train_s"]) + sum(measured["test_s"]), abs=2e-3)
+            reached = entry["time_to_accuracy"]
+            if reached["epoch"] is not None:  # the wall time up to the end of that epoch's test pass
+                n = reached["epoch"]
+                assert reached["seconds"] == pytest.approx(
+                    entry["setup_s"] + sum(measured["train_s"][:n]) + sum(measured["test_s"][:n]), abs=2e-3)
+                assert entry["accuracy_by_epoch"][n - 1] >= reached["target"] > max([0, *entry["accuracy_by_epoch"][:n - 1]])
     assert doc["variants"]["naive"]["speedup"] == 1.0 == doc["variants"]["naive"]["wall_speedup"]
     assert doc["floor"]["train_s"] > 0 and doc["floor"]["compiled_train_s"] > 0
     assert doc["floor"]["epochs"] == len(VARIANTS)  # one floor epoch after every variant: the fastest is the floor
@@ -168,19 +177,19 @@ def test_padded_step_has_the_mean_loss_gradient():
 
 @pytest.mark.slow
 def test_no_compilation_after_warm_up():
-    """Every shape is warmed up: a full run of epochs after the warm-up compiles nothing new
-    (dynamo's counters, the cheap 'eager' backend). The control shows the counter does see a
+    """Every shape is warmed up: the timed epochs run under torch.compiler's fail_on_recompile
+    stance (the cheap 'eager' backend) and finish. The control shows the stance does stop a
     recompile when a partial last batch reaches a compiled model."""
     data, config = resident(n_train=70, n_test=40), TrainConfig(batch_size=32)
     timing = train_static(data, CPU, config, Execution(compile_mode="default", backend="eager"), epochs=3)
-    assert timing.warmup_s > 0 and timing.recompiles == 0
+    assert timing.warmup_s > 0 and timing.recompiles == 0 and len(timing.train_s) == 3
 
-    torch._dynamo.reset()
+    torch.compiler.reset()
     model = torch.compile(SimpleCNN(), backend="eager")
     model(torch.zeros(32, 1, 28, 28))
-    before = _compiled_graphs()
-    model(torch.zeros(6, 1, 28, 28))  # 70 = 2 x 32 + 6: the seed's last batch
-    assert _compiled_graphs() > before
+    with pytest.raises(RuntimeError, match="(?i)recompil"):
+        with no_recompiles(Execution(compile_mode="default", backend="eager")):
+            model(torch.zeros(6, 1, 28, 28))  # 70 = 2 x 32 + 6: the write-up's last batch
 
 
 @pytest.mark.slow

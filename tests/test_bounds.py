@@ -43,7 +43,8 @@ from pipeline.core.params import ParamsError, load_params, validate_params
 from pipeline.core.sources import SourcesError, known_rows
 from pipeline.stages.convert import _parse_block as _REAL_PARSE_BLOCK  # taken before any test patches it
 from pipeline.stages.convert import convert_dataset, iter_csv
-from pipeline.stages.csvdata import LINE_MAX, ROW_MAX, render_csvs, write_csv
+from pipeline.core.dataset import CSV_LINE_MAX, CSV_ROW_MAX
+from pipeline.stages.csvdata import render_csvs, write_csv
 from pipeline.stages.fetch import FetchError, FetchSettings, fetch_dataset, load_sources
 from pipeline.stages.idx import IdxError, parse_idx, read_idx, read_split, write_idx
 
@@ -761,7 +762,7 @@ def test_manifest_count_that_cannot_be_allocated(tmp_path):
     entry = {"file": "shard-00000.safetensors.zst", "count": MAX_COUNT, "bytes": 100, "sha256": "a" * 64,
              "xxh3_128": "b" * 32}
     (tmp_path / "s").mkdir()
-    from pipeline.core.dataset import MNIST
+    from pipeline.stages.sample import MNIST
 
     write_manifest(tmp_path / "s", new_manifest(sample=MNIST, dataset="d", split="train", count=MAX_COUNT, codec="zstd", level=3,
                                                 source={}, shards=[entry], block=None))
@@ -873,7 +874,7 @@ def csv_lines(draw):
         elif kind == "junk":
             lines.append(draw(NOISE))
         else:
-            lines.append(b"1," * draw(st.integers(ROW_MAX // 2, 3 * ROW_MAX)))
+            lines.append(b"1," * draw(st.integers(CSV_ROW_MAX // 2, 3 * CSV_ROW_MAX)))
     return lines
 
 
@@ -888,8 +889,8 @@ def test_csv_block_parser_never_crashes_and_parses_only_bounded_lines(tmp_path, 
     real = _REAL_PARSE_BLOCK
 
     def checked(path, first, data):
-        assert len(data) <= block + LINE_MAX
-        assert max(len(line) for line in data.split(b"\n")[:-1]) <= ROW_MAX + 1
+        assert len(data) <= block + CSV_LINE_MAX
+        assert max(len(line) for line in data.split(b"\n")[:-1]) <= CSV_ROW_MAX + 1
         return real(path, first, data)
 
     monkeypatch.setattr(convert, "_parse_block", checked)
@@ -971,7 +972,7 @@ def test_manifest_check_never_crashes(path, value, whole):
     """A valid manifest with any one value replaced by any JSON value (or any JSON value
     whole): the check returns it or raises a ShardError naming the file, nothing else."""
     from pipeline.shards import ShardError
-    from pipeline.core.dataset import MNIST
+    from pipeline.stages.sample import MNIST
     from pipeline.shards.format import BLOCK_BYTES, check_manifest, new_manifest, shard_file
 
     shards = [{"file": shard_file(i, "none"), "count": n, "bytes": n * MNIST.row_bytes + 100, "sha256": "a" * 64,

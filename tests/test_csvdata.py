@@ -2,7 +2,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.stages.csvdata import HEADER, COLUMNS, DataError, copy_csv, render_csvs, write_csv
+from pipeline.core.dataset import COLUMNS
+from pipeline.stages.csvdata import HEADER, DataError, copy_csv, render_csvs, write_csv
 from pipeline.stages.idx import write_idx
 
 

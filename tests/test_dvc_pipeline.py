@@ -104,6 +104,30 @@ def test_full_pipeline_then_codec_change_reruns_no_training(repo):
     dvc(repo, "checkout")
 
 
+def stale(repo) -> set[str]:
+    """The stages `dvc status` says would run, the machine's fingerprint (always run) aside."""
+    return set(json.loads(dvc(repo, "status", "--json").stdout)) - {"machine"}
+
+
+@pytest.mark.parametrize("path, stages", [
+    ("pipeline/stages/fetch.py", {"fetch@tiny", "fetch@tiny-b"}),
+    ("pipeline/stages/report/tables.py", {"report"}),
+    ("pipeline/bench/runners.py", {"bench@tiny", "bench@tiny-b"}),
+    ("pipeline/shards/writer.py", {"shard@tiny", "shard@tiny-b"}),
+])
+def test_an_edit_makes_stale_only_the_stages_that_run_it(repo, path, stages):
+    """dvc.yaml's code deps are exact: an edit to one stage's code leaves every other stage's
+    lock entry, the bench's included, up to date."""
+    assert stale(repo) == set(), "the pipeline must be up to date before the edit"
+    file = repo[0] / path
+    text = file.read_text()
+    file.write_text(text + "\n# an edit\n")
+    try:
+        assert stale(repo) == stages
+    finally:
+        file.write_text(text)
+
+
 def test_experiments_queue_and_temp_fit_a_terminal(repo):
     """Queued and --temp experiments run (they broke on a relative site_cache_dir), and
     `dvc exp show --only-changed` after two codec experiments fits in 120 columns."""

@@ -1,8 +1,10 @@
-"""The layout's two promises, checked from the code itself:
+"""The layout's promises, checked from the code itself:
 
-- every DVC stage lists, in dvc.yaml, all the project code its command runs (the stage
-  module that `cli.py` calls and everything it imports, walked with `ast`), so an edit to any
-  of it reruns the stage and the cache never serves outputs of code that no longer exists;
+- every DVC stage lists in dvc.yaml exactly the project code its command runs (the stage
+  module that `cli.py` calls and everything it imports, walked with `ast` by
+  tools/stage_deps.py), so an edit reruns the stages that run it and no other;
+- imports flow one way, core <- shards <- bench <- stages <- the entry points, and nothing
+  outside a module uses its private names;
 - the shard library imports no stage and loads neither polars, pyarrow, dvc nor pydantic.
 """
 
@@ -18,106 +20,95 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline"
+sys.path.insert(0, str(ROOT / "tools"))
+
+from stage_deps import closure, expected, imported, module_file, rewrite, stage_code, stage_definitions  # noqa: E402
+
+LAYERS = {"core": 0, "shards": 1, "bench": 2, "stages": 3}  # the rest of pipeline/: 4
 
 
-def module_file(name: str) -> Path | None:
-    """The file of a project module (`pipeline.x.y`), or None for anything else."""
-    if name != "pipeline" and not name.startswith("pipeline."):
-        return None
-    base = ROOT / name.replace(".", "/")
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
+def layer(path: Path) -> int:
+    parts = path.relative_to(PACKAGE).parts
+    return LAYERS.get(parts[0], 4) if len(parts) > 1 else 4
 
 
-def imported(path: Path) -> set[str]:
-    """Every project module `path` imports, at the top or inside a function (a lazy import
-    runs too), with the packages Python initialises on the way (`pipeline.a` for `pipeline.a.b`)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for name in found:
-            parts = name.split(".")
-            names.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
-    return {name for name in names if module_file(name)}
-
-
-def closure(roots: set[str]) -> set[Path]:
-    """The files of `roots` and of every project module they import, transitively."""
-    seen: set[str] = set()
-    todo = [".".join(name.split(".")[:i]) for name in roots for i in range(2, name.count(".") + 2)]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        todo.extend(imported(module_file(name)))
-    return {module_file(name) for name in seen}
-
-
-def cli_targets() -> dict[str, set[str]]:
-    """{command name: the project modules its function in cli.py imports}."""
-    tree = ast.parse((PACKAGE / "cli.py").read_text())
-    commands: dict[str, set[str]] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        name = None
-        for decorator in node.decorator_list:
-            if isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", None) == "command":
-                name = decorator.args[0].value if decorator.args else node.name.replace("_", "-")
-        if name:
-            inner = ast.Module(body=node.body, type_ignores=[])
-            commands[name] = {n.module for n in ast.walk(inner)
-                              if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("pipeline.")}
-    return commands
-
-
-def stage_definitions() -> dict[str, dict]:
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    return {name: stage.get("do", stage) for name, stage in stages.items()}
-
-
-def code_deps(stage: dict) -> list[Path]:
-    return [ROOT / dep for dep in stage.get("deps", []) if str(dep).startswith("pipeline")]
-
-
-def covered(path: Path, deps: list[Path]) -> bool:
-    return any(path == dep or dep in path.parents for dep in deps)
-
-
-# What every command runs besides its stage: the params check (cli.load_checked).
-COMMON = {"pipeline.core.params", "pipeline.core.schema"}
-
-
-def stage_code(stage: dict) -> set[Path]:
-    command = stage["cmd"].split("-m pipeline ", 1)[1].split()[0]
-    return closure(cli_targets()[command] | COMMON) - {PACKAGE / "__init__.py"}
+def code_deps(stage: dict) -> list[str]:
+    return sorted(str(dep) for dep in stage.get("deps", []) if str(dep).startswith("pipeline"))
 
 
 @pytest.mark.parametrize("name", sorted(stage_definitions()))
-def test_every_stage_depends_on_all_the_code_it_runs(name):
+def test_every_stage_lists_exactly_the_code_it_runs(name):
     stage = stage_definitions()[name]
-    deps = code_deps(stage)
-    missing = sorted(str(p.relative_to(ROOT)) for p in stage_code(stage) if not covered(p, deps))
-    assert not missing, f"dvc.yaml stage {name!r} runs {missing} but does not list it in deps"
-    for dep in deps:
-        assert dep.exists(), f"dvc.yaml stage {name!r} lists {dep.relative_to(ROOT)}, which does not exist"
+    runs, listed = set(stage_code(stage)), set(code_deps(stage))
+    assert not runs - listed, f"dvc.yaml stage {name!r} runs {sorted(runs - listed)} but does not list it"
+    assert not listed - runs, f"dvc.yaml stage {name!r} lists {sorted(listed - runs)}, which it does not run"
 
 
-def test_the_closure_walk_sees_lazy_and_package_imports():
-    files = {p.relative_to(ROOT).as_posix() for p in stage_code(stage_definitions()["shard"])}
-    assert {"pipeline/stages/shard.py", "pipeline/shards/writer.py", "pipeline/shards/__init__.py",
-            "pipeline/core/parquet.py", "pipeline/core/schema.py", "pipeline/core/variants.py"} <= files
-    assert "pipeline/stages/convert.py" not in files  # polars: not the shard stage's
-    assert not covered(ROOT / "pipeline/stages/idx.py", [ROOT / "pipeline/stages/convert.py"])
-    assert covered(ROOT / "pipeline/core/errors.py", [ROOT / "pipeline/core"])
+def test_dvc_yaml_is_what_the_generator_writes():
+    assert (ROOT / "dvc.yaml").read_text() == expected(), "run python tools/stage_deps.py"
+
+
+def test_the_generator_replaces_code_deps_only():
+    text = ("# top\nstages:\n  a:\n    deps:\n      - data/x   # kept\n      - pipeline/old.py\n"
+            "      - pipeline/gone\n    outs:\n      - y\n  b:\n    do:\n      deps:\n        - pipeline/z.py\n"
+            "plots:\n  - pipeline/not-a-dep\n")
+    out = rewrite(text, {"a": ["pipeline/n1.py", "pipeline/n2.py"], "b": []})
+    assert out == ("# top\nstages:\n  a:\n    deps:\n      - data/x   # kept\n      - pipeline/n1.py\n"
+                   "      - pipeline/n2.py\n    outs:\n      - y\n  b:\n    do:\n      deps:\n"
+                   "plots:\n  - pipeline/not-a-dep\n")
+
+
+def test_editing_a_module_of_one_stage_reruns_that_stage_alone():
+    """Which stages list a file is which stages an edit of it makes stale in `dvc status`
+    (the end-to-end form: tests/test_dvc_pipeline.py)."""
+    listing = {name: set(code_deps(stage)) for name, stage in stage_definitions().items()}
+    users = {path: {name for name, deps in listing.items() if path in deps} for path in set().union(*listing.values())}
+    assert users["pipeline/stages/fetch.py"] == {"fetch"}
+    assert users["pipeline/stages/report/tables.py"] == {"report"}
+    assert users["pipeline/stages/machine.py"] == {"machine"}
+    assert users["pipeline/bench/runners.py"] == {"bench"}
+    assert "bench" not in users["pipeline/stages/convert.py"] | users["pipeline/stages/idxheader.py"]
+    core = {path for path in users if path.startswith("pipeline/core/")}
+    single = sorted(path for path in core if len(users[path]) == 1)
+    assert not single, f"{single}: one stage's code in core; move it beside that stage"
+
+
+def test_imports_flow_one_way():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for name in imported(path):
+            target = module_file(name)
+            if target != PACKAGE / "__init__.py" and layer(target) > layer(path):
+                wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not wrong, wrong
+
+
+def private_uses(path: Path) -> list[str]:
+    """`from pipeline... import _x` and `obj._x` reached from outside the module that defines it
+    (a name starting with one underscore; dunders are public)."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipeline"):
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            base = node.value
+            if not (isinstance(base, ast.Name) and base.id in ("self", "cls")):
+                found.append(f"{ast.unparse(base)}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    """Benchmarks, examples, tools and the package use public names only; a module's own
+    `self._x` is its business. (`os._exit` and the like are the standard library's public API.)"""
+    allowed = {"os._exit", "sys._getframe"}
+    wrong = {}
+    for folder in ("pipeline", "benchmarks", "examples", "tools"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            uses = sorted(set(u for u in private_uses(path) if u not in allowed))
+            if uses:
+                wrong[str(path.relative_to(ROOT))] = uses
+    assert not wrong, wrong
 
 
 def test_the_shard_library_imports_no_stage():

@@ -15,7 +15,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from pipeline.stages.report import GENERATED, render_all
+from pipeline.stages.report import render_all
+from pipeline.stages.report.blocks import GENERATED
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -87,7 +88,7 @@ def test_generated_blocks_are_current():
 def test_every_embed_block_holds_its_recorded_file(page):
     """An embedded command output is the recorded file, as tools/record_commands.py wrote it
     (it refills every page's blocks after recording)."""
-    from pipeline.stages.report import embed
+    from pipeline.stages.report.blocks import embed
 
     assert embed(page.read_text(), ROOT) == page.read_text(), f"{page.name}: run tools/record_commands.py"
 

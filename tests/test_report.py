@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.stages.charts import BUDGET_LABELS
-from pipeline.stages.report import ReportError, embed, num, render_all, splice, text, write_report
+from pipeline.stages.report.charts import BUDGET_LABELS
+from pipeline.stages.report import render_all, write_report
+from pipeline.stages.report.blocks import embed, splice
+from pipeline.stages.report.data import ReportError
+from pipeline.stages.report.tables import num, text
 
 README = ("# t\n\n<!-- generated: ladder-chart -->\nold\n<!-- /generated -->\n\n"
           "<!-- generated: headline -->\n<!-- /generated -->\n\n<!-- generated: budget-chart -->\n<!-- /generated -->\n"
@@ -271,7 +274,7 @@ def test_write_report_changes_nothing_on_bad_input(tmp_path):
 
 
 def test_plot_data_goes_through_the_csv_writer():
-    from pipeline.stages.report import csv_text
+    from pipeline.stages.report.charts import csv_text
 
     tricky = ['a,b', 'line\nbreak', 'quote "q"']
     assert list(csv.reader(csv_text(["name"], [[t] for t in tricky]).splitlines(keepends=True))) == \
@@ -295,7 +298,8 @@ def race_file(path: Path, samples: int, results: dict) -> None:
 
 
 def test_the_race_chart_shows_each_systems_median_per_measure_and_scale(tmp_path):
-    from pipeline.stages.report import race_docs, race_rows
+    from pipeline.stages.report.charts import race_rows
+    from pipeline.stages.report.data import race_docs
 
     peers = tmp_path / "results" / "peers"
     race_file(peers / "scale-10.json", 600, {"project": {"write-none": [{"seconds": 3.0}, {"seconds": 1.0},

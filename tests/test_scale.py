@@ -566,15 +566,17 @@ def test_a_killed_run_resumes_on_another_number_of_ranks(resumed, nproc):
 
 
 def test_the_docs_show_the_measured_results():
-    """docs/scale.md's block is benchmarks/two_nodes.py's rendering of results/scale/mnist/two_nodes.json."""
+    """docs/scale.md includes benchmarks/two_nodes.py's rendering of results/scale/mnist/two_nodes.json."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("two_nodes", ROOT / "benchmarks" / "two_nodes.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     results = json.loads(bench.RESULTS.read_text())
-    text = bench.DOC.read_text()
-    assert f"{bench.BEGIN}\n{bench.render(results)}\n{bench.END}" in text
+    assert bench.TABLE.read_text() == bench.render(results) + "\n"
+    name = bench.TABLE.relative_to(ROOT).as_posix()
+    text = (ROOT / "docs" / "scale.md").read_text()
+    assert f"<!-- include: {name} -->\n{bench.render(results)}\n<!-- /include -->" in text
     for layout in results["layouts"]:  # what the page says of them holds
         assert all(node["train_bytes"] == 0 and node["test_bytes"] == 0 for node in layout["runs"]["warm"])
         cold = layout["runs"]["cold"]

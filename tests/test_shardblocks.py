@@ -12,7 +12,7 @@ import pytest
 import torch
 import xxhash
 
-from pipeline.core.dataset import MNIST
+from pipeline.stages.sample import MNIST
 from pipeline.shards import ShardDataset, ShardError, write_split
 from pipeline.shards.format import BLOCK_BYTES, DATA_ALIGN, read_manifest
 from pipeline.shards.mapped import MappedSplit

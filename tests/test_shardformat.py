@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from conftest import write_shards
-from pipeline.core.dataset import MNIST
+from pipeline.stages.sample import MNIST
 from pipeline.shards import (DeviceBatches, Field, Int64, Sample, ShardDataset, ShardError, ShardSampler, UnitFloat,
                              read_split, unit_float, write_split)
 from pipeline.shards.format import V2_SAMPLE, epoch_seed, parse_fields, read_manifest

@@ -483,10 +483,10 @@ def test_header_length_cut_short(raw):
     """Fewer than the 8 bytes of the length: said as such, whatever those bytes would read as."""
     import io
 
-    from pipeline.shards.reader import _read_header
+    from pipeline.shards.reader import read_header
 
     with pytest.raises(ShardError, match=rf"^s.safetensors: not a safetensors shard \(ends after {len(raw)} bytes\)$"):
-        _read_header(io.BytesIO(raw), Path("s.safetensors"), 64, {"labels": torch.empty(64, dtype=torch.uint8)})
+        read_header(io.BytesIO(raw), Path("s.safetensors"), 64, {"labels": torch.empty(64, dtype=torch.uint8)})
 
 
 def test_tensors_in_any_order_in_the_file(tmp_path, arrays):

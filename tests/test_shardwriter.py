@@ -13,7 +13,7 @@ import pytest
 from pipeline.stages.convert import convert_dataset
 from pipeline.core.parquet import compact_table
 from pipeline.stages.csvdata import write_csv
-from pipeline.core.dataset import MNIST
+from pipeline.stages.sample import MNIST
 from pipeline.shards import ShardError, ShardWriter, merge_parts, read_split, write_part
 from pipeline.stages.shard import shard_dataset
 from conftest import make_split, write_shards

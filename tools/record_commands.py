@@ -12,6 +12,7 @@ after `make repro`.
     python tools/record_commands.py                  # after `make repro`: rewrite results/dvc/*.txt
     python tools/record_commands.py --check          # compare instead; exit 1 naming every difference
     python tools/record_commands.py --check --repo R --clone C   # R's recordings, run in the ready clone C
+    python tools/record_commands.py --refill         # only refill the pages' blocks from results/ as it is
 
 `--check` compares with measurements excepted by pattern (numbers with their units, commit
 and experiment ids, runs of spaces and table rules), never by hand. After a rewrite, every
@@ -127,9 +128,9 @@ def record(repo: Path, clone: Path, check: bool, env: dict[str, str]) -> list[st
 
 
 def refresh_pages(repo: Path) -> None:
-    """Every embed block of the README and docs/ refilled from the files just recorded."""
+    """Every embed and include block of the README and docs/ refilled from its file."""
     sys.path.insert(0, str(repo))
-    from pipeline.stages.report import embed
+    from pipeline.stages.report.blocks import embed
 
     for page in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
         text = page.read_text()
@@ -144,8 +145,14 @@ def main() -> int:
     parser.add_argument("--clone", type=Path, help="a ready clone to run the 'clone' recordings in "
                                                    "(default: a scratch clone of --repo, removed after)")
     parser.add_argument("--check", action="store_true", help="compare with the recordings instead of rewriting")
+    parser.add_argument("--refill", action="store_true",
+                        help="only refill every page's embed and include blocks from the files as they are "
+                             "(after a benchmark wrote its results)")
     args = parser.parse_args()
     repo = args.repo.resolve()
+    if args.refill:
+        refresh_pages(repo)
+        return 0
     env = environment(repo)
     with tempfile.TemporaryDirectory(prefix="record-") as scratch:
         clone = args.clone.resolve() if args.clone else make_clone(repo, Path(scratch), env)

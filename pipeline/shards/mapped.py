@@ -29,8 +29,8 @@ import numpy as np
 
 from pipeline.shards.format import (MAX_HEADER, ShardError, blocks_in, check_identity, manifest_sample,
                                     read_manifest)
-from pipeline.shards.reader import (VERIFY, _open_shard, _read_header, _verify, allocate, check_classes,
-                                    read_shard_into)
+from pipeline.shards.reader import (VERIFY, allocate, check_classes, open_shard, read_header, read_shard_into,
+                                    verify_shard)
 from pipeline.shards.remote import RemoteShards, is_url
 
 MAX_FLAGS = 1 << 30  # verified-block flags of one split: 16 TiB of data at the smallest block
@@ -122,7 +122,7 @@ def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | No
     hashed now (verify "xxh3" or "sha256") or not at all ("none"). With `pread`, the shard
     keeps its descriptor and is read with pread (`read_rows`), its map let go after the
     checks."""
-    path, fd, size = _open_shard(folder, entry)
+    path, fd, size = open_shard(folder, entry)
     try:
         head = _head(fd, size) if block else b""
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
@@ -156,9 +156,9 @@ def _mapped_shard(path: str, entry: dict, templates: dict, verify: str, block: i
 
         source = io.BytesIO(head)
     else:
-        _verify(path, entry, verify, mapped)
+        verify_shard(path, entry, verify, mapped)
         source = mapped
-    data_start, tiles, metadata = _read_header(source, path, count, templates)
+    data_start, tiles, metadata = read_header(source, path, count, templates)
     end = tiles[-1][2] if tiles else 0
     if data_start + end != size:
         raise ShardError(f"{path}: {size - data_start - end:,} bytes after the last tensor")

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from pipeline.core.bounded import UnsafeFileError, plain_descriptor
-from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, blocks_in, manifest_sample,
+from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, manifest_sample,
                                     max_shard_bytes, read_manifest, zstd)
 
 VERIFY = ("xxh3", "sha256", "none")
@@ -44,7 +44,7 @@ def hasher(verify: str):
     raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
 
 
-def _open_shard(folder: Path | str, entry: dict) -> tuple[str, int, int]:
+def open_shard(folder: Path | str, entry: dict) -> tuple[str, int, int]:
     """(path, read-only descriptor, size) of a shard that is a plain file in its folder (not a
     link, FIFO or device: the manifest's names are plain names, so it cannot be outside)
     and of the size the manifest states; one message per way it is not. The caller closes
@@ -75,7 +75,7 @@ def _dtype_name(tensor: torch.Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor],
+def read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor],
                  known: dict | None = None) -> tuple[int, list[tuple[str, int, int]], dict]:
     """The safetensors header (8-byte little-endian length + JSON), checked against the
     schema the targets carry (a tensor per field: its dtype and [count, *shape]); returns
@@ -123,7 +123,7 @@ def _read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor
     return 8 + size, tiles, metadata
 
 
-def _verify(path: Path, entry: dict, verify: str, data) -> None:
+def verify_shard(path: Path, entry: dict, verify: str, data) -> None:
     if verify == "none":
         return
     key, digest = hasher(verify)
@@ -176,7 +176,7 @@ def _skip(stream, size: int, path: Path) -> None:
 
 def _read_zstd(stream, path: Path, count: int, targets: dict[str, torch.Tensor], first: int, stop: int) -> None:
     """Decompress straight into the targets' rows, skipping the rows outside first..stop."""
-    _, tiles, _ = _read_header(stream, path, count, targets)
+    _, tiles, _ = read_header(stream, path, count, targets)
     for name, _, _ in tiles:
         row = _row_bytes(targets[name])
         _skip(stream, first * row, path)
@@ -201,11 +201,11 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
     first, stop = rows or (0, count)
     if not 0 <= first <= stop <= count:
         raise ValueError(f"rows {first}..{stop} are outside the shard's 0..{count}")
-    path, fd, size = _open_shard(folder, entry)
+    path, fd, size = open_shard(folder, entry)
     with open(fd, "rb", buffering=0) as file:
         if compression == "zstd":
             blob = file.read()
-            _verify(path, entry, verify, blob)
+            verify_shard(path, entry, verify, blob)
             try:  # (damage not caught by a checksum, verify "none", is seen here)
                 _check_frame(path, blob, count, sum(_row_bytes(t) for t in targets.values()))
                 _read_zstd(zstd().ZstdDecompressor().stream_reader(io.BytesIO(blob)), path, count, targets,
@@ -215,8 +215,8 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
             return
         # ACCESS_COPY: private and writable (nothing is written), so torch takes it without a warning.
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
-            _verify(path, entry, verify, mapped)
-            data_start, tiles, _ = _read_header(mapped, path, count, targets)
+            verify_shard(path, entry, verify, mapped)
+            data_start, tiles, _ = read_header(mapped, path, count, targets)
             end = 0
             for name, begin, end in tiles:  # `end`: the last tensor's
                 row = _row_bytes(targets[name])

@@ -34,10 +34,11 @@ import pyarrow.parquet as pq
 
 from pipeline.core.atomic import atomic_dir, atomic_path, write_json
 from pipeline.core.bounded import open_regular
-from pipeline.stages.csvdata import HEADER, LINE_MAX, ROW_MAX, ROW_MIN, is_header, line_body
+from pipeline.stages.csvdata import HEADER, is_header, line_body
 from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError, reason
-from pipeline.core.dataset import COLUMNS, NUM_CLASSES, PIXELS, SPLITS, first_bad_label
+from pipeline.core.dataset import COLUMNS, CSV_LINE_MAX, CSV_ROW_MAX, CSV_ROW_MIN, NUM_CLASSES, PIXELS, SPLITS
+from pipeline.stages.sample import first_bad_label
 from pipeline.core.parquet import IMAGE_TYPE, LAYOUTS, compact_table, read_parquet_arrays, write_checksums
 
 
@@ -77,13 +78,13 @@ def _locate_bad_line(lines: bytes, first_number: int) -> str:
 
 def _too_long(csv_path: Path, line: int, size: str) -> DataError:
     return DataError(f"{csv_path}: line {line}: {size} bytes, longer than any row can be (785 fields of at "
-                     f"most 3 digits and their commas: {ROW_MAX:,} bytes, then LF or CRLF)")
+                     f"most 3 digits and their commas: {CSV_ROW_MAX:,} bytes, then LF or CRLF)")
 
 
 def _line_blocks(csv_path: Path, f: BinaryIO, block_bytes: int) -> Iterator[tuple[int, bytes]]:
     """(number of its first line, block) for blocks of whole lines after the header. A fixed
     block size keeps memory flat however large the CSV is: a block is at most `block_bytes`
-    plus the one line begun before it, and a line is refused once it runs past LINE_MAX
+    plus the one line begun before it, and a line is refused once it runs past CSV_LINE_MAX
     bytes without ending, not read to its end."""
     line, rest = 2, b""
     while chunk := f.read(block_bytes):
@@ -95,8 +96,8 @@ def _line_blocks(csv_path: Path, f: BinaryIO, block_bytes: int) -> Iterator[tupl
             rest = chunk[cut:]
         else:
             rest += chunk
-        if len(rest) > LINE_MAX:
-            raise _too_long(csv_path, line, f"more than {LINE_MAX:,}")
+        if len(rest) > CSV_LINE_MAX:
+            raise _too_long(csv_path, line, f"more than {CSV_LINE_MAX:,}")
     if rest.strip():
         # A last line without its newline may be cut inside its last number ("...,25"
         # for "...,255"): nothing can tell, so it is refused rather than guessed.
@@ -106,17 +107,17 @@ def _line_blocks(csv_path: Path, f: BinaryIO, block_bytes: int) -> Iterator[tupl
 
 def _check_lines(csv_path: Path, first: int, block: bytes, before: int, rows: int | None) -> None:
     """Before a parser sees the block: it must not take the split past its `rows`, and each
-    line's length must be one a row can have (ROW_MIN..ROW_MAX bytes and a CR): a parser given
-    one 40 MB line makes a column per field, gigabytes."""
+    line's length must be one a row can have (CSV_ROW_MIN..CSV_ROW_MAX bytes and a CR): a
+    parser given one 40 MB line makes a column per field, gigabytes."""
     ends = np.flatnonzero(np.frombuffer(block, np.uint8) == 10)  # the block ends with one
     if rows is not None and before + len(ends) > rows:
         raise DataError(f"{csv_path}: more than {rows:,} data rows (line {rows + 2:,} is one too many): the data "
                         f"set's split has {rows:,} (sources.yaml rows)")
     lengths = np.diff(ends, prepend=-1) - 1  # without the LF
-    bad = np.flatnonzero((lengths < ROW_MIN) | (lengths > ROW_MAX + 1))
+    bad = np.flatnonzero((lengths < CSV_ROW_MIN) | (lengths > CSV_ROW_MAX + 1))
     if len(bad):
         index = int(bad[0])
-        if lengths[index] > ROW_MAX + 1:
+        if lengths[index] > CSV_ROW_MAX + 1:
             raise _too_long(csv_path, first + index, f"{int(lengths[index]):,}")
         start = int(ends[index - 1]) + 1 if index else 0
         raise DataError(f"{csv_path}: {_locate_bad_line(block[start:int(ends[index]) + 1], first + index)}")

@@ -17,18 +17,11 @@ import polars as pl
 from pipeline.core.atomic import atomic_dir, atomic_path
 from pipeline.core.bounded import open_regular
 from pipeline.core.errors import DataError
-from pipeline.core.dataset import COLUMNS, PIXELS, SPLITS
+from pipeline.core.dataset import COLUMNS, CSV_HEADER, CSV_HEADER_MAX, CSV_LINE_MAX, PIXELS, SPLITS
 from pipeline.stages.idx import read_split
 
-HEADER = ",".join(COLUMNS) + "\n"
-HEADER_LINE = HEADER.rstrip("\n").encode()
-# What one data row can be, before any parser sees it: 785 fields of 1 to 3 digits (0..255;
-# the writer never pads), 784 commas, then LF or CRLF. A line outside these bounds cannot be
-# a row, whatever else it holds.
-ROW_MIN = len(COLUMNS) * 2 - 1                 # 1,569 bytes without its line end
-ROW_MAX = len(COLUMNS) * 4 - 1                 # 3,139 bytes without its line end
-LINE_MAX = ROW_MAX + 2                         # with CRLF
-HEADER_MAX = len(HEADER_LINE) + 2
+HEADER = CSV_HEADER + "\n"
+HEADER_LINE = CSV_HEADER.encode()
 
 
 def line_body(line: bytes) -> bytes:
@@ -58,9 +51,9 @@ def copy_csv(source: Path, dest: Path, rows: int | None = None, within: Path | N
     """Copy a CSV edition, adding the header when the source (as most mirrors') has none. A
     regular file only (inside `within`, when given), and with `rows`, no more bytes than a
     header and that many rows can take (the convert stage checks each line)."""
-    cap = None if rows is None else HEADER_MAX + rows * LINE_MAX
+    cap = None if rows is None else CSV_HEADER_MAX + rows * CSV_LINE_MAX
     with open_regular(source, within) as src, atomic_path(dest) as tmp, tmp.open("wb") as out:
-        first = src.readline(max(HEADER_MAX, LINE_MAX) + 1)
+        first = src.readline(max(CSV_HEADER_MAX, CSV_LINE_MAX) + 1)
         if not first:
             raise DataError(f"{source}: empty file")
         if not is_header(first):

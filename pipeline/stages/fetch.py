@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from tqdm import tqdm
+
 from pipeline.core.atomic import atomic_dir, atomic_path
 from pipeline.core.bounded import UnsafeFileError, open_regular, short
+from pipeline.core.dataset import CSV_HEADER_MAX, CSV_LINE_MAX, PIXELS
 from pipeline.core.errors import InputError, is_hex, reason
-from pipeline.core.idxheader import MAX_HEADER, IdxError, header_size, parse_header
-from pipeline.core.progress import byte_bar
+from pipeline.stages.idxheader import MAX_HEADER, IdxError, header_size, parse_header
 from pipeline.core.sources import SourcesError, dataset_entry
 
 MIRROR_ENV = "PIPELINE_MIRROR"
@@ -37,9 +39,12 @@ ROLES = ("train_images", "train_labels", "test_images", "test_labels", "train_cs
 # What a raw file may decompress to when neither its pin (`bytes`) nor the data set's rows
 # say: no raw file of a 28x28 data set comes near 4 GiB (MNIST's largest is 47 MB).
 MAX_RAW_BYTES = 1 << 32
-PIXELS = 28 * 28
-ROW_MAX = 785 * 4 + 1      # a CSV row: 785 fields of at most 3 digits, 784 commas, CRLF
-CSV_HEADER_MAX = 8 << 10   # `label,pixel1,...,pixel784` and its line end: 7,969 bytes
+
+
+def byte_bar(total: int | None, desc: str) -> tqdm:
+    """A download's progress in bytes on a terminal; silent in logs and tests."""
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
+                disable=not sys.stderr.isatty(), leave=False)
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ class FileSpec:
         n = (rows or {}).get(self.split)
         if n is None:
             return MAX_RAW_BYTES
-        return {"images": 16 + n * PIXELS, "labels": 8 + n, "csv": CSV_HEADER_MAX + n * ROW_MAX}[self.kind]
+        return {"images": 16 + n * PIXELS, "labels": 8 + n, "csv": CSV_HEADER_MAX + n * CSV_LINE_MAX}[self.kind]
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ import numpy as np
 from pipeline.core.atomic import atomic_path
 from pipeline.core.bounded import open_regular
 from pipeline.core.errors import DataError
-from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES, PIXELS, first_bad_label
-from pipeline.core.idxheader import TYPES, IdxError, header_size, idx_header, parse_header
+from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES, PIXELS
+from pipeline.stages.sample import first_bad_label
+from pipeline.stages.idxheader import TYPES, IdxError, header_size, idx_header, parse_header
 
 # Type codes of the IDX format; MNIST only uses 0x08, the others are read for completeness.
 _DTYPES: dict[int, np.dtype] = {code: np.dtype(spec) for code, (spec, _) in TYPES.items()}

@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 
 from pipeline.core.atomic import write_json
-from pipeline.core.host import physical_memory
 
 
 def cpu_model() -> str:
@@ -30,6 +29,14 @@ def cpu_model() -> str:
     except OSError:
         pass
     return (platform.processor() or platform.machine() or "unknown")[:120]
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory, or None where the system does not say (no sysconf names)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def memory_gb() -> float:

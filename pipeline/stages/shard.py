@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from typing import Any
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,12 +24,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.atomic import atomic_dir
-from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, MNIST, PIXELS, SPLITS
+from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, PIXELS, SPLITS
 from pipeline.core.errors import DataError, reason
-from pipeline.core.idxheader import idx_header
+from pipeline.core.parquet import LAYOUTS, check_present, check_types, verify_checksum
 from pipeline.core.sources import idx_pins, pin_owners
 from pipeline.shards.writer import ShardWriter
-from pipeline.core.parquet import LAYOUTS, check_present, check_types, verify_checksum
+from pipeline.stages.idxheader import idx_header
+from pipeline.stages.sample import MNIST
 
 
 @contextmanager
@@ -84,7 +86,7 @@ def iter_samples(path: Path, batch_rows: int = 8192, rows: int | None = None
                 yield labels, np.ascontiguousarray(by_column.T)
 
 
-def _label_digests(path: Path, rows: int | None = None) -> tuple[hashlib._Hash, hashlib._Hash, int]:
+def _label_digests(path: Path, rows: int | None = None) -> tuple[Any, Any, int]:
     """The first pass, the label column only: sha256 over every label (the content digest's
     start), sha256 of the labels as an IDX file, and the row count."""
     content, idx = hashlib.sha256(), hashlib.sha256()

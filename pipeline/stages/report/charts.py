@@ -9,9 +9,14 @@ calling anything here.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
+import statistics
 from typing import Any
+
+from pipeline.stages.report.data import CodecEntry, RaceDoc, Run
 
 VEGA_LITE = "https://vega.github.io/schema/vega-lite/v5.json"
 # The parts of a train step, in the order the bench counts them (each a key of "budget").
@@ -132,3 +137,91 @@ def to_svg(spec: Spec) -> str:
     import vl_convert
 
     return vl_convert.vegalite_to_svg(spec, allowed_base_urls=[])
+
+
+# --- plot data ----------------------------------------------------------------------------
+
+def csv_text(header: list[str], rows: list[list[Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def ladder_csv(runs: list[Run]) -> str:
+    """This machine's ladder for `dvc plots show`: a row per variant, a column per data set."""
+    names = list(dict.fromkeys(n for r in runs for n in r.doc.variants))
+    rows = [[n] + [r.doc.variants[n].train_s if n in r.doc.variants else "" for r in runs] for n in names]
+    return csv_text(["variant"] + [r.doc.dataset for r in runs], rows)
+
+
+def budget_csv(runs: list[Run]) -> str:
+    """This machine's budget for the stacked bars: a row per variant and part, seconds per step."""
+    names = list(dict.fromkeys(n for r in runs for n, v in r.doc.variants.items() if v.budget))
+    rows = []
+    for n in names:
+        for part in BUDGET_PARTS:
+            cells = []
+            for r in runs:
+                b = r.doc.variants.get(n) and r.doc.variants[n].budget
+                cells.append(getattr(b, part) if b else "")
+            rows.append([n, BUDGET_LABELS[part]] + cells)
+    return csv_text(["variant", "part"] + [r.doc.dataset for r in runs], rows)
+
+
+# --- chart data ---------------------------------------------------------------------------
+
+def ladder_rows(machines: dict[str, dict[str, Run]]) -> list[dict[str, Any]]:
+    return [{"machine": m, "dataset": d, "variant": n, "rank": i, "train_s": v.train_s}
+            for m, runs in machines.items() for d, r in runs.items()
+            for i, (n, v) in enumerate(r.doc.variants.items())]
+
+
+def codec_rows(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> list[dict[str, Any]]:
+    return [{"dataset": d, "layout": layout, "codec": c, "rank": i, "MB": e.train.MB}
+            for d, layouts in codecs.items() for layout, by in layouts.items()
+            for i, (c, e) in enumerate(by.items())]
+
+
+def budget_rows(machines: dict[str, dict[str, Run]]) -> list[dict[str, Any]]:
+    return [{"panel": f"{m} / {d}", "variant": n, "rank": i, "part": BUDGET_LABELS[p], "order": k,
+             "seconds": getattr(v.budget, p)}
+            for m, runs in machines.items() for d, r in runs.items()
+            for i, (n, v) in enumerate(r.doc.variants.items()) if v.budget
+            for k, p in enumerate(BUDGET_PARTS)]
+
+
+# The race's measures the chart shows (benchmarks/peers.py task -> label); docs/shards.md has them all.
+RACE_TASKS = {"write-none": "write, uncompressed", "epoch-0": "shuffled epoch, batch 512, workers 0",
+              "first": "time to first batch"}
+SYSTEM_LABELS = {"litdata": "LitData", "streaming": "MosaicML Streaming", "webdataset": "WebDataset",
+                 "lance": "Lance"}
+
+
+def race_rows(docs: list[RaceDoc]) -> list[dict[str, Any]]:
+    """The median seconds of each system's runs of each charted measure, per scale."""
+    rows = []
+    for doc in docs:
+        for task, label in RACE_TASKS.items():
+            for system, tasks in doc.results.items():
+                seconds = [r.seconds for r in tasks.get(task, []) if r.seconds is not None]
+                if seconds:
+                    rows.append({"panel": f"{label}, {doc.meta.samples:,} samples",
+                                 "system": SYSTEM_LABELS.get(system, system), "project": system == "project",
+                                 "seconds": statistics.median(seconds)})
+    return rows
+
+
+def chart_specs(machines: dict[str, dict[str, Run]], codecs: dict | None,
+                race: list[dict[str, Any]] | None = None) -> dict[str, Spec]:
+    """{image name: spec} of every chart the inputs support."""
+    specs = {"ladder": ladder_spec(ladder_rows(machines))} if machines else {}
+    if codecs:
+        specs["codecs"] = codec_spec(codec_rows(codecs))
+    budget = budget_rows(machines)
+    if budget:
+        specs["budget"] = budget_spec(budget)
+    if race:
+        specs["race"] = race_spec(race)
+    return specs

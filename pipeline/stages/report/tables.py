@@ -1,0 +1,201 @@
+"""The report's markdown: the ladder and budget tables per run, the headline across
+machines, the codec table and the bench's running time, from checked runs (`data`)."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable
+
+from pipeline.stages.report import charts
+from pipeline.stages.report.data import CodecEntry, Run, Spread, TimeToAccuracy, Variant
+
+# --- text --------------------------------------------------------------------------------
+
+def text(value: str) -> str:
+    """Free text from a metrics file, safe in a markdown table and in HTML: entities escaped
+    (so no tag and no `<!--` marker), pipes escaped, whitespace runs one space."""
+    return html.escape(" ".join(value.split()), quote=True).replace("|", "\\|")
+
+
+def num(x: float) -> str:
+    """Three significant figures, never scientific: 0.0535, 1.35, 68.8, 1494."""
+    if x == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:.{digits}f}"
+
+
+def opt(x: float | None, fmt: Callable[[float], str] = num) -> str:
+    return "n/a" if x is None else fmt(x)
+
+
+def machine_line(run: Run) -> str:
+    """Who measured: the machine's description, torch, date, where the file is."""
+    d = run.doc
+    if d.machine:
+        m = d.machine
+        gpu = f", {m.gpu_count} x {text(m.gpu)}" if m.gpu else ""
+        cuda = f", CUDA {text(m.cuda)}" if m.cuda else ""
+        what = f"{text(m.cpu)}, {m.cores} cores, {num(m.memory_gb)} GB{gpu}; torch {text(m.torch)}{cuda}; on {m.device}"
+    else:
+        e = d.env
+        commit = f", commit {text(e.commit)}" if e.commit else ""
+        what = f"{text(e.device)} ({text(e.device_type)}), {e.cpu_count} CPUs; torch {text(e.torch)}{commit}"
+    when = f", {run.when.isoformat()}" if run.when else ""
+    source = "`dvc repro` on this machine" if run.local else f"`{run.path.parent.name}/{run.path.name}`"
+    p = d.params
+    sampled = (f"; sampled rungs: {p.sample_steps} steps x {p.sample_epochs} epochs"
+               if p.sample_steps and p.sample_epochs else "")
+    quick = "**quick run** (`bench.quick`: fewer epochs and steps, no spread): " if p.quick else ""
+    return f"{quick}{what}{when}; {p.epochs} epochs, batch {p.batch_size}{sampled} ({source})"
+
+
+def spread_text(spread: Spread | None) -> str:
+    """(max - min) / median of the timed epochs, as a percentage: unit-free, so it reads the
+    same for a sampled variant (whose epochs are its sampled steps) as for a full one."""
+    if spread is None:
+        return "n/a"
+    if spread.median == 0:
+        return "0%" if spread.max == spread.min else "n/a"
+    return f"{100 * (spread.max - spread.min) / spread.median:.0f}%"
+
+
+VS_NAIVE = "vs naive: `naive`'s steady train s/epoch over the row's"
+WALL_VS_NAIVE = "wall vs naive: `naive`'s wall s over the row's, what the whole run cost"
+
+
+def vs_naive(naive: float | None, row: float | None) -> str:
+    """`naive`'s figure over the row's, as "12.3x": the one meaning of "vs naive" everywhere."""
+    if naive is None or row is None or row <= 0:
+        return "n/a"
+    return f"{num(naive / row)}x"
+
+
+def reached(time: TimeToAccuracy | None) -> str:
+    """"12.3 s (epoch 2) to 98%", "not reached (98%)", or "n/a" where not measured."""
+    if time is None:
+        return "n/a"
+    target = f"{100 * time.target:g}%"
+    if time.seconds is None:
+        return f"not reached ({target})"
+    return f"{num(time.seconds)} s to {target} (epoch {time.epoch})"
+
+
+def ladder_table(run: Run) -> str:
+    """One data set's ladder on one machine: steady figures beside what a user pays."""
+    lines = [f"**{run.doc.dataset}**: {machine_line(run)}", "",
+             "| variant | train s/epoch | spread | test s/epoch | setup s | wall s | accuracy "
+             "| time to accuracy | vs naive | wall vs naive |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    naive = run.doc.variants.get("naive")
+    for name, v in run.doc.variants.items():
+        mark = " *" if v.extrapolated else ""
+        mark += " (graph)" if v.cuda_graph else ""
+        mark += " **unstable**" if v.unstable else ""
+        spread = spread_text(v.spread)
+        accuracy = opt(v.accuracy, lambda a: f"{a:.4f}") + ("" if v.accuracy_ok else " (outside tolerance)")
+        vs = (f"{vs_naive(naive and naive.train_s, v.train_s)} | "
+              f"{vs_naive(naive and naive.wall_s, v.wall_s)}")
+        lines.append(f"| {name}{mark} | {num(v.train_s)} | {spread} | {num(v.test_s)} | {opt(v.setup_s)} "
+                     f"| {opt(v.wall_s)} | {accuracy} | {reached(v.time_to_accuracy)} | {vs} |")
+    reasons = [f"`{n}`: {text(v.unstable_reason or 'no reason given')}"
+               for n, v in run.doc.variants.items() if v.unstable]
+    if reasons:
+        lines += ["", "Unstable (re-run on a quiet machine before trusting these): " + "; ".join(reasons) + "."]
+    floor = run.doc.floor
+    if floor.train_s is not None:
+        extra = (f"; with `compiled`'s options {num(floor.compiled_train_s)} s/epoch"
+                 if floor.compiled_train_s is not None else "")
+        taken = f", the fastest of {floor.epochs} epochs taken between the variants" if floor.epochs else ""
+        lines += ["", f"Compute floor (the same steps with no data path{taken}): {num(floor.train_s)} s/epoch{extra}."]
+    return "\n".join(lines)
+
+
+def budget_table(run: Run) -> str | None:
+    rows = [(n, v.budget) for n, v in run.doc.variants.items() if v.budget]
+    if not rows:
+        return None
+    head = " | ".join(charts.BUDGET_LABELS[p] for p in charts.BUDGET_PARTS)
+    lines = [f"**{run.doc.dataset}** on `{run.machine}`, milliseconds per train step (clock: the profiled "
+             "pass on a plain clock; timed: the timed epochs' median):", "",
+             f"| variant | step | {head} | clock | timed |", "|---|---:|" + "---:|" * (len(charts.BUDGET_PARTS) + 2)]
+    for name, b in rows:
+        parts = " | ".join(num(1000 * getattr(b, p)) for p in charts.BUDGET_PARTS)
+        clocks = " | ".join(opt(None if s is None else 1000 * s) for s in (b.wall_s, b.epoch_step_s))
+        lines.append(f"| {name} | {num(1000 * b.step_s)} | {parts} | {clocks} |")
+    return "\n".join(lines)
+
+
+def best_variant(run: Run) -> tuple[str, Variant]:
+    """The fastest steady train epoch among the fully run variants (sampled ones if none)."""
+    full = {n: v for n, v in run.doc.variants.items() if not v.extrapolated} or run.doc.variants
+    name = min(full, key=lambda n: full[n].train_s)
+    return name, full[name]
+
+
+def headline(machines: dict[str, dict[str, Run]]) -> str:
+    """Per machine and data set: the write-up's naive loop, its best rung, and the fastest here."""
+    lines = ["| machine | data set | naive | the write-up's best (`preprocessed`) | best here | vs naive |",
+             "|---|---|---:|---:|---:|---:|"]
+    for machine, runs in machines.items():
+        for dataset, run in runs.items():
+            variants = run.doc.variants
+            naive = variants.get("naive")
+            seed = variants.get("preprocessed")
+            name, best = best_variant(run)
+            flag = lambda n: " (unstable)" if variants[n].unstable else ""  # noqa: E731
+            ratio = vs_naive(naive and naive.train_s, best.train_s)
+            quick = " (quick)" if run.doc.params.quick else ""
+            lines.append(f"| `{machine}`{quick} | {dataset} | {opt(naive and naive.train_s)}{naive and flag('naive') or ''} "
+                         f"| {opt(seed and seed.train_s)}{seed and flag('preprocessed') or ''} "
+                         f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} |")
+    return "\n".join(lines) + ("\n\nSeconds per train epoch (steady: the median of the timed epochs); "
+                               + VS_NAIVE + ".")
+
+
+def codec_table(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> str:
+    names = list(dict.fromkeys(c for layouts in codecs.values() for by in layouts.values() for c in by))
+    lines = ["| data set | layout | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+    for dataset, layouts in codecs.items():
+        for layout, by_codec in layouts.items():
+            cells = [f"{num(by_codec[c].train.MB)} MB / {num(by_codec[c].train.read_s)} s" if c in by_codec else "n/a"
+                     for c in names]
+            lines.append(f"| {dataset} | {layout} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+NOTE = ("`*` sampled: timed over a fixed number of steps per epoch and scaled to the whole epoch "
+        "(accuracy not measured). `(graph)`: each epoch replays one CUDA graph. **unstable**: the timed "
+        "epochs spread more than `bench.max_spread`, a twin doing identical work disagrees, or it beats "
+        "its floor. spread: (max - min) / median of the timed epochs. setup s: everything before the "
+        "first timed step; wall s: setup plus every epoch, train and test (a sampled row's: scaled from its "
+        "sampled steps, like its epochs). time to accuracy: from the rung's start, setup included, to "
+        "the end of the first test pass at or above `bench.target_accuracy` (a sampled rung measures "
+        "no accuracy). " + VS_NAIVE + "; " + WALL_VS_NAIVE + ".")
+
+
+def spent_s(run: Run) -> float | None:
+    """Seconds the bench spent on a run's variants: each one's setup and every epoch it
+    actually timed (a sampled variant's sampled steps, not its extrapolated epoch); None
+    when a variant does not record them."""
+    total = 0.0
+    for v in run.doc.variants.values():
+        if v.measured is None:
+            return None
+        total += (v.setup_s or 0.0) + sum(v.measured.train_s) + sum(v.measured.test_s)
+    return total
+
+
+def bench_time(machines: dict[str, dict[str, Run]]) -> str:
+    """How long the bench ran on each CPU machine, from what its metrics record."""
+    lines = []
+    for machine, runs in machines.items():
+        cpu = [r for r in runs.values() if (r.doc.machine.device if r.doc.machine else r.doc.env.device_type) == "cpu"]
+        spent = [spent_s(r) for r in cpu]
+        if cpu and None not in spent:
+            first = cpu[0]
+            cores = first.doc.machine.cores if first.doc.machine else first.doc.env.cpu_count
+            lines.append(f"- `{machine}` ({cores} cores): {num(sum(spent) / 60)} minutes for "
+                         f"{', '.join(r.doc.dataset for r in cpu)} (setup and timed epochs of every variant)")
+    return "\n".join(lines) or "No CPU bench run on record yet."

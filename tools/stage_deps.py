@@ -1,0 +1,167 @@
+"""Write each DVC stage's code deps in dvc.yaml: exactly the project files its command runs.
+
+A stage's code is the module its `python -m pipeline <command>` calls from cli.py, the params
+check every command runs (`pipeline.core.params` and its schema), and every project module
+these import, at the top or inside a function, walked with `ast`. So an edit reruns the
+stages that run the edited file and no other: editing the fetch stage's module leaves the
+bench's lock entry as it is. Two files are left out on purpose: `pipeline/__init__.py` (a
+docstring and the version) and `pipeline/cli.py` (option parsing; every path a stage uses is
+spelled in its `cmd`), so their edits rerun nothing.
+
+Only the `- pipeline/...` lines of each stage's deps are rewritten; the data deps, comments
+and everything else in dvc.yaml stay as written.
+
+    python tools/stage_deps.py            # rewrite dvc.yaml's code deps
+    python tools/stage_deps.py --check    # exit 1 naming each stage whose code deps differ
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "pipeline"
+# What every command runs besides its stage: the params check (cli.load_checked).
+COMMON = {"pipeline.core.params", "pipeline.core.schema"}
+LEFT_OUT = ("pipeline/__init__.py", "pipeline/cli.py")
+CODE_DEP = re.compile(r"^(\s+)- pipeline/\S*\s*$")
+STAGE = re.compile(r"^  ([A-Za-z0-9_-]+):")
+
+
+def module_file(name: str, root: Path = ROOT) -> Path | None:
+    """The file of a project module (`pipeline.x.y`), or None for anything else."""
+    if name != "pipeline" and not name.startswith("pipeline."):
+        return None
+    base = root / name.replace(".", "/")
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imported(path: Path, root: Path = ROOT) -> set[str]:
+    """Every project module `path` imports, at the top or inside a function (a lazy import
+    runs too), with the packages Python initialises on the way (`pipeline.a` for `pipeline.a.b`)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in found:
+            parts = name.split(".")
+            names.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+    return {name for name in names if module_file(name, root)}
+
+
+def closure(roots: set[str], root: Path = ROOT) -> set[Path]:
+    """The files of `roots` and of every project module they import, transitively."""
+    seen: set[str] = set()
+    todo = [".".join(name.split(".")[:i]) for name in roots for i in range(2, name.count(".") + 2)]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(imported(module_file(name, root), root))
+    return {module_file(name, root) for name in seen}
+
+
+def cli_targets(root: Path = ROOT) -> dict[str, set[str]]:
+    """{command name: the project modules its function in cli.py imports}."""
+    tree = ast.parse((root / "pipeline" / "cli.py").read_text())
+    commands: dict[str, set[str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        name = None
+        for decorator in node.decorator_list:
+            if isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", None) == "command":
+                name = decorator.args[0].value if decorator.args else node.name.replace("_", "-")
+        if name:
+            inner = ast.Module(body=node.body, type_ignores=[])
+            commands[name] = {n.module for n in ast.walk(inner)
+                              if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("pipeline.")}
+    return commands
+
+
+def stage_command(stage: dict) -> str:
+    """The `python -m pipeline <command>` a stage runs."""
+    return stage["cmd"].split("-m pipeline ", 1)[1].split()[0]
+
+
+def stage_code(stage: dict, root: Path = ROOT) -> list[str]:
+    """The project files a stage's command runs, as dvc.yaml spells deps, sorted."""
+    files = closure(cli_targets(root)[stage_command(stage)] | COMMON, root)
+    return sorted(name for name in (p.relative_to(root).as_posix() for p in files) if name not in LEFT_OUT)
+
+
+def stage_definitions(root: Path = ROOT) -> dict[str, dict]:
+    """{stage name in dvc.yaml: its definition (a foreach/matrix stage's `do` or body)}."""
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    return {name: stage.get("do", stage) for name, stage in stages.items()}
+
+
+def rewrite(text: str, code: dict[str, list[str]]) -> str:
+    """dvc.yaml's text with each stage's `- pipeline/...` deps lines replaced by `code[stage]`,
+    at the place of the first one; every other line as it was."""
+    out: list[str] = []
+    stage = None
+    written: set[str] = set()
+    in_stages = False
+    for line in text.splitlines(keepends=True):
+        if not line.startswith(" ") and line.strip() and not line.lstrip().startswith("#"):
+            in_stages = line.startswith("stages:")
+            stage = None
+        elif in_stages and STAGE.match(line):
+            stage = STAGE.match(line).group(1)
+        match = CODE_DEP.match(line)
+        if stage is None or not match:
+            out.append(line)
+            continue
+        if stage not in written:
+            written.add(stage)
+            out.extend(f"{match.group(1)}- {path}\n" for path in code[stage])
+    missing = set(code) - written
+    if missing:
+        raise SystemExit(f"dvc.yaml: stage(s) {sorted(missing)} list no pipeline/ dep to replace")
+    return "".join(out)
+
+
+def expected(root: Path = ROOT) -> str:
+    """dvc.yaml as it should read, code deps exact."""
+    code = {name: stage_code(stage, root) for name, stage in stage_definitions(root).items()}
+    return rewrite((root / "dvc.yaml").read_text(), code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare only; exit 1 when dvc.yaml differs")
+    args = parser.parse_args(argv)
+    path = ROOT / "dvc.yaml"
+    current, wanted = path.read_text(), expected()
+    if args.check:
+        if current != wanted:
+            stale = [name for name, stage in stage_definitions().items()
+                     if sorted(str(d) for d in stage.get("deps", []) if str(d).startswith("pipeline"))
+                     != stage_code(stage)]
+            print(f"dvc.yaml: the code deps of {stale or 'some stage'} are not what the stage runs; "
+                  "run python tools/stage_deps.py", file=sys.stderr)
+            return 1
+        return 0
+    if current != wanted:
+        path.write_text(wanted)
+        print("dvc.yaml: code deps rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
