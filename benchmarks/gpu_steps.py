@@ -1,4 +1,4 @@
-"""How fast can the same training step run? Every `train.Execution` worth trying, side by side.
+"""How fast can the same training step run? Every `runners.Execution` worth trying, side by side.
 
 Runs the static-step runner (one batch shape, last batch padded and weighted) over a data
 set resident on the device, for each execution: eager or torch.compile (modes), fp32 or

@@ -544,6 +544,36 @@ def test_time_to_accuracy_counts_setup_and_every_epoch_until_the_target():
     assert summarise(sampled, 100, 20, settings, 0.98)["time_to_accuracy"] is None  # no accuracy measured
 
 
+def test_the_first_rung_to_reach_the_target_is_timed_again_from_other_seeds():
+    """The rung with the least time to accuracy is rerun from seed + 1, ... and the spread
+    covers the ladder's run and those; a seed that never reaches the target is counted out."""
+    from pipeline.bench.ladder import over_seeds
+
+    def entry(seconds, epoch):
+        return {"time_to_accuracy": {"target": 0.98, "seconds": seconds, "epoch": epoch}}
+
+    results = {"naive": {"time_to_accuracy": None}, "device": entry(9.0, 2), "compiled": entry(7.0, 2),
+               "batched": entry(None, None)}
+    runs = {43: Timing(setup_s=1.0, train_s=[2.0, 2.0], test_s=[0.5, 0.5], accuracies=[0.97, 0.985]),
+            44: Timing(setup_s=1.0, train_s=[2.0], test_s=[0.5], accuracies=[0.99]),
+            45: Timing(setup_s=1.0, train_s=[2.0] * 3, test_s=[0.5] * 3, accuracies=[0.9, 0.95, 0.97])}
+    asked = []
+    settings = bench_settings(seed=42, accuracy_seeds=4)
+    out = over_seeds(results, settings, 0.98, lambda rung, seed: asked.append((rung, seed)) or runs[seed])
+    assert asked == [("compiled", 43), ("compiled", 44), ("compiled", 45)]
+    assert out == {"variant": "compiled", "target": 0.98, "seeds": [42, 43, 44, 45], "seconds": [7.0, 6.0, 3.5, None],
+                   "epochs": [2, 2, 1, None], "reached": 3, "min": 3.5, "median": 6.0, "max": 7.0}
+    assert over_seeds({"naive": {"time_to_accuracy": None}}, settings, 0.98, lambda *a: 1 / 0) is None
+
+
+@pytest.mark.slow
+def test_a_time_to_accuracy_run_stops_at_its_first_test_pass_at_the_target():
+    data, config = resident(), TrainConfig(batch_size=32)
+    stopped = train_static(data, CPU, config, Execution(), epochs=3, until=0.0)
+    assert len(stopped.train_s) == len(stopped.accuracies) == 1
+    assert len(train_static(data, CPU, config, Execution(), epochs=2, until=1.01).train_s) == 2
+
+
 def test_a_target_accuracy_outside_0_1_is_refused():
     with pytest.raises(ParamsError, match=r"a target accuracy is a fraction in \(0, 1\]"):
         bench_settings(target_accuracy={"mnist": 98})

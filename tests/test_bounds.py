@@ -211,7 +211,7 @@ def test_idx_header_is_checked_as_soon_as_it_arrives(tmp_path, tiny, header, mes
         fetch_dataset("tiny", tiny.files, [str(tmp_path / "m")], tmp_path / "raw", FAST, env={}, rows=ROWS)
 
 
-def test_parquet_with_more_rows_than_the_data_set_is_refused_before_a_page(parquet, tmp_path):
+def test_parquet_with_more_rows_than_the_data_set_is_refused_before_a_page(parquet, tmp_path, monkeypatch):
     """300,000 all-zero rows (a few hundred KB) with a matching SHA256SUMS: the shard stage
     refuses at the footer, without writing a shard (it wrote 93 shards, 2.3 GB, for 3M)."""
     import pyarrow as pa
@@ -227,11 +227,12 @@ def test_parquet_with_more_rows_than_the_data_set_is_refused_before_a_page(parqu
     write_checksums(parquet.parent)
     from pipeline.stages.shard import shard_dataset
 
-    start = time.perf_counter()
+    read = []  # refused from the footer's row count, before a single row is read
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", lambda self, *a, **k: read.append(1) or iter(()))
     with pytest.raises(DataError, match=r"train.parquet: 300,000 rows, but the data set's split has 64 "
                                         r"\(sources.yaml rows\)"):
         shard_dataset(parquet, tmp_path / "shards", "tiny", 20, "none", 3, rows=ROWS)
-    assert time.perf_counter() - start < 2 and not (tmp_path / "shards").exists()
+    assert read == [] and not (tmp_path / "shards").exists()
 
 
 def test_csv_line_of_40_mb_is_refused_before_it_is_parsed(files, csv_dir):
@@ -416,7 +417,7 @@ def drip_server(tiny):
     _Drip.blobs = tiny.blobs
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Drip)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
@@ -431,7 +432,7 @@ def test_slow_drip_mirror_is_given_up_at_the_deadline(tmp_path, tiny, drip_serve
     with pytest.raises(FetchError, match=r"/drip/train-images-idx3-ubyte.gz: incomplete when its deadline passed "
                                          r"\(\d+ bytes received\): too slow \(fetch.deadline_s\)"):
         fetch_dataset("tiny", tiny.files, [drip_server + "/drip"], tmp_path / "raw", drip, env={})
-    assert time.perf_counter() - start < 1.5 + 1.0 + 1.0  # deadline + one read timeout + slack
+    assert time.perf_counter() - start < 1.5 + 1.0 + 5.0  # deadline + one read timeout + slack for a loaded host
     fetch_dataset("tiny", tiny.files, [drip_server + "/drip", str(tmp_path / "good")], tmp_path / "raw", drip, env={})
     np.testing.assert_array_equal(read_idx(tmp_path / "raw" / "train-images.idx"), tiny.arrays["train_images"])
 

@@ -95,6 +95,7 @@ def test_split_needs_a_marked_range():
         split({}, [], [], [], cuda=False)
 
 
+@pytest.mark.slow
 def test_a_real_profiled_pass_adds_up():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))

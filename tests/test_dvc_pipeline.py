@@ -17,6 +17,9 @@ import json
 from conftest import dvc_repo, run
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every test here runs real `dvc` commands over the pipeline (the whole of it in the first),
+# training included: slow, and the fast loop `pytest -m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -304,7 +307,6 @@ def _session_alive(session: int) -> list[int]:
     return alive
 
 
-@pytest.mark.slow
 def test_ctrl_c_in_the_bench_keeps_its_committed_results_and_the_lock(repo):
     """Ctrl-C (SIGINT to the whole foreground group, as a terminal sends it) while
     `bench@tiny` runs: everything stops within seconds, the committed bench results are

@@ -88,7 +88,7 @@ def store(tmp_path):
     images, labels = make_split(100, 0)
     write_shards(images, labels, tmp_path / "s", dataset="t", split="train", samples_per_shard=50)
     server = Store({f.name: f.read_bytes() for f in (tmp_path / "s").iterdir()})
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     yield server, f"http://127.0.0.1:{server.server_address[1]}/s"
     server.shutdown()
     server.server_close()

@@ -163,6 +163,23 @@ def test_time_to_accuracy_is_shown_reached_or_not(tmp_path):
     page = (root / "docs/results.md").read_text()
     assert "| device | 2.00 | n/a | 0.200 | 0.100 | 10.0 | 0.9700 | 12.3 s to 98% (epoch 2) | 20.0x | 20.0x |" in page
     assert "| 0.9700 | not reached (98%) |" in page and "| naive * | 40.0 |" in page
+    assert "| 12.3 s to 98% (`device`) |" in page  # no seeds taken: the headline's cell is the least
+
+
+def test_the_time_to_accuracy_over_seeds_is_shown_under_its_ladder(tmp_path):
+    doc = new_doc()
+    doc["seeds"] = {"variant": "device", "target": 0.98, "seeds": [42, 43, 44], "seconds": [12.34, 11.0, None],
+                    "epochs": [2, 2, None], "reached": 2, "min": 11.0, "median": 11.67, "max": 12.34}
+    root = tree(tmp_path, local={"tiny.json": doc})
+    assert run_report(root).returncode == 0
+    page = (root / "docs/results.md").read_text()
+    assert ("Time to 98% over 3 seeds (device, the first to reach it): median 11.7 s, 11.0-12.3 s; "
+            "1 seed(s) did not reach it within the epochs.") in page
+    assert "| 11.7 s to 98% (`device`, median of 3 seeds) |" in page  # the headline's cell
+    doc["seeds"]["median"] = -1.0
+    root = tree(tmp_path / "bad", local={"tiny.json": doc})
+    failed = run_report(root)
+    assert failed.returncode == 2 and "seeds.median" in failed.stderr
 
 
 def test_newest_run_of_each_machine(tmp_path):

@@ -35,7 +35,7 @@ STAGE = re.compile(r"^  ([A-Za-z0-9_-]+):")
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
-    """The file of a project module (`pipeline.x.y`), or None for anything else."""
+    """The file of a project module (`pipeline.stages.fetch`), or None for anything else."""
     if name != "pipeline" and not name.startswith("pipeline."):
         return None
     base = root / name.replace(".", "/")
@@ -47,7 +47,8 @@ def module_file(name: str, root: Path = ROOT) -> Path | None:
 
 def imported(path: Path, root: Path = ROOT) -> set[str]:
     """Every project module `path` imports, at the top or inside a function (a lazy import
-    runs too), with the packages Python initialises on the way (`pipeline.a` for `pipeline.a.b`)."""
+    runs too), with the packages Python initialises on the way (`pipeline.stages` for
+    `pipeline.stages.fetch`)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):

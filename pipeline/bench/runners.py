@@ -129,9 +129,10 @@ def clocked(device: torch.device, work: Callable[[], T]) -> tuple[T, float]:
 
 def _timed_epochs(timing: Timing, device: torch.device, epochs: int, train_epoch: Callable[[int], None],
                   test_pass: Callable[[], float], mean_loss: Callable[[], float], progress: str,
-                  before_epoch: Callable[[int], None] = lambda epoch: None) -> None:
+                  before_epoch: Callable[[int], None] = lambda epoch: None, until: float | None = None) -> None:
     """The clock both runners share: train, then test, each timed after synchronising;
-    `before_epoch` runs off the clock."""
+    `before_epoch` runs off the clock. With `until`, the epochs stop after the first test
+    pass at or above that accuracy (a time-to-accuracy run)."""
     for epoch in range(epochs):
         before_epoch(epoch)
         _, seconds = clocked(device, lambda: train_epoch(epoch))
@@ -141,6 +142,8 @@ def _timed_epochs(timing: Timing, device: torch.device, epochs: int, train_epoch
         timing.accuracies.append(timing.accuracy)
         timing.loss = mean_loss()
         _report(progress, epoch, epochs, timing)
+        if until is not None and timing.accuracy >= until:
+            break
 
 
 # ---------------------------------------------------------------- eager: the write-up's loop
@@ -159,9 +162,9 @@ def _limited(iterable: Iterable, steps: int | None) -> Iterator:
 
 def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, epochs: int,
                 steps: int | None = None, test_steps: int | None = None, started: float | None = None,
-                progress: str = "", budget: bool = False) -> Timing:
+                progress: str = "", budget: bool = False, until: float | None = None) -> Timing:
     """The write-up's loop over `path`'s batches; `steps` and `test_steps` cap the train and test
-    steps per epoch (sampled timing).
+    steps per epoch (sampled timing); `until` stops after the first test pass at that accuracy.
     With `budget`, one more epoch (of `steps` steps when sampled) from a fresh iterator, worker
     start-up included, is profiled after the timed ones (`budget.profile_steps`): the very
     steps the timed figures are made of."""
@@ -197,7 +200,7 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
         return correct.item() / max(seen, 1)
 
     _timed_epochs(timing, device, epochs, train_epoch, test_pass,
-                  lambda: total_loss.item() / max(steps or path.train_steps, 1), progress)
+                  lambda: total_loss.item() / max(steps or path.train_steps, 1), progress, until=until)
     if budget:
         profiled = steps or path.train_steps
         timing.budget = profile_steps(_limited(path.train(), profiled), lambda item: _as_batch(item, device, non_blocking),
@@ -382,9 +385,10 @@ def cudnn_benchmark(device: torch.device) -> Iterator[None]:
 
 def train_static(data: Resident, device: torch.device, config: TrainConfig, execution: Execution, *,
                  epochs: int, started: float | None = None, pregathered: bool = False,
-                 progress: str = "", budget: bool = False) -> Timing:
+                 progress: str = "", budget: bool = False, until: float | None = None) -> Timing:
     """Train `epochs` epochs at one batch shape; see `StaticSteps`. With `budget`, one more
-    epoch is profiled after the timed ones (`StaticSteps.profile`)."""
+    epoch is profiled after the timed ones (`StaticSteps.profile`); `until` stops after the
+    first test pass at that accuracy."""
     started = time.perf_counter() if started is None else started
     timing = Timing()
     with cudnn_benchmark(device):
@@ -395,7 +399,7 @@ def train_static(data: Resident, device: torch.device, config: TrainConfig, exec
         timing.setup_s = time.perf_counter() - started
         with no_recompiles(execution):
             _timed_epochs(timing, device, epochs, run.train_epoch, run.test_pass,
-                          lambda: run.total_loss.item() / run.train_steps, progress, run.before_epoch)
+                          lambda: run.total_loss.item() / run.train_steps, progress, run.before_epoch, until)
         if budget:
             timing.budget = run.profile(epochs)
     return timing

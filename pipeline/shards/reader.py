@@ -249,8 +249,8 @@ def read_split(path: Path, device: str | torch.device = "cpu", *, dataset: str |
     """The whole split as {field: tensor [n, *shape] of its dtype} on `device`, in the
     manifest's field order.
 
-    verify: "xxh3" (default; the mapped file is hashed in place, about a fifth of the load time),
-    "sha256" (the cryptographic digest, ~1 GB/s), or "none". Sizes, tensor names, dtypes,
+    verify: "xxh3" (default; the mapped file is hashed in place), "sha256" (the cryptographic
+    digest, several times slower), or "none". Sizes, tensor names, dtypes,
     shapes, counts and class labels are always checked. For CUDA the split is read straight
     into pinned memory, then copied to the device asynchronously.
     """

@@ -130,6 +130,18 @@ class Floor(Loose):
     epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)  # the fastest of this many
 
 
+class Seeds(Loose):
+    """The fastest rung's time to accuracy over several seeds (`ladder.over_seeds`)."""
+    variant: Slug
+    target: Fraction
+    seeds: list[StrictInt] = Field(min_length=1, max_length=100)
+    seconds: list[Optional[Seconds]] = Field(min_length=1, max_length=100)
+    reached: StrictInt = Field(ge=0, le=100)
+    min: Seconds
+    median: Seconds
+    max: Seconds
+
+
 class BenchDoc(Loose):
     dataset: Slug
     machine: Optional[Machine] = None
@@ -138,6 +150,7 @@ class BenchDoc(Loose):
     params: RunParams
     floor: Floor = Floor()
     variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
+    seeds: Optional[Seeds] = None
 
 
 class Split(Loose):

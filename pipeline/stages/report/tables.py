@@ -73,7 +73,8 @@ def vs_naive(naive: float | None, row: float | None) -> str:
 
 
 def reached(time: TimeToAccuracy | None) -> str:
-    """"12.3 s (epoch 2) to 98%", "not reached (98%)", or "n/a" where not measured."""
+    """The cell: "<seconds> s (epoch <n>) to <target>%", "not reached (<target>%)", or "n/a"
+    where not measured (a sampled rung)."""
     if time is None:
         return "n/a"
     target = f"{100 * time.target:g}%"
@@ -103,6 +104,12 @@ def ladder_table(run: Run) -> str:
                for n, v in run.doc.variants.items() if v.unstable]
     if reasons:
         lines += ["", "Unstable (re-run on a quiet machine before trusting these): " + "; ".join(reasons) + "."]
+    seeds = run.doc.seeds
+    if seeds is not None:
+        missed = len(seeds.seeds) - seeds.reached
+        lines += ["", f"Time to {100 * seeds.target:g}% over {len(seeds.seeds)} seeds ({seeds.variant}, the first "
+                      f"to reach it): median {num(seeds.median)} s, {num(seeds.min)}-{num(seeds.max)} s"
+                      + (f"; {missed} seed(s) did not reach it within the epochs" if missed else "") + "."]
     floor = run.doc.floor
     if floor.train_s is not None:
         extra = (f"; with `compiled`'s options {num(floor.compiled_train_s)} s/epoch"
@@ -134,10 +141,27 @@ def best_variant(run: Run) -> tuple[str, Variant]:
     return name, full[name]
 
 
+def fastest_to_accuracy(run: Run) -> str:
+    """The headline's cell: the seeds' median time to the target when the bench took them,
+    else the least time to it among the rungs, else "n/a"."""
+    seeds = run.doc.seeds
+    if seeds is not None:
+        return (f"{num(seeds.median)} s to {100 * seeds.target:g}% (`{seeds.variant}`, median of "
+                f"{len(seeds.seeds)} seeds)")
+    reached = [(v.time_to_accuracy.seconds, n, v.time_to_accuracy.target) for n, v in run.doc.variants.items()
+               if v.time_to_accuracy is not None and v.time_to_accuracy.seconds is not None]
+    if not reached:
+        return "n/a"
+    seconds, name, target = min(reached)
+    return f"{num(seconds)} s to {100 * target:g}% (`{name}`)"
+
+
 def headline(machines: dict[str, dict[str, Run]]) -> str:
-    """Per machine and data set: the write-up's naive loop, its best rung, and the fastest here."""
-    lines = ["| machine | data set | naive | the write-up's best (`preprocessed`) | best here | vs naive |",
-             "|---|---|---:|---:|---:|---:|"]
+    """Per machine and data set: the write-up's naive loop, its best rung, the fastest here,
+    and the least wait for a trained model."""
+    lines = ["| machine | data set | naive | the write-up's best (`preprocessed`) | best here | vs naive "
+             "| time to accuracy |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for machine, runs in machines.items():
         for dataset, run in runs.items():
             variants = run.doc.variants
@@ -149,9 +173,10 @@ def headline(machines: dict[str, dict[str, Run]]) -> str:
             quick = " (quick)" if run.doc.params.quick else ""
             lines.append(f"| `{machine}`{quick} | {dataset} | {opt(naive and naive.train_s)}{naive and flag('naive') or ''} "
                          f"| {opt(seed and seed.train_s)}{seed and flag('preprocessed') or ''} "
-                         f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} |")
+                         f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} | {fastest_to_accuracy(run)} |")
     return "\n".join(lines) + ("\n\nSeconds per train epoch (steady: the median of the timed epochs); "
-                               + VS_NAIVE + ".")
+                               + VS_NAIVE + "; time to accuracy: from the start of the rung, setup included, "
+                               "to its first test pass at `bench.target_accuracy`.")
 
 
 def codec_table(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> str:
