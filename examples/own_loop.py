@@ -12,26 +12,11 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from pipeline.bench.budget import TimeBudget
-
-
-class Rows(Dataset):
-    """Each item built from a list of Python floats: the per-item work of a first loop."""
-
-    def __init__(self, n: int, seed: int = 0) -> None:
-        rng = np.random.default_rng(seed)
-        self.rows = rng.normal(size=(n, 64)).tolist()
-        self.labels = (rng.random(n) * 10).astype(int).tolist()
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int):
-        return torch.tensor(self.rows[i], dtype=torch.float32), self.labels[i]
+from plain_train import Rows  # examples/plain_train.py: the same data and per-item Dataset
 
 
 def main() -> None:

@@ -333,6 +333,46 @@ def report(bench_dir: Path, codecs_path: Path | None, results_dir: Path, readme:
                  ladder_plot, budget_plot)
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--device", default="auto", show_default=True,
+              help="The device the script trains on: auto (cuda when available, else cpu), cpu, cuda, cuda:1.")
+@click.option("--steps", type=click.IntRange(1, 100_000), default=20, show_default=True,
+              help="Train steps in the profiled window.")
+@click.option("--skip", type=click.IntRange(0, 1_000_000), default=5, show_default=True,
+              help="Train steps run first, unprofiled (warm-up, compilation, workers starting).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path),
+              help="Also write the budget as JSON (a metrics file `dvc metrics show` reads).")
+@click.option("--trace", type=click.Path(path_type=Path),
+              help="Also write the window as a Chrome/Perfetto trace, steps and parts marked.")
+@click.option("--ladder", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="A bench metrics file (metrics/bench/<dataset>.json) whose rungs the verdict quotes.")
+@click.option("--keep-going", is_flag=True, help="Let the script run to its end after the window.")
+@stage_command
+def profile(script: Path, args: tuple[str, ...], device: str, steps: int, skip: int, json_path: Path | None,
+            trace: Path | None, ladder: Path | None, keep_going: bool) -> None:
+    """Where a training script's step time goes, without editing it: SCRIPT runs with ARGS.
+
+    The loop is found as the first DataLoader whose batches an optimizer steps between; after
+    --skip steps, --steps steps are profiled and the parts of a step (data wait, copy,
+    compute, overhead, other) printed with the bound and what to try. Then the script is
+    stopped, unless --keep-going. Options go before SCRIPT; everything after it is the
+    script's. A script whose loop the command cannot see ends with one line saying what it
+    needs (then wrap the loop in TimeBudget: docs/budget.md).
+    """
+    from pipeline.bench.findloop import profile_script
+    from pipeline.core.atomic import write_json
+    from pipeline.core.bounded import read_json
+
+    quoted = read_json(ladder, 64 << 20, "bench metrics file") if ladder else None
+    result = profile_script(script, list(args), resolve_device(device), steps, skip,
+                            str(trace) if trace else None, keep_going)
+    click.echo(result.report(quoted))
+    if json_path:
+        write_json(json_path, {"script": script.name, **result.to_json()})
+
+
 @main.command("standalone-bench")
 @click.option("--mirror", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
               help="Folder holding <dataset>/ with the four IDX .gz files (e.g. /data/idx).")

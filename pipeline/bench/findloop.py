@@ -1,0 +1,137 @@
+"""The time budget of a training script left as it is: `python -m pipeline profile train.py ARGS`.
+
+The script runs as `__main__`, unchanged, with its own arguments. The loop is found through
+two public hooks: every `torch.utils.data.DataLoader` the script iterates is watched, and
+torch.optim's global step hook says when an optimizer stepped. The first loader whose batches
+have an optimizer step between them is the training loop's; from its next batch on,
+`TimeBudget` takes its batches: each wait for one is timed (data wait), and the time from a
+batch handed out to the request for the next is one step (copies, forward, backward,
+optimizer, and whatever else the loop body does). A test loader, iterated without a step,
+is never taken. After the profiled window the script is stopped (or, with `keep_going`, runs
+on to its end) and the budget is what it returns.
+
+What it cannot see, it says: a script that steps no optimizer inside a DataLoader's
+iteration (a hand-written batch loop, a loader that is not a DataLoader) ends with one line
+naming what the command needs, and `TimeBudget` in the loop itself is the way there.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils.data import DataLoader
+
+from pipeline.bench.budget import Budget, TimeBudget
+from pipeline.core.errors import InputError
+
+
+class ProfileError(InputError):
+    """The script gave the command nothing it can profile."""
+
+
+class WindowDone(BaseException):
+    """Raised inside the script's loop once the window is profiled, to stop the script: a
+    BaseException, so the script's own `except Exception` does not swallow it."""
+
+
+class Watch:
+    """What one profiled script run shares: the optimizer steps seen, the adopted loop, and
+    the budget once there is one."""
+
+    def __init__(self, device: torch.device, steps: int, skip: int, trace: str | None, keep_going: bool) -> None:
+        self.device, self.steps, self.skip, self.trace, self.keep_going = device, steps, skip, trace, keep_going
+        self.optimizer_steps = 0
+        self.budget: TimeBudget | None = None
+        self.loader: DataLoader | None = None   # the training loop's, once found
+        self.loaders_seen = 0
+        self.found_at = 0                       # the loop's batches handed out when it was found
+
+    def stepped(self, *_: object) -> None:
+        self.optimizer_steps += 1
+
+    def watch(self, loader: DataLoader, batches: Iterator) -> Iterator:
+        """A loader's batches, unchanged; the first loader found to train is taken into the
+        budget, and its later epochs too until the window is profiled."""
+        self.loaders_seen += 1
+        if self.budget is not None and loader is self.loader and self.budget.result is None:
+            yield from self.measured(batches)
+            return
+        before = None  # optimizer steps when the last batch was handed out
+        for before_count, batch in enumerate(batches):
+            if self.budget is None and before is not None and self.optimizer_steps > before:
+                self.budget = TimeBudget(self.device, steps=self.steps, skip=self.skip, trace=self.trace)
+                self.loader, self.found_at = loader, before_count + 1
+                yield batch
+                yield from self.measured(batches)
+                return
+            before = self.optimizer_steps
+            yield batch
+
+    def measured(self, batches: Iterator) -> Iterator:
+        """The adopted loop's batches through the budget: a step from each batch handed out to
+        the request for the next."""
+        budget = self.budget
+        step: AbstractContextManager | None = None
+        timed = budget.batches(batches)
+        try:
+            while True:
+                if step is not None:  # the loop asks for its next batch: its step has ended
+                    step.__exit__(None, None, None)
+                    step = None
+                if budget.done and not self.keep_going:
+                    raise WindowDone
+                try:
+                    batch = next(timed)
+                except StopIteration:
+                    return
+                step = budget.step()
+                step.__enter__()
+                yield batch
+        finally:
+            if step is not None:
+                step.__exit__(None, None, None)
+            timed.close()
+
+
+def profile_script(script: Path, args: list[str], device: str | torch.device = "cpu", steps: int = 20,
+                   skip: int = 5, trace: str | None = None, keep_going: bool = False) -> Budget:
+    """Run `script` with `args` as `__main__` and return the budget of its training loop's
+    window of `steps` steps after `skip`; ProfileError when the script ran no loop the
+    command can see, or stopped before the window's first step."""
+    script = Path(script)
+    if not script.is_file():
+        raise ProfileError(f"{script}: no such script (give the path of a Python file)")
+    watch = Watch(torch.device(device), steps, skip, trace, keep_going)
+    original = DataLoader.__iter__
+
+    def iterate(loader: DataLoader) -> Iterator:
+        return watch.watch(loader, original(loader))
+
+    hook = register_optimizer_step_post_hook(watch.stepped)
+    DataLoader.__iter__ = iterate  # type: ignore[method-assign]
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv, sys.path[0:0] = [str(script), *args], [str(script.resolve().parent)]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except WindowDone:
+        pass
+    finally:
+        DataLoader.__iter__ = original  # type: ignore[method-assign]
+        hook.remove()
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    if watch.budget is None:
+        seen = (f"it iterated {watch.loaders_seen} DataLoader(s) and stepped an optimizer {watch.optimizer_steps} "
+                "time(s), never between two batches of one loader")
+        raise ProfileError(f"{script}: found no training loop ({seen}); the command finds the loop as a "
+                           "torch.utils.data.DataLoader whose batches a torch.optim optimizer steps between. "
+                           "Otherwise wrap the loop in TimeBudget (docs/budget.md)")
+    if watch.budget.result is None:
+        raise ProfileError(f"{script}: its training loop ended after {watch.found_at + watch.budget.seen} batches, "
+                           f"before the profiled window's first step (skip {skip}); lower --skip")
+    return watch.budget.result

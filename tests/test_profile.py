@@ -1,0 +1,126 @@
+"""`python -m pipeline profile SCRIPT ARGS`: the time budget of a training script left as it
+is, its loop found through the DataLoader it iterates and the optimizer it steps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A loop built to wait for its data: each item sleeps in __getitem__, the model is tiny.
+# A test loader is iterated after every epoch, without an optimizer step: it must not be
+# the one profiled. The script's own arguments set the epochs; it writes a file at its end.
+SCRIPT = '''
+import sys, time
+from pathlib import Path
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        time.sleep(SLEEP)
+        return torch.full((8,), float(i % 4)), i % 4
+
+epochs, done = int(sys.argv[1]), Path(sys.argv[2])
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train, test = DataLoader(Slow(), batch_size=4), DataLoader(Slow(), batch_size=16)
+for epoch in range(epochs):
+    for x, y in train:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        for x, y in test:
+            model(x)
+done.write_text("finished")
+'''
+
+
+def script(tmp_path: Path, sleep: float = 0.02, body: str = SCRIPT) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(body.replace("SLEEP", str(sleep)))
+    return path
+
+
+def profile(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", "profile", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.slow
+def test_a_script_is_profiled_unchanged_and_stopped_after_the_window(tmp_path):
+    path = script(tmp_path)
+    done = profile("--device", "cpu", "--steps", "6", "--skip", "2", "--json", "budget.json", "--trace", "trace.json",
+                   str(path), "3", "done.txt", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "DATA WAIT-BOUND" in done.stdout and "(6 steps on cpu)" in done.stdout
+    budget = json.loads((tmp_path / "budget.json").read_text())
+    assert budget["script"] == "train.py" and budget["steps"] == 6 and budget["bound"] == "data_wait"
+    assert budget["partial"] is False and budget["share"]["data_wait"] > 0.5
+    parts = [budget[f"{part}_s"] for part in ("data_wait", "copy", "compute", "overhead", "other")]
+    assert sum(parts) == pytest.approx(budget["step_s"], abs=1e-5)
+    names = {event.get("name") for event in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]}
+    assert {"budget:step", "budget:data_wait"} <= names
+    assert not (tmp_path / "done.txt").exists()  # stopped after the window
+
+
+@pytest.mark.slow
+def test_keep_going_lets_the_script_finish_and_the_test_loader_is_never_taken(tmp_path):
+    path = script(tmp_path, sleep=0.0)
+    # 16 train batches an epoch: the window of 20 after 2 cannot fit the first epoch it starts in
+    done = profile("--device", "cpu", "--steps", "20", "--skip", "2", "--keep-going", "--json", "b.json",
+                   str(path), "2", "done.txt", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "done.txt").read_text() == "finished"
+    budget = json.loads((tmp_path / "b.json").read_text())
+    # found at the second train batch; of the 14 after it, 2 skipped, then 12 to the epoch's end: partial
+    assert budget["partial"] is True and budget["steps"] == 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body, message", [
+    ("import torch\nprint('no loop')\n", r"found no training loop \(it iterated 0 DataLoader\(s\) and stepped an "
+                                         r"optimizer 0 time\(s\)"),
+    (SCRIPT.replace("optimizer.step()", "pass"), r"found no training loop \(it iterated 4 DataLoader\(s\)"),
+    (SCRIPT.replace("range(epochs)", "range(1)").replace("return 64", "return 8"),
+     r"ended after 2 batches, before the profiled window's first step \(skip 5\); lower --skip"),
+])
+def test_a_script_without_a_loop_the_command_can_see_is_one_line(tmp_path, body, message):
+    path = script(tmp_path, sleep=0.0, body=body)
+    done = profile("--device", "cpu", str(path), "2", "done.txt", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert len(done.stderr.strip().splitlines()) == 1
+    import re
+    assert re.search(message, done.stderr), done.stderr
+
+
+def test_a_missing_script_is_one_line(tmp_path):
+    done = profile("--device", "cpu", str(tmp_path / "nope.py"), cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip() == f"Error: {tmp_path / 'nope.py'}: no such script " \
+                                                           "(give the path of a Python file)"
+
+
+@pytest.mark.slow
+def test_the_examples_run_and_give_a_verdict(tmp_path):
+    """examples/own_loop.py (TimeBudget in the loop) and examples/plain_train.py under the
+    command (no edit) profile the same per-item loop: both print a budget and its bound."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    own = subprocess.run([sys.executable, "examples/own_loop.py"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300, env=env)
+    assert own.returncode == 0, own.stderr[-2000:]
+    plain = profile("--device", "cpu", "--json", str(tmp_path / "b.json"), "examples/plain_train.py", "--epochs", "1",
+                    cwd=ROOT)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    for out in (own.stdout, plain.stdout):
+        assert "(20 steps on cpu)" in out and "-BOUND: " in out
+    assert "epoch 1:" not in plain.stdout  # stopped after the window, before the epoch's end
