@@ -10,20 +10,28 @@ the second. The full tables are `metrics/codecs.json` and `metrics/bench/<datase
 drawn by `dvc plots` and rendered in docs/results.md.
 
 Every number read is checked before it is written: finite, of its type and in a range a
-real run can give (NaN, inf, 1e308 or a negative time stop the stage, naming file and key).
+real run can give (NaN, inf, 1e308 or a negative time stop the stage, naming file and key);
+a bench document is checked by the metrics schema the report uses (`pipeline.stages.metrics`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
+
 from pipeline.core.atomic import write_json
 from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError
+from pipeline.stages.metrics import Loose, Slug, Variant, validate
 
 MAX_BYTES = 1 << 40          # a Parquet split: far above any here (MNIST's largest: 47 MB)
-MAX_SECONDS = 7 * 24 * 3600  # a steady epoch: a week would already be absurd
+
+
+class Ladder(Loose):
+    """What the summary reads of a bench document: its variants, by the metrics schema."""
+    variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
 
 
 def _mapping(source: Path, key: str, value) -> dict:
@@ -32,28 +40,24 @@ def _mapping(source: Path, key: str, value) -> dict:
     return value
 
 
-def fastest(variants: dict, source: Path | str = "<bench>") -> tuple[str, dict]:
+def fastest(variants: dict[str, Variant], source: Path | str = "<bench>") -> tuple[str, Variant]:
     """The fully-run variant with the fastest steady train epoch."""
-    measured = {}
-    for name, entry in _mapping(Path(source), "variants", variants).items():
-        entry = _mapping(Path(source), f"variants.{name}", entry)
-        if not entry.get("extrapolated"):
-            number(source, f"variants.{name}.train_s", entry.get("train_s"), 0, MAX_SECONDS)
-            measured[name] = entry
+    measured = {name: entry for name, entry in variants.items() if not entry.extrapolated}
     if not measured:
         raise DataError(f"{source}: variants: none was run in full (every one extrapolated), so there is no "
                         f"steady epoch to report")
-    name = min(measured, key=lambda n: measured[n]["train_s"])
+    name = min(measured, key=lambda n: measured[n].train_s)
     return name, measured[name]
 
 
 def headline(codec_figures: dict, layout: str, bench: dict, figures_source: Path | str = "<figures>",
              bench_source: Path | str = "<bench>") -> dict:
-    _, best = fastest(_mapping(Path(bench_source), "(top level)", bench).get("variants"), bench_source)
+    ladder = validate(bench_source, bench, Ladder)
+    _, best = fastest(ladder.variants, bench_source)
     entry = _mapping(Path(figures_source), f"train.{layout}",
                      _mapping(Path(figures_source), "train", codec_figures.get("train")).get(layout))
     size = number(figures_source, f"train.{layout}.bytes", entry.get("bytes"), 1, MAX_BYTES, integer=True)
-    return {"MB": round(size / 1e6, 3), "epoch_s": round(best["train_s"], 4)}
+    return {"MB": round(size / 1e6, 3), "epoch_s": round(best.train_s, 4)}
 
 
 def write_summary(figures_dir: Path, bench_dir: Path, datasets: list[str], codec: str, layout: str,

@@ -31,7 +31,8 @@ from pipeline.core.atomic import atomic_dir, write_text
 from pipeline.stages.report import charts
 from pipeline.stages.report.charts import budget_csv, chart_specs, ladder_csv, race_rows
 from pipeline.stages.report.blocks import embed, splice
-from pipeline.stages.report.data import CodecTable, Run, checked, collect_runs, newest, race_docs, read_json
+from pipeline.stages.metrics import CodecTable
+from pipeline.stages.report.data import Run, checked, collect_runs, newest, race_docs, read_json
 from pipeline.stages.report.tables import NOTE, bench_time, budget_table, codec_table, headline, ladder_table
 
 

@@ -16,7 +16,8 @@ import math
 import statistics
 from typing import Any
 
-from pipeline.stages.report.data import CodecEntry, RaceDoc, Run
+from pipeline.stages.metrics import CodecEntry, RaceDoc
+from pipeline.stages.report.data import Run
 
 VEGA_LITE = "https://vega.github.io/schema/vega-lite/v5.json"
 # The parts of a train step, in the order the bench counts them (each a key of "budget").

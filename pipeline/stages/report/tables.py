@@ -8,7 +8,8 @@ import math
 from collections.abc import Callable
 
 from pipeline.stages.report import charts
-from pipeline.stages.report.data import CodecEntry, Run, Spread, TimeToAccuracy, Variant
+from pipeline.stages.metrics import CodecEntry, Spread, TimeToAccuracy, Variant
+from pipeline.stages.report.data import Run
 
 # --- text --------------------------------------------------------------------------------
 

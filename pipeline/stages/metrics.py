@@ -1,0 +1,185 @@
+"""The metrics files' schema, written once: what the summary and the report accept of a
+bench document (`metrics/bench/<dataset>.json`, `results/<machine>/<dataset>.json`), the codec
+table and the loader race's results, and the one check that applies it.
+
+A model checks the keys it names and ignores the rest (the bench adds fields over time);
+numbers are finite and in range, names plain slugs, free text bounded (escaped where
+rendered). `validate` turns the first problem into one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StringConstraints
+from pydantic import TypeAdapter, ValidationError
+
+from pipeline.core.errors import SLUG, DataError, InputError
+
+Slug = Annotated[str, StringConstraints(pattern=f"^{SLUG}$", strict=True)]  # (pydantic's Rust regex: `$` is the end)
+Text = Annotated[str, StringConstraints(max_length=2000, strict=True)]  # escaped where rendered
+Seconds = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]  # under four months
+Ratio = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Megabytes = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]
+IsoDate = Annotated[dt.date, Strict(False)]  # JSON holds dates as "2026-11-23"
+
+
+class Loose(BaseModel):
+    """Checks the keys it names and ignores the rest: the bench adds fields over time."""
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class Spread(Loose):
+    min: Seconds
+    median: Seconds
+    max: Seconds
+
+
+class Budget(Loose):
+    step_s: Seconds
+    data_wait_s: Seconds
+    copy_s: Seconds
+    compute_s: Seconds
+    overhead_s: Seconds
+    other_s: Seconds
+    wall_s: Optional[Seconds] = None        # the profiled pass on a plain clock, per step
+    epoch_step_s: Optional[Seconds] = None  # the timed epochs' median, per step
+    kernels_per_step: Optional[float] = Field(default=None, ge=0, le=1e7)  # device kernels (CUDA)
+
+
+class Measured(Loose):
+    """The raw epoch times the bench took (for sampled variants: the sampled steps only)."""
+    train_s: list[Seconds] = Field(max_length=10_000)
+    test_s: list[Seconds] = Field(max_length=10_000)
+
+
+class TimeToAccuracy(Loose):
+    target: Fraction
+    seconds: Optional[Seconds] = None          # None: no timed epoch reached the target
+    epoch: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
+
+
+class Variant(Loose):
+    train_s: Seconds
+    test_s: Seconds
+    first_epoch_train_s: Optional[Seconds] = None
+    setup_s: Optional[Seconds] = None
+    wall_s: Optional[Seconds] = None
+    accuracy: Optional[Fraction] = None
+    accuracy_ok: StrictBool = True
+    extrapolated: StrictBool = False
+    cuda_graph: StrictBool = False
+    speedup: Optional[Ratio] = None
+    wall_speedup: Optional[Ratio] = None
+    spread: Optional[Spread] = None
+    unstable: StrictBool = False
+    unstable_reason: Optional[Text] = None
+    budget: Optional[Budget] = None
+    measured: Optional[Measured] = None
+    time_to_accuracy: Optional[TimeToAccuracy] = None
+
+
+class Machine(Loose):
+    name: Slug
+    cpu: Text
+    cores: StrictInt = Field(ge=1, le=1 << 20)
+    memory_gb: Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]
+    gpu: Optional[Text] = None
+    gpu_count: StrictInt = Field(default=0, ge=0, le=1 << 16)
+    torch: Text
+    cuda: Optional[Text] = None
+    device: Annotated[str, StringConstraints(pattern=r"^(cpu|cuda)$", strict=True)]
+
+
+class Env(Loose):
+    """The older documents' description of the machine (before "machine")."""
+    device: Text
+    device_type: Text
+    torch: Text
+    cpu_count: StrictInt = Field(ge=1, le=1 << 20)
+    commit: Optional[Text] = None
+    date: Optional[IsoDate] = None
+
+
+class RunParams(Loose):
+    epochs: StrictInt = Field(ge=1, le=1 << 20)
+    batch_size: StrictInt = Field(ge=1, le=1 << 30)
+    sample_steps: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 30)
+    sample_epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
+    quick: StrictBool = False
+
+
+class Floor(Loose):
+    train_s: Optional[Seconds] = None
+    compiled_train_s: Optional[Seconds] = None
+    epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)  # the fastest of this many
+
+
+class Seeds(Loose):
+    """The fastest rung's time to accuracy over several seeds (`ladder.over_seeds`)."""
+    variant: Slug
+    target: Fraction
+    seeds: list[StrictInt] = Field(min_length=1, max_length=100)
+    seconds: list[Optional[Seconds]] = Field(min_length=1, max_length=100)
+    reached: StrictInt = Field(ge=0, le=100)
+    min: Seconds
+    median: Seconds
+    max: Seconds
+
+
+class BenchDoc(Loose):
+    dataset: Slug
+    machine: Optional[Machine] = None
+    env: Optional[Env] = None
+    date: Optional[IsoDate] = None
+    params: RunParams
+    floor: Floor = Floor()
+    variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
+    seeds: Optional[Seeds] = None
+
+
+class Split(Loose):
+    MB: Megabytes
+    read_s: Seconds
+
+
+class CodecEntry(Loose):
+    train: Split
+
+
+CodecTable = dict[Slug, dict[Slug, dict[Slug, CodecEntry]]]  # data set -> layout -> codec
+
+
+class RaceMeta(Loose):
+    samples: StrictInt = Field(ge=1, le=10**10)
+
+
+class RaceRun(Loose):
+    seconds: Optional[Seconds] = None   # absent where the run failed (its error is kept instead)
+
+
+class RaceDoc(Loose):
+    """results/peers/scale-<n>.json, written by benchmarks/peers.py: per system and task, its runs."""
+    meta: RaceMeta
+    results: dict[Slug, dict[Slug, list[RaceRun]]] = Field(max_length=64)
+
+
+
+def validate(path: Path | str, data: Any, model: Any, error: type[InputError] = DataError) -> Any:
+    """`data` as `model`, or `error` naming `path` and the first bad key."""
+    try:
+        return TypeAdapter(model).validate_python(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        got = first.get("input")
+        shown = f" (got {_short(got)})" if isinstance(got, (int, float, str, bool)) or got is None else ""
+        raise error(f"{path}: {key}: {first['msg']}{shown}") from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else repr(value[:40])
+    return text[:60]
