@@ -337,7 +337,7 @@ def report(bench_dir: Path, codecs_path: Path | None, results_dir: Path, readme:
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--device", default="auto", show_default=True,
-              help="The device the script trains on: auto (cuda when available, else cpu), cpu, cuda, cuda:1.")
+              help="The device the loop trains on: auto (where its optimizer's parameters are), cpu, cuda, cuda:1.")
 @click.option("--steps", type=click.IntRange(1, 100_000), default=20, show_default=True,
               help="Train steps in the profiled window.")
 @click.option("--skip", type=click.IntRange(0, 1_000_000), default=5, show_default=True,
@@ -366,7 +366,8 @@ def profile(script: Path, args: tuple[str, ...], device: str, steps: int, skip: 
     from pipeline.core.bounded import read_json
 
     quoted = read_json(ladder, 64 << 20, "bench metrics file") if ladder else None
-    result = profile_script(script, list(args), resolve_device(device), steps, skip,
+    json_path, trace = (path.resolve() if path else None for path in (json_path, trace))  # the script may chdir
+    result = profile_script(script, list(args), None if device == "auto" else resolve_device(device), steps, skip,
                             str(trace) if trace else None, keep_going)
     click.echo(result.report(quoted))
     if json_path:

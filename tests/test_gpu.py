@@ -30,7 +30,7 @@ def test_a_captured_epoch_trains_as_the_eager_loop():
 def test_compiled_inside_the_graph_compiles_nothing_after_warm_up():
     data, config = resident(n_train=70, n_test=40, device="cuda"), TrainConfig(batch_size=32)
     timing = train_static(data, CUDA, config, Execution(compile_mode="default", cuda_graph=True), epochs=3)
-    assert timing.warmup_s > 0 and timing.recompiles == 0
+    assert timing.warmup_s > 0 and len(timing.train_s) == 3  # under fail_on_recompile: a recompile stops it
 
 
 def test_the_budget_on_cuda_counts_kernels_and_adds_up():

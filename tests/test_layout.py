@@ -73,6 +73,17 @@ def test_editing_a_module_of_one_stage_reruns_that_stage_alone():
     assert not single, f"{single}: one stage's code in core; move it beside that stage"
 
 
+def test_the_walk_follows_lazy_imports_and_the_cli_helpers_a_command_calls():
+    """Checked against files named here, not against the walk's own output: `train` calls
+    cli.check_world, which imports core/dataset.py; the shard stage imports its writer lazily."""
+    train = set(stage_code(stage_definitions()["train"]))
+    assert {"pipeline/core/dataset.py", "pipeline/shards/format.py", "pipeline/stages/train.py"} <= train
+    shard = set(stage_code(stage_definitions()["shard"]))
+    assert {"pipeline/stages/shard.py", "pipeline/shards/writer.py", "pipeline/stages/sample.py",
+            "pipeline/core/parquet.py", "pipeline/core/schema.py", "pipeline/core/variants.py"} <= shard
+    assert "pipeline/stages/convert.py" not in shard and "pipeline/bench/ladder.py" not in shard
+
+
 def test_imports_flow_one_way():
     wrong = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -84,13 +95,19 @@ def test_imports_flow_one_way():
 
 
 def private_uses(path: Path) -> list[str]:
-    """`from pipeline... import _x` and `obj._x` reached from outside the module that defines it
-    (a name starting with one underscore; dunders are public)."""
+    """Private names reached from outside the module that defines them: `import a._b`,
+    `from a._b import c`, `from a import _c` (any library) and `obj._x` (a name starting with
+    one underscore; dunders are public)."""
+    def private(name: str) -> bool:
+        return any(part.startswith("_") and not part.startswith("__") for part in name.split("."))
+
     tree = ast.parse(path.read_text())
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipeline"):
-            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+        if isinstance(node, ast.Import):  # `import torch._dynamo`: another library's private module
+            found += [alias.name for alias in node.names if private(alias.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found += [f"{node.module}.{a.name}" for a in node.names if private(f"{node.module}.{a.name}")]
         elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
             base = node.value
             if not (isinstance(base, ast.Name) and base.id in ("self", "cls")):
@@ -101,7 +118,10 @@ def private_uses(path: Path) -> list[str]:
 def test_no_module_reaches_into_another_modules_private_names():
     """Benchmarks, examples, tools and the package use public names only; a module's own
     `self._x` is its business. (`os._exit` and the like are the standard library's public API.)"""
-    allowed = {"os._exit", "sys._getframe"}
+    # benchmarks/peers.py sets the rank LitData sees through its private _DistributedEnv (LitData
+    # reads a rank only from an initialised process group): a harness of the race, not the
+    # product, and the one exception, named here so that no other can slip in.
+    allowed = {"os._exit", "sys._getframe", "litdata.utilities.env._DistributedEnv", "_DistributedEnv.detect"}
     wrong = {}
     for folder in ("pipeline", "benchmarks", "examples", "tools"):
         for path in sorted((ROOT / folder).rglob("*.py")):

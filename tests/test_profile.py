@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,6 +86,45 @@ def test_keep_going_lets_the_script_finish_and_the_test_loader_is_never_taken(tm
     budget = json.loads((tmp_path / "b.json").read_text())
     # found at the second train batch; of the 14 after it, 2 skipped, then 12 to the epoch's end: partial
     assert budget["partial"] is True and budget["steps"] == 12
+
+
+@pytest.mark.slow
+def test_a_window_the_epochs_end_cut_short_still_stops_the_script_and_says_partial(tmp_path):
+    path = script(tmp_path, sleep=0.0)
+    done = profile("--steps", "20", "--skip", "2", "--json", "b.json", str(path), "3", "done.txt", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "(12 steps on cpu, partial: the loop ended first)" in done.stdout
+    assert json.loads((tmp_path / "b.json").read_text())["partial"] is True
+    assert not (tmp_path / "done.txt").exists()  # stopped when the loop came back for its next epoch
+
+
+@pytest.mark.slow
+def test_a_script_that_changes_folder_and_exits_through_sys_exit_keeps_its_budget(tmp_path):
+    body = SCRIPT.replace("epochs, done = int(sys.argv[1]), Path(sys.argv[2])",
+                          "epochs, done = int(sys.argv[1]), Path(sys.argv[2]).resolve()\nimport os; os.chdir('/')")
+    body += "sys.exit(0)\n"
+    path = script(tmp_path, sleep=0.0, body=body)
+    done = profile("--steps", "4", "--skip", "2", "--keep-going", "--json", "b.json", "--trace", "t.json",
+                   str(path), "1", "done.txt", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "done.txt").exists() and json.loads((tmp_path / "b.json").read_text())["steps"] == 4
+    assert (tmp_path / "t.json").is_file()  # written where it was asked, not in the script's new folder
+
+
+def test_the_budget_runs_on_the_device_the_loop_trains_on():
+    """No --device: the optimizer's parameters say where the loop trains; a --device of
+    another type is refused before anything is measured on the wrong one."""
+    from pipeline.bench.findloop import ProfileError, Watch
+
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    watch = Watch(None, steps=3, skip=1, trace=None, keep_going=False)
+    watch.stepped(optimizer, (), {})
+    assert watch.start().device == torch.device("cpu") and watch.optimizer_steps == 1
+    wrong = Watch(torch.device("cuda"), steps=3, skip=1, trace=None, keep_going=False)
+    wrong.stepped(optimizer, (), {})
+    with pytest.raises(ProfileError, match=r"--device cuda: the script's loop trains on cpu \(its optimizer's "
+                                           r"parameters\); give --device cpu or leave --device out"):
+        wrong.start()
 
 
 @pytest.mark.slow

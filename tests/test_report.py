@@ -168,18 +168,28 @@ def test_time_to_accuracy_is_shown_reached_or_not(tmp_path):
 
 def test_the_time_to_accuracy_over_seeds_is_shown_under_its_ladder(tmp_path):
     doc = new_doc()
-    doc["seeds"] = {"variant": "device", "target": 0.98, "seeds": [42, 43, 44], "seconds": [12.34, 11.0, None],
-                    "epochs": [2, 2, None], "reached": 2, "min": 11.0, "median": 11.67, "max": 12.34}
+    doc["seeds"] = {"variant": "device", "target": 0.98, "seeds": [43, 44, 45], "seconds": [12.34, 11.0, None],
+                    "epochs": [2, 2, None], "reached": 2, "min": 11.0, "median": 12.34, "max": None}
     root = tree(tmp_path, local={"tiny.json": doc})
     assert run_report(root).returncode == 0
     page = (root / "docs/results.md").read_text()
-    assert ("Time to 98% over 3 seeds (device, the first to reach it): median 11.7 s, 11.0-12.3 s; "
-            "1 seed(s) did not reach it within the epochs.") in page
-    assert "| 11.7 s to 98% (`device`, median of 3 seeds) |" in page  # the headline's cell
-    doc["seeds"]["median"] = -1.0
+    assert ("Time to 98% of `device` (the first rung to reach it) from seeds 43-45: median 12.3 s, fastest "
+            "11.0 s; 1 of 3 did not reach it.") in page
+    assert "| 12.3 s to 98% (`device`, median of 3 seeds) |" in page  # the headline's cell
+    doc["seeds"].update(seconds=[None, None, 11.0], reached=1, median=None)
+    root = tree(tmp_path / "missed", local={"tiny.json": doc})
+    assert run_report(root).returncode == 0
+    page = (root / "docs/results.md").read_text()
+    assert "from seeds 43-45: not reached by half or more, fastest 11.0 s; 2 of 3 did not reach it." in page
+    doc["seeds"].update(seconds=[0.8, 0.75, 0.9], reached=3, min=0.75, median=0.8, max=0.9)
+    root = tree(tmp_path / "all", local={"tiny.json": doc})
+    assert run_report(root).returncode == 0
+    assert "from seeds 43-45: median 0.800 s (0.750-0.900 s)." in (root / "docs/results.md").read_text()
+    assert "| not reached to 98% (`device`, median of 3 seeds) |" in page
+    doc["seeds"]["min"] = -1.0
     root = tree(tmp_path / "bad", local={"tiny.json": doc})
     failed = run_report(root)
-    assert failed.returncode == 2 and "seeds.median" in failed.stderr
+    assert failed.returncode == 2 and "seeds.min" in failed.stderr
 
 
 def test_newest_run_of_each_machine(tmp_path):

@@ -30,7 +30,8 @@ PACKAGE = ROOT / "pipeline"
 # What every command runs besides its stage: the params check (cli.load_checked).
 COMMON = {"pipeline.core.params", "pipeline.core.schema"}
 LEFT_OUT = ("pipeline/__init__.py", "pipeline/cli.py")
-CODE_DEP = re.compile(r"^(\s+)- pipeline/\S*\s*$")
+CODE_DEP = re.compile(r"^(\s+)- pipeline/\S*\s*(#.*)?$")
+ANY_CODE_DEP = re.compile(r"^\s+- [\'\"]?pipeline/")
 STAGE = re.compile(r"^  ([A-Za-z0-9_-]+):")
 
 
@@ -77,20 +78,30 @@ def closure(roots: set[str], root: Path = ROOT) -> set[Path]:
 
 
 def cli_targets(root: Path = ROOT) -> dict[str, set[str]]:
-    """{command name: the project modules its function in cli.py imports}."""
+    """{command name: the project modules its function in cli.py imports}, with those of the
+    cli.py helpers it calls (`check_world`, ...), followed call by call."""
     tree = ast.parse((root / "pipeline" / "cli.py").read_text())
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+    def reached(node: ast.FunctionDef, seen: set[str]) -> set[str]:
+        inner = ast.Module(body=node.body, type_ignores=[])
+        found = {n.module for n in ast.walk(inner)
+                 if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("pipeline.")}
+        for call in ast.walk(inner):
+            name = getattr(call.func, "id", None) if isinstance(call, ast.Call) else None
+            if name in functions and name not in seen:
+                seen.add(name)
+                found |= reached(functions[name], seen)
+        return found
+
     commands: dict[str, set[str]] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
+    for node in functions.values():
         name = None
         for decorator in node.decorator_list:
             if isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", None) == "command":
                 name = decorator.args[0].value if decorator.args else node.name.replace("_", "-")
         if name:
-            inner = ast.Module(body=node.body, type_ignores=[])
-            commands[name] = {n.module for n in ast.walk(inner)
-                              if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("pipeline.")}
+            commands[name] = reached(node, {node.name})
     return commands
 
 
@@ -125,6 +136,8 @@ def rewrite(text: str, code: dict[str, list[str]]) -> str:
         elif in_stages and STAGE.match(line):
             stage = STAGE.match(line).group(1)
         match = CODE_DEP.match(line)
+        if stage is not None and not match and ANY_CODE_DEP.match(line):
+            raise SystemExit(f"dvc.yaml: stage {stage}: write a code dep as `- pipeline/<path>` (no quotes): {line.strip()}")
         if stage is None or not match:
             out.append(line)
             continue

@@ -263,7 +263,8 @@ class Budget:
             extra += f", {self.kernels_per_step:.0f} kernels"
         if self.peak_device_bytes is not None:
             extra += f", peak device memory {self.peak_device_bytes / 2**20:.0f} MiB"
-        head = f"step {1000 * ms['step_s']:.3g} ms ({ms['steps']} steps on {self.device}{extra}): {parts}"
+        cut = ", partial: the loop ended first" if self.partial else ""
+        head = f"step {1000 * ms['step_s']:.3g} ms ({ms['steps']} steps on {self.device}{extra}{cut}): {parts}"
         return "\n".join([*textwrap.wrap(head, width), *textwrap.wrap(verdict(self, ladder), width)])
 
     def __str__(self) -> str:

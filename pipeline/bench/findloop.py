@@ -17,6 +17,7 @@ naming what the command needs, and `TimeBudget` in the loop itself is the way th
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from collections.abc import Iterator
@@ -44,28 +45,44 @@ class Watch:
     """What one profiled script run shares: the optimizer steps seen, the adopted loop, and
     the budget once there is one."""
 
-    def __init__(self, device: torch.device, steps: int, skip: int, trace: str | None, keep_going: bool) -> None:
+    def __init__(self, device: torch.device | None, steps: int, skip: int, trace: str | None,
+                 keep_going: bool) -> None:
         self.device, self.steps, self.skip, self.trace, self.keep_going = device, steps, skip, trace, keep_going
         self.optimizer_steps = 0
+        self.trained_on: torch.device | None = None  # where the optimizer's parameters live
         self.budget: TimeBudget | None = None
         self.loader: DataLoader | None = None   # the training loop's, once found
         self.loaders_seen = 0
         self.found_at = 0                       # the loop's batches handed out when it was found
 
-    def stepped(self, *_: object) -> None:
+    def stepped(self, optimizer: torch.optim.Optimizer, *_: object) -> None:
         self.optimizer_steps += 1
+        if self.trained_on is None:
+            self.trained_on = next((p.device for group in optimizer.param_groups for p in group["params"]), None)
+
+    def start(self) -> TimeBudget:
+        """The budget, on the device the loop trains on (its optimizer's parameters'); a
+        --device that names another type is refused, not measured as the wrong device."""
+        device = self.trained_on or torch.device("cpu")
+        if self.device is not None and self.device.type != device.type:
+            raise ProfileError(f"--device {self.device}: the script's loop trains on {device} (its optimizer's "
+                               f"parameters); give --device {device.type} or leave --device out")
+        return TimeBudget(self.device or device, steps=self.steps, skip=self.skip, trace=self.trace)
 
     def watch(self, loader: DataLoader, batches: Iterator) -> Iterator:
         """A loader's batches, unchanged; the first loader found to train is taken into the
         budget, and its later epochs too until the window is profiled."""
         self.loaders_seen += 1
-        if self.budget is not None and loader is self.loader and self.budget.result is None:
-            yield from self.measured(batches)
-            return
+        if self.budget is not None and loader is self.loader:
+            if self.budget.done and not self.keep_going:  # a window the loader's end cut short
+                raise WindowDone
+            if not self.budget.done:
+                yield from self.measured(batches)
+                return
         before = None  # optimizer steps when the last batch was handed out
         for before_count, batch in enumerate(batches):
             if self.budget is None and before is not None and self.optimizer_steps > before:
-                self.budget = TimeBudget(self.device, steps=self.steps, skip=self.skip, trace=self.trace)
+                self.budget = self.start()
                 self.loader, self.found_at = loader, before_count + 1
                 yield batch
                 yield from self.measured(batches)
@@ -99,15 +116,17 @@ class Watch:
             timed.close()
 
 
-def profile_script(script: Path, args: list[str], device: str | torch.device = "cpu", steps: int = 20,
+def profile_script(script: Path, args: list[str], device: str | torch.device | None = None, steps: int = 20,
                    skip: int = 5, trace: str | None = None, keep_going: bool = False) -> Budget:
     """Run `script` with `args` as `__main__` and return the budget of its training loop's
-    window of `steps` steps after `skip`; ProfileError when the script ran no loop the
-    command can see, or stopped before the window's first step."""
+    window of `steps` steps after `skip`, on `device` (None: the device its optimizer's
+    parameters are on); ProfileError when the script ran no loop the command can see, or
+    stopped before the window's first step. The working directory, sys.argv and sys.path
+    are the caller's again afterwards."""
     script = Path(script)
     if not script.is_file():
         raise ProfileError(f"{script}: no such script (give the path of a Python file)")
-    watch = Watch(torch.device(device), steps, skip, trace, keep_going)
+    watch = Watch(None if device is None else torch.device(device), steps, skip, trace, keep_going)
     original = DataLoader.__iter__
 
     def iterate(loader: DataLoader) -> Iterator:
@@ -115,16 +134,21 @@ def profile_script(script: Path, args: list[str], device: str | torch.device = "
 
     hook = register_optimizer_step_post_hook(watch.stepped)
     DataLoader.__iter__ = iterate  # type: ignore[method-assign]
-    saved_argv, saved_path = sys.argv, list(sys.path)
+    saved_argv, saved_path, saved_cwd = sys.argv, list(sys.path), os.getcwd()
     sys.argv, sys.path[0:0] = [str(script), *args], [str(script.resolve().parent)]
     try:
         runpy.run_path(str(script), run_name="__main__")
     except WindowDone:
         pass
+    except SystemExit as end:  # `sys.exit(main())`: the script's end, after the window or before it
+        if watch.budget is None or watch.budget.result is None:
+            if end.code not in (None, 0):
+                raise ProfileError(f"{script}: exited with status {end.code} before its loop was profiled") from None
     finally:
         DataLoader.__iter__ = original  # type: ignore[method-assign]
         hook.remove()
         sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(saved_cwd)
     if watch.budget is None:
         seen = (f"it iterated {watch.loaders_seen} DataLoader(s) and stepped an optimizer {watch.optimizer_steps} "
                 "time(s), never between two batches of one loader")

@@ -67,7 +67,7 @@ class BenchSettings:
     quick: bool = False                  # a first answer: QUICK's settings, marked in every table
     # The test accuracy each data set's time to accuracy is measured to (data set -> fraction).
     target_accuracy: dict = dataclasses.field(default_factory=dict)
-    accuracy_seeds: int = 1              # seeds the fastest rung's time to accuracy is taken over
+    accuracy_seeds: int = 0              # fresh seeds the fastest rung's time to accuracy is taken again over
 
     def workers(self) -> int:
         return self.num_workers or min(4, os.cpu_count() or 1)
@@ -184,7 +184,6 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
         "accuracy": None if sampled or timing.accuracy is None else round(timing.accuracy, 4),
         "extrapolated": sampled,
         "cuda_graph": timing.cuda_graph,
-        "recompiles": timing.recompiles,
         "measured": {"train_s": [round(s, 4) for s in timing.train_s], "test_s": [round(s, 4) for s in timing.test_s]},
         "spread": spread(timing.train_s),
         "budget": None if timing.budget is None else with_epoch_step(
@@ -275,8 +274,9 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         document["floor"] = {**{key: round(run.seconds, 4) for key, run in floor_runs.items()},
                              "epochs": len(distinct_floors[0].train_s)}
     target = settings.target_accuracy.get(dataset)
-    if target is not None and settings.accuracy_seeds > 1:
+    if target is not None and settings.accuracy_seeds > 0:
         def again(variant: str, seed: int) -> Timing:
+            gc.collect()  # the last run's loader workers must not share the CPU with this one
             reseeded = dataclasses.replace(settings, seed=seed, budget=False)
             return run_variant(variant, dataset, parquet, shards, device, reseeded,
                                progress=f"{dataset}/{variant} seed {seed}", until=target)[0]
@@ -287,24 +287,27 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
 
 def over_seeds(results: dict, settings: BenchSettings, target: float,
                again: Callable[[str, int], Timing]) -> dict | None:
-    """The time to `target` of the rung that reached it first in the ladder, over
-    `settings.accuracy_seeds` seeds: the ladder's run, then `again(rung, seed)` for seed + 1,
-    ... (each stopped at its first test pass at the target). None when no rung reached it."""
+    """The time to `target` of the rung that reached it first in the ladder, taken again from
+    `settings.accuracy_seeds` fresh seeds (seed + 1, ...; the ladder's own run, which chose the
+    rung, is left out), each run stopped at its first test pass at the target. A seed that
+    never reaches it counts as slower than every other: the median is None when half or more
+    missed, and so is the max when any did. None when no rung reached the target."""
     reached = {name: entry["time_to_accuracy"] for name, entry in results.items()
                if entry.get("time_to_accuracy") and entry["time_to_accuracy"]["seconds"] is not None}
     if not reached:
         return None
     rung = min(reached, key=lambda name: reached[name]["seconds"])
-    seeds, seconds, epochs = [settings.seed], [reached[rung]["seconds"]], [reached[rung]["epoch"]]
-    for seed in range(settings.seed + 1, settings.seed + settings.accuracy_seeds):
-        timing = again(rung, seed)
-        found = time_to_accuracy(timing, target)
-        seeds.append(seed)
-        seconds.append(found["seconds"])
-        epochs.append(found["epoch"])
+    seeds = list(range(settings.seed + 1, settings.seed + 1 + settings.accuracy_seeds))
+    found = [time_to_accuracy(again(rung, seed), target) for seed in seeds]
+    seconds = [f["seconds"] for f in found]
+    ranked = sorted(seconds, key=lambda s: math.inf if s is None else s)
+    middle = ranked[(len(ranked) - 1) // 2: len(ranked) // 2 + 1]
     done = [s for s in seconds if s is not None]
-    return {"variant": rung, "target": target, "seeds": seeds, "seconds": seconds, "epochs": epochs,
-            "reached": len(done), "min": min(done), "median": round(statistics.median(done), 3), "max": max(done)}
+    return {"variant": rung, "target": target, "seeds": seeds, "seconds": seconds,
+            "epochs": [f["epoch"] for f in found], "reached": len(done),
+            "min": min(done) if done else None,
+            "median": None if None in middle else round(statistics.mean(middle), 3),
+            "max": None if len(done) < len(seconds) else max(done)}
 
 
 def eta(elapsed: float, done: int, total: int) -> str:
@@ -396,7 +399,7 @@ def flag_unstable(document: dict, max_spread: float) -> list[str]:
 # `bench.quick`: every rung, fewer epochs and fewer sampled steps, no floor and no profiled
 # epoch: the shape of the answer in a few minutes. One warm-up epoch and one timed one, so no
 # spread (its tables say "n/a" and every one is marked quick).
-QUICK = {"epochs": 2, "sample_steps": 5, "sample_epochs": 2, "floor": False, "budget": False, "accuracy_seeds": 1}
+QUICK = {"epochs": 2, "sample_steps": 5, "sample_epochs": 2, "floor": False, "budget": False, "accuracy_seeds": 0}
 
 
 def settings_from_params(block: dict) -> BenchSettings:

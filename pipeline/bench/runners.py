@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from pipeline.bench.budget import profile_steps, timed_window
 from pipeline.bench.datapaths import DataPath, Resident
 from pipeline.bench.model import SimpleCNN
+from pipeline.core.errors import InputError, reason
 from pipeline.shards.order import ShardSampler
 from pipeline.shards.transforms import unit_float
 
@@ -71,7 +72,6 @@ class Timing:
     warmup_s: float = 0.0           # of which: warm-up steps (compiling, autotuning)
     capture_s: float = 0.0          # of which: capturing the CUDA graphs
     cuda_graph: bool = False        # whether the epochs really replayed a CUDA graph
-    recompiles: int = 0             # compiles during the timed epochs: 0, or the run stopped (no_recompiles)
     budget: dict | None = None      # where a train step's time goes (`budget.profile_steps`)
     sampled_steps: int | None = None  # train steps per timed epoch when sampled; None: whole epochs
     sampled_test_steps: int | None = None  # test steps per timed epoch when sampled
@@ -82,10 +82,28 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class RecompileError(InputError):
+    """A compiled model compiled again during its timed epochs: its figures would include
+    compiling, so the run stops (one line) rather than publish them."""
+
+
 def no_recompiles(execution: Execution):
     """During the timed epochs a compiled model must not compile again (its figures would
     include compiling): torch.compiler's `fail_on_recompile` stance makes a recompile an error."""
     return torch.compiler.set_stance("fail_on_recompile") if execution.compile_mode != "none" else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def timed_without_recompiles(execution: Execution, progress: str) -> Iterator[None]:
+    """`no_recompiles`, with the error it raises turned into a RecompileError naming the run."""
+    try:
+        with no_recompiles(execution):
+            yield
+    except RuntimeError as err:
+        if execution.compile_mode == "none" or "recompil" not in str(err).lower():
+            raise
+        raise RecompileError(f"{progress or 'a compiled run'}: torch.compile compiled again during the timed "
+                             f"epochs ({reason(err, 160)}); its figures would include compiling") from None
 
 
 def build_model(device: torch.device, config: TrainConfig, execution: Execution,
@@ -397,7 +415,7 @@ def train_static(data: Resident, device: torch.device, config: TrainConfig, exec
         timing.cuda_graph = run.train_graph is not None
         sync(device)
         timing.setup_s = time.perf_counter() - started
-        with no_recompiles(execution):
+        with timed_without_recompiles(execution, progress):
             _timed_epochs(timing, device, epochs, run.train_epoch, run.test_pass,
                           lambda: run.total_loss.item() / run.train_steps, progress, run.before_epoch, until)
         if budget:

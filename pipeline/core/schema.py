@@ -104,7 +104,7 @@ class Bench(Strict):
     budget: StrictBool
     quick: StrictBool = False
     target_accuracy: dict[StrictStr, Number] = Field(default_factory=dict)
-    accuracy_seeds: StrictInt = Field(default=1, ge=1, le=100)
+    accuracy_seeds: StrictInt = Field(default=0, ge=0, le=100)
 
     @field_validator("target_accuracy")
     @classmethod

@@ -125,9 +125,9 @@ class Seeds(Loose):
     seeds: list[StrictInt] = Field(min_length=1, max_length=100)
     seconds: list[Optional[Seconds]] = Field(min_length=1, max_length=100)
     reached: StrictInt = Field(ge=0, le=100)
-    min: Seconds
-    median: Seconds
-    max: Seconds
+    min: Optional[Seconds] = None      # None: no seed reached the target
+    median: Optional[Seconds] = None   # None: half or more of the seeds did not reach it
+    max: Optional[Seconds] = None      # None: a seed did not reach it
 
 
 class BenchDoc(Loose):

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 
 from pipeline.stages.report import charts
-from pipeline.stages.metrics import CodecEntry, Spread, TimeToAccuracy, Variant
+from pipeline.stages.metrics import CodecEntry, Seeds, Spread, TimeToAccuracy, Variant
 from pipeline.stages.report.data import Run
 
 # --- text --------------------------------------------------------------------------------
@@ -107,10 +107,8 @@ def ladder_table(run: Run) -> str:
         lines += ["", "Unstable (re-run on a quiet machine before trusting these): " + "; ".join(reasons) + "."]
     seeds = run.doc.seeds
     if seeds is not None:
-        missed = len(seeds.seeds) - seeds.reached
-        lines += ["", f"Time to {100 * seeds.target:g}% over {len(seeds.seeds)} seeds ({seeds.variant}, the first "
-                      f"to reach it): median {num(seeds.median)} s, {num(seeds.min)}-{num(seeds.max)} s"
-                      + (f"; {missed} seed(s) did not reach it within the epochs" if missed else "") + "."]
+        lines += ["", f"Time to {100 * seeds.target:g}% of `{seeds.variant}` (the first rung to reach it) from "
+                      f"{seeds_text(seeds.seeds)}: {seeds_spread(seeds)}."]
     floor = run.doc.floor
     if floor.train_s is not None:
         extra = (f"; with `compiled`'s options {num(floor.compiled_train_s)} s/epoch"
@@ -142,13 +140,33 @@ def best_variant(run: Run) -> tuple[str, Variant]:
     return name, full[name]
 
 
+def seeds_text(seeds: list[int]) -> str:
+    """"seeds 43-45" for a run of consecutive seeds, else "seeds 43, 47"."""
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
+
+
+def seeds_spread(seeds: Seeds) -> str:
+    """The median and range over the seeds, a seed that missed the target counted as slower
+    than every other: "median <m> s (<min>-<max> s)", or "median <m> s, fastest <min> s; 1 of 3
+    did not reach it"."""
+    if seeds.min is None:
+        return "no seed reached it"
+    missed = len(seeds.seeds) - seeds.reached
+    if not missed:
+        return f"median {num(seeds.median)} s ({num(seeds.min)}-{num(seeds.max)} s)"
+    median = "not reached by half or more" if seeds.median is None else f"median {num(seeds.median)} s"
+    return f"{median}, fastest {num(seeds.min)} s; {missed} of {len(seeds.seeds)} did not reach it"
+
+
 def fastest_to_accuracy(run: Run) -> str:
-    """The headline's cell: the seeds' median time to the target when the bench took them,
-    else the least time to it among the rungs, else "n/a"."""
+    """The headline's cell: the median over fresh seeds when the bench took them, else the
+    least time to the target among the rungs, else "n/a"."""
     seeds = run.doc.seeds
     if seeds is not None:
-        return (f"{num(seeds.median)} s to {100 * seeds.target:g}% (`{seeds.variant}`, median of "
-                f"{len(seeds.seeds)} seeds)")
+        shown = "not reached" if seeds.median is None else f"{num(seeds.median)} s"
+        return f"{shown} to {100 * seeds.target:g}% (`{seeds.variant}`, median of {len(seeds.seeds)} seeds)"
     reached = [(v.time_to_accuracy.seconds, n, v.time_to_accuracy.target) for n, v in run.doc.variants.items()
                if v.time_to_accuracy is not None and v.time_to_accuracy.seconds is not None]
     if not reached:
