@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StringConstraints
 from pydantic import TypeAdapter, ValidationError
 
+from pipeline.core.bounded import short
 from pipeline.core.errors import SLUG, DataError, InputError
 
 Slug = Annotated[str, StringConstraints(pattern=f"^{SLUG}$", strict=True)]  # (pydantic's Rust regex: `$` is the end)
@@ -176,10 +177,5 @@ def validate(path: Path | str, data: Any, model: Any, error: type[InputError] = 
         first = err.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or "(top level)"
         got = first.get("input")
-        shown = f" (got {_short(got)})" if isinstance(got, (int, float, str, bool)) or got is None else ""
+        shown = f" (got {short(got)})" if isinstance(got, (int, float, str, bool)) or got is None else ""
         raise error(f"{path}: {key}: {first['msg']}{shown}") from None
-
-
-def _short(value: Any) -> str:
-    text = repr(value) if not isinstance(value, str) else repr(value[:40])
-    return text[:60]
