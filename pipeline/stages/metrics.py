@@ -169,6 +169,16 @@ class RaceDoc(Loose):
 
 
 
+def fastest_full(variants: dict[str, Variant]) -> tuple[str, Variant] | None:
+    """The fully run variant (not extrapolated) with the fastest steady train epoch, or None
+    when every one was sampled: the summary's headline and the report's "best here"."""
+    full = {name: entry for name, entry in variants.items() if not entry.extrapolated}
+    if not full:
+        return None
+    name = min(full, key=lambda n: full[n].train_s)
+    return name, full[name]
+
+
 def validate(path: Path | str, data: Any, model: Any, error: type[InputError] = DataError) -> Any:
     """`data` as `model`, or `error` naming `path` and the first bad key."""
     try:

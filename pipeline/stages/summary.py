@@ -24,7 +24,7 @@ from pipeline.core.atomic import write_json
 from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError
-from pipeline.stages.metrics import Loose, Slug, Variant, validate
+from pipeline.stages.metrics import Loose, Slug, Variant, fastest_full, validate
 
 MAX_BYTES = 1 << 40          # a Parquet split: far above any here (MNIST's largest: 47 MB)
 
@@ -42,12 +42,11 @@ def _mapping(source: Path, key: str, value) -> dict:
 
 def fastest(variants: dict[str, Variant], source: Path | str = "<bench>") -> tuple[str, Variant]:
     """The fully-run variant with the fastest steady train epoch."""
-    measured = {name: entry for name, entry in variants.items() if not entry.extrapolated}
-    if not measured:
+    best = fastest_full(variants)
+    if best is None:
         raise DataError(f"{source}: variants: none was run in full (every one extrapolated), so there is no "
                         f"steady epoch to report")
-    name = min(measured, key=lambda n: measured[n].train_s)
-    return name, measured[name]
+    return best
 
 
 def headline(codec_figures: dict, layout: str, bench: dict, figures_source: Path | str = "<figures>",

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 
 from pipeline.stages.report import charts
-from pipeline.stages.metrics import CodecEntry, Seeds, Spread, TimeToAccuracy, Variant
+from pipeline.stages.metrics import CodecEntry, Seeds, Spread, TimeToAccuracy, Variant, fastest_full
 from pipeline.stages.report.data import Run
 
 # --- text --------------------------------------------------------------------------------
@@ -135,9 +135,8 @@ def budget_table(run: Run) -> str | None:
 
 def best_variant(run: Run) -> tuple[str, Variant]:
     """The fastest steady train epoch among the fully run variants (sampled ones if none)."""
-    full = {n: v for n, v in run.doc.variants.items() if not v.extrapolated} or run.doc.variants
-    name = min(full, key=lambda n: full[n].train_s)
-    return name, full[name]
+    variants = run.doc.variants
+    return fastest_full(variants) or min(variants.items(), key=lambda item: item[1].train_s)
 
 
 def seeds_text(seeds: list[int]) -> str:
