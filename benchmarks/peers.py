@@ -252,17 +252,62 @@ class LitData(System):
         samples = [dataset[int(i)] for i in index]
         return to_batch(np.stack([s[0] for s in samples]), np.array([s[1] for s in samples]))
 
-    def rank_ids(self, world: int, rank: int, epoch: int, seed: int) -> list[np.ndarray]:
-        import litdata
-        from litdata.utilities.env import _DistributedEnv
+    def rank_orders(self, world: int, seed: int) -> tuple[list[list[list[np.ndarray]]], list[np.ndarray]]:
+        """`rank_report`'s orders from `world` real processes, each a rank of one gloo process
+        group (where LitData asks torch.distributed who it is)."""
+        with tempfile.TemporaryDirectory(prefix="litdata-ranks-") as tmp:
+            folder = Path(tmp)
+            ranks = [subprocess.Popen([sys.executable, __file__, "--litdata-rank", str(world), str(rank), "--work",
+                                       str(self.root.parent), "--out", str(folder), "--seed", str(seed)])
+                     for rank in range(world)]
+            try:
+                codes = [rank.wait(timeout=600) for rank in ranks]
+            finally:
+                for rank in ranks:
+                    rank.kill()
+            if any(codes):
+                raise RuntimeError(f"a LitData rank failed: exit statuses {codes}")
+            orders = [np.load(folder / f"rank-{rank}.npz") for rank in range(world)]
+            epochs = [[_batches(order[f"epoch{epoch}"], order[f"sizes{epoch}"]) for order in orders] for epoch in (0, 1)]
+            again = _batches(orders[0]["again"], orders[0]["sizes_again"])
+        return epochs, again
 
-        # rank `rank` of `world` as torch.distributed would report it (the one place LitData asks)
-        _DistributedEnv.detect = classmethod(lambda cls, *args, **kwargs: cls(world, rank, 1))
-        dataset = litdata.StreamingDataset(str(self.output("none")), shuffle=True, seed=seed)
-        loader = litdata.StreamingDataLoader(dataset, batch_size=RANK_BATCH, num_workers=0)
-        for _ in range(epoch + 1):  # the loader counts its epochs itself
-            ids = [np.asarray(ids) for _, _, ids in loader]
-        return ids
+
+def _batches(ids: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    return np.split(ids, np.cumsum(sizes)[:-1]) if len(sizes) else []
+
+
+def litdata_rank(world: int, rank: int, root: Path, out: Path, seed: int) -> None:
+    """One LitData rank of `world` (gloo on the CPU): the ids of its batches in epochs 0 and
+    1 of one loader (it counts its epochs itself), and in epoch 0 of a fresh one."""
+    import datetime
+
+    import litdata
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous", world_size=world, rank=rank,
+                            timeout=datetime.timedelta(seconds=300))
+    try:
+        folder = str(LitData(root / "litdata").output("none"))
+
+        def loader():
+            dataset = litdata.StreamingDataset(folder, shuffle=True, seed=seed)
+            return litdata.StreamingDataLoader(dataset, batch_size=RANK_BATCH, num_workers=0)
+
+        first = loader()
+        found = {}
+        for epoch in (0, 1):
+            batches = [np.asarray(ids) for _, _, ids in first]
+            found[f"epoch{epoch}"], found[f"sizes{epoch}"] = _joined(batches)
+        found["again"], found["sizes_again"] = _joined([np.asarray(ids) for _, _, ids in loader()])
+        np.savez(out / f"rank-{rank}.npz", **found)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _joined(batches: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.concatenate(batches) if batches else np.empty(0, np.int64)), np.array([len(b) for b in batches])
 
 
 def _litdata_sample(item):
@@ -502,8 +547,11 @@ def child(system: str, task: str, work: Path, data_path: Path) -> dict:
 
 def rank_report(impl, world: int, n: int) -> dict:
     """Steps per rank, samples dropped/repeated, source blocks per batch, determinism."""
-    epochs = [[impl.rank_ids(world, rank, epoch, SEED) for rank in range(world)] for epoch in (0, 1)]
-    again = impl.rank_ids(world, 0, 0, SEED)
+    if hasattr(impl, "rank_orders"):
+        epochs, again = impl.rank_orders(world, SEED)
+    else:
+        epochs = [[impl.rank_ids(world, rank, epoch, SEED) for rank in range(world)] for epoch in (0, 1)]
+        again = impl.rank_ids(world, 0, 0, SEED)
     first = epochs[0]
     seen = np.concatenate([np.concatenate(batches) for batches in first if batches])
     counts = np.bincount(seen, minlength=n)
@@ -654,6 +702,8 @@ def table(runs: dict[int, dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child", nargs=2, metavar=("SYSTEM", "TASK"))
+    parser.add_argument("--litdata-rank", nargs=2, type=int, metavar=("WORLD", "RANK"))
+    parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--work", type=Path)
     parser.add_argument("--data", type=Path)
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 10])
@@ -673,6 +723,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.work, args.data)))
+        return
+    if args.litdata_rank:
+        litdata_rank(*args.litdata_rank, args.work, args.out, args.seed)
         return
     if args.render:
         print(render(args.out))

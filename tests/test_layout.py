@@ -118,10 +118,7 @@ def private_uses(path: Path) -> list[str]:
 def test_no_module_reaches_into_another_modules_private_names():
     """Benchmarks, examples, tools and the package use public names only; a module's own
     `self._x` is its business. (`os._exit` and the like are the standard library's public API.)"""
-    # benchmarks/peers.py sets the rank LitData sees through its private _DistributedEnv (LitData
-    # reads a rank only from an initialised process group): a harness of the race, not the
-    # product, and the one exception, named here so that no other can slip in.
-    allowed = {"os._exit", "sys._getframe", "litdata.utilities.env._DistributedEnv", "_DistributedEnv.detect"}
+    allowed = {"os._exit", "sys._getframe"}
     wrong = {}
     for folder in ("pipeline", "benchmarks", "examples", "tools"):
         for path in sorted((ROOT / folder).rglob("*.py")):

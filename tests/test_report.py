@@ -344,3 +344,27 @@ def test_the_race_chart_shows_each_systems_median_per_measure_and_scale(tmp_path
     with pytest.raises(ReportError, match=r"scale-1.json: results.lance.first.0.seconds"):
         race_docs(tmp_path / "results")
     assert race_docs(tmp_path / "nowhere") == []
+
+
+def bench_block(root: Path) -> str:
+    readme = README + "<!-- generated: bench-time -->\n<!-- /generated -->\n"
+    rendered, _ = render_all(sorted((root / "metrics/bench").glob("*.json")), root / "metrics/codecs.json",
+                             root / "results", readme, root)
+    return rendered.readme.split("<!-- generated: bench-time -->\n")[1].split("\n<!-- /generated -->")[0]
+
+
+def test_the_bench_time_is_the_whole_stages_wall_time_where_recorded(tmp_path):
+    """The README's bench-time line: the sum of the data sets' recorded `wall_s` (the whole
+    bench), else what the variants record of their setup and timed epochs, said as such."""
+    a, b = new_doc(dataset="tiny"), new_doc(dataset="other")
+    a["wall_s"], b["wall_s"] = 600.0, 300.0
+    root = tree(tmp_path, local={"tiny.json": a, "other.json": b})
+    assert bench_block(root) == ("- `box-a` (2 cores): 15.0 minutes for other, tiny (5.00 + 10.0; the whole "
+                                      "stage: floor, every variant, profiled passes, seeds)")
+    del b["wall_s"]
+    for doc in (a, b):
+        for v in doc["variants"].values():
+            v["measured"] = {"train_s": [1.0, 2.0], "test_s": [0.5]}  # 3 variants x 2: (0.1 + 3.5) x 6 s
+    root = tree(tmp_path / "older", local={"tiny.json": a, "other.json": b})
+    assert bench_block(root) == ("- `box-a` (2 cores): 0.360 minutes for other, tiny (setup and timed epochs "
+                                      "of every variant)")

@@ -275,28 +275,79 @@ def epochs_pss(dataset, folder: Path | None = None, workers: int = 3) -> tuple[i
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux's /proc")
-def test_dataloader_workers_hold_the_split_once_between_them(tmp_path):
-    """3 workers over a 48 MB split: the split's pages are held once between the parent and
-    its workers (their PSS sums to the split, not 3 splits), and the workers' own memory grows
-    no more than over a data set of zeros plus one split (a copy in each worker: 3 more)."""
+def test_dataloader_workers_hold_nothing_of_the_split(tmp_path):
+    """3 workers over a 48 MB split: the workers read their rows with pread, so none of the
+    split's pages is mapped into any process (through maps, each worker would show most of
+    the split), and the workers' own memory grows no more than over a data set of zeros plus
+    one split (a copy in each worker: 3 more)."""
     n = 60_000
     rng = np.random.default_rng(0)
     write_split({"images": rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), "labels": rng.integers(0, 10, n)},
                 tmp_path / "s", sample=Sample((Field("images", "uint8", (28, 28)), Field("labels", "int64", ()))),
                 dataset="d", split="train", samples_per_shard=16384)
     split_bytes = n * (28 * 28 + 8)
+    dataset = ShardDataset(tmp_path / "s")
+    dataset.batch([0, n - 1])  # the parent maps its first and last shard before the workers start
     import gc
 
-    gc.freeze()  # the test process's own objects out of the workers' collections (their copy-on-write is noise here)
+    gc.freeze()  # the test process's own objects out of the zeros' workers' collections (as ShardDataset's)
     try:
         blank, _ = epochs_pss(Blank(n))
-        anon, mapped = epochs_pss(ShardDataset(tmp_path / "s"), tmp_path / "s")
+        anon, mapped = epochs_pss(dataset, tmp_path / "s")
     finally:
         gc.unfreeze()
-    assert 0.9 * split_bytes <= mapped <= 1.05 * split_bytes, f"{mapped:,} bytes of the split's pages held"
-    # (the workers' heaps keep some of the batches they gathered and collated: about half a split
-    # between three workers here; one copy of the split each would be three)
+    assert mapped <= 0.02 * split_bytes, f"{mapped:,} bytes of the split's pages held"
+    # (the workers' heaps keep some of the batches they gathered and collated; one copy of the
+    # split each would be three)
     assert anon - blank <= 1.0 * split_bytes, f"the workers' memory grew {anon - blank:,} bytes more than over zeros"
+
+
+def test_a_shard_switched_to_pread_reads_the_file_it_mapped(tmp_path):
+    """`use_pread` (what a worker does with a shard mapped before it started) reads the same
+    values; where the path now holds another file, the shard keeps reading the one it checked."""
+    sample = Sample((Field("x", "int32", ()),))
+    write_split({"x": np.arange(40, dtype=np.int32)}, tmp_path / "s", sample=sample, dataset="d", split="train",
+                samples_per_shard=16)
+    split = MappedSplit(tmp_path / "s")
+    before = split.take([3, 20, 39])["x"]
+    for number in range(3):
+        split.shard(number).use_pread()
+    assert all(split.shard(n).fd is not None for n in range(3))
+    assert np.array_equal(split.take([3, 20, 39])["x"], before)
+
+    other = MappedSplit(tmp_path / "s")
+    other.take([3])
+    write_split({"x": np.arange(40, dtype=np.int32) + 100}, tmp_path / "t", sample=sample, dataset="d",
+                split="train", samples_per_shard=16)
+    name = other.manifest["shards"][0]["file"]
+    os.replace(tmp_path / "t" / name, tmp_path / "s" / name)
+    other.shard(0).use_pread()
+    assert other.shard(0).fd is None
+    assert other.take([3])["x"].tolist() == [3]
+
+
+class Frozen(ShardDataset):
+    """A ShardDataset whose samples carry how many objects the process's gc holds frozen."""
+
+    def __getitems__(self, indices):
+        import gc
+
+        return [(*sample, gc.get_freeze_count()) for sample in super().__getitems__(indices)]
+
+
+def test_a_dataloader_worker_freezes_what_it_inherited(tmp_path):
+    """In a worker, the first batch freezes the objects inherited from the parent (so its
+    collections do not copy the parent's pages); the parent's gc is left as it was."""
+    import gc
+
+    write_split({"x": np.arange(40, dtype=np.int32)}, tmp_path / "s", sample=Sample((Field("x", "int32", ()),)),
+                dataset="d", split="train", samples_per_shard=16)
+    before = gc.get_freeze_count()
+    [[_, frozen]] = DataLoader(Frozen(tmp_path / "s"), batch_size=40, num_workers=1)
+    assert (frozen > 1000).all(), frozen
+    assert gc.get_freeze_count() == before
+    [[_, frozen]] = DataLoader(Frozen(tmp_path / "s"), batch_size=40, num_workers=0)
+    assert (frozen == before).all(), "the main process froze its objects"
 
 
 def _file_pages() -> int:

@@ -63,7 +63,7 @@ class BenchSettings:
     # A variant whose timed epochs spread more than this (max - min over the median), or
     # whose twin doing identical work disagrees by more, is marked unstable.
     max_spread: float
-    budget: bool                         # profile one more (sampled) epoch per variant: its time budget
+    budget: bool                         # profile `sample_steps` more steps per variant: its time budget
     quick: bool = False                  # a first answer: QUICK's settings, marked in every table
     # The test accuracy each data set's time to accuracy is measured to (data set -> fraction).
     target_accuracy: dict = dataclasses.field(default_factory=dict)
@@ -116,7 +116,8 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
     if variant in STATIC_VARIANTS:
         data = Resident.load(shards, device, dataset)
         timing = train_static(data, device, config, settings.execution(variant, device),
-                              epochs=settings.epochs, started=started, progress=progress, budget=settings.budget,
+                              epochs=settings.epochs, started=started, progress=progress,
+                              budget=settings.sample_steps if settings.budget else 0,
                               until=until)
         return timing, math.ceil(len(data.train_labels) / config.batch_size), \
             math.ceil(len(data.test_labels) / config.batch_size)
@@ -128,7 +129,7 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
                      epoch_samples=settings.sample_steps * settings.batch_size if sampled else None)
     timing = train_eager(path, device, config, epochs=settings.sample_epochs if sampled else settings.epochs,
                          steps=path.sampled_steps, test_steps=path.sampled_test_steps, started=started,
-                         progress=progress, budget=settings.budget, until=until)
+                         progress=progress, budget=settings.sample_steps if settings.budget else 0, until=until)
     return timing, path.train_steps, path.test_steps
 
 
@@ -231,11 +232,14 @@ def environment(device: torch.device) -> dict:
 
 def run_bench(dataset: str, parquet: Path, shards: Path, device: str | torch.device,
               settings: BenchSettings) -> dict:
-    """Every variant of the ladder on one data set; returns the full bench document."""
+    """Every variant of the ladder on one data set; returns the full bench document, with
+    `wall_s`: the seconds the whole bench took (floor, variants, profiled passes, seeds)."""
+    started = time.perf_counter()
     device = torch.device(device)
     with cudnn_benchmark(device), reuse_host_memory(settings.reuse_host_memory) as host_memory:
         document = _run_bench(dataset, Path(parquet), Path(shards), device, settings)
     document["env"]["host_memory"] = host_memory
+    document["wall_s"] = round(time.perf_counter() - started, 1)
     return document
 
 
@@ -259,8 +263,9 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         # Free this variant's loaders now: their (persistent) worker processes must not
         # share the CPU with the next variant's timed epochs (nor with the floor's).
         gc.collect()
-        for run in distinct_floors:
-            run.epoch()
+        if floor_after(settings, done):
+            for run in distinct_floors:
+                run.epoch()
     n_train = read_manifest(Path(shards) / "train")["count"]
     document = {"dataset": dataset, "env": {**environment(device), "device_init_s": round(init_s, 3)},
                 "params": {"epochs": settings.epochs, "batch_size": settings.batch_size,
@@ -283,6 +288,16 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         document["seeds"] = over_seeds(results, settings, target, again)
     finish(document, settings)
     return document
+
+
+def floor_after(settings: BenchSettings, done: int) -> bool:
+    """Whether the floor takes an epoch after variant number `done`: after every fully run
+    variant (the floor bounds those; a sampled rung is several times slower than it), and
+    after the last one when no variant ran in full."""
+    variants = settings.variants
+    if variants[done] not in settings.sample:
+        return True
+    return done == len(variants) - 1 and all(v in settings.sample for v in variants)
 
 
 def over_seeds(results: dict, settings: BenchSettings, target: float,

@@ -180,12 +180,12 @@ def _limited(iterable: Iterable, steps: int | None) -> Iterator:
 
 def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, epochs: int,
                 steps: int | None = None, test_steps: int | None = None, started: float | None = None,
-                progress: str = "", budget: bool = False, until: float | None = None) -> Timing:
+                progress: str = "", budget: int = 0, until: float | None = None) -> Timing:
     """The write-up's loop over `path`'s batches; `steps` and `test_steps` cap the train and test
     steps per epoch (sampled timing); `until` stops after the first test pass at that accuracy.
-    With `budget`, one more epoch (of `steps` steps when sampled) from a fresh iterator, worker
-    start-up included, is profiled after the timed ones (`budget.profile_steps`): the very
-    steps the timed figures are made of."""
+    With `budget` (a number of steps), one more epoch, from a fresh iterator, worker start-up
+    included, is profiled after the timed ones (`budget.profile_steps`): its first `budget`
+    steps, or a sampled epoch's `steps` whole; the very steps the timed figures are made of."""
     started = time.perf_counter() if started is None else started
     model, forward, optimizer = build_model(device, config, Execution(), graph=False)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -220,7 +220,7 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
     _timed_epochs(timing, device, epochs, train_epoch, test_pass,
                   lambda: total_loss.item() / max(steps or path.train_steps, 1), progress, until=until)
     if budget:
-        profiled = steps or path.train_steps
+        profiled = steps if steps is not None else min(budget, path.train_steps)
         timing.budget = profile_steps(_limited(path.train(), profiled), lambda item: _as_batch(item, device, non_blocking),
                                       train_step, profiled, device, warmup=0)
     return timing
@@ -366,15 +366,17 @@ class StaticSteps:
         else:
             self._train_epoch()
 
-    def profile(self, epoch: int) -> dict:
-        """Where a step's time goes (`budget`) over one more epoch, `epoch`'s order set off
-        the clock as for a timed one: the gather is the data wait, the update the step; a
-        captured epoch is profiled whole (its steps cannot be marked one by one)."""
+    def profile(self, epoch: int, steps: int) -> dict:
+        """Where a step's time goes (`budget`) over the first `steps` steps of one more epoch,
+        `epoch`'s order set off the clock as for a timed one: the gather is the data wait, the
+        update the step; a captured epoch is profiled whole (its steps cannot be marked one by
+        one)."""
         self.before_epoch(epoch)
         if self.train_graph is not None:
             return timed_window(self.train_graph.replay, self.device, self.train_steps)
-        batches = (self._gather(step) for step in range(self.train_steps))
-        return profile_steps(batches, lambda batch: batch, lambda batch: self._update(*batch), self.train_steps,
+        steps = min(steps, self.train_steps)
+        batches = (self._gather(step) for step in range(steps))
+        return profile_steps(batches, lambda batch: batch, lambda batch: self._update(*batch), steps,
                              self.device, warmup=0)
 
     def test_pass(self) -> float:
@@ -403,10 +405,10 @@ def cudnn_benchmark(device: torch.device) -> Iterator[None]:
 
 def train_static(data: Resident, device: torch.device, config: TrainConfig, execution: Execution, *,
                  epochs: int, started: float | None = None, pregathered: bool = False,
-                 progress: str = "", budget: bool = False, until: float | None = None) -> Timing:
-    """Train `epochs` epochs at one batch shape; see `StaticSteps`. With `budget`, one more
-    epoch is profiled after the timed ones (`StaticSteps.profile`); `until` stops after the
-    first test pass at that accuracy."""
+                 progress: str = "", budget: int = 0, until: float | None = None) -> Timing:
+    """Train `epochs` epochs at one batch shape; see `StaticSteps`. With `budget` (a number of
+    steps), that many steps of one more epoch are profiled after the timed ones
+    (`StaticSteps.profile`); `until` stops after the first test pass at that accuracy."""
     started = time.perf_counter() if started is None else started
     timing = Timing()
     with cudnn_benchmark(device):
@@ -419,7 +421,7 @@ def train_static(data: Resident, device: torch.device, config: TrainConfig, exec
             _timed_epochs(timing, device, epochs, run.train_epoch, run.test_pass,
                           lambda: run.total_loss.item() / run.train_steps, progress, run.before_epoch, until)
         if budget:
-            timing.budget = run.profile(epochs)
+            timing.budget = run.profile(epochs, budget)
     return timing
 
 

@@ -14,6 +14,7 @@ Every path returns every field, in the manifest's order, with its stored dtype a
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pipeline.shards.mapped import MappedSplit
+from pipeline.shards.mapped import MappedSplit, in_worker
 from pipeline.shards.order import ShardSampler
 from pipeline.shards.transforms import Transform, compose
 
@@ -34,7 +35,14 @@ class ShardDataset(Dataset):
     which the default collate stacks) while gathering the batch with one index. `transform`
     (a callable of a batch dict, or a list of them) is applied to every batch, and to a single
     sample as a batch of one. Other keyword arguments go to `MappedSplit`: dataset, split,
-    verify, max_resident, cache, cache_bytes, storage_options, deadlines (`remote.Deadlines`)."""
+    verify, max_resident, cache, cache_bytes, storage_options, deadlines (`remote.Deadlines`).
+
+    In a DataLoader worker, the first batch freezes the objects the worker inherited from its
+    parent (`gc.freeze`, as Python's gc documentation advises after a fork): the worker's
+    garbage collections then never write to them, so the pages holding them stay shared with
+    the parent instead of being copied into every worker."""
+
+    _settled = False  # (set in a worker once it has frozen what it inherited)
 
     def __init__(self, location: Path | str, *, transform: Transform | Sequence[Transform] | None = None,
                  **split_options) -> None:
@@ -57,6 +65,9 @@ class ShardDataset(Dataset):
         """The samples at `indices` as one batch: a tuple of [b, *shape] tensors in field order."""
         if isinstance(indices, torch.Tensor):
             indices = indices.numpy()
+        if not self._settled and in_worker():
+            gc.freeze()  # see `ShardDataset`: the worker's collections then leave the parent's objects alone
+            self._settled = True
         columns = {name: torch.from_numpy(values) for name, values in self.split.take(indices).items()}
         if self.transform is not None:
             columns = self.transform(columns)

@@ -1,14 +1,13 @@
 """A split read for random access without copying it: each uncompressed shard memory-mapped
 and gathered from in place, verified block by block as batches touch it.
 
-Memory model: the shards' pages belong to the kernel's page cache, which every process that
-maps the same file shares; a process holds nothing of the split but the batches it gathers.
-So N DataLoader workers hold the split once, not N times (PSS, which divides a shared page
-among the processes mapping it, sums to about one split). A mapped page a batch touched
-does count in the process's RSS, though, and the kernel may map a whole large folio (up to
-megabytes) for one touched row. With `max_resident` set, a split is read with `pread`
-instead of through its maps: the process holds the batches it gathers and nothing of the
-split, so a split larger than memory reads within any bound (a shard verified whole, where
+Memory model: the process that opens a split reads it through memory maps of its shards,
+whose pages belong to the kernel's page cache; a DataLoader worker reads the rows of its
+batches with `pread` instead, so a worker holds the batches it gathers and nothing of the
+split (mapped pages count in the resident memory of every process that touches them, so N
+workers reading through maps would each show most of the split, and the kernel may map a
+whole large folio for one touched row). With `max_resident` set, every process reads with
+`pread`: a split larger than memory reads within any bound (a shard verified whole, where
 its header lists no block digests, passes through memory once and is let go). zstd shards
 are decompressed into this process's memory when the split is opened (forked workers share
 those pages until they write to them, which they never do); their size must fit the bound.
@@ -49,8 +48,9 @@ class MappedShard:
     done: np.ndarray | None = None       # verified blocks
     offsets: tuple[int, ...] = ()        # per field: where its first row lies in the data area
     block: int = 0
-    fd: int | None = None                # read with pread instead of the map (a memory bound is set)
+    fd: int | None = None                # read with pread instead of the map (a bound, or a worker)
     data_start: int = 0                  # where the data area starts in the file
+    identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file mapped; None: read through the map
 
     def _block(self, number: int) -> bytes | memoryview:
         begin = number * self.block
@@ -81,6 +81,26 @@ class MappedShard:
         if self.mapped is not None:
             self.mapped.madvise(mmap.MADV_DONTNEED)
 
+    def use_pread(self) -> None:
+        """Read this shard with pread from now on: the file mapped is opened again (by its path,
+        refused unless it is the same file) and this process's pages of the map let go. Where it
+        cannot be opened again, or is another file now, the map stays in use: it holds the file
+        that was checked."""
+        if self.fd is not None or self.mapped is None or self.identity is None:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            self.identity = None
+            return
+        status = os.fstat(fd)
+        if (status.st_dev, status.st_ino) != self.identity:
+            os.close(fd)
+            self.identity = None
+            return
+        self.fd = fd
+        self.let_go()
+
     def read_rows(self, rows: np.ndarray, row_bytes: list[int], start: int, out: dict[str, np.ndarray]) -> None:
         """Rows `rows` of every field into `out` from slot `start` on, read from the file with
         pread: nothing of the file is mapped into this process."""
@@ -95,6 +115,13 @@ class MappedShard:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def in_worker() -> bool:
+    """Whether this process is a DataLoader worker (which reads with pread, see above)."""
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info() is not None
 
 
 def _xxh3_64(data) -> bytes:
@@ -124,6 +151,7 @@ def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | No
     checks."""
     path, fd, size = open_shard(folder, entry)
     try:
+        status = os.fstat(fd)
         head = _head(fd, size) if block else b""
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except BaseException:
@@ -135,6 +163,7 @@ def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | No
         mapped.close()  # (no array was handed out: the map is ours to close)
         os.close(fd)
         raise
+    shard.identity = (status.st_dev, status.st_ino)
     if pread:
         shard.fd = fd
         shard.let_go()
@@ -278,7 +307,7 @@ class MappedSplit:
         """Shard `number`, mapped (and fetched) on first use."""
         shard = self.shards[number]
         if shard is None:
-            pread = self.max_resident is not None
+            pread = self.max_resident is not None or in_worker()
             if self.remote is None:
                 shard = map_shard(self.location, self.manifest["shards"][number], self.templates, self.verify,
                                   self.block, pread)
@@ -340,6 +369,9 @@ class MappedSplit:
         """Rows `rows[a:b]` of shard `number` into `out[a:b]` for each (number, a, b), after
         the blocks they lie in are verified."""
         shards = [self.shard(number) for number, _, _ in groups]  # mapped (fetched) on first touch
+        if in_worker():  # shards mapped before the worker started (it inherited them) are read with pread too
+            for shard in shards:
+                shard.use_pread()
         self._check_blocks(owner, rows)
         for shard, (_, a, b) in zip(shards, groups):
             if shard.fd is not None:
@@ -375,7 +407,7 @@ class MappedSplit:
             self.left -= shard.check_all()
             check_classes(self.sample, shard.columns, str(self.location),
                           ids=range(int(self.starts[number]), int(self.ends[number])))
-            if self.max_resident is not None:
+            if self.max_resident is not None or in_worker():
                 shard.let_go()
 
     def __getstate__(self) -> dict:

@@ -140,6 +140,7 @@ class BenchDoc(Loose):
     floor: Floor = Floor()
     variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
     seeds: Optional[Seeds] = None
+    wall_s: Optional[Seconds] = None   # the whole bench of this data set (`ladder.run_bench`)
 
 
 class Split(Loose):

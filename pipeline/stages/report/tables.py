@@ -231,14 +231,23 @@ def spent_s(run: Run) -> float | None:
 
 
 def bench_time(machines: dict[str, dict[str, Run]]) -> str:
-    """How long the bench ran on each CPU machine, from what its metrics record."""
+    """How long the bench ran on each CPU machine: the whole stage's wall time where the
+    metrics record it, else what the variants record of their setup and timed epochs."""
     lines = []
     for machine, runs in machines.items():
         cpu = [r for r in runs.values() if (r.doc.machine.device if r.doc.machine else r.doc.env.device_type) == "cpu"]
+        if not cpu:
+            continue
+        first = cpu[0]
+        cores = first.doc.machine.cores if first.doc.machine else first.doc.env.cpu_count
+        names = ", ".join(r.doc.dataset for r in cpu)
+        walls = [r.doc.wall_s for r in cpu]
         spent = [spent_s(r) for r in cpu]
-        if cpu and None not in spent:
-            first = cpu[0]
-            cores = first.doc.machine.cores if first.doc.machine else first.doc.env.cpu_count
+        if None not in walls:
+            each = " + ".join(num(wall / 60) for wall in walls)
+            lines.append(f"- `{machine}` ({cores} cores): {num(sum(walls) / 60)} minutes for {names} ({each}; "
+                         f"the whole stage: floor, every variant, profiled passes, seeds)")
+        elif None not in spent:
             lines.append(f"- `{machine}` ({cores} cores): {num(sum(spent) / 60)} minutes for "
-                         f"{', '.join(r.doc.dataset for r in cpu)} (setup and timed epochs of every variant)")
+                         f"{names} (setup and timed epochs of every variant)")
     return "\n".join(lines) or "No CPU bench run on record yet."
