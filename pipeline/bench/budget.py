@@ -1,6 +1,6 @@
 """Where a train step's time goes: exclusive parts that add up to the step's wall time.
 
-A profiled pass, outside the timed epochs (one more epoch), runs a variant's own train steps under
+A profiled pass, outside the timed epochs (steps of one more epoch), runs a variant's own train steps under
 `torch.profiler`, each step cut into three marked ranges: `data_wait` (blocked on the next
 batch: the `next()` of its loader, as Lightning's profiler counts it), `copy` (moving the
 batch to the device) and `step` (forward, backward, optimizer). The profiler also records

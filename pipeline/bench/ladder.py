@@ -196,7 +196,7 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
 
 def with_epoch_step(budget: dict, epoch_step_s: float) -> dict:
     """The budget beside the timed epochs' seconds per step, and their ratio: the profiled
-    pass is one more epoch of the same steps, so the two should agree within the noise."""
+    pass is steps of one more epoch of the same kind, so the two should agree within the noise."""
     ratio = budget["step_s"] / epoch_step_s if epoch_step_s > 0 else None
     return {**budget, "epoch_step_s": round(epoch_step_s, 6), "vs_epoch": None if ratio is None else round(ratio, 3)}
 

@@ -430,7 +430,7 @@ class Floor:
     what a variant with `execution`'s options would take with no data path at all.
 
     Its epochs are taken one at a time, spread over a whole bench (`ladder` takes one after
-    every variant), and the floor is the fastest of them: a neighbour's burst only ever slows
+    every fully run variant), and the floor is the fastest of them: a neighbour's burst only ever slows
     an epoch down, so on a shared machine a quiet moment anywhere in the run sets the bound,
     not whatever the machine was doing when the floor happened to be timed."""
 
