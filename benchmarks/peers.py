@@ -25,7 +25,8 @@ What is measured (per system, where it has the feature; "-" where it does not):
 - ranks 2/4/8: per rank, the steps of one epoch (batch 64), samples dropped or repeated
   across ranks, shuffle quality (distinct source blocks in a batch of 64, a block being a
   shard's worth of consecutive samples, ~5,300: a full shuffle sees nearly all of them),
-  and determinism (the same seed gives the same order; the next epoch another).
+  and determinism (the same seed gives the same order; the next epoch another). LitData's
+  ranks are real processes of one gloo process group (it asks torch.distributed who it is).
 
 Results: <out>/scale-<k>.json (every run's figures) and <out>/table.md (min / median).
 """
@@ -258,7 +259,8 @@ class LitData(System):
         with tempfile.TemporaryDirectory(prefix="litdata-ranks-") as tmp:
             folder = Path(tmp)
             ranks = [subprocess.Popen([sys.executable, __file__, "--litdata-rank", str(world), str(rank), "--work",
-                                       str(self.root.parent), "--out", str(folder), "--seed", str(seed)])
+                                       str(self.root.parent), "--out", str(folder), "--seed", str(seed)],
+                                      stdout=subprocess.DEVNULL)  # (the race reads the child's stdout)
                      for rank in range(world)]
             try:
                 codes = [rank.wait(timeout=600) for rank in ranks]
