@@ -20,23 +20,31 @@ COLUMNS = ("killed", "survived", "timeout", "no tests", "suspicious", "not check
 
 
 def scores(meta_dir: Path) -> dict[str, Counter]:
+    """Per module (its path under the package, e.g. `shards/mapped`), how many mutants ended how."""
     table: dict[str, Counter] = {}
-    for meta in sorted(meta_dir.glob("*.py.meta")):
+    for meta in sorted(meta_dir.rglob("*.py.meta")):
         codes = json.loads(meta.read_text())["exit_code_by_key"].values()
-        table[meta.name.removesuffix(".py.meta")] = Counter(status_by_exit_code[code] for code in codes)
+        name = meta.relative_to(meta_dir).as_posix().removesuffix(".py.meta")
+        table[name] = Counter(status_by_exit_code[code] for code in codes)
     return table
 
 
 def render(table: dict[str, Counter], seconds: float | None, note: str = "") -> str:
+    """The table of the modules whose mutants were run; the others are named below it."""
     lines = ["| module | mutants | " + " | ".join(COLUMNS) + " | score |",
              "|---|---:|" + "---:|" * len(COLUMNS) + "---:|"]
     total: Counter = Counter()
+    skipped = []
     for module, counts in table.items():
+        if counts["not checked"] == sum(counts.values()):
+            skipped.append(f"`{module}`")
+            continue
         total.update(counts)
         lines.append(_row(f"`{module}`", counts))
     lines.append(_row("**all**", total))
     ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
     footer = (f"\nmutmut {ran}, commit {_commit()}; score = (killed + timeout) / (mutants - not checked)."
+              + (f" Not run this time: {', '.join(skipped)}." if skipped else "")
               + (f" {note}" if note else ""))
     return "\n".join(lines) + "\n" + footer + "\n"
 
