@@ -335,6 +335,7 @@ class Frozen(ShardDataset):
         return [(*sample, gc.get_freeze_count()) for sample in super().__getitems__(indices)]
 
 
+@pytest.mark.slow
 def test_a_dataloader_worker_freezes_what_it_inherited(tmp_path):
     """In a worker, the first batch freezes the objects inherited from the parent (so its
     collections do not copy the parent's pages); the parent's gc is left as it was."""
