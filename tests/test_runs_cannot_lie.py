@@ -325,6 +325,7 @@ def _pinned_sources(root: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # (starts the CLI in a process)
 def test_shard_refuses_parquet_of_another_data_set_naming_what_it_holds(tmp_path, parquet_input):
     """`shard other --parquet <tiny's Parquet>`: the labels, hashed as the published IDX file
     would be, are tiny's, not other's: refused before a shard is written, rc 2, one line."""
@@ -338,6 +339,7 @@ def test_shard_refuses_parquet_of_another_data_set_naming_what_it_holds(tmp_path
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # (starts the CLI in a process)
 def test_shard_records_the_published_digests_it_checked(tmp_path, parquet_input):
     """The data set the Parquet is named for: sharded, and each manifest's source carries the
     sha256 of the published IDX files its samples are (equal to sources.yaml's pins)."""

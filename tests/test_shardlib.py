@@ -438,6 +438,7 @@ def test_parts_that_disagree_are_refused(tmp_path):
 # --- the docs' code ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # (starts the CLI in a process)
 def test_the_code_blocks_of_docs_shards_md_run(tmp_path):
     text = (ROOT / "docs" / "shards.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
