@@ -1,5 +1,5 @@
 """The shard library as a user takes it into their own code: any fields come back bit for bit
-through every public reading path, transforms only when named, workers share one copy,
+through every public reading path, transforms only when named, DataLoader workers hold nothing of the split,
 memory within a bound, elastic resume, parallel writes, and docs/shards.md's code runs."""
 
 from __future__ import annotations
