@@ -479,3 +479,31 @@ def test_the_loader_resumes_mid_epoch(mnist_split, workers):
     rest = [y for loader in (other, resumed) for _, y in loader]
     assert torch.equal(torch.cat(taken + rest), whole)
     assert resumed.epoch == 1
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"count": -1}, r"count must be an integer of at least 0, got -1"),
+    ({"count": 3.0}, r"count must be an integer of at least 0, got 3\.0"),
+    ({"batch_size": 0}, r"batch_size must be an integer of at least 1, got 0"),
+    ({"batch_size": True}, r"batch_size must be an integer of at least 1, got True"),
+    ({"world_size": 0}, r"world_size must be an integer of at least 1, got 0"),
+    ({"seed": -1}, r"seed must be an integer of at least 0, got -1"),
+    ({"rank": 2, "world_size": 2}, r"rank 2 is outside 0\.\.1"),
+    ({"rank": -1}, r"rank -1 is outside 0\.\.0"),
+    ({"rank": 0.0}, r"rank 0\.0 is outside 0\.\.0"),
+    ({"shard_counts": [2, 2]}, r"shard_counts must be positive and add up to count 5"),
+    ({"shard_counts": [5, 0]}, r"shard_counts must be positive and add up to count 5"),
+    ({"shard_counts": [6, -1]}, r"shard_counts must be positive and add up to count 5"),
+])
+def test_sampler_arguments_are_checked_at_their_bounds(arguments, message):
+    """Each argument is refused one past its bound, in one line naming it (mutation testing
+    found the bounds unpinned); the bounds themselves are accepted below."""
+    with pytest.raises(ValueError, match=message):
+        ShardSampler(**{"count": 5, "batch_size": 2, **arguments})
+
+
+def test_sampler_arguments_at_their_bounds_are_accepted():
+    assert list(ShardSampler(0, 1, seed=0)) == []
+    ranks = [[b.tolist() for b in ShardSampler(5, 1, rank=r, world_size=2, shard_counts=[1, 4])] for r in (0, 1)]
+    assert ranks == [[[0], [1], [2]], [[3], [4], []]]  # the last rank; equal steps, its last batch empty
+    assert sorted(np.concatenate(list(ShardSampler(5, 5, shard_counts=[1, 1, 1, 1, 1]))).tolist()) == [0, 1, 2, 3, 4]
