@@ -119,6 +119,12 @@ class System:
     def output(self, codec: str) -> Path:
         return self.root / f"{codec}{self.suffix}"
 
+    def rank_orders(self, world: int, seed: int) -> tuple[list[list[list[np.ndarray]]], list[np.ndarray]]:
+        """The batches' ids of every rank in epochs 0 and 1, and of rank 0 in epoch 0 again from
+        a fresh start (`rank_report`); here from the system's `rank_ids`, one rank at a time."""
+        epochs = [[self.rank_ids(world, rank, epoch, seed) for rank in range(world)] for epoch in (0, 1)]
+        return epochs, self.rank_ids(world, 0, 0, seed)
+
 
 class Project(System):
     """The project's shards (pipeline.shards): ShardDataset.loader, the batched path; a plain
@@ -254,7 +260,7 @@ class LitData(System):
         return to_batch(np.stack([s[0] for s in samples]), np.array([s[1] for s in samples]))
 
     def rank_orders(self, world: int, seed: int) -> tuple[list[list[list[np.ndarray]]], list[np.ndarray]]:
-        """`rank_report`'s orders from `world` real processes, each a rank of one gloo process
+        """`System.rank_orders` from `world` real processes, each a rank of one gloo process
         group (where LitData asks torch.distributed who it is)."""
         with tempfile.TemporaryDirectory(prefix="litdata-ranks-") as tmp:
             folder = Path(tmp)
@@ -549,11 +555,7 @@ def child(system: str, task: str, work: Path, data_path: Path) -> dict:
 
 def rank_report(impl, world: int, n: int) -> dict:
     """Steps per rank, samples dropped/repeated, source blocks per batch, determinism."""
-    if hasattr(impl, "rank_orders"):
-        epochs, again = impl.rank_orders(world, SEED)
-    else:
-        epochs = [[impl.rank_ids(world, rank, epoch, SEED) for rank in range(world)] for epoch in (0, 1)]
-        again = impl.rank_ids(world, 0, 0, SEED)
+    epochs, again = impl.rank_orders(world, SEED)
     first = epochs[0]
     seen = np.concatenate([np.concatenate(batches) for batches in first if batches])
     counts = np.bincount(seen, minlength=n)
