@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from pipeline.bench import budget
-from pipeline.bench.budget import exclusive, intersect, split, subtract, trace_intervals, union
+from pipeline.bench.budget import (device_idle, exclusive, idle_split, intersect, per_step, queued_intervals, split,
+                                   subtract, trace_intervals, union)
+from pipeline.bench.verdict import verdict
 
 CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
 
@@ -27,11 +29,11 @@ def test_exclusive_counts_each_instant_once_in_priority_order():
     assert sum(parts.values()) == 10
 
 
-def event(name, start, end, device=CPU, parent=None, thread=1):
+def event(name, start, end, device=CPU, parent=None, thread=1, id=0):
     """A profiler event as `profile.events()` gives it (a range we or anyone marked is an
-    annotation)."""
+    annotation; `id` is its correlation id)."""
     return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start * 1e6, end=end * 1e6),
-                           device_type=device, cpu_parent=parent, thread=thread,
+                           device_type=device, cpu_parent=parent, thread=thread, id=id,
                            is_user_annotation=name.startswith("budget:") or "#" in name)
 
 
@@ -120,3 +122,60 @@ def test_per_step_sets_the_parts_beside_a_plain_clock():
     out = budget.per_step({"data_wait": 0.3, "copy": 0.0, "compute": 0.5, "overhead": 0.1, "other": 0.1}, 10, 1.25)
     assert out["step_s"] == pytest.approx(0.1) and out["wall_s"] == 0.125 and out["vs_wall"] == 0.8
     assert "wall_s" not in budget.per_step(dict.fromkeys(budget.PARTS, 1.0), 2)
+
+
+def eager_cuda_trace():
+    """One CUDA step, 0-10: kernel A (launched at 0.5) runs 1-3; B, launched at 2 while A
+    ran, starts at 4; C, launched at 7, runs 7.5-9. A host op whose own id is C's
+    correlation id (ids of ops and of launches are separate counters) comes first."""
+    return [event("budget:step", 0, 10), event("aten::addmm", 0, 0.4, id=3),
+            event("cudaLaunchKernel", 0.5, 0.7, id=1), event("cudaLaunchKernel", 2, 2.2, id=2),
+            event("cudaLaunchKernel", 7, 7.2, id=3),
+            event("kernel_a", 1, 3, device=CUDA, id=1), event("kernel_b", 4, 5, device=CUDA, id=2),
+            event("kernel_c", 7.5, 9, device=CUDA, id=3)]
+
+
+def test_device_idle_splits_into_host_wait_and_launch_gaps_instant_by_instant():
+    """Idle 0-1, 3-4, 5-7.5, 9-10 (overhead 5.5). Work was queued 0.5-1 (A), 3-4 (B) and
+    7-7.5 (C): launch gaps 2; the rest, nothing queued, is host wait 3.5."""
+    events = eager_cuda_trace()
+    ranges, _, kernels, memcpy = trace_intervals(events)
+    queued, unmatched = queued_intervals(events)
+    assert unmatched == 0 and sorted(queued) == [(0.5, 1), (2, 4), (7, 7.5)]  # not (0, 7.5): the op is no launch
+    idle = idle_split(ranges, kernels, memcpy, queued)
+    assert idle == pytest.approx({"host_wait": 3.5, "launch_gap": 2})
+    overhead = split(ranges, [], kernels, memcpy, cuda=True)["overhead"]
+    assert idle["host_wait"] + idle["launch_gap"] == pytest.approx(overhead)
+
+
+def test_a_graphs_kernels_are_queued_from_its_one_launch():
+    """A replayed CUDA graph: one launch call (0.1), three kernels with its correlation id;
+    the device's idle instants after the launch are launch gaps, before it host wait."""
+    events = [event("budget:step", 0, 4.5), event("cudaGraphLaunch", 0.1, 0.3, id=9),
+              event("k1", 1, 2, device=CUDA, id=9), event("k2", 2.5, 3, device=CUDA, id=9),
+              event("k3", 3.2, 4, device=CUDA, id=9)]
+    ranges, _, kernels, memcpy = trace_intervals(events)
+    idle = device_idle(events, ranges, kernels, memcpy, steps=1)
+    overhead = per_step(split(ranges, [], kernels, memcpy, cuda=True), 1)["overhead_s"]
+    assert idle == pytest.approx({"host_wait_s": 0.6, "launch_gap_s": 1.6})  # 0-0.1 and 4-4.5; 0.1-1, 2-2.5, 3-3.2
+    assert idle["host_wait_s"] + idle["launch_gap_s"] == pytest.approx(overhead, abs=1e-9)
+
+
+def test_no_split_when_a_launch_is_missing_from_the_trace():
+    """A kernel whose launch call is not in the trace: the split would guess, so none."""
+    events = eager_cuda_trace()[:-4] + eager_cuda_trace()[-3:]  # C's launch call dropped
+    ranges, _, kernels, memcpy = trace_intervals(events)
+    assert queued_intervals(events)[1] == 1
+    assert device_idle(events, ranges, kernels, memcpy, steps=1) == {"host_wait_s": None, "launch_gap_s": None}
+
+
+def test_an_overhead_bound_cuda_verdict_names_the_half_that_bounds_it():
+    parts = {"data_wait_s": 0.0, "copy_s": 0.0, "compute_s": 0.2, "other_s": 0.0, "steps": 4}
+    host = budget.Budget(per_step={**parts, "overhead_s": 0.8, "host_wait_s": 0.6, "launch_gap_s": 0.2, "step_s": 1.0},
+                         device="cuda:0")
+    gaps = budget.Budget(per_step={**parts, "overhead_s": 0.8, "host_wait_s": 0.1, "launch_gap_s": 0.7, "step_s": 1.0},
+                         device="cuda:0")
+    unsplit = budget.Budget(per_step={**parts, "overhead_s": 0.8, "step_s": 1.0}, device="cuda:0")
+    assert "(host wait 60%, launch gaps 20%)" in verdict(host) and "CUDA graph" in verdict(host)
+    assert "(host wait 10%, launch gaps 70%)" in verdict(gaps) and "fuse" in verdict(gaps)
+    assert "host wait" not in verdict(unsplit) and "CUDA graph" in verdict(unsplit)

@@ -325,6 +325,15 @@ def test_a_shard_switched_to_pread_reads_the_file_it_mapped(tmp_path):
     assert other.shard(0).fd is None
     assert other.take([3])["x"].tolist() == [3]
 
+    # a link in the shard's place, even to the very file mapped, is not opened: the map stays
+    linked = MappedSplit(tmp_path / "s")
+    linked.take([20])
+    second = tmp_path / "s" / linked.manifest["shards"][1]["file"]
+    os.replace(second, tmp_path / "kept")
+    os.symlink(tmp_path / "kept", second)
+    linked.shard(1).use_pread()
+    assert linked.shard(1).fd is None and linked.take([20])["x"].tolist() == [20]
+
 
 class Frozen(ShardDataset):
     """A ShardDataset whose samples carry how many objects the process's gc holds frozen."""

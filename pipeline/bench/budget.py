@@ -21,6 +21,13 @@ from issuing work. Its own cost (a few microseconds per recorded op) lands mostl
 naive rungs' per-item work, which it can only make look slower, never faster; the stage
 records the pass's step time beside the timed epochs' so the difference is visible.
 
+On CUDA the overhead is split once more, as Holistic Trace Analysis splits GPU idle time,
+but by instant rather than by gap: each device kernel or memcpy is matched to the host call that
+launched it (the CUDA runtime event with the same correlation id); an idle instant of the device
+inside a step is `launch_gap` when work was already queued (launched, not started: the device
+itself is slow to start the next of many small kernels) and `host_wait` when nothing was (the
+host had not issued the next kernel yet). The two add up to `overhead`.
+
 The interval arithmetic below is plain code over (start, end) pairs, so it is tested on the
 CPU with synthetic event lists, CUDA categories included.
 """
@@ -89,24 +96,28 @@ def length(intervals: Iterable[Interval]) -> float:
     return sum(end - start for start, end in union(intervals))
 
 
+def claims(window: Interval, layers: list[tuple[str, list[Interval]]]) -> dict[str, list[Interval]]:
+    """Each layer's intervals inside `window` not already claimed by an earlier layer, and
+    `other` for what no layer covers: together they tile the window exactly once."""
+    claimed: list[Interval] = []
+    out: dict[str, list[Interval]] = {}
+    for name, intervals in layers:
+        free = subtract(intersect(intervals, [window]), claimed)
+        out[name] = union(out.get(name, []) + free)
+        claimed = union(claimed + free)
+    out["other"] = subtract([window], claimed)
+    return out
+
+
 def exclusive(window: Interval, layers: list[tuple[str, list[Interval]]]) -> dict[str, float]:
     """Each layer's time inside `window` not already claimed by an earlier layer, and
     `other` for what no layer covers: the parts sum to the window's length exactly."""
-    claimed: list[Interval] = []
-    parts: dict[str, float] = {}
-    for name, intervals in layers:
-        free = subtract(intersect(intervals, [window]), claimed)
-        parts[name] = parts.get(name, 0.0) + length(free)
-        claimed = union(claimed + free)
-    parts["other"] = (window[1] - window[0]) - length(claimed)
-    return parts
+    return {name: length(intervals) for name, intervals in claims(window, layers).items()}
 
 
-def split(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[Interval],
-          memcpy: list[Interval], cuda: bool) -> dict[str, float]:
-    """The parts of a profiled pass, in seconds, from its marked ranges (`data_wait`, `copy`,
-    `step`), the host's top-level op intervals and, on CUDA, the device's kernel and memcpy
-    intervals (all in seconds on one clock)."""
+def _window_and_layers(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[Interval],
+                       memcpy: list[Interval], cuda: bool) -> tuple[Interval, list[tuple[str, list[Interval]]]]:
+    """The pass's window and its parts' layers in priority order (see the module)."""
     marked = [i for name in ("data_wait", "copy", "step") for i in ranges.get(name, [])]
     if not marked:
         raise ValueError("a profiled pass with no marked range")
@@ -121,8 +132,26 @@ def split(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[
     else:
         layers = [("data_wait", ranges.get("data_wait", [])), ("copy", ranges.get("copy", [])),
                   ("compute", intersect(ops, steps)), ("overhead", steps)]
-    parts = exclusive(window, layers)
+    return window, layers
+
+
+def split(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[Interval],
+          memcpy: list[Interval], cuda: bool) -> dict[str, float]:
+    """The parts of a profiled pass, in seconds, from its marked ranges (`data_wait`, `copy`,
+    `step`), the host's top-level op intervals and, on CUDA, the device's kernel and memcpy
+    intervals (all in seconds on one clock)."""
+    parts = exclusive(*_window_and_layers(ranges, ops, kernels, memcpy, cuda))
     return {name: parts.get(name, 0.0) for name in PARTS}
+
+
+def idle_split(ranges: dict[str, list[Interval]], kernels: list[Interval], memcpy: list[Interval],
+               queued: list[Interval]) -> dict[str, float]:
+    """CUDA's `overhead` (the device idle inside a step) in two, in seconds: `launch_gap`
+    while launched work waited to start (`queued`: from each launch call to its kernel's
+    start), `host_wait` while nothing was queued. They sum to `split`'s overhead exactly."""
+    overhead = claims(*_window_and_layers(ranges, [], kernels, memcpy, cuda=True))["overhead"]
+    gap = length(intersect(overhead, queued))
+    return {"host_wait": length(overhead) - gap, "launch_gap": gap}
 
 
 # ---------------------------------------------------------------- reading a torch.profiler trace
@@ -162,6 +191,52 @@ def trace_intervals(events: Iterable[Any]) -> tuple[dict[str, list[Interval]], l
         if parent is None and event.thread in threads:
             ops.append(_seconds(event))
     return ranges, ops, kernels, memcpy
+
+
+# CUDA runtime and driver calls that put work on the device: a kernel, graph or memcpy.
+LAUNCHES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy",
+            "cudaMemset", "cuMemset")
+
+
+def queued_intervals(events: Iterable[Any]) -> tuple[list[Interval], int]:
+    """(From each device kernel's or memcpy's launch call to its start, in seconds; how many
+    device events had no launch call in the trace.) The device event and the host call that
+    launched it share a correlation id (`event.id`); a CUDA graph's kernels share its launch's.
+    Host ops have ids of their own, which may coincide, so only launch calls are looked up."""
+    events = list(events)
+    launched: dict[int, float] = {}
+    for event in events:
+        if event.device_type == torch.autograd.DeviceType.CPU and event.name.startswith(LAUNCHES):
+            start = event.time_range.start / 1e6
+            launched[event.id] = min(start, launched.get(event.id, start))
+    queued: list[Interval] = []
+    unmatched = 0
+    for event in events:
+        if event.device_type == torch.autograd.DeviceType.CPU or _annotation(event):
+            continue
+        start = event.time_range.start / 1e6
+        if event.id in launched:
+            queued.append((launched[event.id], start))
+        else:
+            unmatched += 1
+    return queued, unmatched
+
+
+NO_SPLIT = {"host_wait_s": None, "launch_gap_s": None}  # off CUDA: no device to idle
+
+
+def device_idle(events: list[Any], ranges: dict[str, list[Interval]], kernels: list[Interval],
+                memcpy: list[Interval], steps: int) -> dict[str, float | None]:
+    """`host_wait_s` and `launch_gap_s` per step (`idle_split`), rounded so that they sum to
+    the rounded `overhead_s`; both None when a device event's launch is not in the trace (the
+    split would guess)."""
+    queued, unmatched = queued_intervals(events)
+    if unmatched or not (kernels or memcpy):
+        return dict(NO_SPLIT)
+    idle = idle_split(ranges, kernels, memcpy, queued)
+    overhead = round((idle["host_wait"] + idle["launch_gap"]) / steps, 6)
+    gap = min(round(idle["launch_gap"] / steps, 6), overhead)
+    return {"host_wait_s": round(overhead - gap, 6), "launch_gap_s": gap}
 
 
 def _seconds(event: Any) -> Interval:
@@ -382,7 +457,8 @@ class TimeBudget:
         parts = split(ranges, ops, kernels, memcpy, cuda=self.device.type == "cuda")
         flop = step_flops(events, ranges.get("step", [])) if self.flops else 0
         peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
-        self.result = Budget(per_step=per_step(parts, steps, wall), device=str(self.device),
+        idle = device_idle(events, ranges, kernels, memcpy, steps) if self.device.type == "cuda" else NO_SPLIT
+        self.result = Budget(per_step={**per_step(parts, steps, wall), **idle}, device=str(self.device),
                              kernels_per_step=len(kernels) / steps if self.device.type == "cuda" else None,
                              flop_per_step=flop / steps if flop else None, peak_device_bytes=peak,
                              partial=partial)
@@ -414,8 +490,10 @@ def timed_window(run: Callable[[], None], device: torch.device, steps: int) -> d
             run()
             _sync(device)
         wall = time.perf_counter() - start
-    ranges, ops, kernels, memcpy = trace_intervals(prof.events())
+    events = list(prof.events())
+    ranges, ops, kernels, memcpy = trace_intervals(events)
     parts = split(ranges, ops, kernels, memcpy, cuda=device.type == "cuda")
-    return {**per_step(parts, steps, wall),
+    idle = device_idle(events, ranges, kernels, memcpy, steps) if device.type == "cuda" else NO_SPLIT
+    return {**per_step(parts, steps, wall), **idle,
             "kernels_per_step": round(len(kernels) / steps, 1) if device.type == "cuda" else None}
 

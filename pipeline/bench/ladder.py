@@ -72,6 +72,10 @@ class BenchSettings:
     def workers(self) -> int:
         return self.num_workers or min(4, os.cpu_count() or 1)
 
+    def budget_steps(self) -> int:
+        """The steps each variant's profiled pass covers: 0, none, when `budget` is off."""
+        return self.sample_steps if self.budget else 0
+
     def train_config(self) -> TrainConfig:
         return TrainConfig(batch_size=self.batch_size, lr=self.lr, seed=self.seed)
 
@@ -117,7 +121,7 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
         data = Resident.load(shards, device, dataset)
         timing = train_static(data, device, config, settings.execution(variant, device),
                               epochs=settings.epochs, started=started, progress=progress,
-                              budget=settings.sample_steps if settings.budget else 0,
+                              budget=settings.budget_steps(),
                               until=until)
         return timing, math.ceil(len(data.train_labels) / config.batch_size), \
             math.ceil(len(data.test_labels) / config.batch_size)
@@ -129,7 +133,7 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
                      epoch_samples=settings.sample_steps * settings.batch_size if sampled else None)
     timing = train_eager(path, device, config, epochs=settings.sample_epochs if sampled else settings.epochs,
                          steps=path.sampled_steps, test_steps=path.sampled_test_steps, started=started,
-                         progress=progress, budget=settings.sample_steps if settings.budget else 0, until=until)
+                         progress=progress, budget=settings.budget_steps(), until=until)
     return timing, path.train_steps, path.test_steps
 
 

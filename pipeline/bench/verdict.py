@@ -52,6 +52,19 @@ CPU_RULES = {
 }
 
 
+# On CUDA the overhead's two halves (`budget.idle_split`) call for different changes.
+IDLE_RULES = {
+    "host_wait": Rule("the device idles with nothing queued: the host issues kernels slower than the device "
+                      "runs them (Python, dispatch, launch calls)",
+                      "capture the step as a CUDA graph or torch.compile it, or do more per launch (a larger batch)",
+                      (("device", "graphed"), ("graphed", "compiled"))),
+    "launch_gap": Rule("the device idles between kernels already queued: many kernels, each too small to cover "
+                       "its own start",
+                       "fewer, larger kernels: torch.compile to fuse them, a fused optimizer, a larger batch",
+                       (("graphed", "compiled"),)),
+}
+
+
 def rule_for(part: str, device: str) -> Rule:
     """The rule for `part` on a device of that type ("cpu", "cuda", "cuda:0", ...)."""
     return (CPU_RULES.get(part) if device.startswith("cpu") else None) or RULES[part]
@@ -84,5 +97,18 @@ def verdict(budget, ladder: dict | None = None) -> str:
     bound = budget.bound()
     rule = rule_for(bound, budget.device)
     share = budget.shares()[bound]
-    return (f"{LABELS[bound].upper()}-BOUND: {LABELS[bound]} is {share:.0%} of the step; {rule.meaning}. "
+    halves = idle_shares(budget.per_step) if bound == "overhead" else None
+    detail = ""
+    if halves:
+        rule = IDLE_RULES[max(halves, key=halves.__getitem__)]
+        detail = f" (host wait {halves['host_wait']:.0%}, launch gaps {halves['launch_gap']:.0%})"
+    return (f"{LABELS[bound].upper()}-BOUND: {LABELS[bound]} is {share:.0%} of the step{detail}; {rule.meaning}. "
             f"Try: {rule.try_next}.{evidence(rule, ladder)}")
+
+
+def idle_shares(per_step: dict) -> dict[str, float] | None:
+    """The overhead's halves as fractions of the step, where the budget split it (CUDA)."""
+    wait, gap, step = per_step.get("host_wait_s"), per_step.get("launch_gap_s"), per_step.get("step_s") or 0
+    if wait is None or gap is None or step <= 0:
+        return None
+    return {"host_wait": wait / step, "launch_gap": gap / step}

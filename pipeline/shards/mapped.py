@@ -21,11 +21,13 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from pipeline.core.bounded import UnsafeFileError, plain_descriptor
 from pipeline.shards.format import (MAX_HEADER, ShardError, blocks_in, check_identity, manifest_sample,
                                     read_manifest)
 from pipeline.shards.reader import (VERIFY, allocate, check_classes, open_shard, read_header, read_shard_into,
@@ -89,11 +91,10 @@ class MappedShard:
         if self.fd is not None or self.mapped is None or self.identity is None:
             return
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
+            fd, status = plain_descriptor(Path(self.path))
+        except (OSError, UnsafeFileError):
             self.identity = None
             return
-        status = os.fstat(fd)
         if (status.st_dev, status.st_ino) != self.identity:
             os.close(fd)
             self.identity = None
@@ -118,10 +119,11 @@ class MappedShard:
 
 
 def in_worker() -> bool:
-    """Whether this process is a DataLoader worker (which reads with pread, see above)."""
-    from torch.utils.data import get_worker_info
-
-    return get_worker_info() is not None
+    """Whether this process is a DataLoader worker (which reads with pread, see above). Asked
+    per batch, so it imports nothing: a process that never imported torch's data package is
+    no worker of it."""
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and data.get_worker_info() is not None
 
 
 def _xxh3_64(data) -> bytes:

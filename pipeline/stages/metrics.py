@@ -49,6 +49,8 @@ class Budget(Loose):
     wall_s: Optional[Seconds] = None        # the profiled pass on a plain clock, per step
     epoch_step_s: Optional[Seconds] = None  # the timed epochs' median, per step
     kernels_per_step: Optional[float] = Field(default=None, ge=0, le=1e7)  # device kernels (CUDA)
+    host_wait_s: Optional[Seconds] = None   # the overhead's halves (CUDA): nothing queued on the device,
+    launch_gap_s: Optional[Seconds] = None  # or launched work waiting to start
 
 
 class Measured(Loose):
