@@ -192,6 +192,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
+def pauses(monkeypatch) -> list[float]:
+    """The retry pauses the fetch takes on this thread, recorded instead of slept. `time.sleep`
+    is one function for the whole process: another thread's sleeps (a server's, a test
+    runner's) still sleep and are not recorded."""
+    taken: list[float] = []
+    sleep, caller = time.sleep, threading.get_ident()
+
+    def record(seconds: float) -> None:
+        if threading.get_ident() == caller:
+            taken.append(seconds)
+        else:
+            sleep(seconds)
+
+    monkeypatch.setattr("pipeline.stages.fetch.time.sleep", record)
+    return taken
+
+
+@pytest.fixture
 def http_server() -> Iterator[FixtureServer]:
     server = FixtureServer()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)

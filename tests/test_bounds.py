@@ -468,9 +468,7 @@ def test_seeds_and_epochs_are_bounded(section, key, value, message):
         validate_params(params)
 
 
-def test_a_retry_pause_past_the_deadline_is_not_taken(tmp_path, tiny, http_server, monkeypatch):
-    pauses: list[float] = []
-    monkeypatch.setattr("pipeline.stages.fetch.time.sleep", pauses.append)
+def test_a_retry_pause_past_the_deadline_is_not_taken(tmp_path, tiny, http_server, pauses):
     for name, blob in tiny.blobs.items():
         http_server.routes[f"/m/{name}"] = blob
     http_server.fail_first["/m/train-images-idx3-ubyte.gz"] = 99

@@ -63,9 +63,7 @@ def test_mirror_order():
     assert mirror_bases("d", [], {}) == []
 
 
-def test_backoff_doubles_between_retries(tmp_path, tiny, http_server, monkeypatch, capsys):
-    pauses: list[float] = []
-    monkeypatch.setattr("pipeline.stages.fetch.time.sleep", pauses.append)
+def test_backoff_doubles_between_retries(tmp_path, tiny, http_server, pauses, capsys):
     serve(http_server, "/m", tiny)
     http_server.fail_first["/m/train-images-idx3-ubyte.gz"] = 3
     fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw",
@@ -77,9 +75,7 @@ def test_backoff_doubles_between_retries(tmp_path, tiny, http_server, monkeypatc
     assert_fetched(tmp_path / "raw", tiny)
 
 
-def test_retries_exhausted_then_next_mirror(tmp_path, tiny, http_server, monkeypatch):
-    pauses: list[float] = []
-    monkeypatch.setattr("pipeline.stages.fetch.time.sleep", pauses.append)
+def test_retries_exhausted_then_next_mirror(tmp_path, tiny, http_server, pauses):
     serve(http_server, "/bad", tiny)
     serve(http_server, "/good", tiny)
     http_server.fail_first["/bad/train-images-idx3-ubyte.gz"] = 99
