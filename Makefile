@@ -52,8 +52,8 @@ test: setup
 # function changes, so after new tests old survivors would be reported unchecked (resume a
 # stopped run with `mutmut run`). The score table goes to results/mutation/score.md, which
 # docs/results.md embeds (`dvc repro report` refreshes it).
-# MUTANTS="pipeline.shards.mapped*" runs only the mutants whose names match (the table names
-# the modules left out).
+# MUTANTS="pipeline.shards.mapped*" runs only the mutants whose names match; the table keeps
+# the earlier table's rows for the modules left out, marked with that run's commit.
 MUTMUT_CHILDREN ?= $(shell nproc)
 MUTANTS ?=
 mutants: setup
@@ -61,7 +61,8 @@ mutants: setup
 	@start=$$(date +%s); \
 	PATH="$(abspath $(BIN)):$$PATH" mutmut run --max-children $(MUTMUT_CHILDREN) $(MUTANTS) || exit $$?; \
 	mkdir -p results/mutation; \
-	$(BIN)/python tools/mutation_score.py --seconds $$(( $$(date +%s) - start )) > results/mutation/score.md; \
+	$(BIN)/python tools/mutation_score.py --seconds $$(( $$(date +%s) - start )) --keep results/mutation/score.md \
+		> results/mutation/score.md.new && mv results/mutation/score.md.new results/mutation/score.md; \
 	cat results/mutation/score.md
 
 # Renders dvc_plots/index.html offline (vega is inlined in .dvc/plots/offline.html).

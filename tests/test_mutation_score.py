@@ -33,3 +33,30 @@ def test_the_table_has_a_row_per_module_run_and_names_the_rest(tmp_path):
     assert rows == ["| `shards/mapped` | 4 | 2 | 1 | 1 | 0 | 0 | 0 | 75% |",
                     "| **all** | 4 | 2 | 1 | 1 | 0 | 0 | 0 | 75% |"]
     assert "took 2 min on" in text and "Not run this time: `stages/fetch`." in text
+
+
+def test_rows_of_an_earlier_run_stand_for_the_modules_not_run_marked_with_its_commit(tmp_path):
+    """A partial run keeps the earlier table's rows for the modules it left out, each marked
+    with the commit that measured it (carried over again with that same commit), and counts
+    them in the total; a module neither run measured is named below the table."""
+    earlier = ("| module | mutants | killed | survived | timeout | no tests | suspicious | not checked | score |\n"
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+               "| `shards/order` | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80% |\n"
+               "| `bench/verdict` (commit 0123abc) | 4 | 4 | 0 | 0 | 0 | 0 | 0 | 100% |\n"
+               "| **all** | 14 | 12 | 2 | 0 | 0 | 0 | 0 | 86% |\n\n"
+               "mutmut a fresh run took 35 min on 2 cores, commit 8c08e9a; score = ...\n")
+    rows = mutation_score.earlier_rows(earlier)
+    assert rows["shards/order"] == (mutation_score.Counter(killed=8, survived=2), "8c08e9a")
+    assert rows["bench/verdict"][1] == "0123abc" and "**all**" not in str(rows)
+    meta(tmp_path / "shards" / "mapped.py.meta", {"a": 1, "b": 0})
+    meta(tmp_path / "shards" / "order.py.meta", {"a": None})
+    meta(tmp_path / "bench" / "verdict.py.meta", {"a": None})
+    meta(tmp_path / "stages" / "fetch.py.meta", {"a": None})
+    text = mutation_score.render(mutation_score.scores(tmp_path), None, earlier=rows)
+    lines = text.splitlines()
+    assert "| `shards/order` (commit 8c08e9a) | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80% |" in lines
+    assert "| `bench/verdict` (commit 0123abc) | 4 | 4 | 0 | 0 | 0 | 0 | 0 | 100% |" in lines
+    assert "| **all** | 16 | 13 | 3 | 0 | 0 | 0 | 0 | 81% |" in lines
+    assert "Not run this time: `stages/fetch`." in text and "an earlier run's" in text
+    again = mutation_score.earlier_rows(text)
+    assert again["shards/order"][1] == "8c08e9a" and again["shards/mapped"][1] != "8c08e9a"

@@ -1,8 +1,10 @@
 """The mutation score per module, from mutmut's results (mutants/pipeline/*.py.meta).
 
-    python tools/mutation_score.py --seconds 1234 > results/mutation/score.md
+    python tools/mutation_score.py --seconds 1234 --keep results/mutation/score.md > score.md.new
 
-`make mutants` runs mutmut and then this; docs/results.md embeds the table it writes.
+`make mutants` runs mutmut and then this; docs/results.md embeds the table it writes. With
+`--keep`, the rows of an earlier table for modules this run left out are carried over, each
+marked with the commit of the run that measured it, so that partial runs add up to one table.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -29,21 +32,47 @@ def scores(meta_dir: Path) -> dict[str, Counter]:
     return table
 
 
-def render(table: dict[str, Counter], seconds: float | None, note: str = "") -> str:
-    """The table of the modules whose mutants were run; the others are named below it."""
+def earlier_rows(text: str) -> dict[str, tuple[Counter, str]]:
+    """Per module, the counts and the commit of an earlier table (`render`'s output); rows it
+    had carried over keep the commit they were marked with."""
+    found = re.search(r"^mutmut .*?, commit ([0-9a-f]{7,40});", text, re.MULTILINE)  # the footer's
+    commit = found.group(1) if found else "unknown"
+    rows: dict[str, tuple[Counter, str]] = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        named = re.fullmatch(r"`([\w/]+)`(?: \(commit ([0-9a-f]{7,40})\))?", cells[0]) if line.startswith("| `") else None
+        if named and len(cells) == len(COLUMNS) + 3:
+            counts = Counter({column: int(cells[2 + i]) for i, column in enumerate(COLUMNS)})
+            rows[named.group(1)] = (counts, named.group(2) or commit)
+    return rows
+
+
+def render(table: dict[str, Counter], seconds: float | None, note: str = "",
+           earlier: dict[str, tuple[Counter, str]] | None = None) -> str:
+    """The table of the modules whose mutants were run, then those an earlier table measured
+    (`earlier_rows`) marked with its commit; the modules neither measured are named below."""
     lines = ["| module | mutants | " + " | ".join(COLUMNS) + " | score |",
              "|---|---:|" + "---:|" * len(COLUMNS) + "---:|"]
     total: Counter = Counter()
-    skipped = []
+    skipped, carried = [], []
     for module, counts in table.items():
         if counts["not checked"] == sum(counts.values()):
-            skipped.append(f"`{module}`")
+            if module in (earlier or {}):
+                carried.append(module)
+            else:
+                skipped.append(f"`{module}`")
             continue
         total.update(counts)
         lines.append(_row(f"`{module}`", counts))
+    for module in carried:
+        counts, commit = earlier[module]
+        total.update(counts)
+        lines.append(_row(f"`{module}` (commit {commit})", counts))
     lines.append(_row("**all**", total))
     ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
     footer = (f"\nmutmut {ran}, commit {_commit()}; score = (killed + timeout) / (mutants - not checked)."
+              + (" A row marked with a commit is an earlier run's, at that commit: its module was not run this time."
+                 if carried else "")
               + (f" Not run this time: {', '.join(skipped)}." if skipped else "")
               + (f" {note}" if note else ""))
     return "\n".join(lines) + "\n" + footer + "\n"
@@ -70,8 +99,10 @@ def main() -> None:
     parser.add_argument("--meta", type=Path, default=Path("mutants/pipeline"))
     parser.add_argument("--seconds", type=float, help="how long the mutmut run took")
     parser.add_argument("--note", default="", help="a sentence on how the run went (stopped, resumed, ...)")
+    parser.add_argument("--keep", type=Path, help="an earlier table whose rows stand for the modules not run")
     args = parser.parse_args()
-    print(render(scores(args.meta), args.seconds, args.note), end="")
+    earlier = earlier_rows(args.keep.read_text(encoding="utf-8")) if args.keep and args.keep.is_file() else None
+    print(render(scores(args.meta), args.seconds, args.note, earlier), end="")
 
 
 if __name__ == "__main__":
