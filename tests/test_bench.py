@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.bench.ladder import finish, floor_after, native_bf16, run_bench, run_variant, summarise
+from pipeline.bench.ladder import (finish, flag_unstable, floor_after, native_bf16, run_bench, run_variant, steady_epochs,
+                                   summarise, time_to_accuracy)
 from pipeline.core.variants import VARIANTS
 from pipeline.core.params import ParamsError
 from pipeline.stages.bench import write_bench
@@ -127,6 +128,66 @@ def test_summarise_scales_sampled_steps_and_adds_setup():
     assert whole["train_s"] == pytest.approx(2.0) and whole["accuracy"] == 0.5 and not whole["extrapolated"]
     assert whole["first_epoch_train_s"] == 3.0
     assert whole["wall_s"] == pytest.approx(1.5 + 6.0 + 1.2)
+
+
+def test_summarise_sets_the_budget_beside_the_timed_step_and_keeps_each_epochs_accuracy():
+    """The profiled pass's step beside the timed epochs' (their steady median over the steps
+    of an epoch); the accuracy after every timed epoch, to 4 places; none for sampled ones."""
+    timing = Timing(train_s=[9.0, 4.0, 6.0], test_s=[1.0, 1.0, 1.0], accuracy=0.91, accuracies=[0.81234, 0.9, 0.91],
+                    budget={"step_s": 0.06, "compute_s": 0.06})
+    entry = summarise(timing, 100, 10, bench_settings(epochs=3))
+    assert entry["budget"] == {"step_s": 0.06, "compute_s": 0.06, "epoch_step_s": 0.05, "vs_epoch": 1.2}
+    assert entry["accuracy_by_epoch"] == [0.8123, 0.9, 0.91]
+    sampled = summarise(dataclasses.replace(timing, sampled_steps=20), 100, 10, bench_settings(epochs=3))
+    assert sampled["accuracy_by_epoch"] is None and sampled["budget"]["epoch_step_s"] == pytest.approx(0.25)
+    assert summarise(dataclasses.replace(timing, budget=None), 100, 10, bench_settings(epochs=3))["budget"] is None
+
+
+def test_steady_epochs_leave_out_the_first_only_when_two_remain():
+    assert steady_epochs([5.0, 1.0, 2.0]) == [1.0, 2.0] and steady_epochs([5.0, 1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+    assert steady_epochs([5.0, 1.0]) == [5.0, 1.0] and steady_epochs([5.0]) == [5.0]
+
+
+def test_time_to_accuracy_counts_a_pass_at_the_target_exactly():
+    timing = Timing(train_s=[1.0, 1.0, 1.0], test_s=[0.1, 0.1, 0.1], accuracies=[0.5, 0.98, 0.99], setup_s=0.12345)
+    assert time_to_accuracy(timing, 0.98) == {"target": 0.98, "seconds": 2.323, "epoch": 2}
+    assert time_to_accuracy(timing, 0.995) == {"target": 0.995, "seconds": None, "epoch": None}
+
+
+def _variants(**train_s):
+    return {name: {"train_s": t, "spread": {"min": t, "median": t, "max": t}} for name, t in train_s.items()}
+
+
+def test_unstable_at_the_bounds_of_each_rule():
+    """Each rule flags strictly past `max_spread`: epochs spread over their median, twins apart
+    over the faster one, a rung under its floor by more; each reason said exactly."""
+    variants = _variants(naive=10.0, preprocessed=0.5, batched=0.0)
+    variants["naive"]["spread"] = {"min": 9.0, "median": 10.0, "max": 11.0}          # 20%: not past it
+    variants["preprocessed"]["spread"] = {"min": 0.4, "median": 0.5, "max": 0.65}    # 50%, under a second
+    assert flag_unstable({"variants": variants}, 0.2) == ["preprocessed"]            # batched: nothing timed
+    assert variants["preprocessed"]["unstable_reason"] == "epochs spread 50% of their median"
+    assert variants["naive"]["unstable_reason"] is None
+    floored = _variants(device=8.0, workers=7.9)
+    assert flag_unstable({"variants": floored, "floor": {"train_s": 10.0}}, 0.2) == ["workers"]
+    assert floored["workers"]["unstable_reason"] == "7.9 s/epoch is below its floor 10 s"
+    assert floored["device"]["unstable"] is False  # 8.0 is the floor less 20% exactly
+
+
+def test_twins_apart_past_the_spread_are_both_marked_on_the_cpu():
+    """No `env`: the CPU's twins apply. 20% apart is not past the bound; 25% is, and both
+    twins say so; a rung with no twin in the run and a twin timed at zero are left alone."""
+    assert flag_unstable({"variants": _variants(persistent=10.0, pinned=12.0)}, 0.2) == []
+    document = {"variants": _variants(persistent=10.0, pinned=12.5)}
+    assert flag_unstable(document, 0.2) == ["persistent", "pinned"]
+    assert document["variants"]["pinned"]["unstable_reason"] == "25% apart from persistent, which does the same work here"
+    assert flag_unstable({"variants": _variants(persistent=10.0)}, 0.2) == []
+    assert flag_unstable({"variants": _variants(persistent=0.0, pinned=5.0)}, 0.2) == []
+    assert flag_unstable({"variants": _variants(persistent=0.5, pinned=0.8)}, 0.2) == ["persistent", "pinned"]
+    both = {"variants": _variants(persistent=10.0, pinned=12.5)}
+    both["variants"]["pinned"]["spread"] = {"min": 10.0, "median": 12.5, "max": 15.0}
+    flag_unstable(both, 0.2)
+    assert both["variants"]["pinned"]["unstable_reason"] == (
+        "epochs spread 40% of their median; 25% apart from persistent, which does the same work here")
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import torch
 from pipeline.bench import budget
 from pipeline.bench.budget import (device_idle, exclusive, idle_split, intersect, per_step, queued_intervals, split,
                                    subtract, trace_intervals, union)
-from pipeline.bench.verdict import verdict
+from pipeline.bench.verdict import evidence, idle_shares, rule_for, verdict
 
 CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
 
@@ -169,13 +169,112 @@ def test_no_split_when_a_launch_is_missing_from_the_trace():
     assert device_idle(events, ranges, kernels, memcpy, steps=1) == {"host_wait_s": None, "launch_gap_s": None}
 
 
+def cuda_budget(overhead, compute, host_wait=None, launch_gap=None, device="cuda:0"):
+    """A budget of one part pair, in seconds per step of 0.5 s (`step_s`), on `device`."""
+    per_step = {"data_wait_s": 0.0, "copy_s": 0.0, "compute_s": compute, "overhead_s": overhead, "other_s": 0.0,
+                "steps": 4, "step_s": overhead + compute}
+    if host_wait is not None or launch_gap is not None:
+        per_step.update(host_wait_s=host_wait, launch_gap_s=launch_gap)
+    return budget.Budget(per_step=per_step, device=device)
+
+
 def test_an_overhead_bound_cuda_verdict_names_the_half_that_bounds_it():
-    parts = {"data_wait_s": 0.0, "copy_s": 0.0, "compute_s": 0.2, "other_s": 0.0, "steps": 4}
-    host = budget.Budget(per_step={**parts, "overhead_s": 0.8, "host_wait_s": 0.6, "launch_gap_s": 0.2, "step_s": 1.0},
-                         device="cuda:0")
-    gaps = budget.Budget(per_step={**parts, "overhead_s": 0.8, "host_wait_s": 0.1, "launch_gap_s": 0.7, "step_s": 1.0},
-                         device="cuda:0")
-    unsplit = budget.Budget(per_step={**parts, "overhead_s": 0.8, "step_s": 1.0}, device="cuda:0")
-    assert "(host wait 60%, launch gaps 20%)" in verdict(host) and "CUDA graph" in verdict(host)
-    assert "(host wait 10%, launch gaps 70%)" in verdict(gaps) and "fuse" in verdict(gaps)
-    assert "host wait" not in verdict(unsplit) and "CUDA graph" in verdict(unsplit)
+    host, gaps = cuda_budget(0.4, 0.1, 0.3, 0.1), cuda_budget(0.4, 0.1, 0.05, 0.35)
+    assert verdict(host).startswith("OVERHEAD-BOUND: overhead is 80% of the step (host wait 60%, launch gaps 20%); "
+                                    "the device idles with nothing queued")
+    assert "Try: capture the step as a CUDA graph" in verdict(host)
+    assert verdict(gaps).startswith("OVERHEAD-BOUND: overhead is 80% of the step (host wait 10%, launch gaps 70%); "
+                                    "the device idles between kernels already queued")
+    assert verdict(cuda_budget(0.4, 0.1)) == ("OVERHEAD-BOUND: overhead is 80% of the step; " + rule_for("overhead", "cuda")
+                                              .meaning + ". Try: " + rule_for("overhead", "cuda").try_next + ".")
+
+
+def test_the_idle_split_is_used_only_where_it_is_whole_and_overhead_bounds():
+    """A compute-bound step says nothing of the halves; a half missing, or a step of no
+    length, is no split at all."""
+    assert verdict(cuda_budget(0.1, 0.4, 0.05, 0.05)).startswith("COMPUTE-BOUND: compute is 80% of the step; the model")
+    for half in ({"host_wait_s": None}, {"launch_gap_s": None}):
+        partial = cuda_budget(0.4, 0.1, 0.3, 0.1)
+        partial.per_step.update(half)
+        assert "host wait" not in verdict(partial)
+    assert idle_shares({"host_wait_s": 0.0, "launch_gap_s": 0.0, "step_s": 0.0}) is None
+
+
+def test_the_cpu_has_rules_of_its_own_for_overhead_and_copy():
+    assert rule_for("overhead", "cpu").meaning.startswith("Python and op dispatch inside the step")
+    assert rule_for("overhead", "cuda:0").meaning.startswith("Python and kernel launches")
+    assert rule_for("copy", "cpu") is not rule_for("copy", "cuda") and rule_for("compute", "cpu") is rule_for("compute", "cuda")
+    said = verdict(cuda_budget(0.4, 0.1, device="cpu"))
+    assert said.startswith("OVERHEAD-BOUND: overhead is 80% of the step; Python and op dispatch inside the step")
+
+
+def test_evidence_quotes_the_closest_pair_the_ladder_ran():
+    rule = rule_for("overhead", "cuda")  # (device -> graphed), then (graphed -> compiled)
+    ladder = {"variants": {"graphed": {"train_s": 2.0}, "compiled": {"train_s": 1.0, "extrapolated": True}}}
+    assert evidence(rule, ladder) == " On this machine's ladder (bench): `graphed` 2 -> `compiled` 1 (sampled) s/epoch."
+    ladder["variants"]["device"] = {"train_s": 4.0, "unstable": True}
+    ladder.update(dataset="mnist", machine={"device": "cpu"}, params={"quick": True})
+    assert evidence(rule, ladder) == (" On this machine's ladder (mnist, on cpu) (a quick run): "
+                                      "`device` 4 (unstable) -> `graphed` 2 s/epoch.")
+    assert evidence(rule, None) == "" and evidence(rule, {"dataset": "mnist"}) == ""
+    assert evidence(rule, {"variants": {"device": {"train_s": 4.0}}}) == ""
+
+
+def test_queued_from_the_earliest_launch_call_and_every_unmatched_event_counted():
+    events = [event("cudaLaunchKernel", 2.0, 2.1, id=5), event("cudaLaunchKernel", 1.0, 1.1, id=5),
+              event("k", 3, 4, device=CUDA, id=5), event("lost", 5, 6, device=CUDA, id=6),
+              event("lost too", 7, 8, device=CUDA, id=7)]
+    assert queued_intervals(events) == ([(1.0, 3.0)], 2)
+
+
+def test_device_idle_is_per_step_rounded_to_a_microsecond_and_sums_to_the_overhead():
+    """The graph trace of `test_a_graphs_kernels_are_queued_from_its_one_launch` over three
+    steps: host wait 0.6 and launch gaps 1.6 in all."""
+    events = [event("budget:step", 0, 4.5), event("cudaGraphLaunch", 0.1, 0.3, id=9),
+              event("k1", 1, 2, device=CUDA, id=9), event("k2", 2.5, 3, device=CUDA, id=9),
+              event("k3", 3.2, 4, device=CUDA, id=9)]
+    ranges, _, kernels, memcpy = trace_intervals(events)
+    idle = device_idle(events, ranges, kernels, memcpy, steps=3)
+    assert idle == {"host_wait_s": 0.2, "launch_gap_s": 0.533333}
+    assert round(idle["host_wait_s"] + idle["launch_gap_s"], 6) == per_step(
+        split(ranges, [], kernels, memcpy, cuda=True), 3)["overhead_s"]
+
+
+def test_per_step_rounds_to_a_microsecond_and_leaves_the_ratio_out_without_a_clock():
+    out = budget.per_step({"data_wait": 0.0, "copy": 0.0, "compute": 1.0, "overhead": 0.0, "other": 0.0}, 3, 3.0)
+    assert out == {"data_wait_s": 0.0, "copy_s": 0.0, "compute_s": 0.333333, "overhead_s": 0.0, "other_s": 0.0,
+                   "step_s": 0.333333, "steps": 3, "wall_s": 1.0, "vs_wall": 0.333}
+    assert budget.per_step(dict.fromkeys(budget.PARTS, 0.0), 1, 0.0)["vs_wall"] is None
+
+
+def test_step_flops_counts_the_host_ops_that_start_inside_a_step():
+    """Steps 1-2 and 3-4 (the ends included); an op before, between or after them, a device
+    event and an op without a count add nothing."""
+    def op(start, flops=None, device=CPU):
+        e = event("aten::mm", start, start + 0.1, device=device)
+        if flops is not None:
+            e.flops = flops
+        return e
+
+    events = [op(1.5, 100), op(2.0, 10), op(3.0, 1000), op(0.5, 1), op(2.5, 2), op(4.5, 3), op(1.6, 5, device=CUDA),
+              op(1.7, 0), op(1.8)]
+    assert budget.step_flops(events, [(1, 2), (3, 4)]) == 1110
+
+
+def test_the_profiler_records_the_device_only_on_cuda():
+    from torch.profiler import ProfilerActivity
+
+    assert budget._activities(torch.device("cpu")) == [ProfilerActivity.CPU]
+    assert budget._activities(torch.device("cuda")) == [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
+
+def test_to_json_holds_every_figure_its_shares_and_the_bound():
+    per = {"data_wait_s": 0.1, "copy_s": 0.0, "compute_s": 0.15, "overhead_s": 0.05, "other_s": 0.0, "step_s": 0.3,
+           "steps": 4}
+    b = budget.Budget(per_step=per, device="cuda:0", kernels_per_step=12.0, flop_per_step=3e9, peak_device_bytes=1024)
+    assert b.to_json() == {"device": "cuda:0", **per, "bound": "compute", "partial": False, "kernels_per_step": 12.0,
+                           "share": {"data_wait": 0.3333, "copy": 0.0, "compute": 0.5, "overhead": 0.1667, "other": 0.0},
+                           "flop_per_step": 3e9, "achieved_flop_s": pytest.approx(1e10), "peak_device_bytes": 1024}
+    empty = budget.Budget(per_step={**dict.fromkeys(per, 0.0), "steps": 1}, device="cpu", flop_per_step=3e9)
+    assert empty.shares() == dict.fromkeys(budget.PARTS, 0.0) and empty.to_json()["achieved_flop_s"] is None
+    assert budget.Budget(per_step=per, device="cpu").to_json()["achieved_flop_s"] is None

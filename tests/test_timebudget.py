@@ -159,3 +159,16 @@ def test_outside_the_window_nothing_is_profiled_and_the_items_are_untouched():
 def test_bad_window_sizes_are_refused(steps, skip):
     with pytest.raises(ValueError, match="steps must be an int >= 1 and skip an int >= 0"):
         TimeBudget("cpu", steps=steps, skip=skip)
+
+
+def test_a_window_of_one_step_and_the_flops_only_when_asked():
+    """One profiled step is a budget of one step; `flops=False` counts none (no figure, not
+    zero), `flops=True` counts the step's matmuls."""
+    for flops in (False, True):
+        budget = TimeBudget("cpu", steps=1, skip=0, flops=flops)
+        _loop("compute", budget, steps=2)
+        assert budget.result is not None and budget.result.per_step["steps"] == 1
+        if flops:
+            assert budget.result.flop_per_step >= 4 * 2 * 640 ** 3  # the four 640 x 640 products, at least
+        else:
+            assert budget.result.flop_per_step is None

@@ -115,9 +115,10 @@ def exclusive(window: Interval, layers: list[tuple[str, list[Interval]]]) -> dic
     return {name: length(intervals) for name, intervals in claims(window, layers).items()}
 
 
-def _window_and_layers(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[Interval],
-                       memcpy: list[Interval], cuda: bool) -> tuple[Interval, list[tuple[str, list[Interval]]]]:
-    """The pass's window and its parts' layers in priority order (see the module)."""
+def _window_and_layers(ranges: dict[str, list[Interval]], kernels: list[Interval], memcpy: list[Interval],
+                       cuda: bool, ops: list[Interval] = ()) -> tuple[Interval, list[tuple[str, list[Interval]]]]:
+    """The pass's window and its parts' layers in priority order (see the module); the host's
+    ops count only on the CPU."""
     marked = [i for name in ("data_wait", "copy", "step") for i in ranges.get(name, [])]
     if not marked:
         raise ValueError("a profiled pass with no marked range")
@@ -140,7 +141,7 @@ def split(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[
     """The parts of a profiled pass, in seconds, from its marked ranges (`data_wait`, `copy`,
     `step`), the host's top-level op intervals and, on CUDA, the device's kernel and memcpy
     intervals (all in seconds on one clock)."""
-    parts = exclusive(*_window_and_layers(ranges, ops, kernels, memcpy, cuda))
+    parts = exclusive(*_window_and_layers(ranges, kernels, memcpy, cuda, ops))
     return {name: parts.get(name, 0.0) for name in PARTS}
 
 
@@ -149,7 +150,7 @@ def idle_split(ranges: dict[str, list[Interval]], kernels: list[Interval], memcp
     """CUDA's `overhead` (the device idle inside a step) in two, in seconds: `launch_gap`
     while launched work waited to start (`queued`: from each launch call to its kernel's
     start), `host_wait` while nothing was queued. They sum to `split`'s overhead exactly."""
-    overhead = claims(*_window_and_layers(ranges, [], kernels, memcpy, cuda=True))["overhead"]
+    overhead = claims(*_window_and_layers(ranges, kernels, memcpy, cuda=True))["overhead"]
     gap = length(intersect(overhead, queued))
     return {"host_wait": length(overhead) - gap, "launch_gap": gap}
 

@@ -85,11 +85,11 @@ class BenchSettings:
         if variant == "graphed":
             return Execution(cuda_graph=True)
         options = self.compiled.get(device.type) or {}
-        autocast = options.get("autocast", False)
+        autocast = options.get("autocast")
         return Execution(compile_mode=str(options.get("compile_mode", "none")),
                          autocast=native_bf16(device) if autocast == "auto" else bool(autocast),
-                         channels_last=bool(options.get("channels_last", False)),
-                         cuda_graph=bool(options.get("cuda_graph", False)))
+                         channels_last=bool(options.get("channels_last")),
+                         cuda_graph=bool(options.get("cuda_graph")))
 
 
 # pragma: no mutate start (runs training and probes the device: exercised by test_bench, too slow per mutant)

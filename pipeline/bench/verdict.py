@@ -78,17 +78,16 @@ def _figure(name: str, variant: dict) -> str:
 def evidence(rule: Rule, ladder: dict | None) -> str:
     """What the rule's closest change did on the ladder given (a bench metrics document), in
     words: the first of its rung pairs that the ladder ran."""
-    if not ladder:
+    variants = (ladder or {}).get("variants") or {}
+    pair = next(((before, after) for before, after in rule.rungs if before in variants and after in variants), None)
+    if pair is None:
         return ""
-    variants = ladder.get("variants", {})
-    said = [f"{_figure(before, variants[before])} -> {_figure(after, variants[after])} s/epoch"
-            for before, after in rule.rungs if before in variants and after in variants][:1]  # the first: the closest
-    if not said:
-        return ""
+    before, after = pair
     device = (ladder.get("machine") or {}).get("device")
     where = f"{ladder.get('dataset', 'bench')}" + (f", on {device}" if device else "")
     quick = " (a quick run)" if (ladder.get("params") or {}).get("quick") else ""
-    return f" On this machine's ladder ({where}){quick}: " + "; ".join(said) + "."
+    return (f" On this machine's ladder ({where}){quick}: "
+            f"{_figure(before, variants[before])} -> {_figure(after, variants[after])} s/epoch.")
 
 
 def verdict(budget, ladder: dict | None = None) -> str:
