@@ -92,3 +92,36 @@ def test_csv_edition_copied_with_header_added(tmp_path):
     (tmp_path / "junk.csv").write_text("hello,world\n")
     with pytest.raises(DataError, match="line 1 is neither the header"):
         copy_csv(tmp_path / "junk.csv", tmp_path / "bad.csv")
+
+
+def test_a_csv_edition_is_bounded_by_its_rows_and_kept_inside_its_folder(tmp_path):
+    """With `rows`, a copy takes at most a header and that many rows' worth of bytes (the
+    convert stage checks each line): exactly that many pass, one byte more is refused and
+    nothing is written; a link leading out of the raw folder is refused."""
+    from pipeline.core.bounded import UnsafeFileError
+    from pipeline.core.dataset import CSV_HEADER_MAX, CSV_LINE_MAX
+
+    cap = CSV_HEADER_MAX + 2 * CSV_LINE_MAX
+    (tmp_path / "full.csv").write_bytes(HEADER.encode() + b"1" * (cap - len(HEADER)))
+    copy_csv(tmp_path / "full.csv", tmp_path / "ok.csv", rows=2)
+    assert (tmp_path / "ok.csv").stat().st_size == cap
+    (tmp_path / "over.csv").write_bytes(HEADER.encode() + b"1" * (cap + 1 - len(HEADER)))
+    with pytest.raises(DataError, match=f"more than {cap:,} bytes, more than a header and the split's 2 rows"):
+        copy_csv(tmp_path / "over.csv", tmp_path / "no.csv", rows=2)
+    assert not (tmp_path / "no.csv").exists()
+    copy_csv(tmp_path / "over.csv", tmp_path / "unbounded.csv")  # no rows given: no bound
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "train.csv").symlink_to(tmp_path / "full.csv")
+    with pytest.raises(UnsafeFileError):
+        copy_csv(raw / "train.csv", tmp_path / "out.csv", within=raw)
+
+
+def test_render_takes_the_csv_editions_a_mirror_served(tmp_path):
+    """A raw folder holding `{train,test}.csv` (a CSV mirror) is copied, not read as IDX."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "test"):
+        (raw / f"{split}.csv").write_bytes(b"5," + b",".join([b"0"] * 784) + b"\n")
+    render_csvs(raw, tmp_path / "csv", {"train": 1, "test": 1})
+    assert (tmp_path / "csv" / "train.csv").read_bytes() == HEADER.encode() + (raw / "train.csv").read_bytes()
