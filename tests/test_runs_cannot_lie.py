@@ -444,6 +444,38 @@ def test_write_split_refuses_a_users_folder_that_holds_some_manifest_json(tmp_pa
         assert snapshot(user) == before
 
 
+def test_only_a_manifest_of_the_shard_format_inside_the_folder_makes_a_folder_ours(tmp_path):
+    """A manifest.json without the format's version (an int) and its shard list, or one that
+    is a link to a manifest elsewhere, is not ours: refused, untouched. Our own folder with the
+    writer's leftover temporary beside it is ours: replaced."""
+    from pipeline.core.errors import InputError
+
+    images, labels = make_split(40, 0)
+    own = tmp_path / "own"
+    write_shards(images, labels, own, dataset="t", split="train", samples_per_shard=40)
+    manifest = json.loads((own / "manifest.json").read_text())
+    for i, text in enumerate([json.dumps({k: v for k, v in manifest.items() if k != "format_version"}),
+                              json.dumps({**manifest, "format_version": str(manifest["format_version"])}),
+                              json.dumps({k: v for k, v in manifest.items() if k != "shards"}), "[1, 2]"]):
+        other = tmp_path / f"other{i}"
+        other.mkdir()
+        (other / "manifest.json").write_text(text)
+        (other / "shard-00000.safetensors").write_bytes(b"the user's")
+        before = snapshot(other)
+        with pytest.raises(InputError, match="refusing to replace it"):
+            write_shards(images, labels, other, dataset="t", split="train", samples_per_shard=40)
+        assert snapshot(other) == before
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "manifest.json").symlink_to(own / "manifest.json")
+    with pytest.raises(InputError, match="refusing to replace it"):
+        write_shards(images, labels, linked, dataset="t", split="train", samples_per_shard=40)
+    assert (linked / "manifest.json").is_symlink()
+    (own / ".manifest.json.tmp").write_text("{")  # a writer stopped mid-manifest
+    write_shards(images, labels, own, dataset="t", split="train", samples_per_shard=20)
+    assert sorted(os.listdir(own)) == ["manifest.json", "shard-00000.safetensors", "shard-00001.safetensors"]
+
+
 # ---------------------------------------------------------------- 6. two nodes that disagree
 
 

@@ -312,6 +312,37 @@ def test_parts_that_do_not_tile_the_split_are_refused(tmp_path, pieces, message)
     assert not (folder / "manifest.json").exists() and len(list((folder / ".parts").glob("*.json"))) == len(pieces)
 
 
+@pytest.mark.parametrize("key, second", [
+    ("dataset", {"dataset": "e"}), ("fields", {"sample": "wide labels"}), ("compression", {"compression": "zstd"}),
+    ("compression", {"compression": "zstd", "level": 9}), ("samples_per_shard", {"samples_per_shard": 12})])
+def test_a_part_that_differs_in_any_setting_is_named(tmp_path, key, second):
+    """Every setting a merged split records must agree across its parts: the first part that
+    differs is named with the setting, and no manifest is written."""
+    from pipeline.shards.format import Field, Sample
+
+    images, labels = make_split(48, 7)
+    folder = tmp_path / "parts"
+    first = {"compression": "zstd"} if "level" in second else {}
+    _parts(folder, images, labels, [0, 24], 24, **first)
+    options = {"sample": MNIST, "dataset": "d", "split": "train", "samples_per_shard": 24, **first, **second}
+    if options["sample"] == "wide labels":
+        options["sample"] = Sample((MNIST.fields[0], Field(MNIST.fields[1].name, "int64", MNIST.fields[1].shape)))
+    write_part({"images": images[24:], "labels": labels[24:]}, folder, first_sample=24, **options)
+    with pytest.raises(ShardError, match=rf"000000000024\.json: {key} .* differs from the first part's"):
+        merge_parts(folder)
+    assert not (folder / "manifest.json").exists()
+
+
+def test_merged_zstd_parts_keep_their_level(tmp_path):
+    images, labels = make_split(48, 7)
+    _parts(tmp_path / "parts", images, labels, [0, 24, 48], 24, compression="zstd", level=9)
+    merged = merge_parts(tmp_path / "parts")
+    whole = write_shards(images, labels, tmp_path / "whole", dataset="d", split="train", samples_per_shard=24,
+                         compression="zstd", level=9)
+    assert merged["compression"] == whole["compression"] and merged["compression"]["level"] == 9
+    assert merged["shards"] == whole["shards"]
+
+
 def test_parts_written_with_other_settings_are_refused(tmp_path):
     images, labels = make_split(48, 7)
     folder = tmp_path / "parts"
