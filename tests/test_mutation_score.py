@@ -52,11 +52,12 @@ def test_rows_of_an_earlier_run_stand_for_the_modules_not_run_marked_with_its_co
     meta(tmp_path / "shards" / "order.py.meta", {"a": None})
     meta(tmp_path / "bench" / "verdict.py.meta", {"a": None})
     meta(tmp_path / "stages" / "fetch.py.meta", {"a": None})
-    text = mutation_score.render(mutation_score.scores(tmp_path), None, earlier=rows)
+    text = mutation_score.render(mutation_score.scores(tmp_path), None, earlier=rows, commit="fedcba9")
+    assert "mutmut results, commit fedcba9;" in text  # the run's own commit, not a carried row's
     lines = text.splitlines()
     assert "| `shards/order` (commit 8c08e9a) | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80% |" in lines
     assert "| `bench/verdict` (commit 0123abc) | 4 | 4 | 0 | 0 | 0 | 0 | 0 | 100% |" in lines
     assert "| **all** | 16 | 13 | 3 | 0 | 0 | 0 | 0 | 81% |" in lines
-    assert "Not run this time: `stages/fetch`." in text and "an earlier run's" in text
+    assert "Not run this time: `stages/fetch`." in text and "measured by the run at that commit" in text
     again = mutation_score.earlier_rows(text)
     assert again["shards/order"][1] == "8c08e9a" and again["shards/mapped"][1] != "8c08e9a"

@@ -48,7 +48,7 @@ def earlier_rows(text: str) -> dict[str, tuple[Counter, str]]:
 
 
 def render(table: dict[str, Counter], seconds: float | None, note: str = "",
-           earlier: dict[str, tuple[Counter, str]] | None = None) -> str:
+           earlier: dict[str, tuple[Counter, str]] | None = None, commit: str | None = None) -> str:
     """The table of the modules whose mutants were run, then those an earlier table measured
     (`earlier_rows`) marked with its commit; the modules neither measured are named below."""
     lines = ["| module | mutants | " + " | ".join(COLUMNS) + " | score |",
@@ -65,13 +65,13 @@ def render(table: dict[str, Counter], seconds: float | None, note: str = "",
         total.update(counts)
         lines.append(_row(f"`{module}`", counts))
     for module in carried:
-        counts, commit = earlier[module]
+        counts, measured_at = earlier[module]
         total.update(counts)
-        lines.append(_row(f"`{module}` (commit {commit})", counts))
+        lines.append(_row(f"`{module}` (commit {measured_at})", counts))
     lines.append(_row("**all**", total))
     ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
-    footer = (f"\nmutmut {ran}, commit {_commit()}; score = (killed + timeout) / (mutants - not checked)."
-              + (" A row marked with a commit is an earlier run's, at that commit: its module was not run this time."
+    footer = (f"\nmutmut {ran}, commit {commit or _commit()}; score = (killed + timeout) / (mutants - not checked)."
+              + (" A row marked with a commit was measured by the run at that commit: its module was not in this run."
                  if carried else "")
               + (f" Not run this time: {', '.join(skipped)}." if skipped else "")
               + (f" {note}" if note else ""))
@@ -100,9 +100,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="how long the mutmut run took")
     parser.add_argument("--note", default="", help="a sentence on how the run went (stopped, resumed, ...)")
     parser.add_argument("--keep", type=Path, help="an earlier table whose rows stand for the modules not run")
+    parser.add_argument("--commit", help="the commit the run tested, where it is no longer HEAD")
     args = parser.parse_args()
     earlier = earlier_rows(args.keep.read_text(encoding="utf-8")) if args.keep and args.keep.is_file() else None
-    print(render(scores(args.meta), args.seconds, args.note, earlier), end="")
+    print(render(scores(args.meta), args.seconds, args.note, earlier, args.commit), end="")
 
 
 if __name__ == "__main__":
