@@ -423,6 +423,7 @@ def drip_server(tiny):
     server.server_close()
 
 
+@pytest.mark.slow  # several seconds: a deadline waited out
 def test_slow_drip_mirror_is_given_up_at_the_deadline(tmp_path, tiny, drip_server):
     """One byte every 0.2 s never trips a 1 s read timeout; the deadline (1.5 s) ends it, and
     the next mirror serves the file."""
@@ -877,6 +878,7 @@ def csv_lines(draw):
     return lines
 
 
+@pytest.mark.slow  # several seconds: 60 generated cases
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(lines=csv_lines(), end=st.sampled_from([b"\n", b"\r\n"]), block=st.sampled_from([4096, 1 << 16]))

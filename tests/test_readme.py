@@ -120,6 +120,7 @@ def test_pages_show_no_path_of_a_development_machine():
         assert not found, f"{page.relative_to(ROOT)}: {found[:3]}"
 
 
+@pytest.mark.slow  # several seconds: starts a browser
 def test_every_chart_image_draws_in_a_browser():
     """docs/img/*.svg as GitHub shows them, opened in a real headless Chromium: each parses as
     SVG (a title with an unescaped character would give an XML error page instead), has a

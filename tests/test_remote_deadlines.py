@@ -100,6 +100,7 @@ def test_a_healthy_store_is_read(store, tmp_path):
     assert [len(field) for field in data.batch([0, 99])] == [2, 2]
 
 
+@pytest.mark.slow  # several seconds: deadlines waited out, three tries each
 @pytest.mark.parametrize("mode, message", [
     ("mute", "no data within 1 s of asking (connect + first byte)"),
     ("trickle", "no data within 1 s of asking"),   # 200 bytes/s: a 1 MiB read never completes in time
@@ -120,6 +121,7 @@ def test_a_slow_store_ends_the_fetch_within_its_deadlines(store, tmp_path, mode,
     assert not list((tmp_path / "cache" / "objects").glob("*.safetensors"))      # nothing half-fetched kept
 
 
+@pytest.mark.slow  # several seconds: deadlines waited out, three tries each
 def test_a_rate_under_the_minimum_is_refused(store, tmp_path):
     """Small reads that each arrive, but slower than the minimum over a window."""
     server, url = store

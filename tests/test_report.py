@@ -166,6 +166,7 @@ def test_time_to_accuracy_is_shown_reached_or_not(tmp_path):
     assert "| 12.3 s to 98% (`device`) |" in page  # no seeds taken: the headline's cell is the least
 
 
+@pytest.mark.slow  # several seconds: four report runs, each a process
 def test_the_time_to_accuracy_over_seeds_is_shown_under_its_ladder(tmp_path):
     doc = new_doc()
     doc["seeds"] = {"variant": "device", "target": 0.98, "seeds": [43, 44, 45], "seconds": [12.34, 11.0, None],
