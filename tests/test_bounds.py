@@ -878,7 +878,6 @@ def csv_lines(draw):
     return lines
 
 
-@pytest.mark.slow  # several seconds: 60 generated cases
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(lines=csv_lines(), end=st.sampled_from([b"\n", b"\r\n"]), block=st.sampled_from([4096, 1 << 16]))
