@@ -278,6 +278,10 @@ def test_rank_split_disjoint_equal_batches(arrays, drop_last):
     (b'{"images": {"dtype": "U8", "shape": [64, 28, 28]}}', r"tensor 'images' has no valid data_offsets"),
     (b'{"images": ', r"not a readable safetensors header"),
     (b'{"images": {}}' + b" " * 30 + b"x", r"not a readable safetensors header"),  # data after the padding
+    (b"[" * 100_000, r"not a readable safetensors header \(nested too deeply\)"),  # no RecursionError
+    (b'{"labels": {}, "labels": {}}', r"not a readable safetensors header \(key 'labels' is given twice\)"),
+    (b'{"images": NaN}', r"not a readable safetensors header \(NaN is not a number JSON allows\)"),
+    (b'{"images": "\xff"}', r"not a readable safetensors header \('utf-8' codec can't decode"),
 ])
 def test_malformed_shard_header(tmp_path, arrays, header, message):
     write_shards(*arrays, tmp_path / "s", dataset="tiny", split="train", samples_per_shard=64)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import math
 import mmap
 import os
@@ -27,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.core.bounded import UnsafeFileError, plain_descriptor
+from pipeline.core.bounded import UnsafeFileError, parse_json, plain_descriptor
+from pipeline.core.errors import InputError
 from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, manifest_sample,
                                     max_shard_bytes, read_manifest, zstd)
 
@@ -91,9 +91,10 @@ def read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor]
     if not 0 < size < MAX_HEADER:
         raise ShardError(f"{path}: not a safetensors shard (header length {size})")
     try:
-        header = json.loads(source.read(size).decode())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ShardError(f"{path}: not a readable safetensors header ({err})") from None
+        header = parse_json(source.read(size).decode(), path, finite=True)
+    except (InputError, UnicodeDecodeError) as err:  # InputError: not JSON, nested too deeply, a key twice
+        reason = str(err).removeprefix(f"{path}: not valid JSON (").removesuffix(")")
+        raise ShardError(f"{path}: not a readable safetensors header ({reason})") from None
     if not isinstance(header, dict):
         raise ShardError(f"{path}: not a safetensors header (JSON {type(header).__name__}, not an object)")
     metadata = header.pop("__metadata__", {})
