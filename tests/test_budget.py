@@ -11,7 +11,7 @@ import torch
 from pipeline.bench import budget
 from pipeline.bench.budget import (device_idle, exclusive, idle_split, intersect, per_step, queued_intervals, split,
                                    subtract, trace_intervals, union)
-from pipeline.bench.verdict import evidence, idle_shares, rule_for, verdict
+from pipeline.bench.verdict import evidence, rule_for, verdict
 
 CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
 
@@ -197,7 +197,9 @@ def test_the_idle_split_is_used_only_where_it_is_whole_and_overhead_bounds():
         partial = cuda_budget(0.4, 0.1, 0.3, 0.1)
         partial.per_step.update(half)
         assert "host wait" not in verdict(partial)
-    assert idle_shares({"host_wait_s": 0.0, "launch_gap_s": 0.0, "step_s": 0.0}) is None
+    assert cuda_budget(0.0, 0.0, 0.0, 0.0).idle_shares() is None
+    assert cuda_budget(0.4, 0.1, 0.3, 0.1).idle_shares() == pytest.approx({"host_wait": 0.6, "launch_gap": 0.2})
+    assert cuda_budget(0.4, 0.1).idle_shares() is None
 
 
 def test_the_cpu_has_rules_of_its_own_for_overhead_and_copy():

@@ -306,10 +306,21 @@ class Budget:
     peak_device_bytes: int | None = None     # the device memory's high-water mark in the window (CUDA)
     partial: bool = False                    # the loader ended, or the loop left, before the window's end
 
+    def _of_step(self, seconds: float) -> float:
+        total = self.per_step["step_s"]
+        return seconds / total if total > 0 else 0.0
+
     def shares(self) -> dict[str, float]:
         """Each part's fraction of the step."""
-        total = self.per_step["step_s"]
-        return {part: (self.per_step[f"{part}_s"] / total if total > 0 else 0.0) for part in PARTS}
+        return {part: self._of_step(self.per_step[f"{part}_s"]) for part in PARTS}
+
+    def idle_shares(self) -> dict[str, float] | None:
+        """The overhead's two halves (host wait, launch gaps) as fractions of the step; None
+        where the budget did not split it (off CUDA, a launch missing) or the step is empty."""
+        wait, gap = self.per_step.get("host_wait_s"), self.per_step.get("launch_gap_s")
+        if wait is None or gap is None or self.per_step["step_s"] <= 0:
+            return None
+        return {"host_wait": self._of_step(wait), "launch_gap": self._of_step(gap)}
 
     def bound(self) -> str:
         """The part that takes the most of the step."""

@@ -96,18 +96,10 @@ def verdict(budget, ladder: dict | None = None) -> str:
     bound = budget.bound()
     rule = rule_for(bound, budget.device)
     share = budget.shares()[bound]
-    halves = idle_shares(budget.per_step) if bound == "overhead" else None
+    halves = budget.idle_shares() if bound == "overhead" else None
     detail = ""
     if halves:
         rule = IDLE_RULES[max(halves, key=halves.__getitem__)]
         detail = f" (host wait {halves['host_wait']:.0%}, launch gaps {halves['launch_gap']:.0%})"
     return (f"{LABELS[bound].upper()}-BOUND: {LABELS[bound]} is {share:.0%} of the step{detail}; {rule.meaning}. "
             f"Try: {rule.try_next}.{evidence(rule, ladder)}")
-
-
-def idle_shares(per_step: dict) -> dict[str, float] | None:
-    """The overhead's halves as fractions of the step, where the budget split it (CUDA)."""
-    wait, gap, step = per_step.get("host_wait_s"), per_step.get("launch_gap_s"), per_step.get("step_s") or 0
-    if wait is None or gap is None or step <= 0:
-        return None
-    return {"host_wait": wait / step, "launch_gap": gap / step}
