@@ -457,6 +457,41 @@ def test_an_interrupted_epoch_resumes_on_another_world_size(world, batch, then_w
         ShardSampler(37, 4, shuffle=True, seed=4).load_state_dict({**states[0], "due": [[5, 2]]})
 
 
+def test_an_epoch_stopped_many_times_on_changing_worlds_takes_every_sample_once():
+    """Preempted again and again within one epoch, each time resumed on another world size and
+    batch size: what is still due becomes many runs, each resume skips exactly the batches taken
+    (across runs of several intervals), and the epoch ends with every sample taken once."""
+    rng = np.random.default_rng(11)
+    for case in range(60):
+        count, shuffle, drop_last = int(rng.integers(1, 90)), bool(case % 2), False
+        taken, state = [], None
+        for stop in range(int(rng.integers(1, 5)) + 1):
+            world, batch = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+            samplers = [ShardSampler(count, batch, shuffle=shuffle, seed=4, rank=r, world_size=world, drop_last=drop_last)
+                        for r in range(world)]
+            for sampler in samplers:
+                if state is not None:
+                    sampler.load_state_dict(state)
+            total = samplers[0].steps(samplers[0].due)
+            steps = int(rng.integers(1, total + 1))  # an iteration started: its plan is known
+            for sampler in samplers:
+                batches = iter(sampler)
+                taken += [int(i) for _ in range(steps) for i in next(batches)]
+            states = [sampler.state_dict(steps) for sampler in samplers]
+            assert all(s == states[0] for s in states), case  # the same on every rank
+            state = states[0]
+            if state["epoch"] == 1:
+                break
+            due = [i for a, b in state["due"] for i in range(a, b)]  # positions in epoch 0's order
+            order = samplers[0].order(0)
+            assert sorted(order[due].tolist()) == sorted(set(range(count)) - set(taken)), case
+        if state["epoch"] == 0:  # the rest on one rank
+            last = ShardSampler(count, 3, shuffle=shuffle, seed=4)
+            last.load_state_dict(state)
+            taken += [int(i) for b in last for i in b]
+        assert sorted(taken) == list(range(count)), case
+
+
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_the_loader_resumes_mid_epoch(mnist_split, workers):
     """`state_dict` counts the batches the loop took, not those the DataLoader fetched ahead
