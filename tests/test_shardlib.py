@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 from pipeline.shards import (DeviceBatches, Field, Int64, Sample, ShardDataset, ShardError, ShardSampler, UnitFloat,
                              merge_parts, read_split, write_part, write_split)
 from pipeline.shards.mapped import MappedSplit
+from pipeline.shards.order import MAX_INTERVALS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -187,9 +188,19 @@ def test_a_state_for_another_order_is_refused_in_one_line():
     for key, value, message in (("seed", 2, "saved with seed 2"), ("count", 99, "saved with count 99"),
                                 ("shuffle", "none", "saved with shuffle 'none'"),
                                 ("due", [[5, 3]], "due interval [5, 3]"), ("epoch", 2 ** 62, "epoch 4611686018427387904"),
-                                ("due", [[0, 101]], "inside 0..100")):
+                                ("due", [[0, 101]], "inside 0..100"), ("due", [[3, 3]], "due interval [3, 3]"),
+                                ("epoch", 2 ** 31, "epoch 2147483648"), ("epoch", 2 ** 32, "epoch 4294967296"),
+                                ("due", [[i, i + 1] for i in range(MAX_INTERVALS + 1)], "at most 65536 intervals"),
+                                ("due", {"0": 1}, "at most 65536 intervals")):
         with pytest.raises(ShardError, match=re.escape(message)):
             ShardSampler(100, 10, shuffle=True, seed=1).load_state_dict({**state, key: value})
+    # the bounds themselves are a state: the last epoch the range holds, MAX_INTERVALS runs
+    last = ShardSampler(100, 10, shuffle=True, seed=1)
+    last.load_state_dict({**state, "epoch": 2 ** 31 - 1})
+    assert last.epoch == 2 ** 31 - 1
+    many = ShardSampler(MAX_INTERVALS * 2, 10, shuffle=True, seed=1)
+    many.load_state_dict({**many.state_dict(), "due": [[2 * i, 2 * i + 1] for i in range(MAX_INTERVALS)]})
+    assert len(many.due) == MAX_INTERVALS
 
 
 def test_the_loader_state_counts_the_batches_taken_not_those_fetched_ahead(mixed):
