@@ -1,6 +1,7 @@
 """The streaming shard writer: the same bytes as the in-memory one, in bounded memory."""
 
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -329,6 +330,44 @@ def test_a_part_that_differs_in_any_setting_is_named(tmp_path, key, second):
         options["sample"] = Sample((MNIST.fields[0], Field(MNIST.fields[1].name, "int64", MNIST.fields[1].shape)))
     write_part({"images": images[24:], "labels": labels[24:]}, folder, first_sample=24, **options)
     with pytest.raises(ShardError, match=rf"000000000024\.json: {key} .* differs from the first part's"):
+        merge_parts(folder)
+    assert not (folder / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda part: [part], r"not a part record \(JSON list, not an object\)"),
+    (lambda part: {k: v for k, v in part.items() if k != "count"}, r"\(keys\): missing \['count'\]"),
+    (lambda part: {**part, "count": "24"}, r"count: expected an integer, got '24'"),
+    (lambda part: {**part, "samples_per_shard": 0}, r"samples_per_shard: 0, expected an integer of at least 1"),
+    (lambda part: {**part, "first_sample": 0.0}, r"first_sample: 0.0, expected an integer of at least 0"),
+    (lambda part: {k: v for k, v in part.items() if k != "first_sample"}, r"first_sample: None, expected an integer"),
+    (lambda part: {**part, "compression": "none"}, r"compression: expected an object, got 'none'"),
+    (lambda part: {**part, "shards": "abc"}, r"shards: expected a list, got 'abc'"),
+    (lambda part: {**part, "block_bytes": part["block_bytes"] * 2}, r"block_bytes 32768 differs from the first part's 16384"),
+])
+def test_a_part_record_of_the_wrong_shape_is_named_before_it_is_used(tmp_path, edit, message):
+    """Part records are files in the user's folder: each is checked as a manifest before any
+    value in it is used, so a damaged one is one ShardError naming it and the key."""
+    images, labels = make_split(48, 7)
+    folder = tmp_path / "parts"
+    _parts(folder, images, labels, [0, 24, 48], 24)
+    record = folder / ".parts" / "000000000024.json"
+    record.write_text(json.dumps(edit(json.loads(record.read_text()))))
+    with pytest.raises(ShardError, match=rf"000000000024\.json: {message}"):
+        merge_parts(folder)
+    assert not (folder / "manifest.json").exists() and len(list((folder / ".parts").glob("*.json"))) == 2
+
+
+def test_a_part_record_that_links_out_of_the_folder_is_refused(tmp_path):
+    images, labels = make_split(48, 7)
+    folder = tmp_path / "parts"
+    _parts(folder, images, labels, [0, 24, 48], 24)
+    record = folder / ".parts" / "000000000024.json"
+    outside = tmp_path / "elsewhere.json"
+    outside.write_bytes(record.read_bytes())
+    record.unlink()
+    record.symlink_to(outside)
+    with pytest.raises(ShardError, match=r"000000000024\.json: not a readable part record \(.*a link to .*elsewhere\.json, outside"):
         merge_parts(folder)
     assert not (folder / "manifest.json").exists()
 

@@ -34,7 +34,8 @@ from pipeline.core.atomic import atomic_dir
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError
 from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MAX_MANIFEST, Field, Sample, ShardError,
-                                    block_bytes, new_manifest, parse_fields, shard_file, write_manifest, zstd)
+                                    block_bytes, check_manifest, new_manifest, parse_fields, shard_file, write_manifest,
+                                    zstd)
 
 
 # safetensors' `Dtype` enum order: it lays tensors out by dtype, later in this order first, then
@@ -304,6 +305,23 @@ def write_part(columns: Mapping[str, object], folder: Path, *, first_sample: int
     return writer.finish()
 
 
+def _read_part(record: Path, folder: Path) -> dict:
+    """One part record: a manifest of the part's own shards, checked as any manifest is, with
+    where the part starts and its shard size. Records are files anyone may have edited, so
+    a ShardError names the record and the key before any value is used."""
+    try:
+        part = read_json(record, MAX_MANIFEST, "part record", within=folder)
+    except (InputError, OSError) as err:
+        raise ShardError(f"{record}: not a readable part record ({err})") from None
+    if not isinstance(part, dict):
+        raise ShardError(f"{record}: not a part record (JSON {type(part).__name__}, not an object)")
+    place = {key: part.pop(key, None) for key in ("first_sample", "samples_per_shard")}
+    for key, low in (("first_sample", 0), ("samples_per_shard", 1)):
+        if type(place[key]) is not int or place[key] < low:
+            raise ShardError(f"{record}: {key}: {place[key]!r:.40}, expected an integer of at least {low}")
+    return {**check_manifest(part, record), **place}
+
+
 def merge_parts(folder: Path, source: dict | None = None) -> dict:
     """One manifest for the parts written into `folder`: every part's schema and settings the
     same, parts tiling the split from sample 0 with no gap or overlap, every part but the
@@ -314,12 +332,7 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
     records = sorted((folder / PARTS).glob("*.json")) if (folder / PARTS).is_dir() else []
     if not records:
         raise ShardError(f"{folder}: no parts to merge (expected {PARTS}/*.json written by write_part)")
-    parts = []
-    for record in records:
-        try:
-            parts.append(read_json(record, MAX_MANIFEST, "part record", within=folder))
-        except (InputError, OSError) as err:
-            raise ShardError(f"{record}: not a readable part record ({err})") from None
+    parts = [_read_part(record, folder) for record in records]
     keys = ("dataset", "split", "fields", "compression", "block_bytes", "samples_per_shard")
     first = parts[0]
     expected, entries = 0, []
@@ -341,8 +354,6 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
                             split=first["split"], count=expected, codec=compression["codec"],
                             level=compression["level"] if compression["codec"] == "zstd" else 3,
                             source=source or {}, shards=entries, block=first["block_bytes"])
-    from pipeline.shards.format import check_manifest
-
     check_manifest(json.loads(json.dumps(manifest)), folder / "manifest.json")
     write_manifest(folder, manifest)
     for record in records:
