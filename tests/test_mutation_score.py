@@ -61,3 +61,15 @@ def test_rows_of_an_earlier_run_stand_for_the_modules_not_run_marked_with_its_co
     assert "Not run this time: `stages/fetch`." in text and "measured by the run at that commit" in text
     again = mutation_score.earlier_rows(text)
     assert again["shards/order"][1] == "8c08e9a" and again["shards/mapped"][1] != "8c08e9a"
+
+
+def test_survivors_are_marked_to_run_again_and_nothing_else(tmp_path):
+    """After tests are written for survivors, only the survivors are run again: killed,
+    timed-out and never-run mutants keep what they have."""
+    meta(tmp_path / "shards" / "order.py.meta", {"a": 1, "b": 0, "c": 36, "d": None, "e": 0})
+    meta(tmp_path / "bench" / "ladder.py.meta", {"a": 1})
+    assert mutation_score.recheck_survivors(tmp_path) == 2
+    after = json.loads((tmp_path / "shards" / "order.py.meta").read_text())["exit_code_by_key"]
+    assert after == {"a": 1, "b": None, "c": 36, "d": None, "e": None}
+    assert mutation_score.scores(tmp_path)["shards/order"]["not checked"] == 3
+    assert mutation_score.recheck_survivors(tmp_path) == 0

@@ -1,6 +1,7 @@
 """The mutation score per module, from mutmut's results (mutants/pipeline/*.py.meta).
 
     python tools/mutation_score.py --seconds 1234 --keep results/mutation/score.md > score.md.new
+    python tools/mutation_score.py --recheck-survivors     # after writing tests for survivors
 
 `make mutants` runs mutmut and then this; docs/results.md embeds the table it writes. With
 `--keep`, the rows of an earlier table for modules this run left out are carried over, each
@@ -30,6 +31,21 @@ def scores(meta_dir: Path) -> dict[str, Counter]:
         name = meta.relative_to(meta_dir).as_posix().removesuffix(".py.meta")
         table[name] = Counter(status_by_exit_code[code] for code in codes)
     return table
+
+
+def recheck_survivors(meta_dir: Path) -> int:
+    """Mark every surviving mutant as not checked, so that the next `mutmut run` runs it again;
+    returns how many. mutmut keeps a verdict until its function changes, so tests written for
+    survivors are counted only after this."""
+    count = 0
+    for meta in sorted(meta_dir.rglob("*.py.meta")):
+        doc = json.loads(meta.read_text())
+        survived = [key for key, code in doc["exit_code_by_key"].items() if status_by_exit_code[code] == "survived"]
+        doc["exit_code_by_key"].update(dict.fromkeys(survived))
+        if survived:
+            meta.write_text(json.dumps(doc))
+        count += len(survived)
+    return count
 
 
 def earlier_rows(text: str) -> dict[str, tuple[Counter, str]]:
@@ -101,7 +117,12 @@ def main() -> None:
     parser.add_argument("--note", default="", help="a sentence on how the run went (stopped, resumed, ...)")
     parser.add_argument("--keep", type=Path, help="an earlier table whose rows stand for the modules not run")
     parser.add_argument("--commit", help="the commit the run tested, where it is no longer HEAD")
+    parser.add_argument("--recheck-survivors", action="store_true",
+                        help="mark the survivors not checked (after new tests), print how many, write no table")
     args = parser.parse_args()
+    if args.recheck_survivors:
+        print(f"{recheck_survivors(args.meta)} surviving mutants will be run again by the next `mutmut run`")
+        return
     earlier = earlier_rows(args.keep.read_text(encoding="utf-8")) if args.keep and args.keep.is_file() else None
     print(render(scores(args.meta), args.seconds, args.note, earlier, args.commit), end="")
 
