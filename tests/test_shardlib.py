@@ -468,3 +468,51 @@ def test_the_code_blocks_of_docs_shards_md_run(tmp_path):
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_loop_that_breaks_and_iterates_again_continues_where_it_stopped(mixed):
+    """`for batch in loader` after a `break` goes on with the next batch of the same epoch
+    (the batches the loop took are not given again), for both batched paths."""
+    root, columns = mixed
+    data = ShardDataset(root / "none")
+    labels = torch.from_numpy(columns["label"])
+    paths = {"loader": lambda: data.loader(16, shuffle=True, seed=5),
+             "device": lambda: DeviceBatches({"label": labels}, 16, shuffle=True, seed=5)}
+    for name, make in paths.items():
+        whole = make()
+        expected = torch.cat([whole.indices.cpu() for _ in whole])
+        loader, seen = make(), []
+        for stop in (3, 5):
+            for step, _ in enumerate(loader):
+                seen.append(loader.indices.cpu())
+                if step + 1 == stop:
+                    break
+        seen += [loader.indices.cpu() for _ in loader]
+        assert torch.equal(torch.cat(seen), expected), name
+        assert loader.epoch == 1, name
+
+
+def test_the_defaults_are_in_order_from_seed_0_and_options_reach_the_dataloader(mixed):
+    root, columns = mixed
+    data = ShardDataset(root / "none")
+    assert np.array_equal(np.concatenate(list(data.sampler(16))), np.arange(230))  # no shuffle by default
+    assert np.array_equal(np.concatenate(list(data.sampler(16, shuffle=True))),
+                          np.concatenate(list(data.sampler(16, shuffle=True, seed=0))))
+    loader = data.loader(16, shuffle=True, timeout=7, prefetch_factor=None)
+    assert loader.dataloader.timeout == 7
+    labels = torch.from_numpy(columns["label"])
+    default = torch.cat([y for (y,) in DeviceBatches({"label": labels}, 16, shuffle=True)])
+    assert torch.equal(default, torch.cat([y for (y,) in DeviceBatches({"label": labels}, 16, shuffle=True, seed=0)]))
+
+
+def test_device_batches_shuffle_by_shards_as_the_sampler_does(mixed):
+    """DeviceBatches with shuffle="shards" takes the split's shard counts, and its order is
+    the ShardSampler's over the same shards."""
+    root, columns = mixed
+    data = ShardDataset(root / "none")
+    labels = torch.from_numpy(columns["label"])
+    batches = DeviceBatches({"label": labels}, 16, shuffle="shards", seed=2, shard_counts=data.shard_counts)
+    order = data.sampler(16, shuffle="shards", seed=2).order(0)
+    assert torch.equal(torch.cat([y for (y,) in batches]), labels[torch.from_numpy(order)])
+    with pytest.raises(ValueError, match="needs the shard_counts"):
+        DeviceBatches({"label": labels}, 16, shuffle="shards")
