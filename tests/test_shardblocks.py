@@ -406,3 +406,26 @@ def test_a_manifest_claiming_more_blocks_than_a_split_may_have_is_refused(tmp_pa
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ShardError, match=r"the manifest's shards add up to [\d,]+ blocks of [\d,]+ bytes, more than"):
         MappedSplit(folder)
+
+
+def _unverified(mapped: MappedSplit) -> int:
+    return 0 if mapped.done is None else int((~mapped.done).sum())  # None: no block digests to verify by
+
+
+def test_the_count_of_blocks_left_to_verify_is_the_flags_not_set(split):
+    """`left` (at 0, batches check nothing more) is at every moment the number of blocks not
+    yet verified: it reaches 0 only when every block is, by batches or by `wait()`."""
+    folder, _ = split
+    for verify in ("xxh3", "sha256", "none"):
+        mapped = MappedSplit(folder, verify=verify)
+        seen = [mapped.left]
+        assert mapped.left == _unverified(mapped), verify
+        for rows in ([0, 899], [20], [450, 451], list(range(0, 900, 37))):
+            mapped.take(rows)
+            assert mapped.left == _unverified(mapped), (verify, rows)
+            seen.append(mapped.left)
+        mapped.wait()
+        assert mapped.left == 0 == _unverified(mapped), verify
+        assert seen == sorted(seen, reverse=True), verify
+        if verify == "xxh3":  # block by block: the first batches leave blocks to verify
+            assert seen[1] > 0
