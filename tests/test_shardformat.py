@@ -542,3 +542,14 @@ def test_sampler_arguments_at_their_bounds_are_accepted():
     ranks = [[b.tolist() for b in ShardSampler(5, 1, rank=r, world_size=2, shard_counts=[1, 4])] for r in (0, 1)]
     assert ranks == [[[0], [1], [2]], [[3], [4], []]]  # the last rank; equal steps, its last batch empty
     assert sorted(np.concatenate(list(ShardSampler(5, 5, shard_counts=[1, 1, 1, 1, 1]))).tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_an_epochs_order_is_part_of_the_resume_format():
+    """A saved position counts positions in an epoch's order, rebuilt from (seed, epoch) when
+    the run resumes: the order for a seed is pinned here, so a change to it (a new seed mix,
+    another shuffle) fails this test instead of resuming a checkpoint onto other samples."""
+    assert ShardSampler(12, 3, shuffle=True, seed=7).order(0).tolist() == [5, 8, 6, 9, 1, 2, 3, 7, 0, 10, 11, 4]
+    assert ShardSampler(12, 3, shuffle=True, seed=7).order(2).tolist() == [4, 10, 9, 7, 1, 6, 0, 5, 11, 2, 8, 3]
+    assert ShardSampler(12, 3, shuffle="shards", seed=7, shard_counts=[5, 4, 3]).order(1).tolist() == [
+        6, 8, 5, 7, 10, 9, 11, 0, 4, 3, 1, 2]
+    assert epoch_seed(7, 2) == 7 * 1_000_003 + 2
