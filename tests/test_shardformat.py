@@ -463,11 +463,11 @@ def test_an_epoch_stopped_many_times_on_changing_worlds_takes_every_sample_once(
     (across runs of several intervals), and the epoch ends with every sample taken once."""
     rng = np.random.default_rng(11)
     for case in range(60):
-        count, shuffle, drop_last = int(rng.integers(1, 90)), bool(case % 2), False
+        count, shuffle = int(rng.integers(1, 90)), bool(case % 2)
         taken, state = [], None
         for stop in range(int(rng.integers(1, 5)) + 1):
             world, batch = int(rng.integers(1, 5)), int(rng.integers(1, 9))
-            samplers = [ShardSampler(count, batch, shuffle=shuffle, seed=4, rank=r, world_size=world, drop_last=drop_last)
+            samplers = [ShardSampler(count, batch, shuffle=shuffle, seed=4, rank=r, world_size=world)
                         for r in range(world)]
             for sampler in samplers:
                 if state is not None:
