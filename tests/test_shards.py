@@ -290,8 +290,9 @@ def test_malformed_shard_header(tmp_path, arrays, header, message):
     manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
     manifest["shards"][0]["bytes"] = shard.stat().st_size
     (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ShardError, match=rf"shard-00000.safetensors: {message}"):
+    with pytest.raises(ShardError, match=rf"shard-00000.safetensors: {message}") as err:
         load(tmp_path / "s", verify="none")
+    assert str(err.value).count("shard-00000.safetensors") == 1   # the shard named once
 
 
 @pytest.mark.parametrize("pad", [b" " * 40, b"\n\t \r" * 10])

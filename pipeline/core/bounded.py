@@ -21,7 +21,7 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pipeline.core.errors import DataError, InputError
+from pipeline.core.errors import DataError, InputError, reason
 
 KiB, MiB = 1 << 10, 1 << 20
 TEXT_CAP = 1 * MiB      # params.yaml, sources.yaml, a figures or metrics JSON: a few KiB in practice
@@ -214,19 +214,19 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_json(data: bytes | str, source: Path | str, finite: bool = False) -> Any:
-    """JSON with no key given twice; any problem is one InputError naming the source. NaN
-    and Infinity parse, as Python writes them (`number` refuses them naming their key),
-    unless `finite` refuses them here."""
+def parse_json(data: bytes | str, source: Path | str, finite: bool = False, expected: str = "valid JSON") -> Any:
+    """JSON with no key given twice; any problem is one InputError naming the source and
+    saying it is not `expected` (what the caller reads, e.g. "a readable safetensors
+    header"). NaN and Infinity parse, as Python writes them (`number` refuses them naming
+    their key), unless `finite` refuses them here."""
     try:
         if finite:
             return json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
         return json.loads(data, object_pairs_hook=_no_duplicates)
     except RecursionError:
-        raise InputError(f"{source}: not valid JSON (nested too deeply)") from None
+        raise InputError(f"{source}: not {expected} (nested too deeply)") from None
     except ValueError as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise InputError(f"{source}: not valid JSON ({message[:200]})") from None
+        raise InputError(f"{source}: not {expected} ({reason(err)})") from None
 
 
 def read_json(path: Path, cap: int = TEXT_CAP, what: str = "JSON file", within: Path | None = None,

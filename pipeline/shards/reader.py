@@ -32,6 +32,7 @@ from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, mani
                                     max_shard_bytes, read_manifest, zstd)
 
 VERIFY = ("xxh3", "sha256", "none")
+UNREADABLE = "a readable safetensors header"   # what a header that does not parse is not
 
 def hasher(verify: str):
     """(manifest key, hash object) for a `verify` mode other than "none"."""
@@ -91,10 +92,11 @@ def read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor]
     if not 0 < size < MAX_HEADER:
         raise ShardError(f"{path}: not a safetensors shard (header length {size})")
     try:
-        header = parse_json(source.read(size).decode(), path, finite=True)
-    except (InputError, UnicodeDecodeError) as err:  # InputError: not JSON, nested too deeply, a key twice
-        reason = str(err).removeprefix(f"{path}: not valid JSON (").removesuffix(")")
-        raise ShardError(f"{path}: not a readable safetensors header ({reason})") from None
+        header = parse_json(source.read(size).decode(), path, finite=True, expected=UNREADABLE)
+    except UnicodeDecodeError as err:  # the format says UTF-8, whatever json.loads would guess from bytes
+        raise ShardError(f"{path}: not {UNREADABLE} ({err})") from None
+    except InputError as err:  # not JSON, nested too deeply, a key twice, NaN
+        raise ShardError(str(err)) from None
     if not isinstance(header, dict):
         raise ShardError(f"{path}: not a safetensors header (JSON {type(header).__name__}, not an object)")
     metadata = header.pop("__metadata__", {})

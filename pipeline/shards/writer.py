@@ -32,7 +32,7 @@ import numpy as np
 
 from pipeline.core.atomic import atomic_dir
 from pipeline.core.bounded import read_json
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, reason
 from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MAX_MANIFEST, Field, Sample, ShardError,
                                     block_bytes, check_manifest, new_manifest, parse_fields, shard_file, write_manifest,
                                     zstd)
@@ -311,8 +311,10 @@ def _read_part(record: Path, folder: Path) -> dict:
     a ShardError names the record and the key before any value is used."""
     try:
         part = read_json(record, MAX_MANIFEST, "part record", within=folder)
-    except (InputError, OSError) as err:
-        raise ShardError(f"{record}: not a readable part record ({err})") from None
+    except InputError as err:  # each names the record: too large, a link, not JSON
+        raise ShardError(str(err)) from None
+    except OSError as err:
+        raise ShardError(f"{record}: not a readable part record ({err.strerror or reason(err)})") from None
     if not isinstance(part, dict):
         raise ShardError(f"{record}: not a part record (JSON {type(part).__name__}, not an object)")
     place = {key: part.pop(key, None) for key in ("first_sample", "samples_per_shard")}
