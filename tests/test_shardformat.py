@@ -553,3 +553,60 @@ def test_an_epochs_order_is_part_of_the_resume_format():
     assert ShardSampler(12, 3, shuffle="shards", seed=7, shard_counts=[5, 4, 3]).order(1).tolist() == [
         6, 8, 5, 7, 10, 9, 11, 0, 4, 3, 1, 2]
     assert epoch_seed(7, 2) == 7 * 1_000_003 + 2
+
+
+@pytest.mark.parametrize("shuffle", [False, True, "shards"])
+def test_an_empty_split_has_no_batches_and_a_position_that_loads(shuffle):
+    """A split of 0 samples: no batches, an empty int64 order, and a saved position (no
+    interval due) that a new sampler accepts, before and after an epoch."""
+    make = lambda: ShardSampler(0, 4, shuffle=shuffle, seed=3, shard_counts=[] if shuffle == "shards" else None)
+    sampler = make()
+    for epoch in (0, 5):
+        order = sampler.order(epoch)
+        assert order.dtype == np.int64 and order.shape == (0,)
+        assert sampler.rank_order(epoch).shape == (0,)
+    assert len(sampler) == 0 and list(sampler) == []
+    for state in (sampler.state_dict(), sampler.state_dict(0)):
+        assert state["due"] == [] and state["epoch"] == 1
+        make().load_state_dict(state)
+    sampler.set_epoch(4)
+    assert sampler.state_dict() == {**sampler.state_dict(), "epoch": 4, "due": []}
+
+
+def test_the_sampler_defaults_to_seed_0():
+    assert ShardSampler(40, 8, shuffle=True).order(1).tolist() == ShardSampler(40, 8, shuffle=True, seed=0).order(1).tolist()
+    assert ShardSampler(40, 8, shuffle=True).state_dict()["seed"] == 0
+
+
+def test_shuffling_by_shards_without_the_shard_counts_is_refused():
+    with pytest.raises(ValueError, match=r'shuffle "shards" needs the shard_counts of the split'):
+        ShardSampler(8, 2, shuffle="shards")
+
+
+@pytest.mark.parametrize("epoch", [-1, 1.0, "1", True])
+def test_set_epoch_takes_only_a_non_negative_integer(epoch):
+    with pytest.raises(ValueError, match=r"epoch must be a non-negative integer, got "):
+        ShardSampler(8, 2).set_epoch(epoch)
+
+
+def test_a_position_of_batches_taken_needs_an_iteration_and_a_count_within_it():
+    """state_dict(steps) counts batches of the iteration started last: none started is
+    refused, 0 is where that iteration began, and a count outside 0..steps is refused."""
+    sampler = ShardSampler(10, 2, shuffle=True, seed=1)
+    with pytest.raises(ValueError, match=r"no iteration was started"):
+        sampler.state_dict(0)
+    sampler.load_state_dict({**sampler.state_dict(), "due": [[2, 7]]})
+    begun = sampler.state_dict()
+    next(iter(sampler))
+    assert sampler.state_dict(0) == begun
+    for steps in (-1, 4, 1.0):
+        with pytest.raises(ValueError, match=r"steps must be 0\.\.3 for this epoch, got "):
+            sampler.state_dict(steps)
+
+
+def test_the_order_of_a_fresh_epoch_ignores_a_resumed_position():
+    """rank_order(epoch) is that epoch from its beginning, whatever is left of the current one."""
+    sampler = ShardSampler(10, 2, shuffle=True, seed=1)
+    whole = sampler.rank_order(0).tolist()
+    sampler.load_state_dict({**sampler.state_dict(), "due": [[6, 10]]})
+    assert sampler.rank_order(0).tolist() == whole and sampler.rank_order().tolist() == whole[6:]

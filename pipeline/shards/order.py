@@ -65,7 +65,7 @@ def epoch_order(count: int, epoch: int, *, shuffle: str, seed: int,
     starts = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
     parts = [starts[shard] + torch.randperm(counts[shard], generator=generator).numpy()
              for shard in torch.randperm(len(counts), generator=generator).tolist()]
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return np.concatenate(parts)   # never empty: an empty split is one shard of 0 samples
 
 
 def cut(due: Sequence[Interval], world_size: int) -> list[list[Interval]]:
@@ -134,14 +134,19 @@ class ShardSampler(Sampler[np.ndarray]):
         self.rank, self.world_size, self.drop_last = rank, world_size, bool(drop_last)
         self.shard_counts = list(shard_counts) if shard_counts is not None else None
         self.epoch = 0
-        self.due: list[Interval] = [(0, count)] if count else []
+        self.due = self._whole()
         self.plan: tuple[int, list[Interval]] | None = None  # (epoch, due) of the iteration started last
+
+    def _whole(self) -> list[Interval]:
+        """A fresh epoch's positions due: the whole split as one interval, none when it is empty
+        (an empty interval is not a position a saved state may hold)."""
+        return [(0, self.count)] if self.count else []
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its beginning at the next iteration."""
         if type(epoch) is not int or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
-        self.epoch, self.due, self.plan = epoch, ([(0, self.count)] if self.count else []), None
+        self.epoch, self.due, self.plan = epoch, self._whole(), None
 
     def _runs(self, due: list[Interval]) -> list[list[Interval]]:
         return cut(due, self.world_size)
@@ -171,7 +176,7 @@ class ShardSampler(Sampler[np.ndarray]):
 
     def rank_order(self, epoch: int | None = None) -> np.ndarray:
         """The sample indices this rank takes in the next iteration (or a fresh `epoch`), in order."""
-        due = self.due if epoch is None else ([(0, self.count)] if self.count else [])
+        due = self.due if epoch is None else self._whole()
         epoch = self.epoch if epoch is None else epoch
         mine = _positions(self._runs(due)[self.rank])[: self.steps(due) * self.batch_size]
         return self.order(epoch)[mine]
@@ -182,7 +187,7 @@ class ShardSampler(Sampler[np.ndarray]):
         self.plan = (epoch, due)
         for step in range(self.steps(due)):
             yield mine[step * self.batch_size : (step + 1) * self.batch_size]
-        self.epoch, self.due = epoch + 1, ([(0, self.count)] if self.count else [])
+        self.epoch, self.due = epoch + 1, self._whole()
 
     def after(self, epoch: int, due: list[Interval], steps: int) -> tuple[int, list[Interval]]:
         """(epoch, positions still due) once every rank took `steps` batches of the plan."""
@@ -190,7 +195,7 @@ class ShardSampler(Sampler[np.ndarray]):
         if type(steps) is not int or not 0 <= steps <= total:
             raise ValueError(f"steps must be 0..{total} for this epoch, got {steps!r}")
         if steps == total:
-            return epoch + 1, ([(0, self.count)] if self.count else [])
+            return epoch + 1, self._whole()
         left = []
         for run in self._runs(due):
             skip = steps * self.batch_size
