@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.bench.ladder import (finish, flag_unstable, floor_after, native_bf16, run_bench, run_variant, steady_epochs,
-                                   summarise, time_to_accuracy)
+                                   steady_step, summarise, time_to_accuracy, with_epoch_step)
 from pipeline.core.variants import VARIANTS
 from pipeline.core.params import ParamsError
 from pipeline.stages.bench import write_bench
@@ -661,3 +661,22 @@ def test_the_floor_takes_an_epoch_after_each_fully_run_variant():
     assert [floor_after(settings, done) for done in range(4)] == [False, True, False, True]
     only_sampled = bench_settings(variants=["naive", "workers"], sample=["naive", "workers"])
     assert [floor_after(only_sampled, done) for done in range(2)] == [False, True]  # the floor still has one
+
+
+def test_the_budget_beside_the_timed_epochs_step():
+    """`with_epoch_step` rounds the epochs' seconds per step to the microsecond and the
+    ratio to 3 places; an epoch step of 0 s (nothing timed) gives no ratio, not a division."""
+    budget = {"step_s": 0.0123456}
+    assert with_epoch_step(budget, 0.01234567) == {"step_s": 0.0123456, "epoch_step_s": 0.012346, "vs_epoch": 1.0}
+    assert with_epoch_step(budget, 0.00617283)["vs_epoch"] == 2.0
+    assert with_epoch_step(budget, 0.0093)["vs_epoch"] == 1.327   # 1.32748...
+    assert with_epoch_step(budget, 0.0) == {"step_s": 0.0123456, "epoch_step_s": 0.0, "vs_epoch": None}
+
+
+def test_the_timed_step_is_the_steady_epochs_median_over_the_steps_taken():
+    """Seconds per step: the median of the epochs after the first, over the steps per epoch
+    (the sampled count when sampled), a one-step epoch divided by 1."""
+    assert steady_step(Timing(train_s=[9.0, 2.0, 4.0, 3.0]), 10) == 0.3
+    assert steady_step(Timing(train_s=[9.0, 2.0, 4.0], sampled_steps=4), 10) == 0.75
+    assert steady_step(Timing(train_s=[5.0]), 1) == 5.0
+    assert steady_step(Timing(train_s=[5.0]), 0) == 5.0   # no step counted: not a division by zero

@@ -125,3 +125,24 @@ def test_render_takes_the_csv_editions_a_mirror_served(tmp_path):
         (raw / f"{split}.csv").write_bytes(b"5," + b",".join([b"0"] * 784) + b"\n")
     render_csvs(raw, tmp_path / "csv", {"train": 1, "test": 1})
     assert (tmp_path / "csv" / "train.csv").read_bytes() == HEADER.encode() + (raw / "train.csv").read_bytes()
+
+
+def test_render_bounds_a_csv_edition_by_the_split_rows_and_keeps_it_in_the_raw_folder(tmp_path):
+    """`render_csvs` hands each split's row count and the raw folder to the copy: a CSV
+    larger than its rows can take is refused, and so is one linking out of the folder; in
+    both cases no output folder is left."""
+    from pipeline.core.bounded import UnsafeFileError
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    row = b"5," + b",".join([b"0"] * 784) + b"\n"
+    (raw / "train.csv").write_bytes(row * 20)   # more than a header and one row of 784 three-digit pixels
+    (raw / "test.csv").write_bytes(row)
+    with pytest.raises(DataError, match=r"train\.csv: more than [\d,]+ bytes, more than a header and the split's 1 rows"):
+        render_csvs(raw, tmp_path / "csv", {"train": 1, "test": 1})
+    (tmp_path / "elsewhere.csv").write_bytes(row)
+    (raw / "train.csv").unlink()
+    (raw / "train.csv").symlink_to(tmp_path / "elsewhere.csv")
+    with pytest.raises(UnsafeFileError, match=r"train\.csv"):
+        render_csvs(raw, tmp_path / "csv", {"train": 1, "test": 1})
+    assert not (tmp_path / "csv").exists()

@@ -120,3 +120,27 @@ def test_wider_types_are_written_big_endian(dtype, code):
     if dtype == np.int16:
         assert blob[14:16] == b"\x01\x02"
     np.testing.assert_array_equal(parse_idx(blob), array)
+
+
+def test_a_shape_no_array_can_have_is_named_with_its_source():
+    """An empty body whose other dimensions multiply past what numpy can hold (their product
+    with 0 is 0 bytes, so the size check passes) is one IdxError naming the file."""
+    header = (0x0804).to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in (0, 2**32 - 1, 2**32 - 1, 2**32 - 1))
+    with pytest.raises(IdxError, match=r"^odd\.idx: header says shape \(0, 4294967295, 4294967295, 4294967295\), "
+                                       r"which no array can have$"):
+        parse_idx(header, "odd.idx")
+
+
+def test_read_split_bounds_and_confines_the_labels_file_too(tmp_path):
+    """With `rows`, a labels file that declares more labels is refused by its header, before
+    its body is read; a labels file linking out of the raw folder is refused."""
+    from pipeline.core.bounded import UnsafeFileError
+
+    raw = _split(tmp_path / "raw", np.zeros((3, 28, 28), np.uint8), np.zeros(4, np.uint8))
+    with pytest.raises(IdxError, match=r"train-labels\.idx: header says shape \(4,\) \(12 bytes\), more than the 11 bytes"):
+        read_split(raw, "train", rows=3)
+    write_idx(tmp_path / "elsewhere.idx", np.zeros(3, np.uint8))
+    (raw / "train-labels.idx").unlink()
+    (raw / "train-labels.idx").symlink_to(tmp_path / "elsewhere.idx")
+    with pytest.raises(UnsafeFileError, match=r"train-labels\.idx"):
+        read_split(raw, "train", rows=3)
