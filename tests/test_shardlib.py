@@ -4,6 +4,7 @@ memory within a bound, elastic resume, parallel writes, and docs/shards.md's cod
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import subprocess
@@ -500,6 +501,7 @@ def test_the_defaults_are_in_order_from_seed_0_and_options_reach_the_dataloader(
                           np.concatenate(list(data.sampler(16, shuffle=True, seed=0))))
     loader = data.loader(16, shuffle=True, timeout=7, prefetch_factor=None)
     assert loader.dataloader.timeout == 7
+    assert loader.state_dict()["seed"] == 0 and data.sampler(16).state_dict()["seed"] == 0
     labels = torch.from_numpy(columns["label"])
     default = torch.cat([y for (y,) in DeviceBatches({"label": labels}, 16, shuffle=True)])
     assert torch.equal(default, torch.cat([y for (y,) in DeviceBatches({"label": labels}, 16, shuffle=True, seed=0)]))
@@ -516,3 +518,29 @@ def test_device_batches_shuffle_by_shards_as_the_sampler_does(mixed):
     assert torch.equal(torch.cat([y for (y,) in batches]), labels[torch.from_numpy(order)])
     with pytest.raises(ValueError, match="needs the shard_counts"):
         DeviceBatches({"label": labels}, 16, shuffle="shards")
+
+
+def test_device_batches_refuse_fields_on_two_devices():
+    """Every field of DeviceBatches is indexed by one index tensor, so all must be on one
+    device (a `meta` tensor stands in for a second device on a machine without one)."""
+    columns = {"x": torch.zeros(8, 2), "y": torch.zeros(8, device="meta")}
+    with pytest.raises(ValueError, match=r"fields on several devices: \['cpu', 'meta'\]"):
+        DeviceBatches(columns, 4)
+
+
+def _freeze_count(columns):
+    """A transform that adds how many objects the reading process has frozen (gc.freeze)."""
+    count = len(next(iter(columns.values())))
+    return {**columns, "frozen": torch.full((count,), gc.get_freeze_count())}
+
+
+def test_a_worker_freezes_what_it_inherited_and_the_main_process_does_not(mixed):
+    """A DataLoader worker freezes the objects it inherited before its first batch, so that its
+    collections leave the parent's pages shared; the main process's collections are left as
+    they are."""
+    root, _ = mixed
+    data = ShardDataset(root / "none", transform=_freeze_count)
+    before = gc.get_freeze_count()
+    assert int(data.batch([0, 1])[-1][0]) == before and gc.get_freeze_count() == before
+    counts = torch.cat([fields[-1] for fields in data.loader(64, num_workers=1)])
+    assert int(counts.min()) > before   # every batch the worker read, from its first
