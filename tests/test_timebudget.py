@@ -172,3 +172,14 @@ def test_a_window_of_one_step_and_the_flops_only_when_asked():
             assert budget.result.flop_per_step >= 4 * 2 * 640 ** 3  # the four 640 x 640 products, at least
         else:
             assert budget.result.flop_per_step is None
+
+
+def test_a_cpu_budget_claims_nothing_of_a_device():
+    """On the CPU there is no device: no kernels per step, no device memory peak, no split of
+    the device's idle time and, with flops off, no FLOP count; each is None, not 0."""
+    budget = TimeBudget("cpu", steps=4, skip=1, flops=False)
+    _loop("compute", budget)
+    result = budget.result
+    assert (result.kernels_per_step, result.peak_device_bytes, result.flop_per_step) == (None, None, None)
+    assert (result.per_step["host_wait_s"], result.per_step["launch_gap_s"]) == (None, None)
+    assert result.to_json()["device"] == "cpu"
