@@ -92,6 +92,25 @@ def test_trace_sorts_device_events():
     assert ranges == {"step": [(0, 9)]} and ops == [] and kernels == [(3, 4)] and memcpy == [(1, 2)]
 
 
+@pytest.mark.parametrize(("ranges", "cuda", "kernels", "expected"), [
+    # every part named, 0.0 where nothing of it happened
+    ({"step": [(0, 2)]}, False, [], {"data_wait": 0.0, "copy": 0.0, "compute": 0.0, "overhead": 2, "other": 0.0}),
+    # the window starts with a copy, and ends with one
+    ({"copy": [(0, 1)], "step": [(1, 5)]}, False, [], {"data_wait": 0.0, "copy": 1, "compute": 0.0, "overhead": 4,
+                                                        "other": 0.0}),
+    ({"step": [(0, 4)], "copy": [(4, 6)]}, False, [], {"data_wait": 0.0, "copy": 2, "compute": 0.0, "overhead": 4,
+                                                       "other": 0.0}),
+    # a wait after the last step (the loader's end) is outside the window
+    ({"data_wait": [(0, 1), (5, 7)], "step": [(1, 5)]}, False, [], {"data_wait": 1, "copy": 0.0, "compute": 0.0,
+                                                                    "overhead": 4, "other": 0.0}),
+    # on CUDA, the host's copy range counts as copy where no kernel runs, memcpy or not
+    ({"copy": [(0, 1)], "step": [(1, 3)]}, True, [(1, 2)], {"data_wait": 0.0, "copy": 1, "compute": 1, "overhead": 1,
+                                                            "other": 0.0}),
+])
+def test_the_window_spans_the_marked_ranges_and_every_part_is_named(ranges, cuda, kernels, expected):
+    assert split(ranges, [], kernels, [], cuda=cuda) == expected
+
+
 def test_split_needs_a_marked_range():
     with pytest.raises(ValueError, match="no marked range"):
         split({}, [], [], [], cuda=False)
