@@ -579,7 +579,7 @@ def test_the_sampler_defaults_to_seed_0():
 
 
 def test_shuffling_by_shards_without_the_shard_counts_is_refused():
-    with pytest.raises(ValueError, match=r'shuffle "shards" needs the shard_counts of the split'):
+    with pytest.raises(ValueError, match=r'^shuffle "shards" needs the shard_counts of the split$'):
         ShardSampler(8, 2, shuffle="shards")
 
 
