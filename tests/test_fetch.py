@@ -1,12 +1,14 @@
 import gzip
 import hashlib
+import io
 
 import numpy as np
 import pytest
 import yaml
 
-from pipeline.stages.fetch import FetchError, FetchSettings, fetch_dataset, load_sources, mirror_bases, parse_files
-from pipeline.stages.idx import read_idx
+from pipeline.stages.fetch import (FetchError, FetchSettings, FileSpec, _Content, fetch_dataset, load_sources, mirror_bases,
+                                   parse_files)
+from pipeline.stages.idx import idx_bytes, read_idx
 
 FAST = FetchSettings(timeout_s=1.0, retries=1, backoff_s=0.01)
 
@@ -297,3 +299,20 @@ def test_files_block_roles_and_digests():
     for bad in (digest[:-1], "g" * 64, digest + "0"):
         with pytest.raises(ValueError, match="64 hex digits"):
             parse_files({"train_csv": {"name": "a", "sha256": bad}, "test_csv": {"name": "b", "sha256": digest}})
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_content_fed_a_byte_at_a_time_is_the_file(gzipped):
+    """However the reads split it, what is written is the file's bytes, hashed, with the IDX
+    header checked once it is whole; a labels file's bound is its header's 8 bytes and a byte
+    per label of the split's rows."""
+    raw = idx_bytes(np.arange(5, dtype=np.uint8))
+    spec = FileSpec(role="train_labels", name="labels.gz", sha256=hashlib.sha256(raw).hexdigest())
+    assert spec.budget({"train": 5}) == len(raw) == 13
+    wire = gzip.compress(raw, mtime=0) if gzipped else raw
+    out = io.BytesIO()
+    content = _Content(spec, out, spec.budget({"train": 5}), {"train": 5})
+    for at in range(len(wire)):
+        content.feed(wire[at : at + 1])
+    content.finish()
+    assert out.getvalue() == raw and content.written == len(raw) and content.digest.hexdigest() == spec.sha256
