@@ -590,6 +590,26 @@ def test_damaged_zstd_shard_without_verification(tmp_path, damage, message, rows
     assert str(err.value).startswith(f"{shard}: ")
 
 
+def test_an_empty_row_range_of_a_zstd_shard_reads_nothing(tmp_path):
+    """A zstd shard is a stream: an empty range skips every tensor whole and still checks
+    that nothing follows the last one."""
+    from pipeline.shards.reader import read_shard_into
+
+    shard = _zstd_shard(tmp_path / "z")
+    entry = json.loads((shard.parent / "manifest.json").read_text())["shards"][0]
+    empty = {"images": torch.empty((0, 28, 28), dtype=torch.uint8), "labels": torch.empty(0, dtype=torch.uint8)}
+    read_shard_into(shard.parent, entry, "zstd", "none", empty, rows=(7, 7))
+    assert empty["images"].shape == (0, 28, 28) and empty["labels"].shape == (0,)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here: tests/test_gpu.py reads onto it")
+def test_a_cuda_device_without_cuda_is_one_shard_error(split_dir):
+    """Asking for CUDA where torch sees none is one line naming the split, not torch's own
+    error from deep inside a copy."""
+    with pytest.raises(ShardError, match=r": device cuda:1 asked for, but torch sees no CUDA device here"):
+        read_split(split_dir, device="cuda:1")
+
+
 def test_read_split_returns_tensors_on_the_device_asked_for(split_dir, arrays):
     """"meta" is a device every torch build has: the split must land where it was asked to."""
     images, labels = load(split_dir, device="meta")

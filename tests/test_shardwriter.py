@@ -373,6 +373,38 @@ def test_a_part_record_that_links_out_of_the_folder_is_refused(tmp_path):
     assert not (folder / "manifest.json").exists()
 
 
+def test_an_oversized_part_record_is_refused_by_what_it_is(tmp_path):
+    """A part record is read with a manifest's byte cap; one past it is refused by name and
+    kind before it is parsed."""
+    from pipeline.shards.format import MAX_MANIFEST
+
+    images, labels = make_split(48, 7)
+    folder = tmp_path / "parts"
+    _parts(folder, images, labels, [0, 24, 48], 24)
+    record = folder / ".parts" / "000000000024.json"
+    record.write_bytes(b" " * (MAX_MANIFEST + 1))
+    with pytest.raises(ShardError, match=r"000000000024\.json: .* larger than any part record can be") as err:
+        merge_parts(folder)
+    assert str(err.value).count("000000000024.json") == 1
+    assert not (folder / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("sizes", [[3, 5], [3, 1, 4], [4, 4], [1, 7, 2, 6], [0, 8, 0], [5, 11, 3, 8, 9]])
+def test_block_digests_are_those_of_the_joined_bytes(sizes):
+    """However the shard's buffers split its bytes, every `block` bytes of the whole get one
+    digest (the last may be short): blocks that span buffers hash as if joined."""
+    from xxhash import xxh3_64_digest
+
+    from pipeline.shards.writer import block_digests
+
+    data = bytes(range(256)) * 2
+    starts = np.cumsum([0, *sizes])
+    parts = [memoryview(data[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+    whole = data[: starts[-1]]
+    expected = b"".join(xxh3_64_digest(whole[at:at + 4]) for at in range(0, len(whole), 4)).hex()
+    assert block_digests(parts, 4) == expected
+
+
 def test_merged_zstd_parts_keep_their_level(tmp_path):
     images, labels = make_split(48, 7)
     _parts(tmp_path / "parts", images, labels, [0, 24, 48], 24, compression="zstd", level=9)

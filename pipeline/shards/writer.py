@@ -65,13 +65,13 @@ def _header(tensors: dict, metadata: dict[str, str] | None, align: int = 8) -> m
     return memoryview(len(text).to_bytes(8, "little") + text)
 
 
-def safetensors_parts(columns: Mapping[str, np.ndarray], metadata: dict[str, str] | None = None) -> list[memoryview]:
+def safetensors_parts(columns: Mapping[str, np.ndarray]) -> list[memoryview]:
     """An uncompressed shard as the buffers of its safetensors file, in file order: the header,
     then each column's bytes, in place. Exactly what `safetensors.numpy.save` returns, without
     its copies: it joins every tensor into one new bytes object, which took about half of an
     uncompressed write (`benchmarks/peers.py`, write-none)."""
     tensors, data = _layout(columns)
-    return [_header(tensors, metadata), *data]
+    return [_header(tensors, None), *data]
 
 
 def shard_parts(columns: Mapping[str, np.ndarray], compression: str, level: int,
@@ -80,9 +80,9 @@ def shard_parts(columns: Mapping[str, np.ndarray], compression: str, level: int,
     by field), uncompressed with the xxh3-64 of every `block` bytes of the data area listed
     in the header (`__metadata__.xxh3_64_blocks`), or zstd (one frame that states its size)."""
     if compression == "none":
-        tensors, data = _layout(columns)
         if not block:
-            return [_header(tensors, None), *data]
+            return safetensors_parts(columns)
+        tensors, data = _layout(columns)
         return [_header(tensors, {"xxh3_64_blocks": block_digests(data, block)}, DATA_ALIGN), *data]
     if compression == "zstd":
         return [memoryview(zstd().ZstdCompressor(level=level).compress(b"".join(safetensors_parts(columns))))]
