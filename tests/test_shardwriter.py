@@ -344,6 +344,8 @@ def test_a_part_that_differs_in_any_setting_is_named(tmp_path, key, second):
     (lambda part: {**part, "compression": "none"}, r"compression: expected an object, got 'none'"),
     (lambda part: {**part, "shards": "abc"}, r"shards: expected a list, got 'abc'"),
     (lambda part: {**part, "block_bytes": part["block_bytes"] * 2}, r"block_bytes 32768 differs from the first part's 16384"),
+    (lambda part: {**part, "shards": [{**part["shards"][0], "file": "shard-00002.safetensors"}]},
+     r"lists 'shard-00002.safetensors' where 'shard-00001.safetensors' belongs"),
 ])
 def test_a_part_record_of_the_wrong_shape_is_named_before_it_is_used(tmp_path, edit, message):
     """Part records are files in the user's folder: each is checked as a manifest before any
@@ -356,6 +358,23 @@ def test_a_part_record_of_the_wrong_shape_is_named_before_it_is_used(tmp_path, e
     with pytest.raises(ShardError, match=rf"000000000024\.json: {message}"):
         merge_parts(folder)
     assert not (folder / "manifest.json").exists() and len(list((folder / ".parts").glob("*.json"))) == 2
+
+
+def test_parts_whose_records_swap_their_shards_are_refused(tmp_path):
+    """Every shard hashes right when two records swap their shard lists, but the split's
+    samples would come out of order: the files must be the ones each part's place numbers."""
+    images, labels = make_split(48, 7)
+    folder = tmp_path / "parts"
+    _parts(folder, images, labels, [0, 24, 48], 24)
+    first, second = sorted((folder / ".parts").glob("*.json"))
+    a, b = json.loads(first.read_text()), json.loads(second.read_text())
+    a["shards"], b["shards"] = b["shards"], a["shards"]
+    first.write_text(json.dumps(a))
+    second.write_text(json.dumps(b))
+    with pytest.raises(ShardError, match=r"000000000000\.json: lists 'shard-00001.safetensors' where "
+                                         r"'shard-00000.safetensors' belongs"):
+        merge_parts(folder)
+    assert not (folder / "manifest.json").exists()
 
 
 def test_a_part_record_that_links_out_of_the_folder_is_refused(tmp_path):

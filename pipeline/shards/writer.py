@@ -327,11 +327,11 @@ def _read_part(record: Path, folder: Path) -> dict:
 def merge_parts(folder: Path, source: dict | None = None) -> dict:
     """One manifest for the parts written into `folder`: every part's schema and settings the
     same, parts tiling the split from sample 0 with no gap or overlap, every part but the
-    last a whole number of shards. Writes manifest.json (replacing it atomically), then
+    last a whole number of shards, each shard file the one its samples' place numbers. Writes manifest.json (replacing it atomically), then
     removes the parts' records. A ShardError names the first problem; nothing is written."""
 
     folder = Path(folder)
-    records = sorted((folder / PARTS).glob("*.json")) if (folder / PARTS).is_dir() else []
+    records = sorted((folder / PARTS).glob("*.json"))  # none where there is no such folder
     if not records:
         raise ShardError(f"{folder}: no parts to merge (expected {PARTS}/*.json written by write_part)")
     parts = [_read_part(record, folder) for record in records]
@@ -349,6 +349,11 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
         if part is not parts[-1] and part["count"] % part["samples_per_shard"]:
             raise ShardError(f"{record}: {part['count']} samples is not a whole number of shards of "
                              f"{part['samples_per_shard']} (only the last part may end with a short shard)")
+        for number, entry in enumerate(part["shards"], expected // part["samples_per_shard"]):
+            if entry["file"] != shard_file(number, part["compression"]["codec"]):
+                raise ShardError(f"{record}: lists {entry['file']!r:.60} where "
+                                 f"{shard_file(number, part['compression']['codec'])!r} belongs (shard files are "
+                                 f"numbered by their first sample)")
         expected += part["count"]
         entries += part["shards"]
     compression = first["compression"]
