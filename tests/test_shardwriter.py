@@ -271,6 +271,16 @@ def _parts(folder: Path, images, labels, cuts: list[int], per_shard: int, **opti
                    split="train", samples_per_shard=per_shard, **options)
 
 
+def test_one_sample_shards_are_numbered_from_zero(tmp_path):
+    """A shard's number is its first sample over the shard size, for a whole split and a
+    part alike, whatever that size (one included)."""
+    images, labels = make_split(3, 7)
+    whole = write_shards(images, labels, tmp_path / "whole", dataset="d", split="train", samples_per_shard=1)
+    assert [e["file"] for e in whole["shards"]] == [f"shard-0000{i}.safetensors" for i in range(3)]
+    _parts(tmp_path / "parts", images, labels, [0, 2, 3], 1)
+    assert merge_parts(tmp_path / "parts")["shards"] == whole["shards"]
+
+
 @pytest.mark.parametrize("compression", ["none", "zstd"])
 @pytest.mark.parametrize("cuts", [[0, 100], [0, 24, 48, 100], [0, 72, 96, 100]])
 def test_parts_merge_into_the_bytes_one_writer_writes(tmp_path, compression, cuts):

@@ -142,7 +142,7 @@ def split(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[
     `step`), the host's top-level op intervals and, on CUDA, the device's kernel and memcpy
     intervals (all in seconds on one clock)."""
     parts = exclusive(*_window_and_layers(ranges, kernels, memcpy, cuda, ops))
-    return {name: parts.get(name, 0.0) for name in PARTS}
+    return {name: parts[name] for name in PARTS}
 
 
 def idle_split(ranges: dict[str, list[Interval]], kernels: list[Interval], memcpy: list[Interval],

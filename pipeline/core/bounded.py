@@ -218,8 +218,11 @@ def parse_json(data: bytes | str, source: Path | str, finite: bool = False, expe
     """JSON with no key given twice; any problem is one InputError naming the source and
     saying it is not `expected` (what the caller reads, e.g. "a readable safetensors
     header"). NaN and Infinity parse, as Python writes them (`number` refuses them naming
-    their key), unless `finite` refuses them here."""
+    their key), unless `finite` refuses them here. Bytes are read as UTF-8, as RFC 8259 asks
+    (json.loads would guess UTF-16 or UTF-32 from them)."""
     try:
+        if isinstance(data, bytes):
+            data = data.decode()
         if finite:
             return json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
         return json.loads(data, object_pairs_hook=_no_duplicates)

@@ -98,7 +98,7 @@ class Field:
         bad = ((flat >= self.classes) | (flat < 0)).any(axis=1).nonzero()[0]
         return int(bad[0]) if len(bad) else None
 
-    def check_classes(self, values, where: str, first_id: int = 0) -> None:
+    def check_classes(self, values, where: str, first_id: int) -> None:
         """Raise a ShardError naming `where`, this field and the sample (its index in the
         split: `first_id` + position) when a value is outside the classes."""
         index = self.first_bad(values)
@@ -224,9 +224,12 @@ def blocks_in(size: int, block: int) -> int:
     return -(-size // block)
 
 
+MANIFEST_TMP = ".manifest.json.tmp"  # what `write_manifest` leaves if stopped before its rename
+
+
 def write_manifest(folder: Path, manifest: dict) -> None:
     """manifest.json in `folder`, written beside and renamed into place: whole or not at all."""
-    tmp = Path(folder) / ".manifest.json.tmp"
+    tmp = Path(folder) / MANIFEST_TMP
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     tmp.replace(Path(folder) / "manifest.json")
 

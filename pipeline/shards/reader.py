@@ -92,10 +92,8 @@ def read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor]
     if not 0 < size < MAX_HEADER:
         raise ShardError(f"{path}: not a safetensors shard (header length {size})")
     try:
-        header = parse_json(source.read(size).decode(), path, finite=True, expected=UNREADABLE)
-    except UnicodeDecodeError as err:  # the format says UTF-8, whatever json.loads would guess from bytes
-        raise ShardError(f"{path}: not {UNREADABLE} ({err})") from None
-    except InputError as err:  # not JSON, nested too deeply, a key twice, NaN
+        header = parse_json(source.read(size), path, finite=True, expected=UNREADABLE)
+    except InputError as err:  # not UTF-8, not JSON, nested too deeply, a key twice, NaN
         raise ShardError(str(err)) from None
     if not isinstance(header, dict):
         raise ShardError(f"{path}: not a safetensors header (JSON {type(header).__name__}, not an object)")
@@ -183,8 +181,7 @@ def _read_zstd(stream, path: Path, count: int, targets: dict[str, torch.Tensor],
     for name, _, _ in tiles:
         row = _row_bytes(targets[name])
         _skip(stream, first * row, path)
-        if stop > first:  # (an empty view cannot be cast to bytes)
-            _readinto(stream, memoryview(_bytes_of(targets[name]).numpy()), path)
+        _readinto(stream, memoryview(_bytes_of(targets[name]).numpy()), path)
         _skip(stream, (count - stop) * row, path)
     if stream.read(1):
         raise ShardError(f"{path}: bytes after the last tensor")

@@ -33,8 +33,8 @@ import numpy as np
 from pipeline.core.atomic import atomic_dir
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError, reason
-from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MAX_MANIFEST, Field, Sample, ShardError,
-                                    block_bytes, check_manifest, new_manifest, parse_fields, shard_file, write_manifest,
+from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MANIFEST_TMP, MAX_MANIFEST, Field, Sample,
+                                    ShardError, block_bytes, check_manifest, new_manifest, parse_fields, shard_file, write_manifest,
                                     zstd)
 
 
@@ -327,8 +327,9 @@ def _read_part(record: Path, folder: Path) -> dict:
 def merge_parts(folder: Path, source: dict | None = None) -> dict:
     """One manifest for the parts written into `folder`: every part's schema and settings the
     same, parts tiling the split from sample 0 with no gap or overlap, every part but the
-    last a whole number of shards, each shard file the one its samples' place numbers. Writes manifest.json (replacing it atomically), then
-    removes the parts' records. A ShardError names the first problem; nothing is written."""
+    last a whole number of shards, each shard file the one its samples' place numbers.
+    Writes manifest.json (replacing it atomically), then removes the parts' records. A
+    ShardError names the first problem; nothing is written."""
 
     folder = Path(folder)
     records = sorted((folder / PARTS).glob("*.json"))  # none where there is no such folder
@@ -374,7 +375,7 @@ def is_split_folder(folder: Path) -> bool:
     files and the writer's temporaries (what `write_split` may replace)."""
     names = [p.name for p in Path(folder).iterdir()]
     if "manifest.json" not in names or not all(
-            n == "manifest.json" or n.startswith("shard-") or n in (".manifest.json.tmp", PARTS) for n in names):
+            n == "manifest.json" or n.startswith("shard-") or n in (MANIFEST_TMP, PARTS) for n in names):
         return False
     try:
         manifest = read_json(Path(folder) / "manifest.json", MAX_MANIFEST, "manifest", within=Path(folder))
