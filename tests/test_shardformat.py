@@ -180,6 +180,41 @@ def test_values_that_do_not_fit_are_refused_with_field_and_sample(tmp_path, fiel
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize(("dtype", "values", "fits"), [
+    ("uint8", np.array([0.0, 255.0]), True), ("uint8", np.array([256.0]), False),
+    ("int8", np.array([-128.0, 127.0]), True), ("int8", np.array([128.0]), False),
+    ("int64", np.array([2.0**62, -2.0**63]), True), ("int64", np.array([np.inf]), False),
+    ("int64", np.array([True, False]), True), ("uint8", np.array([True]), True),
+    ("uint8", np.array([-1, 255], np.int16), False), ("uint16", np.array([65535], np.int64), True),
+    ("bool", np.array([0, 1], np.int64), True), ("bool", np.array([2.0, 0.0]), False),
+    ("float16", np.array([65519, -65519], np.int64), True), ("float16", np.array([-65520], np.int32), False),
+    ("float16", np.array([65520], np.uint32), False), ("float32", np.array([3.0e38]), True),
+    ("float32", np.array(["1.0"]), False), ("float64", np.array([1 + 1j]), False),
+])
+def test_a_value_fits_its_field_exactly_at_the_edges(dtype, values, fits):
+    """Each value either has its own exact counterpart in the field's dtype (a bool as 0/1,
+    a whole float within the integer range, an integer below float16's overflow, which
+    begins at 65520) and is stored as that, or the batch is refused naming it."""
+    from pipeline.shards.writer import fit
+
+    field = Field("x", dtype)
+    if not fits:
+        with pytest.raises(ShardError, match=rf"^w: field 'x': value .* at sample 7 does not fit {dtype} "):
+            fit(field, values, "w", 7)
+        return
+    got = fit(field, values, "w", 7)
+    assert got.dtype == np.dtype(dtype) and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, values.astype(dtype))
+
+
+def test_a_batch_that_is_not_a_mapping_is_named_by_its_type(tmp_path):
+    writer = ShardWriter(tmp_path / "a" / "b", sample=MNIST, dataset="d", split="train", samples_per_shard=4)
+    with pytest.raises(ShardError, match=r"^d/train: a batch must map exactly the fields \['images', 'labels'\], "
+                                         r"got list$"):
+        writer.add([np.zeros((1, 28, 28), np.uint8), np.zeros(1, np.uint8)])
+    assert (tmp_path / "a" / "b").is_dir()  # its parents made as needed
+
+
 def test_the_sample_index_counts_across_batches(tmp_path):
     writer = ShardWriter(tmp_path / "s", sample=MNIST, dataset="d", split="train", samples_per_shard=4)
     images = np.zeros((6, 28, 28), np.uint8)

@@ -76,15 +76,12 @@ def _dtype_name(tensor: torch.Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor],
-                 known: dict | None = None) -> tuple[int, list[tuple[str, int, int]], dict]:
+def read_header(source, path: Path, count: int,
+                targets: dict[str, torch.Tensor]) -> tuple[int, list[tuple[str, int, int]], dict]:
     """The safetensors header (8-byte little-endian length + JSON), checked against the
     schema the targets carry (a tensor per field: its dtype and [count, *shape]); returns
     the header's length in bytes, the tensors' (name, begin, end) within the data area in
-    file order (`_tiles`) and its `__metadata__` ({} when there is none). `known` (a dict the
-    caller keeps across the shards of a split) remembers the tensor entries already checked
-    for a count: a split's headers differ only in their metadata, so they are checked once
-    per split, and each shard's are compared with them."""
+    file order (`_tiles`) and its `__metadata__` ({} when there is none)."""
     raw = source.read(8)
     if len(raw) < 8:
         raise ShardError(f"{path}: not a safetensors shard (ends after {len(raw)} bytes)")
@@ -100,8 +97,6 @@ def read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor]
     metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict):
         raise ShardError(f"{path}: the header's __metadata__ is not an object")
-    if known is not None and count in known and known[count][0] == header:
-        return 8 + size, known[count][1], metadata
     if set(header) - set(targets):
         raise ShardError(f"{path}: tensors {sorted(set(header) - set(targets))!r:.80} "
                          f"are not fields of the manifest's sample {sorted(targets)}")
@@ -118,10 +113,7 @@ def read_header(source, path: Path, count: int, targets: dict[str, torch.Tensor]
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
             raise ShardError(f"{path}: tensor {name!r} has no valid data_offsets ({offsets!r})")
         regions[name] = (offsets[0], offsets[1])
-    tiles = _tiles(path, regions, count, targets)
-    if known is not None:
-        known[count] = (header, tiles)
-    return 8 + size, tiles, metadata
+    return 8 + size, _tiles(path, regions, count, targets), metadata
 
 
 def verify_shard(path: Path, entry: dict, verify: str, data) -> None:

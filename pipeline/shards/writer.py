@@ -164,7 +164,7 @@ def _misfit(field: Field, array: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def fit(field: Field, values, where: str, first_id: int = 0) -> np.ndarray:
+def fit(field: Field, values, where: str, first_id: int) -> np.ndarray:
     """`values` (array-like, [b, *field.shape]) as a C-contiguous array of the field's dtype,
     or a ShardError naming `where`, the field, the first value that does not fit and its
     sample (index `first_id` + i)."""
