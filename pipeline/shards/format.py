@@ -100,13 +100,12 @@ class Field:
 
     def check_classes(self, values, where: str, first_id: int) -> None:
         """Raise a ShardError naming `where`, this field and the sample (its index in the
-        split: `first_id` + position) when a value is outside the classes."""
+        split: `first_id` + position) when a value is outside the classes (`values`: a numpy
+        array or CPU tensor, as for `first_bad`)."""
         index = self.first_bad(values)
         if index is not None:
-            value = values[index]
-            shown = value.tolist() if hasattr(value, "tolist") else value
-            raise ShardError(f"{where}: field {self.name!r}: value {shown} at sample {first_id + index} "
-                             f"is outside 0..{self.classes - 1}")
+            raise ShardError(f"{where}: field {self.name!r}: value {values[index].tolist()} "
+                             f"at sample {first_id + index} is outside 0..{self.classes - 1}")
 
 
 def field_problem(field: Field) -> str | None:
