@@ -77,6 +77,8 @@ MANIFEST_CASES = {
     "wrong version": (_set(["format_version"], 1), r"format_version: 1, expected one of \[2, 3, 4\]"),
     "block size not a power of two": (_set(["block_bytes"], 65535), r"block_bytes: 65535 is not a power of two$"),
     "block size tiny": (_set(["block_bytes"], 512), r"block_bytes: 512 is outside 4096\.\."),
+    "block size huge": (_set(["block_bytes"], 1 << 31), r"block_bytes: 2147483648 is outside 4096\.\.1073741824$"),
+    "field not an object": (_set(["fields", 0], 5), r"fields\[0\]: expected an object, got 5$"),
     "header digest short": (_set(["shards", 0, "header_xxh3_64"], "ab"),
                             r"shards\[0\]\.header_xxh3_64: expected 16 lowercase hex digits, got 'ab'"),
     "header digest missing": (_set(["shards", 1, "header_xxh3_64"], KeyError),

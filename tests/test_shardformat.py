@@ -273,6 +273,38 @@ def test_bad_declarations_are_refused(make, message):
         make()
 
 
+def test_declarations_at_each_limit_are_taken_and_one_past_it_refused():
+    """The bounds of a declaration are inclusive: exactly MAX_DIMS dimensions, sizes of 1,
+    a sample of exactly MAX_SAMPLE_BYTES, classes 1..what the dtype holds, MAX_FIELDS fields."""
+    from pipeline.shards.format import MAX_DIMS, MAX_FIELDS, MAX_SAMPLE_BYTES, field_problem
+
+    edge = [Field("x", "uint8", (1,) * MAX_DIMS), Field("x", "uint8", (MAX_SAMPLE_BYTES,)),
+            Field("x", "uint16", (MAX_SAMPLE_BYTES // 2,)), Field("x", "uint8", classes=1),
+            Field("x", "uint8", classes=256), Field("x", "int8", classes=128), Field("x", "int64", classes=1 << 63)]
+    assert [field_problem(f) for f in edge] == [None] * len(edge)
+    past = [((1,) * (MAX_DIMS + 1), "uint8", None, "must be at most 8 dimensions"),
+            ((MAX_SAMPLE_BYTES + 1,), "uint8", None, "must be at most 8 dimensions of 1..1073741824"),
+            ((MAX_SAMPLE_BYTES // 2 + 1,), "uint16", None, "one sample takes over 1,073,741,824 bytes"),
+            ((), "uint8", 0, r"classes 0 must be an integer in 1\.\.256"),
+            ((), "uint8", 257, r"classes 257 must be an integer in 1\.\.256"),
+            ((), "int8", 129, r"classes 129 must be an integer in 1\.\.128"),
+            ((), "uint8", True, r"classes True must be an integer")]
+    for shape, dtype, classes, message in past:
+        with pytest.raises(ValueError, match=message):
+            Field("x", dtype, shape, classes)
+    assert len(Sample(tuple(Field(f"f{i}", "uint8") for i in range(MAX_FIELDS))).fields) == MAX_FIELDS
+    with pytest.raises(ValueError, match=r"a sample has 1\.\.64 fields, got 65"):
+        Sample(tuple(Field(f"f{i}", "uint8") for i in range(MAX_FIELDS + 1)))
+    entries = [{"name": f"f{i}", "dtype": "uint8", "shape": []} for i in range(MAX_FIELDS + 1)]
+    assert len(parse_fields(entries[:-1], Path("m.json")).fields) == MAX_FIELDS
+    with pytest.raises(ShardError, match=r"^m\.json: fields: 65 fields, expected 1\.\.64"):
+        parse_fields(entries, Path("m.json"))
+    big = Sample((Field("a", "uint8", (MAX_SAMPLE_BYTES // 2,)), Field("b", "uint8", (MAX_SAMPLE_BYTES // 2,))))
+    assert big.row_bytes == MAX_SAMPLE_BYTES
+    with pytest.raises(ValueError, match=r"one sample takes 1,073,741,825 bytes, over 1,073,741,824$"):
+        Sample((Field("a", "uint8", (MAX_SAMPLE_BYTES // 2,)), Field("b", "uint8", (MAX_SAMPLE_BYTES // 2 + 1,))))
+
+
 @pytest.mark.parametrize(("fields", "message"), [
     ({"a": 1}, r"fields: expected a list of fields"),
     ([], r"fields: 0 fields, expected 1\.\.64"),
