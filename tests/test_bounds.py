@@ -599,8 +599,8 @@ def test_duplicate_keys_in_a_metrics_file(metrics):
 @pytest.mark.parametrize(("encoding", "found"), [("utf-16", "can't decode byte 0xff in position 0"),
                                                 ("utf-8-sig", "Unexpected UTF-8 BOM")])
 def test_a_json_file_is_utf8_only(tmp_path, encoding, found):
-    """Every JSON file this project reads is one it writes, in UTF-8 (RFC 8259); json.loads
-    would guess another encoding from the bytes and read it."""
+    """JSON is read as UTF-8 (RFC 8259), with no byte-order mark: json.loads would guess
+    another encoding from the bytes and read it."""
     (tmp_path / "x.json").write_text('{"a": 1}', encoding=encoding)
     with pytest.raises(InputError, match=rf"x.json: not valid JSON \(.*{found}"):
         read_json(tmp_path / "x.json")

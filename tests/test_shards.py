@@ -590,16 +590,30 @@ def test_damaged_zstd_shard_without_verification(tmp_path, damage, message, rows
     assert str(err.value).startswith(f"{shard}: ")
 
 
-def test_an_empty_row_range_of_a_zstd_shard_reads_nothing(tmp_path):
-    """A zstd shard is a stream: an empty range skips every tensor whole and still checks
-    that nothing follows the last one."""
+@pytest.mark.parametrize("rows", [(7, 7), (0, 0), (12, 12), (3, 9)])
+def test_a_row_range_of_a_zstd_shard_reads_those_rows(tmp_path, rows):
+    """A zstd shard is a stream: rows outside the range are skipped, an empty range skips
+    every tensor whole (of any dtype), and what follows the last one is still checked."""
+    from pipeline.shards import Field, Sample, write_split
     from pipeline.shards.reader import read_shard_into
 
-    shard = _zstd_shard(tmp_path / "z")
-    entry = json.loads((shard.parent / "manifest.json").read_text())["shards"][0]
-    empty = {"images": torch.empty((0, 28, 28), dtype=torch.uint8), "labels": torch.empty(0, dtype=torch.uint8)}
-    read_shard_into(shard.parent, entry, "zstd", "none", empty, rows=(7, 7))
-    assert empty["images"].shape == (0, 28, 28) and empty["labels"].shape == (0,)
+    rng = np.random.default_rng(3)
+    data = {"x": rng.standard_normal((12, 3)).astype(np.float32), "n": rng.integers(-9, 9, 12, dtype=np.int64)}
+    sample = Sample((Field("x", "float32", (3,)), Field("n", "int64")))
+    write_split(data, tmp_path / "z", sample=sample, dataset="d", split="s", samples_per_shard=12, compression="zstd")
+    entry = json.loads((tmp_path / "z" / "manifest.json").read_text())["shards"][0]
+    first, stop = rows
+    targets = {"x": torch.full((stop - first, 3), 7.0), "n": torch.full((stop - first,), 7, dtype=torch.int64)}
+    read_shard_into(tmp_path / "z", entry, "zstd", "none", targets, rows=rows)
+    np.testing.assert_array_equal(targets["x"].numpy(), data["x"][first:stop])
+    np.testing.assert_array_equal(targets["n"].numpy(), data["n"][first:stop])
+    shard = tmp_path / "z" / entry["file"]
+    import zstandard
+
+    shard.write_bytes(_zstd(zstandard.ZstdDecompressor().decompress(shard.read_bytes()) + b"\0"))
+    entry = {**entry, "bytes": shard.stat().st_size}
+    with pytest.raises(ShardError, match=r"bytes after the last tensor"):
+        read_shard_into(tmp_path / "z", entry, "zstd", "none", targets, rows=rows)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here: tests/test_gpu.py reads onto it")

@@ -354,7 +354,7 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
             if entry["file"] != shard_file(number, part["compression"]["codec"]):
                 raise ShardError(f"{record}: lists {entry['file']!r:.60} where "
                                  f"{shard_file(number, part['compression']['codec'])!r} belongs (shard files are "
-                                 f"numbered by their first sample)")
+                                 f"numbered by their place in the split: first sample // samples_per_shard)")
         expected += part["count"]
         entries += part["shards"]
     compression = first["compression"]
