@@ -559,6 +559,12 @@ def _zstd(data: bytes) -> bytes:
     return zstandard.ZstdCompressor().compress(data)
 
 
+def _unzstd(blob: bytes) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompress(blob)
+
+
 def _safetensors(images_at: tuple[int, int], labels_at: tuple[int, int], tail: bytes = b"") -> bytes:
     header = json.dumps({"images": {"dtype": "U8", "shape": [400, 28, 28], "data_offsets": list(images_at)},
                          "labels": {"dtype": "U8", "shape": [400], "data_offsets": list(labels_at)}}).encode()
@@ -608,9 +614,7 @@ def test_a_row_range_of_a_zstd_shard_reads_those_rows(tmp_path, rows):
     np.testing.assert_array_equal(targets["x"].numpy(), data["x"][first:stop])
     np.testing.assert_array_equal(targets["n"].numpy(), data["n"][first:stop])
     shard = tmp_path / "z" / entry["file"]
-    import zstandard
-
-    shard.write_bytes(_zstd(zstandard.ZstdDecompressor().decompress(shard.read_bytes()) + b"\0"))
+    shard.write_bytes(_zstd(_unzstd(shard.read_bytes()) + b"\0"))
     entry = {**entry, "bytes": shard.stat().st_size}
     with pytest.raises(ShardError, match=r"bytes after the last tensor"):
         read_shard_into(tmp_path / "z", entry, "zstd", "none", targets, rows=rows)

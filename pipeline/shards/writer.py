@@ -34,8 +34,8 @@ from pipeline.core.atomic import atomic_dir
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError, reason
 from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MANIFEST_TMP, MAX_MANIFEST, Field, Sample,
-                                    ShardError, block_bytes, check_manifest, new_manifest, parse_fields, shard_file, write_manifest,
-                                    zstd)
+                                    ShardError, block_bytes, check_manifest, new_manifest, parse_fields, shard_file,
+                                    write_manifest, zstd)
 
 
 # safetensors' `Dtype` enum order: it lays tensors out by dtype, later in this order first, then
@@ -72,6 +72,12 @@ def safetensors_parts(columns: Mapping[str, np.ndarray]) -> list[memoryview]:
     uncompressed write (`benchmarks/peers.py`, write-none)."""
     tensors, data = _layout(columns)
     return [_header(tensors, None), *data]
+
+
+def placed_file(first_sample: int, samples_per_shard: int, index: int, codec: str) -> str:
+    """The file of the `index`-th shard written from sample `first_sample` on: numbered by its
+    place in the split, so parts written apart merge into the names one writer gives."""
+    return shard_file(first_sample // samples_per_shard + index, codec)
 
 
 def shard_parts(columns: Mapping[str, np.ndarray], compression: str, level: int,
@@ -227,7 +233,7 @@ class ShardWriter:
         import xxhash  # the writer runs where the project is installed
 
         parts = shard_parts(columns, self.compression, self.level, self.block)
-        name = shard_file((self.first_sample or 0) // self.size + len(self.entries), self.compression)
+        name = placed_file(self.first_sample or 0, self.size, len(self.entries), self.compression)
         sha256 = self.pool.submit(_digest, hashlib.sha256(), parts)
         try:
             with open(self.folder / name, "wb") as file:  # (parts larger than its buffer go straight through)
@@ -350,10 +356,10 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
         if part is not parts[-1] and part["count"] % part["samples_per_shard"]:
             raise ShardError(f"{record}: {part['count']} samples is not a whole number of shards of "
                              f"{part['samples_per_shard']} (only the last part may end with a short shard)")
-        for number, entry in enumerate(part["shards"], expected // part["samples_per_shard"]):
-            if entry["file"] != shard_file(number, part["compression"]["codec"]):
-                raise ShardError(f"{record}: lists {entry['file']!r:.60} where "
-                                 f"{shard_file(number, part['compression']['codec'])!r} belongs (shard files are "
+        for index, entry in enumerate(part["shards"]):
+            want = placed_file(expected, part["samples_per_shard"], index, part["compression"]["codec"])
+            if entry["file"] != want:
+                raise ShardError(f"{record}: lists {entry['file']!r:.60} where {want!r} belongs (shard files are "
                                  f"numbered by their place in the split: first sample // samples_per_shard)")
         expected += part["count"]
         entries += part["shards"]
