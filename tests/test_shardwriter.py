@@ -387,6 +387,28 @@ def test_parts_whose_records_swap_their_shards_are_refused(tmp_path):
     assert not (folder / "manifest.json").exists()
 
 
+@pytest.mark.parametrize(("record_name", "counts", "message"), [
+    ("000000000000.json", [13, 11], r"shard-00000.safetensors holds 13 samples, not 12"),
+    ("000000000000.json", [11, 13], r"shard-00000.safetensors holds 11 samples, not 12"),
+    ("000000000024.json", [11, 13], r"shard-00002.safetensors holds 11 samples, not 12"),
+    ("000000000024.json", [12, 13], r"shard-00003.safetensors holds 13 samples, not 12"),   # the last: not more
+])
+def test_every_shard_but_the_splits_last_holds_samples_per_shard(tmp_path, record_name, counts, message):
+    """A record whose shard counts add up to its count, but whose shards are not of its shard
+    size, is refused at the merge, not left for a reader to find."""
+    images, labels = make_split(47, 7)
+    folder = tmp_path / "parts"
+    _parts(folder, images, labels, [0, 24, 47], 12)
+    record = folder / ".parts" / record_name
+    part = json.loads(record.read_text())
+    part["shards"] = [{**entry, "count": n} for entry, n in zip(part["shards"], counts)]
+    part["count"] = sum(counts)
+    record.write_text(json.dumps(part))
+    with pytest.raises(ShardError, match=rf"{record_name.replace('.', '[.]')}: {message} \(every shard but"):
+        merge_parts(folder)
+    assert not (folder / "manifest.json").exists()
+
+
 def test_a_part_record_that_links_out_of_the_folder_is_refused(tmp_path):
     images, labels = make_split(48, 7)
     folder = tmp_path / "parts"

@@ -333,9 +333,10 @@ def _read_part(record: Path, folder: Path) -> dict:
 def merge_parts(folder: Path, source: dict | None = None) -> dict:
     """One manifest for the parts written into `folder`: every part's schema and settings the
     same, parts tiling the split from sample 0 with no gap or overlap, every part but the
-    last a whole number of shards, each shard file the one its samples' place numbers.
-    Writes manifest.json (replacing it atomically), then removes the parts' records. A
-    ShardError names the first problem; nothing is written."""
+    last a whole number of shards, each shard file the one its samples' place numbers and
+    holding samples_per_shard samples (the split's last shard at most that). Writes
+    manifest.json (replacing it atomically), then removes the parts' records. A ShardError
+    names the first problem; nothing is written."""
 
     folder = Path(folder)
     records = sorted((folder / PARTS).glob("*.json"))  # none where there is no such folder
@@ -356,11 +357,16 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
         if part is not parts[-1] and part["count"] % part["samples_per_shard"]:
             raise ShardError(f"{record}: {part['count']} samples is not a whole number of shards of "
                              f"{part['samples_per_shard']} (only the last part may end with a short shard)")
+        size = part["samples_per_shard"]
         for index, entry in enumerate(part["shards"]):
-            want = placed_file(expected, part["samples_per_shard"], index, part["compression"]["codec"])
+            want = placed_file(expected, size, index, part["compression"]["codec"])
             if entry["file"] != want:
                 raise ShardError(f"{record}: lists {entry['file']!r:.60} where {want!r} belongs (shard files are "
                                  f"numbered by their place in the split: first sample // samples_per_shard)")
+            last = part is parts[-1] and index == len(part["shards"]) - 1
+            if entry["count"] > size or (entry["count"] < size and not last):
+                raise ShardError(f"{record}: {want} holds {entry['count']} samples, not {size} (every shard but "
+                                 f"the split's last holds samples_per_shard)")
         expected += part["count"]
         entries += part["shards"]
     compression = first["compression"]
