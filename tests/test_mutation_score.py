@@ -37,12 +37,13 @@ def test_the_table_has_a_row_per_module_run_and_names_the_rest(tmp_path):
 
 def test_rows_of_an_earlier_run_stand_for_the_modules_not_run_marked_with_its_commit(tmp_path):
     """A partial run keeps the earlier table's rows for the modules it left out, each marked
-    with the commit that measured it (carried over again with that same commit), and counts
-    them in the total; a module neither run measured is named below the table."""
+    with the commit that measured it (carried over again with that same commit) and whether
+    the module's code changed since, and counts them in the total; a module neither run
+    measured is named below the table."""
     earlier = ("| module | mutants | killed | survived | timeout | no tests | suspicious | not checked | score |\n"
                "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
                "| `shards/order` | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80% |\n"
-               "| `bench/verdict` (commit 0123abc) | 4 | 4 | 0 | 0 | 0 | 0 | 0 | 100% |\n"
+               "| `bench/verdict` (commit 0123abc, same code) | 4 | 4 | 0 | 0 | 0 | 0 | 0 | 100% |\n"
                "| **all** | 14 | 12 | 2 | 0 | 0 | 0 | 0 | 86% |\n\n"
                "mutmut a fresh run took 35 min on 2 cores, commit 8c08e9a; score = ...\n")
     rows = mutation_score.earlier_rows(earlier)
@@ -52,15 +53,19 @@ def test_rows_of_an_earlier_run_stand_for_the_modules_not_run_marked_with_its_co
     meta(tmp_path / "shards" / "order.py.meta", {"a": None})
     meta(tmp_path / "bench" / "verdict.py.meta", {"a": None})
     meta(tmp_path / "stages" / "fetch.py.meta", {"a": None})
-    text = mutation_score.render(mutation_score.scores(tmp_path), None, earlier=rows, commit="fedcba9")
+    asked = []
+    text = mutation_score.render(mutation_score.scores(tmp_path), None, earlier=rows, commit="fedcba9",
+                                 same_code=lambda module, at: asked.append((module, at)) or module == "bench/verdict")
+    assert sorted(asked) == [("bench/verdict", "0123abc"), ("shards/order", "8c08e9a")]
     assert "mutmut results, commit fedcba9;" in text  # the run's own commit, not a carried row's
     lines = text.splitlines()
-    assert "| `shards/order` (commit 8c08e9a) | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80% |" in lines
-    assert "| `bench/verdict` (commit 0123abc) | 4 | 4 | 0 | 0 | 0 | 0 | 0 | 100% |" in lines
+    assert "| `shards/order` (commit 8c08e9a, code changed since) | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80% |" in lines
+    assert "| `bench/verdict` (commit 0123abc, same code) | 4 | 4 | 0 | 0 | 0 | 0 | 0 | 100% |" in lines
     assert "| **all** | 16 | 13 | 3 | 0 | 0 | 0 | 0 | 81% |" in lines
     assert "Not run this time: `stages/fetch`." in text and "measured by the run at that commit" in text
     again = mutation_score.earlier_rows(text)
     assert again["shards/order"][1] == "8c08e9a" and again["shards/mapped"][1] != "8c08e9a"
+    assert again["bench/verdict"] == (mutation_score.Counter(killed=4), "0123abc")
 
 
 def test_survivors_are_marked_to_run_again_and_nothing_else(tmp_path):
@@ -73,3 +78,25 @@ def test_survivors_are_marked_to_run_again_and_nothing_else(tmp_path):
     assert after == {"a": 1, "b": None, "c": 36, "d": None, "e": None}
     assert mutation_score.scores(tmp_path)["shards/order"]["not checked"] == 3
     assert mutation_score.recheck_survivors(tmp_path) == 0
+
+
+def test_a_carried_row_says_whether_its_module_changed_since_its_commit():
+    """The default check asks git about the module's file: unchanged since the last commit
+    that touched it (when the working tree has not), changed since the commit that added it,
+    and unknown for a commit git does not know."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    path = "pipeline/shards/writer.py"
+    last, added = git("log", "-1", "--format=%h", "--", path).strip(), git("log", "--format=%h", "--", path).split()[-1]
+    if not git("status", "--porcelain", "--", path):
+        assert mutation_score._same_code("shards/writer", last) is True
+    assert mutation_score._same_code("shards/writer", added) is False
+    assert mutation_score._same_code("shards/writer", "0" * 40) is None
+    rows = {"shards/writer": (mutation_score.Counter(killed=1), "0" * 40)}
+    text = mutation_score.render({"shards/writer": mutation_score.Counter({"not checked": 1})}, None, earlier=rows)
+    assert f"| `shards/writer` (commit {'0' * 40}) | 1 | 1 |" in text

@@ -5,7 +5,8 @@
 
 `make mutants` runs mutmut and then this; docs/results.md embeds the table it writes. With
 `--keep`, the rows of an earlier table for modules this run left out are carried over, each
-marked with the commit of the run that measured it, so that partial runs add up to one table.
+marked with the commit of the run that measured it and whether the module's source has
+changed since (git), so that partial runs add up to one table that says which rows are current.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import re
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from mutmut.stats import status_by_exit_code
@@ -56,7 +58,8 @@ def earlier_rows(text: str) -> dict[str, tuple[Counter, str]]:
     rows: dict[str, tuple[Counter, str]] = {}
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        named = re.fullmatch(r"`([\w/]+)`(?: \(commit ([0-9a-f]{7,40})\))?", cells[0]) if line.startswith("| `") else None
+        named = (re.fullmatch(r"`([\w/]+)`(?: \(commit ([0-9a-f]{7,40})(?:, [\w ]+)?\))?", cells[0])
+                 if line.startswith("| `") else None)
         if named and len(cells) == len(COLUMNS) + 3:
             counts = Counter({column: int(cells[2 + i]) for i, column in enumerate(COLUMNS)})
             rows[named.group(1)] = (counts, named.group(2) or commit)
@@ -64,9 +67,13 @@ def earlier_rows(text: str) -> dict[str, tuple[Counter, str]]:
 
 
 def render(table: dict[str, Counter], seconds: float | None, note: str = "",
-           earlier: dict[str, tuple[Counter, str]] | None = None, commit: str | None = None) -> str:
+           earlier: dict[str, tuple[Counter, str]] | None = None, commit: str | None = None,
+           same_code: Callable[[str, str], bool | None] | None = None) -> str:
     """The table of the modules whose mutants were run, then those an earlier table measured
-    (`earlier_rows`) marked with its commit; the modules neither measured are named below."""
+    (`earlier_rows`) marked with its commit and whether `same_code(module, commit)` (default:
+    git finds no change to the module's file since; None where git cannot tell); the modules
+    neither measured are named below."""
+    same_code = same_code or _same_code
     lines = ["| module | mutants | " + " | ".join(COLUMNS) + " | score |",
              "|---|---:|" + "---:|" * len(COLUMNS) + "---:|"]
     total: Counter = Counter()
@@ -83,12 +90,14 @@ def render(table: dict[str, Counter], seconds: float | None, note: str = "",
     for module in carried:
         counts, measured_at = earlier[module]
         total.update(counts)
-        lines.append(_row(f"`{module}` (commit {measured_at})", counts))
+        same = same_code(module, measured_at)
+        since = "" if same is None else ", same code" if same else ", code changed since"
+        lines.append(_row(f"`{module}` (commit {measured_at}{since})", counts))
     lines.append(_row("**all**", total))
     ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
     footer = (f"\nmutmut {ran}, commit {commit or _commit()}; score = (killed + timeout) / (mutants - not checked)."
-              + (" A row marked with a commit was measured by the run at that commit: its module was not in this run."
-                 if carried else "")
+              + (" A row marked with a commit was measured by the run at that commit (its module was not in this run);"
+                 " 'same code' says the module's source is unchanged since, so the row stands for it." if carried else "")
               + (f" Not run this time: {', '.join(skipped)}." if skipped else "")
               + (f" {note}" if note else ""))
     return "\n".join(lines) + "\n" + footer + "\n"
@@ -99,6 +108,14 @@ def _row(name: str, counts: Counter) -> str:
     checked = mutants - counts["not checked"]
     score = f"{100 * (counts['killed'] + counts['timeout']) / checked:.0f}%" if checked else "n/a"
     return f"| {name} | {mutants} | " + " | ".join(str(counts[c]) for c in COLUMNS) + f" | {score} |"
+
+
+def _same_code(module: str, commit: str) -> bool | None:
+    """Whether pipeline/<module>.py is the same at `commit` as in the working tree (None
+    where git cannot say: no repository, an unknown commit)."""
+    result = subprocess.run(["git", "diff", "--quiet", commit, "--", f"pipeline/{module}.py"],
+                            cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    return {0: True, 1: False}.get(result.returncode)
 
 
 def _commit() -> str:
