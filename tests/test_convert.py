@@ -238,14 +238,17 @@ def test_wide_parquet_without_its_pixel_columns(tmp_path):
 
 def test_parquet_reader_refuses_other_types_and_nulls(tmp_path):
     """read_parquet_arrays reads what convert writes; a foreign file with int64 pixels (300
-    would wrap to 44) or a null pixel (read as 0) is refused, the column named."""
+    would wrap to 44) or a null pixel or image (read as 0) is refused, file and column named."""
     from pipeline.core.dataset import COLUMNS
+    from pipeline.core.parquet import IMAGE_TYPE
 
     wide = {name: pa.array([1, 2], pa.uint8()) for name in COLUMNS}
     cases = {"int64": ({**wide, "pixel9": pa.array([300, 2], pa.int64())}, r"column 'pixel9' is int64, expected uint8"),
              "null": ({**wide, "pixel9": pa.array([None, 2], pa.uint8())}, r"column 'pixel9' has 1 empty \(null\) values"),
              "null label": ({**wide, "label": pa.array([1, None], pa.uint8())},
-                            r"column 'label' has 1 empty \(null\) values")}
+                            r"column 'label' has 1 empty \(null\) values"),
+             "null image": ({"label": pa.array([1, 2], pa.uint8()), "image": pa.array([bytes(784), None], IMAGE_TYPE)},
+                            r"column 'image' has 1 empty \(null\) values")}
     for name, (columns, message) in cases.items():
         path = tmp_path / f"{name}.parquet"
         pq.write_table(pa.table(columns), path)

@@ -480,21 +480,42 @@ def test_zstd_frame_size_bounds():
         _check_frame(Path("s.zst"), unsized, 2, SAMPLE_BYTES)
 
 
-@pytest.mark.parametrize("damage", [
-    lambda text: text.replace("  ", " ", 1),                       # one space, not two
-    lambda text: text.replace(text[:1], "G", 1),                    # not hex
-    lambda text: text[1:],                                          # 63 digits
-    lambda text: text + "\n",                                        # an empty line
-    lambda text: text + text.splitlines()[0] + "\n",                 # a file listed twice
-    lambda text: text.splitlines()[0][:66] + "\n" + text,            # no file name
+@pytest.mark.parametrize(("damage", "line"), [
+    (lambda text: text.replace("  ", " ", 1), 1),                       # one space, not two
+    (lambda text: text.replace(text[:1], "G", 1), 1),                    # not hex
+    (lambda text: text[1:], 1),                                          # 63 digits
+    (lambda text: text + "\n", 5),                                        # an empty line after the four
+    (lambda text: text + text.splitlines()[0] + "\n", 5),                 # a file listed twice
+    (lambda text: text.splitlines()[0][:66] + "\n" + text, 1),            # no file name
+    (lambda text: "\n".join(text.splitlines()[:2] + [text.splitlines()[2][:64]] + text.splitlines()[3:]), 3),
 ])
-def test_damaged_checksum_list_is_refused_not_read_around(parquet, damage):
+def test_damaged_checksum_list_is_refused_not_read_around(parquet, damage, line):
+    """Each damage is named by the line it is on, counted from 1 as editors do."""
     from pipeline.core.parquet import verify_checksum
 
     sums = parquet.parent / "SHA256SUMS"
+    assert len(sums.read_text().splitlines()) == 4
     sums.write_text(damage(sums.read_text()))
-    with pytest.raises(DataError, match=rf"^{sums}: line \d+ is not '<64 hex digits>  <file>'"):
+    with pytest.raises(DataError, match=rf"^{sums}: line {line} is not '<64 hex digits>  <file>'"):
         verify_checksum(parquet / "train.parquet")
+
+
+def test_a_parquet_file_that_links_out_of_its_codec_folder_is_refused(parquet, tmp_path):
+    """verify_checksum hashes only files inside the folder its SHA256SUMS describes: a link
+    that leads out of it is refused, one inside it followed."""
+    from pipeline.core.bounded import UnsafeFileError
+    from pipeline.core.parquet import verify_checksum
+
+    train = parquet / "train.parquet"
+    inside, outside = parquet.parent / "kept.parquet", tmp_path / "elsewhere.parquet"
+    train.rename(inside)
+    train.symlink_to(inside)
+    verify_checksum(train)
+    outside.write_bytes(inside.read_bytes())
+    train.unlink()
+    train.symlink_to(outside)
+    with pytest.raises(UnsafeFileError, match=rf"^{train}: a link to {outside}, outside {parquet.parent}"):
+        verify_checksum(train)
 
 
 def test_checksum_list_that_is_not_text_is_refused(parquet):

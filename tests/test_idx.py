@@ -90,6 +90,42 @@ def test_read_idx_names_the_file(tmp_path):
         read_idx(tmp_path / "x.idx")
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    (bytes([0, 0, 8, 3, 0, 0, 0, 1]), r"truncated header: 3 dimensions need 16 bytes"),
+    (idx_bytes(np.zeros(10, np.uint8))[:-1], r"truncated: header says shape \(10,\) \(18 bytes\), file has 17 bytes"),
+    (idx_bytes(np.zeros(10, np.uint8)) + b"\0", r"trailing bytes: header says shape \(10,\) \(18 bytes\), file has 19"),
+    (bytes([0, 0, 8, 4]) + bytes(4) + (2**32 - 1).to_bytes(4, "big") * 3,
+     r"header says shape \(0, 4294967295, 4294967295, 4294967295\), which no array can have"),
+])
+def test_read_idx_names_the_file_whatever_is_wrong(tmp_path, content, message):
+    """Header, size and shape: each fault of a file on disk is named by its path."""
+    path = tmp_path / "x.idx"
+    path.write_bytes(content)
+    with pytest.raises(IdxError, match=rf"^{path}: {message}"):
+        read_idx(path)
+
+
+def test_a_file_cut_while_it_is_read_is_named_as_truncated(tmp_path, monkeypatch):
+    """The size is checked from fstat before the body is read, and again on the bytes read:
+    a file cut between the two is refused, not returned short. (fstat reports the size the
+    file had before the cut.)"""
+    import os
+
+    path = tmp_path / "x.idx"
+    whole = idx_bytes(np.arange(10, dtype=np.uint8))
+    path.write_bytes(whole[:-3])
+    real = os.fstat
+
+    def before_the_cut(fd):
+        st = real(fd)
+        return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid, len(whole),
+                               st.st_atime, st.st_mtime, st.st_ctime))
+
+    monkeypatch.setattr(os, "fstat", before_the_cut)
+    with pytest.raises(IdxError, match=rf"^{path}: truncated: header says shape \(10,\) \(18 bytes\), file has 15 bytes$"):
+        read_idx(path)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, ">i2", ">i4", ">f4", ">f8"])
 def test_wider_types_round_trip(dtype):
     array = (np.arange(24).reshape(2, 3, 4) - 5).astype(dtype)

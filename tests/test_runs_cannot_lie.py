@@ -396,9 +396,59 @@ def test_shard_refuses_the_other_split_and_images_nobody_published(tmp_path, par
     column[5] = bytes(images)
     changed = table.set_column(1, "image", pa.array(column, IMAGE_TYPE))
     pq.write_table(changed, tmp_path / "test.parquet")
-    with pytest.raises(DataError, match=r"holds samples no data set in sources\.yaml has, not tiny's test images"):
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'test.parquet'}: holds samples no data set in sources\.yaml "
+                                        r"has, not tiny's test images"):
         stream_split(tmp_path / "test.parquet", tmp_path / "b", dataset="tiny", split="test", samples_per_shard=16,
                      pins=pins["test"])
+
+
+def test_the_shard_stage_checks_each_split_against_its_own_pins(tmp_path, parquet_input):
+    """The stage function as the CLI calls it, in process: another data set's pins stop it at
+    the first split, nothing written; its own pins pass, each split checked against its own
+    (the test split's samples are not the train split's) and recorded in its manifest."""
+    from pipeline.core.errors import DataError
+    from pipeline.stages.shard import published_pins, shard_dataset
+
+    sources, compact = _pinned_sources(tmp_path), parquet_input / "pq" / "compact"
+    rows = {"train": 64, "test": 32}
+    with pytest.raises(DataError, match=rf"^{compact / 'train.parquet'}: holds tiny's train labels, not other's"):
+        shard_dataset(compact, tmp_path / "out", "other", 16, "none", 3, rows=rows, pins=published_pins(sources, "other"))
+    assert not (tmp_path / "out").exists()
+    shard_dataset(compact, tmp_path / "out", "tiny", 16, "none", 3, rows=rows, pins=published_pins(sources, "tiny"))
+    files = tiny_dataset().files
+    for split in ("train", "test"):
+        source = json.loads((tmp_path / "out" / split / "manifest.json").read_text())["source"]
+        assert source["idx_sha256"]["labels"] == files[f"{split}_labels"]["sha256"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (1, r"more rows than its footer states \(64\)"),
+    (-1, r"63 rows, but its footer states 64"),
+])
+def test_rows_streamed_must_be_the_footers_count(tmp_path, parquet_input, monkeypatch, extra, message):
+    """Pages holding more rows than the footer states are refused as they stream, before the
+    extra rows are written; fewer, once the last batch is in. pyarrow reads by the footer, so
+    a reader that yields one row more or less stands in for such a file."""
+    import numpy as np
+
+    from pipeline.core.errors import DataError
+    from pipeline.stages import shard
+
+    real = shard.iter_samples
+
+    def miscounted(path, batch_rows, rows):
+        labels, images = (np.concatenate(arrays) for arrays in zip(*real(path, batch_rows, rows)))
+        if extra > 0:
+            yield labels, images
+            yield labels[:extra], images[:extra]
+        else:
+            yield labels[:extra], images[:extra]
+
+    monkeypatch.setattr(shard, "iter_samples", miscounted)
+    source = parquet_input / "pq" / "compact" / "train.parquet"
+    with pytest.raises(DataError, match=rf"^{source}: {message}$"):
+        shard.stream_split(source, tmp_path / "out", dataset="tiny", split="train", samples_per_shard=16)
+    assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 def test_write_split_refuses_a_users_folder_and_replaces_its_own(tmp_path):

@@ -429,3 +429,45 @@ def test_the_count_of_blocks_left_to_verify_is_the_flags_not_set(split):
         assert seen == sorted(seen, reverse=True), verify
         if verify == "xxh3":  # block by block: the first batches leave blocks to verify
             assert seen[1] > 0
+
+
+def test_a_row_whose_last_byte_opens_a_block_verifies_that_block(tmp_path):
+    """A row of one block and one byte ends on the first byte of the next block: reading that
+    row alone verifies both blocks, so damage to that one byte is found."""
+    from pipeline.shards import Field, Sample
+
+    size = BLOCK_BYTES + 1
+    data = {"x": np.random.default_rng(6).integers(0, 256, (4, size), dtype=np.uint8)}
+    folder = tmp_path / "edge"
+    write_split(data, folder, sample=Sample((Field("x", "uint8", (size,)),)), dataset="d", split="train",
+                samples_per_shard=4)
+    manifest = read_manifest(folder)
+    block, entry = manifest["block_bytes"], manifest["shards"][0]
+    start, header = _header((folder / entry["file"]).read_bytes())
+    offset = header["x"]["data_offsets"][0]
+    row = next(i for i in range(4) if (offset + (i + 1) * size - 1) % block == 0)
+    last = offset + (row + 1) * size - 1  # the row's last byte, the first of its block
+    _flip(folder / entry["file"], start + last)
+    with pytest.raises(ShardError, match=rf"{entry['file']}: checksum mismatch in block {last // block} "):
+        MappedSplit(folder).take([row])
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_split_read_with_pread_closes_its_descriptors_when_dropped(split):
+    """With `max_resident`, each shard keeps a descriptor to read from: dropping the split
+    closes them all, so a loader that opens a split per epoch does not run out of them."""
+    import gc
+
+    folder, data = split
+    gc.collect()
+    before = _open_descriptors()
+    mapped = MappedSplit(folder, max_resident=0)
+    np.testing.assert_array_equal(mapped.take(np.arange(900))["labels"], data["labels"])
+    assert all(shard.fd is not None for shard in mapped.shards)
+    assert _open_descriptors() >= before + 3
+    del mapped
+    gc.collect()
+    assert _open_descriptors() == before
