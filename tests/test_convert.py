@@ -337,3 +337,50 @@ def test_ctrl_c_stops_the_conversion_at_once():
     with pytest.raises(ValueError, match="from the worker"):
         interruptible(lambda: (_ for _ in ()).throw(ValueError("from the worker")))
 
+
+
+def _read_all(path, **options) -> tuple[np.ndarray, np.ndarray]:
+    blocks = list(iter_csv(path, **options))
+    return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
+
+
+def test_rows_at_the_length_bounds_are_read_and_one_byte_more_is_refused(tmp_path):
+    """The longest row a CSV can hold (three digits a field: 3,139 bytes, then CRLF) and the
+    shortest (single digits: 1,569 bytes) are read as the values they spell; a line one byte
+    longer is refused by file, line and length before any parser sees it."""
+    from pipeline.core.dataset import CSV_HEADER, CSV_ROW_MAX, CSV_ROW_MIN
+
+    longest, shortest = "007" + ",255" * 784, "3" + ",0" * 784
+    assert (len(longest), len(shortest)) == (CSV_ROW_MAX, CSV_ROW_MIN)
+    path = tmp_path / "edge.csv"
+    path.write_bytes(f"{CSV_HEADER}\r\n{longest}\r\n{shortest}\r\n".encode())
+    labels, pixels = _read_all(path)
+    assert labels.tolist() == [7, 3] and (pixels[0] == 255).all() and (pixels[1] == 0).all()
+    path.write_bytes(f"{CSV_HEADER}\n{shortest}\n0{longest}\r\n".encode())
+    with pytest.raises(DataError, match=rf"^{path}: line 3: 3,141 bytes, longer than any row can be"):
+        _read_all(path)
+
+
+@pytest.mark.parametrize(("line", "short", "message"), [
+    (2, ",5,1", r"line 2: 3 columns, expected 785"),   # the block's first line
+    (4, "5,1,2", r"line 4: 3 columns, expected 785"),  # a line after others in the block
+])
+def test_a_line_too_short_for_a_row_is_named_wherever_it_is_in_its_block(tmp_path, csv_dir, line, short, message):
+    lines = (csv_dir / "train.csv").read_text().split("\n")
+    lines[line - 1] = short
+    path = tmp_path / "short.csv"
+    path.write_text("\n".join(lines))
+    with pytest.raises(DataError, match=rf"^{path}: {message}$"):
+        _read_all(path)
+
+
+def test_rows_are_counted_across_blocks_against_the_splits_count(csv_dir, tiny):
+    """Blocks of a couple of rows each: the split's row count adds up over all of them, and
+    one row more than `rows` allows is named by its line."""
+    path = csv_dir / "train.csv"
+    labels, _ = _read_all(path, block_bytes=4096, rows=64)
+    np.testing.assert_array_equal(labels, tiny.arrays["train_labels"])
+    with pytest.raises(DataError, match=rf"^{path}: more than 63 data rows \(line 65 is one too many\)"):
+        _read_all(path, block_bytes=4096, rows=63)
+    with pytest.raises(DataError, match=rf"^{path}: 64 data rows, but the data set's split has 65"):
+        _read_all(path, block_bytes=4096, rows=65)
