@@ -364,6 +364,19 @@ def test_a_link_inside_its_folder_is_fine(shard_dir):
     assert read_manifest(shard_dir)["count"] == 64
 
 
+def test_a_manifest_past_its_cap_is_refused_by_what_it_is(tmp_path):
+    """A manifest.json larger than any manifest can be (a sparse file: nothing is written)
+    is refused by name and kind, from its first MAX_MANIFEST + 1 bytes."""
+    from pipeline.shards import read_manifest
+    from pipeline.shards.format import MAX_MANIFEST
+
+    with open(tmp_path / "manifest.json", "wb") as f:
+        f.truncate(MAX_MANIFEST + 1)
+    with pytest.raises(InputError, match=rf"^{tmp_path / 'manifest.json'}: {MAX_MANIFEST + 1:,} bytes or more, "
+                                         rf"larger than any manifest can be \(at most {MAX_MANIFEST:,} bytes\)"):
+        read_manifest(tmp_path)
+
+
 def test_read_capped_reads_no_more_than_its_cap(tmp_path):
     from pipeline.core.bounded import UnsafeFileError, read_capped
 
@@ -506,7 +519,8 @@ def test_train_refuses_another_data_sets_shards_and_too_many_ranks(tmp_path, tin
     for split in ("train", "test"):
         write_shards(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], tmp_path / "s" / split,
                      dataset="tiny", split=split, samples_per_shard=40)
-    with pytest.raises(ShardError, match=r"manifest is for dataset 'tiny', expected 'mnist'"):
+    with pytest.raises(ShardError, match=rf"^{tmp_path / 's' / 'train' / 'manifest.json'}: manifest is for dataset "
+                                         r"'tiny', expected 'mnist'$"):
         check_world(tmp_path / "s", "mnist")
     monkeypatch.setenv("WORLD_SIZE", "33")
     with pytest.raises(InputError, match=r"s/test: 32 samples, fewer than the 33 ranks \(WORLD_SIZE\)"):
