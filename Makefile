@@ -53,8 +53,8 @@ test: setup
 # stopped run with `mutmut run`). The score table goes to results/mutation/score.md, which
 # docs/results.md embeds (`dvc repro report` refreshes it).
 # MUTANTS="pipeline.shards.mapped*" runs only the mutants whose names match; the table keeps
-# the earlier table's rows for the modules left out, marked with that run's commit (and "same code"
-# where the module is unchanged since).
+# the earlier table's rows for the modules left out, marked with that run's commit and with "same code"
+# or "code changed since" (git, the module's file).
 MUTMUT_CHILDREN ?= $(shell nproc)
 MUTANTS ?=
 mutants: setup

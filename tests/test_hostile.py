@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -496,7 +497,7 @@ def test_damaged_checksum_list_is_refused_not_read_around(parquet, damage, line)
     sums = parquet.parent / "SHA256SUMS"
     assert len(sums.read_text().splitlines()) == 4
     sums.write_text(damage(sums.read_text()))
-    with pytest.raises(DataError, match=rf"^{sums}: line {line} is not '<64 hex digits>  <file>'"):
+    with pytest.raises(DataError, match=rf"^{re.escape(str(sums))}: line {line} is not '<64 hex digits>  <file>'"):
         verify_checksum(parquet / "train.parquet")
 
 
@@ -514,7 +515,8 @@ def test_a_parquet_file_that_links_out_of_its_codec_folder_is_refused(parquet, t
     outside.write_bytes(inside.read_bytes())
     train.unlink()
     train.symlink_to(outside)
-    with pytest.raises(UnsafeFileError, match=rf"^{train}: a link to {outside}, outside {parquet.parent}"):
+    with pytest.raises(UnsafeFileError, match=rf"^{re.escape(str(train))}: a link to {re.escape(str(outside.resolve()))}, outside "
+                                                rf"{re.escape(str(parquet.parent.resolve()))}"):
         verify_checksum(train)
 
 

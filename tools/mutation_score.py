@@ -53,12 +53,12 @@ def recheck_survivors(meta_dir: Path) -> int:
 def earlier_rows(text: str) -> dict[str, tuple[Counter, str]]:
     """Per module, the counts and the commit of an earlier table (`render`'s output); rows it
     had carried over keep the commit they were marked with."""
-    found = re.search(r"^mutmut .*?, commit ([0-9a-f]{7,40});", text, re.MULTILINE)  # the footer's
+    found = re.search(r"^mutmut .*?, commit ([\w.-]+);", text, re.MULTILINE)  # the footer's
     commit = found.group(1) if found else "unknown"
     rows: dict[str, tuple[Counter, str]] = {}
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        named = (re.fullmatch(r"`([\w/]+)`(?: \(commit ([0-9a-f]{7,40})(?:, [\w ]+)?\))?", cells[0])
+        named = (re.fullmatch(r"`([\w/]+)`(?: \(commit ([\w.-]+)(?:, [\w ]+)?\))?", cells[0])
                  if line.startswith("| `") else None)
         if named and len(cells) == len(COLUMNS) + 3:
             counts = Counter({column: int(cells[2 + i]) for i, column in enumerate(COLUMNS)})
@@ -70,10 +70,10 @@ def render(table: dict[str, Counter], seconds: float | None, note: str = "",
            earlier: dict[str, tuple[Counter, str]] | None = None, commit: str | None = None,
            same_code: Callable[[str, str], bool | None] | None = None) -> str:
     """The table of the modules whose mutants were run, then those an earlier table measured
-    (`earlier_rows`) marked with its commit and whether `same_code(module, commit)` (default:
-    git finds no change to the module's file since; None where git cannot tell); the modules
-    neither measured are named below."""
-    same_code = same_code or _same_code
+    (`earlier_rows`) marked with its commit and whether `same_code(module, at)` (default: git
+    finds no change to the module's file between `at` and this run's `commit`, or the working
+    tree; None where git cannot tell); the modules neither measured are named below."""
+    same_code = same_code or (lambda module, at: _same_code(module, at, commit))
     lines = ["| module | mutants | " + " | ".join(COLUMNS) + " | score |",
              "|---|---:|" + "---:|" * len(COLUMNS) + "---:|"]
     total: Counter = Counter()
@@ -97,7 +97,8 @@ def render(table: dict[str, Counter], seconds: float | None, note: str = "",
     ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
     footer = (f"\nmutmut {ran}, commit {commit or _commit()}; score = (killed + timeout) / (mutants - not checked)."
               + (" A row marked with a commit was measured by the run at that commit (its module was not in this run);"
-                 " 'same code' says the module's source is unchanged since, so the row stands for it." if carried else "")
+                 " 'same code': the module's source is unchanged since (its tests may have changed), 'code changed"
+                 " since': it is not." if carried else "")
               + (f" Not run this time: {', '.join(skipped)}." if skipped else "")
               + (f" {note}" if note else ""))
     return "\n".join(lines) + "\n" + footer + "\n"
@@ -110,11 +111,14 @@ def _row(name: str, counts: Counter) -> str:
     return f"| {name} | {mutants} | " + " | ".join(str(counts[c]) for c in COLUMNS) + f" | {score} |"
 
 
-def _same_code(module: str, commit: str) -> bool | None:
-    """Whether pipeline/<module>.py is the same at `commit` as in the working tree (None
-    where git cannot say: no repository, an unknown commit)."""
-    result = subprocess.run(["git", "diff", "--quiet", commit, "--", f"pipeline/{module}.py"],
-                            cwd=Path(__file__).resolve().parents[1], capture_output=True)
+def _same_code(module: str, at: str, now: str | None = None) -> bool | None:
+    """Whether pipeline/<module>.py is the same at commit `at` as at `now` (a commit; None:
+    the working tree). None where git cannot say: no git, no repository, an unknown commit."""
+    command = ["git", "diff", "--quiet", at, *([now] if now else []), "--", f"pipeline/{module}.py"]
+    try:
+        result = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    except OSError:
+        return None
     return {0: True, 1: False}.get(result.returncode)
 
 

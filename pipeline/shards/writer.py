@@ -365,8 +365,8 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
                                  f"numbered by their place in the split: first sample // samples_per_shard)")
             last = part is parts[-1] and index == len(part["shards"]) - 1
             if entry["count"] > size or (entry["count"] < size and not last):
-                raise ShardError(f"{record}: {want} holds {entry['count']} samples, not {size} (every shard but "
-                                 f"the split's last holds samples_per_shard)")
+                raise ShardError(f"{record}: {want} holds {entry['count']} samples, not {size} (every shard holds "
+                                 f"samples_per_shard, the split's last at most that)")
         expected += part["count"]
         entries += part["shards"]
     compression = first["compression"]
