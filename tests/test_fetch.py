@@ -301,6 +301,42 @@ def test_files_block_roles_and_digests():
             parse_files({"train_csv": {"name": "a", "sha256": bad}, "test_csv": {"name": "b", "sha256": digest}})
 
 
+_DIGEST = "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(("entry", "stored"), [
+    ({"name": "x" * 255, "sha256": _DIGEST}, ("x" * 255, None)),       # the longest file name
+    ({"name": "X.csv", "sha256": _DIGEST, "bytes": 0}, ("X.csv", 0)),     # an empty file, pinned as such
+    ({"name": "b", "sha256": _DIGEST, "bytes": 1 << 32}, ("b", 1 << 32)),  # the largest size a file may state
+])
+def test_a_files_entry_at_each_limit_is_kept_as_written(entry, stored):
+    """Name and size at their limits are accepted, and the size is kept for the download to
+    be held to."""
+    specs = parse_files({"train_csv": entry, "test_csv": {"name": "t.csv", "sha256": _DIGEST}})
+    assert (specs[0].name, specs[0].bytes) == stored
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"name": "a", "sha256": _DIGEST, "size": 3}, r"expected \{name: \.\.\., sha256: \.\.\.\}"),
+    ({"name": "a", "sha256": _DIGEST, "bytes": "12"}, r"bytes must be an integer in 0\.\.4,294,967,296, got '12'"),
+    ({"name": "a", "sha256": _DIGEST, "bytes": True}, r"bytes must be an integer .* got True"),
+    ({"name": "a", "sha256": _DIGEST, "bytes": -1}, r"bytes must be an integer .* got -1"),
+    ({"name": "a", "sha256": _DIGEST, "bytes": (1 << 32) + 1}, r"bytes must be an integer .* got 4294967297"),
+    ({"name": "x" * 256, "sha256": _DIGEST}, r"name must be a plain file name"),
+    ({"name": "", "sha256": _DIGEST}, r"name must be a plain file name"),
+    ({"name": ".", "sha256": _DIGEST}, r"name must be a plain file name"),
+    ({"name": "..", "sha256": _DIGEST}, r"name must be a plain file name"),
+    ({"name": "a/b", "sha256": _DIGEST}, r"name must be a plain file name"),
+    ({"name": "a\\b", "sha256": _DIGEST}, r"name must be a plain file name"),
+    ({"name": "a\0b", "sha256": _DIGEST}, r"name must be a plain file name"),
+])
+def test_a_files_entry_past_a_limit_is_refused_by_role(entry, message):
+    """sources.yaml is input: an unknown key, a size that is not a plain integer in range, or a
+    name that is not one plain file name is refused, naming the file's role."""
+    with pytest.raises(ValueError, match=rf"^sources: file train_csv: {message}"):
+        parse_files({"train_csv": entry, "test_csv": {"name": "t.csv", "sha256": _DIGEST}}, origin="sources: ")
+
+
 @pytest.mark.parametrize("gzipped", [False, True])
 def test_content_fed_a_byte_at_a_time_is_the_file(gzipped):
     """However the reads split it, what is written is the file's bytes, hashed, with the IDX
