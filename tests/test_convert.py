@@ -153,14 +153,19 @@ def test_undecodable_bytes_are_named_not_a_traceback(tmp_path, csv_dir):
         convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "fig.json", "snappy")
 
 
+def _read_all(path, **options) -> tuple[np.ndarray, np.ndarray]:
+    blocks = list(iter_csv(path, **options))
+    return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
+
+
 def test_blocks_split_anywhere_give_the_same_rows_and_line_numbers(csv_dir, tiny):
     # A block size smaller than a line, and one cutting lines mid-way, must give the same
     # rows as one block; and an error in a late block must still name its true line.
     expected = tiny.arrays["train_images"].reshape(-1, 784)
     for block_bytes in (100, 5_000, 1 << 20):
-        blocks = list(iter_csv(csv_dir / "train.csv", block_bytes=block_bytes))
-        np.testing.assert_array_equal(np.concatenate([p for _, p in blocks]), expected)
-        np.testing.assert_array_equal(np.concatenate([lab for lab, _ in blocks]), tiny.arrays["train_labels"])
+        labels, pixels = _read_all(csv_dir / "train.csv", block_bytes=block_bytes)
+        np.testing.assert_array_equal(pixels, expected)
+        np.testing.assert_array_equal(labels, tiny.arrays["train_labels"])
     _corrupt(csv_dir, 60, lambda s: s.replace(",", ",7.5,", 1))
     with pytest.raises(DataError, match=r"line 60: 786 columns"):
         list(iter_csv(csv_dir / "train.csv", block_bytes=5_000))
@@ -337,12 +342,6 @@ def test_ctrl_c_stops_the_conversion_at_once():
     assert time.monotonic() - start < 2
     with pytest.raises(ValueError, match="from the worker"):
         interruptible(lambda: (_ for _ in ()).throw(ValueError("from the worker")))
-
-
-
-def _read_all(path, **options) -> tuple[np.ndarray, np.ndarray]:
-    blocks = list(iter_csv(path, **options))
-    return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
 
 
 def test_rows_at_the_length_bounds_are_read_and_one_byte_more_is_refused(tmp_path):

@@ -290,18 +290,18 @@ def test_empty_file_is_content_too(tmp_path):
     assert (tmp_path / "out" / spec.stored_name).read_bytes() == b""
 
 
-def test_files_block_roles_and_digests():
-    digest = "0123456789abcdef" * 4
-    csv = parse_files({"train_csv": {"name": "a.csv", "sha256": digest}, "test_csv": {"name": "b.csv", "sha256": digest}})
-    assert [(s.role, s.name) for s in csv] == [("train_csv", "a.csv"), ("test_csv", "b.csv")]
-    assert parse_files({"test_csv": {"name": "b", "sha256": digest.upper()},
-                        "train_csv": {"name": "a", "sha256": digest}})[0].sha256 == digest
-    for bad in (digest[:-1], "g" * 64, digest + "0"):
-        with pytest.raises(ValueError, match="64 hex digits"):
-            parse_files({"train_csv": {"name": "a", "sha256": bad}, "test_csv": {"name": "b", "sha256": digest}})
-
-
 _DIGEST = "0123456789abcdef" * 4
+
+
+def test_files_block_roles_and_digests():
+    csv = parse_files({"train_csv": {"name": "a.csv", "sha256": _DIGEST},
+                       "test_csv": {"name": "b.csv", "sha256": _DIGEST}})
+    assert [(s.role, s.name) for s in csv] == [("train_csv", "a.csv"), ("test_csv", "b.csv")]
+    assert parse_files({"test_csv": {"name": "b", "sha256": _DIGEST.upper()},
+                        "train_csv": {"name": "a", "sha256": _DIGEST}})[0].sha256 == _DIGEST
+    for bad in (_DIGEST[:-1], "g" * 64, _DIGEST + "0"):
+        with pytest.raises(ValueError, match="64 hex digits"):
+            parse_files({"train_csv": {"name": "a", "sha256": bad}, "test_csv": {"name": "b", "sha256": _DIGEST}})
 
 
 @pytest.mark.parametrize(("entry", "stored"), [

@@ -354,10 +354,10 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
         if part.get("first_sample") != expected:
             raise ShardError(f"{record}: starts at sample {part.get('first_sample')!r}, expected {expected} "
                              f"(a part missing or overlapping)")
-        if part is not parts[-1] and part["count"] % part["samples_per_shard"]:
-            raise ShardError(f"{record}: {part['count']} samples is not a whole number of shards of "
-                             f"{part['samples_per_shard']} (only the last part may end with a short shard)")
         size = part["samples_per_shard"]
+        if part is not parts[-1] and part["count"] % size:
+            raise ShardError(f"{record}: {part['count']} samples is not a whole number of shards of "
+                             f"{size} (only the last part may end with a short shard)")
         for index, entry in enumerate(part["shards"]):
             want = placed_file(expected, size, index, part["compression"]["codec"])
             if entry["file"] != want:
