@@ -44,3 +44,6 @@ def test_normalizing_keeps_words_and_drops_measurements():
     swapped = ("  main   10.0  zstd-3\n  ├── c0f8951 [codec-gzip]  9.7  gzip\n"
                "  └── 8b497eb [codec-zstd-19]  8.8  zstd-19\n")
     assert normalized(made_in_one_second) == normalized(swapped) != normalized(swapped.replace("gzip\n", "lz4\n"))
+    digits_only = made_in_one_second.replace("8b497eb", "8150293").replace("c0f8951", "abcdefa")  # ids are random hex
+    assert normalized(digits_only) == normalized(swapped)
+    assert normalized("  ├── 8150293 [x]  8.8\n") == ["+- @ [x] #"]

@@ -85,18 +85,20 @@ def make_clone(repo: Path, into: Path, env: dict[str, str]) -> Path:
 
 NUMBER = re.compile(r"(?<![\w-])-?\d+(?:[.,]\d+)*\s?(?:[kKMGT]i?B?|B|ms|us|s|x|%)?(?![\w.])")
 IDENT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")  # letters and digits: a hash
+TREE_ID = re.compile(r"(?<=[├└]── )[0-9a-f]{7,40}\b")  # an experiment row's id, even one of digits only
 RULE = re.compile(r"[─━═]+")
 
 
 def normalized(text: str) -> list[str]:
     """Lines with what a measurement or a run changes replaced: numbers (with units) by '#',
-    commit and experiment ids by '@', table rules and runs of spaces by one space; the
-    experiment rows under one baseline sorted (two made in the same second tie in
-    `dvc exp show`'s order, and the tree's last row has its own glyph)."""
+    commit and experiment ids by '@' (an experiment row's id even when its hex holds no
+    letter), table rules and runs of spaces by one space; the experiment rows under one
+    baseline sorted (two made in the same second tie in `dvc exp show`'s order, and the
+    tree's last row has its own glyph)."""
     lines: list[str] = []
     children: list[str] = []
     for line in text.splitlines():
-        line = RULE.sub("-", NUMBER.sub("#", IDENT.sub("@", line)))
+        line = RULE.sub("-", NUMBER.sub("#", IDENT.sub("@", TREE_ID.sub("@", line))))
         line = re.sub(r"\s+", " ", line.replace("├", "+").replace("└", "+")).strip()
         if line.startswith("+-"):
             children.append(line)
