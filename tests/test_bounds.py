@@ -956,7 +956,8 @@ def idx_files(draw):
     return bytes([0, 0, code, ndim]) + b"".join(d.to_bytes(4, "big") for d in dims) + draw(st.binary(max_size=200))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])  # a loaded host is slow
 @given(data=idx_files())
 def test_idx_reader_never_crashes_and_never_reads_past_the_file(tmp_path, data):
     """Any bytes: an array holding exactly the body, or an IdxError; from a file, the same,
@@ -990,7 +991,8 @@ def _child(node, key):
     return None
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])  # a loaded host is slow
 @given(path=st.lists(st.one_of(st.sampled_from(["shards", "count", "file", "bytes", "compression", "codec", "images",
                                                  "sha256", "xxh3_128", "format_version", "dataset"]),
                                st.integers(0, 3)), min_size=1, max_size=3),

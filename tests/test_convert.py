@@ -335,10 +335,16 @@ def test_ctrl_c_stops_the_conversion_at_once():
 
     from pipeline.stages.convert import interruptible
 
-    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = threading.Event()  # Ctrl-C once the work runs: never before the stage's thread waits for it
+
+    def work() -> None:
+        started.set()
+        time.sleep(10)  # a long call that releases the GIL, as pyarrow's does
+
+    threading.Thread(target=lambda: started.wait(60) and os.kill(os.getpid(), signal.SIGINT), daemon=True).start()
     start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        interruptible(lambda: time.sleep(10))  # a long call that releases the GIL, as pyarrow's does
+        interruptible(work)
     assert time.monotonic() - start < 2
     with pytest.raises(ValueError, match="from the worker"):
         interruptible(lambda: (_ for _ in ()).throw(ValueError("from the worker")))

@@ -196,16 +196,13 @@ def s3_server():
     with authentication on: one IAM user may use the bucket, any other key is refused.
     Yields (endpoint, {AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY})."""
     moto_server = pytest.importorskip("moto.server")
-    import socket
     import urllib.request
 
     import boto3
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # the system's free port
     server.start()
+    port = server.get_host_and_port()[1]
     endpoint = f"http://127.0.0.1:{port}"
     admin = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "admin",
              "aws_secret_access_key": "admin"}

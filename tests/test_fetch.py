@@ -165,7 +165,7 @@ def test_stall_honours_timeout(tmp_path, tiny, http_server, capsys):
     name = "train-labels-idx1-ubyte.gz"
     serve(http_server, "/slow", tiny, {name: ("stall", tiny.blobs[name])})
     serve(http_server, "/fast", tiny)
-    settings = FetchSettings(timeout_s=0.5, retries=0, backoff_s=0)
+    settings = FetchSettings(timeout_s=1.0, retries=0, backoff_s=0)
     fetch_dataset("tiny", tiny.files, [http_server.url + "/slow", http_server.url + "/fast"],
                   tmp_path / "raw", settings, env={})
     assert f"train-labels.idx <- {http_server.url}/fast/{name}" in capsys.readouterr().err
@@ -178,7 +178,7 @@ def test_stall_reported(tmp_path, tiny, http_server):
     serve(http_server, "/slow", tiny, {name: ("stall", tiny.blobs[name])})
     with pytest.raises(FetchError, match=r"read timed out after 10 bytes \(gave up after 1 tries\)"):
         fetch_dataset("tiny", tiny.files, [http_server.url + "/slow"], tmp_path / "raw",
-                      FetchSettings(timeout_s=0.3, retries=0), env={})
+                      FetchSettings(timeout_s=1.0, retries=0), env={})
 
 
 def test_connection_refused_is_reported(tmp_path, tiny):
@@ -248,7 +248,7 @@ def test_server_that_never_answers(tmp_path, tiny, http_server):
     serve(http_server, "/m", tiny, {name: ("mute", tiny.blobs[name])})
     with pytest.raises(FetchError) as err:
         fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw",
-                      FetchSettings(timeout_s=0.3, retries=0), env={})
+                      FetchSettings(timeout_s=1.0, retries=0), env={})
     assert f"{http_server.url}/m/{name}: cannot connect: timed out (gave up after 1 tries)" in str(err.value)
 
 

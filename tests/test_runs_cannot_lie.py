@@ -714,7 +714,8 @@ def test_a_stopped_rank_ends_the_other_within_the_timeout(tmp_path, data):
     assert PIPELINE_FRAME not in output, output[-3000:]
     # torchrun's report names rank 0's own exit status
     assert re.search(r"rank\s*:\s*0 \(local_rank: 0\)\s*\n\s*exitcode\s*:\s*2 ", output), output[-3000:]
-    assert timeout_s - 1 <= ended < timeout_s + 60, ended
+    # it waited (not ended at once); rank 0 may have entered its collective before rank 1 stopped
+    assert timeout_s - 5 <= ended < timeout_s + 60, ended
     assert not (tmp_path / "o" / "train.json").exists()
 
 

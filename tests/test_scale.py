@@ -314,9 +314,9 @@ def s3():
 
     import boto3
 
-    port = free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # the system's free port
     server.start()
+    port = server.get_host_and_port()[1]
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
            "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
     # Authentication off whatever an earlier test in this process set (moto's switch is global).

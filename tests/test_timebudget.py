@@ -62,7 +62,7 @@ def test_the_profiled_window_is_the_window_a_plain_clock_measured():
     _loop("data_wait", budget)
     step = budget.result.per_step
     assert abs(step["vs_wall"] - 1) < 0.05, step
-    assert step["wall_s"] == pytest.approx(0.02, rel=0.5)  # the 20 ms sleep dominates each step
+    assert 0.02 <= step["wall_s"] < 0.2  # each step sleeps 20 ms (a loaded host wakes it late, never early)
 
 
 def test_an_annotation_inside_the_step_is_looked_through():
