@@ -426,13 +426,12 @@ def test_cli_bad_params_is_one_line_and_exit_2(tmp_path, params, csv_dir):
 
 
 @pytest.mark.slow
-def test_cli_missing_test_csv_is_named(tmp_path, params, csv_dir):
+def test_cli_missing_test_csv_is_named(tmp_path, csv_dir):
     (csv_dir / "test.csv").unlink()
     (tmp_path / "sources.yaml").write_text("tiny: {rows: {train: 64, test: 32}, files: {}}\n")
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(params))  # the committed params, never the workspace's
     result = cli("convert", "tiny", "snappy", "--csv", str(csv_dir), "--out", str(tmp_path / "pq"),
                  "--figures", str(tmp_path / "f.json"), "--sources", str(tmp_path / "sources.yaml"),
-                 "--params", str(tmp_path / "p.yaml"))
+                 "--params", str(PARAMS))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "test.csv" in result.stderr and not (tmp_path / "pq").exists()
 
