@@ -407,7 +407,7 @@ def _write_part(args) -> None:
     folder, first, n = args
     columns = mixed_columns(230)
     write_part({k: v[first : first + n] for k, v in columns.items()}, folder, first_sample=first, sample=MIXED,
-               dataset="mixed", split="train", samples_per_shard=64)
+               dataset="mixed", split="train", samples_per_shard=64, total=230)
 
 
 @pytest.mark.slow
@@ -449,7 +449,7 @@ def test_parts_that_do_not_tile_the_split_are_refused_and_nothing_is_merged(tmp_
 def test_parts_that_disagree_are_refused(tmp_path):
     columns = mixed_columns(128)
     write_part({k: v[:64] for k, v in columns.items()}, tmp_path, first_sample=0, sample=MIXED, dataset="mixed",
-               split="train", samples_per_shard=64)
+               split="train", samples_per_shard=64, total=128)
     write_part({k: v[64:] for k, v in columns.items()}, tmp_path, first_sample=64, sample=MIXED, dataset="other",
                split="train", samples_per_shard=64)
     with pytest.raises(ShardError, match="dataset 'other' differs from the first part's 'mixed'"):

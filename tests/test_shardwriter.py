@@ -267,6 +267,7 @@ def test_safetensors_parts_are_what_safetensors_writes():
 def _parts(folder: Path, images, labels, cuts: list[int], per_shard: int, **options) -> None:
     """Write samples cuts[i]..cuts[i+1] as one part each (in reverse order: no writer waits
     for another)."""
+    options.setdefault("total", len(images))
     for a, b in reversed(list(zip(cuts, cuts[1:]))):
         write_part({"images": images[a:b], "labels": labels[a:b]}, folder, first_sample=a, sample=MNIST, dataset="d",
                    split="train", samples_per_shard=per_shard, **options)

@@ -21,18 +21,23 @@ folder holds the same bytes as one writer's, whatever the number of writers.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import numbers
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.atomic import atomic_dir
+from pipeline.core.atomic import atomic_dir, locked
 from pipeline.core.bounded import read_json
-from pipeline.core.errors import InputError, reason
+from pipeline.core.errors import InputError, is_slug, reason
 from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MANIFEST_TMP, MAX_MANIFEST, Field, Sample,
                                     ShardError, block_bytes, check_manifest, new_manifest, parse_fields, shard_file,
                                     write_manifest, zstd)
@@ -170,11 +175,47 @@ def _misfit(field: Field, array: np.ndarray) -> np.ndarray | None:
     return None
 
 
+def _shown(value) -> str:
+    """A value as an error message quotes it: a numpy scalar as its Python value, cut short."""
+    value = value.item() if isinstance(value, np.generic) else value
+    return f"{value!r:.40}"
+
+
+def _as_array(field: Field, values, where: str, first_id: int) -> np.ndarray:
+    """`values` as a numpy array of numbers: a torch tensor of a dtype numpy lacks (bfloat16,
+    ...) refused naming the field; an object array (a mixed pandas frame's `.values`) of
+    numbers given its numbers' dtype, of anything else refused naming the field, the value
+    and its sample."""
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError, RuntimeError) as err:
+        kind = getattr(values, "dtype", type(values).__name__)
+        raise ShardError(f"{where}: field {field.name!r}: {kind} values cannot be written as {field.dtype} "
+                         f"({reason(err)}); convert them to {field.dtype} first") from None
+    if array.dtype != object:
+        return array
+    flat = array.reshape(-1)
+    per_sample = max(1, math.prod(array.shape[1:]))
+    for at, value in enumerate(flat.tolist()):
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+            raise ShardError(f"{where}: field {field.name!r}: value {_shown(value)} ({type(value).__name__}) at "
+                             f"sample {first_id + at // per_sample} is not a number")
+    if all(isinstance(value, numbers.Integral) for value in flat.tolist()):
+        wide = np.asarray(flat.tolist())  # int64 or uint64; object when a value fits neither
+        if wide.dtype != object:
+            return wide.reshape(array.shape)
+        info = np.iinfo(np.dtype(field.dtype)) if field.dtype in INTEGER else np.iinfo(np.uint64)
+        at = next(i for i, value in enumerate(flat.tolist()) if not info.min <= value <= info.max)
+        raise ShardError(f"{where}: field {field.name!r}: value {_shown(flat[at])} at sample "
+                         f"{first_id + at // per_sample} does not fit {field.dtype} (object given)")
+    return np.asarray(flat.tolist(), dtype=np.float64).reshape(array.shape)
+
+
 def fit(field: Field, values, where: str, first_id: int) -> np.ndarray:
     """`values` (array-like, [b, *field.shape]) as a C-contiguous array of the field's dtype,
     or a ShardError naming `where`, the field, the first value that does not fit and its
     sample (index `first_id` + i)."""
-    array = np.asarray(values)
+    array = _as_array(field, values, where, first_id)
     if array.ndim == 0 or array.shape[1:] != field.shape:
         wanted = ", ".join(["n", *map(str, field.shape)])
         raise ShardError(f"{where}: field {field.name!r}: expected shape [{wanted}], got {list(array.shape)}")
@@ -182,7 +223,7 @@ def fit(field: Field, values, where: str, first_id: int) -> np.ndarray:
     if bad is not None and bad.any():
         flat = bad.reshape(-1).nonzero()[0][0]
         sample = int(flat // max(1, math.prod(field.shape)))
-        raise ShardError(f"{where}: field {field.name!r}: value {array.reshape(-1)[flat].item()!r:.40} at sample "
+        raise ShardError(f"{where}: field {field.name!r}: value {_shown(array.reshape(-1)[flat])} at sample "
                          f"{first_id + sample} does not fit {field.dtype} ({array.dtype} given)")
     converted = np.ascontiguousarray(array, dtype=field.dtype)
     field.check_classes(converted, where, first_id)
@@ -195,33 +236,93 @@ def _digest(hasher, parts: list[memoryview]) -> str:
     return hasher.hexdigest()
 
 
+def check_names(dataset: str, split: str) -> None:
+    """`dataset` and `split` are plain slugs, as the CLI asks of data set names: they become
+    folder names and manifest entries, so `../x`, `a/b` or a newline never reach either."""
+    for key, value in (("dataset", dataset), ("split", split)):
+        if not is_slug(value):
+            raise ShardError(f"{key} {value!r:.60} is not a plain name (a-z and 0-9 first, then also '-' and '_', "
+                             f"at most 64 characters)")
+
+
+def published(folder: Path) -> set[str]:
+    """The shard files the folder's manifest.json lists now (none without one): files a
+    reader may hold open, which no writer replaces."""
+    try:
+        manifest = read_json(Path(folder) / "manifest.json", MAX_MANIFEST, "manifest", within=Path(folder))
+    except (OSError, InputError):
+        return set()
+    shards = manifest.get("shards") if isinstance(manifest, dict) else None
+    return {entry["file"] for entry in shards or [] if isinstance(entry, dict) and isinstance(entry.get("file"), str)}
+
+
 class ShardWriter:
     """Samples in (any batch sizes), numbered shards out into `folder`; `finish` writes the
     manifest. Values that do not fit the sample schema are refused here, so no feeder can
-    write them."""
+    write them.
+
+    A whole split (no `first_sample`) is written into a new folder beside `folder`, holding
+    `folder`'s lock (as `write_split` does), and swapped in whole by `finish`: a reader of the
+    old split keeps the files it opened, a second writer is refused in one line, and nothing
+    published is rewritten in place. A part (`first_sample`) writes each shard to a temporary
+    file and renames it into `folder`, refusing a name the folder's manifest lists; `total`,
+    the split's sample count, goes into the part's record so that `merge_parts` can tell a
+    missing part. Use it as a context manager, or call `finish` (or `abort`)."""
 
     def __init__(self, folder: Path, *, sample: Sample, dataset: str, split: str, samples_per_shard: int,
                  compression: str = "none", level: int = 3, origin: str | None = None,
-                 first_sample: int | None = None) -> None:
+                 first_sample: int | None = None, total: int | None = None) -> None:
         if type(samples_per_shard) is not int or samples_per_shard < 1:
             raise ValueError("samples_per_shard must be at least 1")
         if first_sample is not None and (type(first_sample) is not int or first_sample < 0
                                          or first_sample % samples_per_shard):
             raise ValueError(f"first_sample must be a multiple of samples_per_shard ({samples_per_shard}), "
                              f"got {first_sample!r}")
-        self.first_sample = first_sample  # None: the whole split; else this writer writes a part from there
+        if total is not None and (type(total) is not int or total < 0 or first_sample is None
+                                  or first_sample >= max(total, 1)):
+            raise ValueError(f"total must be the split's sample count, past first_sample, and only for a part "
+                             f"(first_sample {first_sample!r}), got {total!r}")
         if compression not in CODECS:
             raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
-        self.folder, self.sample, self.dataset, self.split = Path(folder), sample, dataset, split
+        check_names(dataset, split)
+        self.first_sample, self.total = first_sample, total  # first_sample None: the whole split
+        self.dataset, self.split = dataset, split
         self.origin = origin or f"{dataset}/{split}"  # what error messages name
         self.size, self.compression, self.level = samples_per_shard, compression, level
         self.block = block_bytes(compression, samples_per_shard * sample.row_bytes)
+        self.sample = sample
         self.buffers: dict[str, np.ndarray] = {}  # allocated on the first partial shard
         self.filled = 0
         self.count = 0
         self.entries: list[dict] = []
+        self.target = Path(folder)
+        self._stack = contextlib.ExitStack()
+        if first_sample is None:
+            self.folder = self._stack.enter_context(atomic_dir(self.target, marker="manifest.json",
+                                                               owns=is_split_folder))
+            self.published: set[str] = set()
+        else:
+            self.folder = self.target
+            (self.folder / PARTS).mkdir(parents=True, exist_ok=True)
+            self._stack.enter_context(locked(self.folder / PARTS / self._key))  # one writer per part
+            self.published = published(self.folder)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="shard-sha256")
-        self.folder.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def _key(self) -> str:
+        return f"{self.first_sample:012d}"
+
+    def _open(self, name: str) -> tuple[object, Path]:
+        """(file, its path) to write shard `name` to: the file itself in a whole split's new
+        folder; a part's temporary, renamed into place once complete."""
+        if self.first_sample is None:
+            path = self.folder / name
+            return open(path, "wb"), path
+        if name in self.published:
+            raise ShardError(f"{self.folder / name}: listed in {self.folder / 'manifest.json'}; a published shard is "
+                             f"never rewritten (write the parts into a new folder, or remove the old split first)")
+        fd, tmp = tempfile.mkstemp(prefix=f".{self._key}.", suffix=".tmp", dir=self.folder / PARTS)
+        return os.fdopen(fd, "wb"), Path(tmp)
 
     def _write(self, columns: dict[str, np.ndarray]) -> None:
         """Write one shard from its buffers in place (`shard_parts`, which lists the digest of
@@ -236,9 +337,16 @@ class ShardWriter:
         name = placed_file(self.first_sample or 0, self.size, len(self.entries), self.compression)
         sha256 = self.pool.submit(_digest, hashlib.sha256(), parts)
         try:
-            with open(self.folder / name, "wb") as file:  # (parts larger than its buffer go straight through)
-                for part in parts:
-                    file.write(part)
+            file, path = self._open(name)
+            try:
+                with file:  # (parts larger than its buffer go straight through)
+                    for part in parts:
+                        file.write(part)
+                if path.name != name:  # a part's shard: complete before it has its name
+                    os.replace(path, self.folder / name)
+            finally:
+                if path.name != name:
+                    path.unlink(missing_ok=True)
             xxh3 = _digest(xxhash.xxh3_128(), parts)
         finally:
             digest = sha256.result()
@@ -262,8 +370,13 @@ class ShardWriter:
 
     def add(self, batch: Mapping[str, object]) -> None:
         """A batch {field name: array-like [b, *field shape]}, b >= 0, every field given."""
+        if self.pool is None:
+            raise ShardError(f"{self.origin}: this writer is finished or aborted")
         columns = self._checked(batch)
         n = len(next(iter(columns.values())))
+        if self.total is not None and self.first_sample + self.count + n > self.total:
+            raise ShardError(f"{self.origin}: the part from sample {self.first_sample:,} goes past the split's "
+                             f"total of {self.total:,} samples")
         self.count += n
         while n:
             if self.filled == 0 and n >= self.size:  # a whole shard: no copy
@@ -282,39 +395,82 @@ class ShardWriter:
             n -= take
 
     def finish(self, source: dict | None = None) -> dict:
-        """Write the last shard and the manifest (or, for a part, the part's record)."""
-        self._flush()
-        self.pool.shutdown()
-        manifest = new_manifest(sample=self.sample, dataset=self.dataset, split=self.split, count=self.count,
-                                codec=self.compression, level=self.level, source=source or {},
-                                shards=self.entries, block=self.block)
-        if self.first_sample is None:
-            write_manifest(self.folder, manifest)
-        else:
-            part = {**manifest, "first_sample": self.first_sample, "samples_per_shard": self.size}
-            parts = self.folder / PARTS
-            parts.mkdir(exist_ok=True)
-            (parts / f"{self.first_sample:012d}.json").write_text(json.dumps(part, indent=2) + "\n")
+        """Write the last shard and the manifest (or, for a part, the part's record), then
+        swap the new split in (a part: let its lock go)."""
+        if self.pool is None:
+            raise ShardError(f"{self.origin}: this writer is finished or aborted")
+        try:
+            self._flush()
+            self.pool.shutdown()
+            manifest = new_manifest(sample=self.sample, dataset=self.dataset, split=self.split, count=self.count,
+                                    codec=self.compression, level=self.level, source=source or {},
+                                    shards=self.entries, block=self.block)
+            if self.first_sample is None:
+                write_manifest(self.folder, manifest)
+            else:
+                part = {**manifest, "first_sample": self.first_sample, "samples_per_shard": self.size}
+                if self.total is not None:
+                    part["total"] = self.total
+                record = self.folder / PARTS / f"{self._key}.json"
+                tmp = record.with_name(f".{self._key}.record.tmp")
+                tmp.write_text(json.dumps(part, indent=2) + "\n")
+                tmp.replace(record)
+        except BaseException as err:
+            self._close(err)
+            raise
+        self._close(None)
         return manifest
+
+    def abort(self) -> None:
+        """Stop without publishing anything: a whole split's new folder is removed, `folder`
+        left as it was; a part leaves its complete shards and no record."""
+        if self.pool is not None:
+            self._close(ShardError(f"{self.origin}: aborted"))
+
+    def _close(self, err: BaseException | None) -> None:
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        pool.shutdown()
+        if err is None:
+            self._stack.close()
+        else:
+            with contextlib.suppress(type(err)):
+                self._stack.__exit__(type(err), err, err.__traceback__)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, kind, err, trace) -> None:
+        if err is not None:
+            self._close(err)  # (a full disk comes back worded, naming the folder)
+        else:
+            self.abort()  # left without finish(): nothing published
+
+    def __del__(self) -> None:
+        if getattr(self, "pool", None) is not None:
+            self.abort()
 
 
 PARTS = ".parts"   # where parallel writers leave their records until `merge_parts`
 
 
 def write_part(columns: Mapping[str, object], folder: Path, *, first_sample: int, sample: Sample, dataset: str,
-               split: str, samples_per_shard: int, compression: str = "none", level: int = 3) -> dict:
+               split: str, samples_per_shard: int, compression: str = "none", level: int = 3,
+               total: int | None = None) -> dict:
     """Write samples `first_sample`.. of a split ({field: array-like [n, *shape]}) into `folder`,
-    beside the other writers' parts; `merge_parts` makes them one split."""
-    writer = ShardWriter(folder, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
-                         compression=compression, level=level, first_sample=first_sample)
-    writer.add(columns)
-    return writer.finish()
+    beside the other writers' parts; `merge_parts` makes them one split. `total`, the split's
+    sample count, is recorded so that a part missing at the merge is named."""
+    with ShardWriter(folder, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
+                     compression=compression, level=level, first_sample=first_sample, total=total) as writer:
+        writer.add(columns)
+        return writer.finish()
 
 
 def _read_part(record: Path, folder: Path) -> dict:
     """One part record: a manifest of the part's own shards, checked as any manifest is, with
-    where the part starts and its shard size. Records are files anyone may have edited, so
-    a ShardError names the record and the key before any value is used."""
+    where the part starts, its shard size and the split's total. Records are files anyone
+    may have edited, so a ShardError names the record and the key before any value is used."""
     try:
         part = read_json(record, MAX_MANIFEST, "part record", within=folder)
     except InputError as err:  # each names the record: too large, a link, not JSON
@@ -323,26 +479,54 @@ def _read_part(record: Path, folder: Path) -> dict:
         raise ShardError(f"{record}: not a readable part record ({err.strerror or reason(err)})") from None
     if not isinstance(part, dict):
         raise ShardError(f"{record}: not a part record (JSON {type(part).__name__}, not an object)")
-    place = {key: part.pop(key, None) for key in ("first_sample", "samples_per_shard")}
-    for key, low in (("first_sample", 0), ("samples_per_shard", 1)):
-        if type(place[key]) is not int or place[key] < low:
+    place = {key: part.pop(key, None) for key in ("first_sample", "samples_per_shard", "total")}
+    for key, low in (("first_sample", 0), ("samples_per_shard", 1), ("total", 1)):
+        if (key != "total" or place[key] is not None) and (type(place[key]) is not int or place[key] < low):
             raise ShardError(f"{record}: {key}: {place[key]!r:.40}, expected an integer of at least {low}")
     return {**check_manifest(part, record), **place}
 
 
-def merge_parts(folder: Path, source: dict | None = None) -> dict:
-    """One manifest for the parts written into `folder`: every part's schema and settings the
-    same, parts tiling the split from sample 0 with no gap or overlap, every part but the
-    last a whole number of shards, each shard file the one its samples' place numbers and
-    holding samples_per_shard samples (the split's last shard at most that). Writes
-    manifest.json (replacing it atomically), then removes the parts' records. A ShardError
-    names the first problem; nothing is written."""
+def _split_total(folder: Path, records: list[Path], parts: list[dict], total: int | None) -> int:
+    """The split's sample count: the one the parts record (all alike) or the caller gives."""
+    recorded = {part["total"] for part in parts if part["total"] is not None}
+    if total is not None and (type(total) is not int or total < 1):
+        raise ValueError(f"total must be the split's sample count (1 or more), got {total!r}")
+    if len(recorded | ({total} if total is not None else set())) > 1:
+        said = {record.name: part["total"] for record, part in zip(records, parts)}
+        raise ShardError(f"{folder / PARTS}: the parts disagree on the split's total: {said}"
+                         + (f", merge_parts was given {total:,}" if total is not None else ""))
+    if total is None and not recorded:
+        raise ShardError(f"{folder}: no part records the split's total and none was given; pass total= to "
+                         f"write_part (or to merge_parts), so that a missing part cannot pass for a shorter split")
+    return total if total is not None else recorded.pop()
 
+
+def _stray(folder: Path, listed: set[str]) -> list[str]:
+    """Shard files in `folder` that no part lists (a writer killed before its record, or left
+    over from another split)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("shard-") and p.name not in listed)
+
+
+def merge_parts(folder: Path, source: dict | None = None, *, total: int | None = None) -> dict:
+    """One manifest for the parts written into `folder`: every part's schema and settings the
+    same, parts tiling the split from sample 0 to its total (recorded by the parts, or
+    `total`) with no gap or overlap, every part but the last a whole number of shards, each
+    shard file the one its samples' place numbers and holding samples_per_shard samples (the
+    split's last shard at most that), and no shard file in the folder that no part lists.
+    Holding the folder's lock, writes manifest.json (replacing it atomically), then removes
+    the parts' records; a second merge at the same time is refused in one line. A
+    ShardError names the first problem; nothing is written."""
     folder = Path(folder)
+    with locked(folder):
+        return _merge(folder, source, total)
+
+
+def _merge(folder: Path, source: dict | None, total: int | None) -> dict:
     records = sorted((folder / PARTS).glob("*.json"))  # none where there is no such folder
     if not records:
         raise ShardError(f"{folder}: no parts to merge (expected {PARTS}/*.json written by write_part)")
     parts = [_read_part(record, folder) for record in records]
+    total = _split_total(folder, records, parts, total)
     keys = ("dataset", "split", "fields", "compression", "block_bytes", "samples_per_shard")
     first = parts[0]
     expected, entries = 0, []
@@ -369,6 +553,15 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
                                  f"samples_per_shard, the split's last at most that)")
         expected += part["count"]
         entries += part["shards"]
+    stray = _stray(folder, {entry["file"] for entry in entries})
+    if expected != total:
+        raise ShardError(f"{folder}: the parts hold samples 0..{expected:,} of the split's {total:,}: the part from "
+                         f"sample {expected:,} is missing (a writer that did not finish?)"
+                         + (f"; shard files no part lists: {', '.join(stray[:4])}" if stray else ""))
+    if stray:
+        raise ShardError(f"{folder}: shard files no part lists: {', '.join(stray[:4])}"
+                         f"{' ...' if len(stray) > 4 else ''} (a writer killed before its record, or another "
+                         f"split's); remove them or rerun that part")
     compression = first["compression"]
     manifest = new_manifest(sample=parse_fields(first["fields"], records[0]), dataset=first["dataset"],
                             split=first["split"], count=expected, codec=compression["codec"],
@@ -376,9 +569,7 @@ def merge_parts(folder: Path, source: dict | None = None) -> dict:
                             source=source or {}, shards=entries, block=first["block_bytes"])
     check_manifest(json.loads(json.dumps(manifest)), folder / "manifest.json")
     write_manifest(folder, manifest)
-    for record in records:
-        record.unlink()
-    (folder / PARTS).rmdir()
+    shutil.rmtree(folder / PARTS)  # the records, and temporaries of writers killed mid-shard
     return manifest
 
 
@@ -401,8 +592,7 @@ def write_split(columns: Mapping[str, object], out_dir: Path, *, sample: Sample,
                 source: dict | None = None) -> dict:
     """Write one split held in memory ({field name: array-like [n, *shape]}) as shards plus
     manifest.json into `out_dir` (replaced whole: on any error nothing is left behind)."""
-    with atomic_dir(Path(out_dir), marker="manifest.json", owns=is_split_folder) as tmp:
-        writer = ShardWriter(tmp, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
-                             compression=compression, level=level)
+    with ShardWriter(out_dir, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
+                     compression=compression, level=level) as writer:
         writer.add(columns)
         return writer.finish(source)
