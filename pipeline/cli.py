@@ -139,6 +139,20 @@ def main(debug: bool) -> None:
     """
 
 
+@main.command("check-params")
+@output_path("--out", "File written once every section is valid: every other stage depends on it.")
+@PARAMS_OPTION
+@stage_command
+def check_params_command(out: Path, params_path: Path) -> None:
+    """Check the whole params file, each section and the rules between sections.
+
+    DVC's first stage: every other stage depends on the file it writes, so a bad value
+    stops `dvc repro` and `dvc exp run` here, before DVC removes any stage's outputs."""
+    from pipeline.stages.params import check_params
+
+    check_params(params_path, out)
+
+
 @main.command()
 @click.argument("dataset")
 @output_path("--out", "Folder to fill with the verified, decompressed files (replaced whole).")

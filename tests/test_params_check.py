@@ -1,0 +1,106 @@
+"""The params check, DVC's first stage: a bad value stops `dvc repro` and `dvc exp run` before
+DVC removes any output, with one line from the check (exit status 2)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import PARAMS, dvc_repo, run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What the check says of each bad value: one line naming the key.
+BAD = {
+    ("shard", "samples_per_shard", -5): "shard.samples_per_shard: Input should be greater than or equal to 1 (got -5)",
+    ("train", "world_size", 0): "train.world_size: Input should be greater than or equal to 1 (got 0)",
+    ("train", "world_size", 3): "batch_size 512 does not split evenly across 3 ranks",
+}
+
+
+def check(params: dict, folder: Path) -> subprocess.CompletedProcess:
+    """`python -m pipeline check-params` on `params` written to `folder`."""
+    path = folder / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return subprocess.run([sys.executable, "-m", "pipeline", "check-params", "--params", str(path),
+                           "--out", str(folder / "params.ok")], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_the_committed_params_pass_the_check(tmp_path):
+    result = check(yaml.safe_load(PARAMS.read_text()), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "params.ok").is_file()
+
+
+@pytest.mark.parametrize("bad", sorted(BAD), ids=lambda bad: f"{bad[0]}.{bad[1]}={bad[2]}")
+def test_a_bad_value_is_one_line_and_exit_status_2(tmp_path, bad):
+    params = yaml.safe_load(PARAMS.read_text())
+    section, key, value = bad
+    params[section][key] = value
+    result = check(params, tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error: "), result.stderr
+    assert BAD[bad] in result.stderr
+    assert not (tmp_path / "params.ok").exists()
+
+
+# ------------------------------------------------------------ in a real DVC repository (slow)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A DVC repository whose shards of `tiny` are built and committed."""
+    root, env = dvc_repo(tmp_path_factory.mktemp("repo"), ["tiny"])
+    run([sys.executable, "-m", "dvc", "repro", "shard@tiny"], root, env)
+    run(["git", "add", "-A"], root, env)
+    run(["git", "commit", "-qm", "shards"], root, env)
+    return root, env
+
+
+def outputs(root: Path) -> dict[str, str]:
+    """Every file under data/ but the check's own, by its sha256."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((root / "data").rglob("*")) if p.is_file() and p.name != "params.ok"}
+
+
+def restore(repo) -> None:
+    """The committed params back, and the check's file with them. Written out, not `git
+    checkout`: a failed `dvc exp run -S` may leave a value of the same length in the file,
+    whose size and time git's index takes for unchanged."""
+    root, env = repo
+    for name in ("params.yaml", "dvc.lock"):
+        (root / name).write_text(run(["git", "show", f"HEAD:{name}"], root, env).stdout)
+    run([sys.executable, "-m", "dvc", "repro", "params"], root, env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["repro", "exp run -S"])
+@pytest.mark.parametrize("bad", sorted(BAD)[:2], ids=lambda bad: f"{bad[0]}.{bad[1]}={bad[2]}")
+def test_a_bad_value_removes_no_output(repo, how, bad):
+    """`dvc repro shard@tiny` after a bad edit, and `dvc exp run -S <bad> shard@tiny`: the check
+    stage stops the run with its one line; the shards (and every other output) are as they were."""
+    root, env = repo
+    before = outputs(root)
+    assert any(name.startswith("data/shards/tiny/") for name in before)
+    section, key, value = bad
+    try:
+        if how == "repro":
+            params = yaml.safe_load((root / "params.yaml").read_text())
+            params[section][key] = value
+            (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+            command = ["repro", "shard@tiny"]
+        else:
+            command = ["exp", "run", "-S", f"{section}.{key}={value}", "shard@tiny"]
+        result = run([sys.executable, "-m", "dvc", *command], root, env, check=False)
+        said = result.stdout + result.stderr
+        assert outputs(root) == before, said
+        assert result.returncode != 0, said
+        assert BAD[bad] in said and "Traceback" not in said, said
+        assert "Running stage 'shard@tiny'" not in said, said
+    finally:
+        restore(repo)
