@@ -329,10 +329,10 @@ def _file_pages() -> int:
         return int(statm.read().split()[2]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def test_with_max_resident_the_split_is_read_without_mapping_it_in(split):
-    """With `max_resident`, the split is read with pread: reading the whole split leaves no
-    more of it resident in this process than before; what was verified stays verified and
-    reads the same."""
+def test_with_max_resident_the_split_is_read_without_holding_it(split):
+    """With `max_resident`, no more than that many bytes of shards stay mapped: reading the
+    whole split with a bound of 0 leaves none of it resident in this process (each map is
+    closed once its rows are gathered); what was verified stays verified and reads the same."""
     folder, data = split
     held = {}
     for limit in (None, 0):
@@ -456,7 +456,7 @@ def test_a_row_whose_last_byte_opens_a_block_verifies_that_block(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd (Linux)")
 def test_a_split_read_with_pread_closes_its_descriptors_when_dropped(split):
-    """With `max_resident`, each shard keeps a descriptor to read from: dropping the split
+    """With `pread=True`, each shard keeps a descriptor to read from: dropping the split
     closes them all, so a loader that opens a split per epoch does not run out of them."""
     import gc
 
@@ -467,7 +467,7 @@ def test_a_split_read_with_pread_closes_its_descriptors_when_dropped(split):
             return None
 
     folder, data = split
-    mapped = MappedSplit(folder, max_resident=0)
+    mapped = MappedSplit(folder, pread=True)
     np.testing.assert_array_equal(mapped.take(np.arange(900))["labels"], data["labels"])
     held = {shard.fd: str((folder / Path(shard.path).name).resolve()) for shard in mapped.shards}
     assert len(held) == 3 and all(open_file(fd) == path for fd, path in held.items())

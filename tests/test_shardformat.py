@@ -212,7 +212,8 @@ def test_a_batch_that_is_not_a_mapping_is_named_by_its_type(tmp_path):
     with pytest.raises(ShardError, match=r"^d/train: a batch must map exactly the fields \['images', 'labels'\], "
                                          r"got list$"):
         writer.add([np.zeros((1, 28, 28), np.uint8), np.zeros(1, np.uint8)])
-    assert (tmp_path / "a" / "b").is_dir()  # its parents made as needed
+    writer.abort()
+    assert (tmp_path / "a").is_dir() and not (tmp_path / "a" / "b").exists()  # parents made; nothing published
 
 
 def test_the_sample_index_counts_across_batches(tmp_path):

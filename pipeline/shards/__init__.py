@@ -25,6 +25,7 @@ _WHERE = {
     "MappedSplit": "mapped",
     "SHUFFLES": "order", "ShardSampler": "order",
     "ShardDataset": "dataset", "ShardLoader": "dataset", "DeviceBatches": "dataset",
+    "freeze_inherited": "dataset",
     "UnitFloat": "transforms", "Int64": "transforms", "unit_float": "transforms",
     "RemoteShards": "remote",
 }

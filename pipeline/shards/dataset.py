@@ -14,15 +14,16 @@ Every path returns every field, in the manifest's order, with its stored dtype a
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pipeline.shards.mapped import MappedSplit, in_worker
+from pipeline.shards.mapped import MappedSplit
 from pipeline.shards.order import ShardSampler
 from pipeline.shards.transforms import Transform, compose
 
@@ -35,14 +36,10 @@ class ShardDataset(Dataset):
     which the default collate stacks) while gathering the batch with one index. `transform`
     (a callable of a batch dict, or a list of them) is applied to every batch, and to a single
     sample as a batch of one. Other keyword arguments go to `MappedSplit`: dataset, split,
-    verify, max_resident, cache, cache_bytes, storage_options, deadlines (`remote.Deadlines`).
-
-    In a DataLoader worker, the first batch freezes the objects the worker inherited from its
-    parent (`gc.freeze`, as Python's gc documentation advises after a fork): the worker's
-    garbage collections then never write to them, so the pages holding them stay shared with
-    the parent instead of being copied into every worker."""
-
-    _settled = False  # (set in a worker once it has frozen what it inherited)
+    verify, max_resident, max_open, pread, cache, cache_bytes, storage_options, deadlines
+    (`remote.Deadlines`). Every process, DataLoader workers included, reads through the same
+    bounded maps; `loader()` freezes the parent's objects for its workers, and
+    `freeze_inherited` does the same for a DataLoader of your own."""
 
     def __init__(self, location: Path | str, *, transform: Transform | Sequence[Transform] | None = None,
                  **split_options) -> None:
@@ -65,9 +62,6 @@ class ShardDataset(Dataset):
         """The samples at `indices` as one batch: a tuple of [b, *shape] tensors in field order."""
         if isinstance(indices, torch.Tensor):
             indices = indices.numpy()
-        if not self._settled and in_worker():
-            gc.freeze()  # see `ShardDataset`: the worker's collections then leave the parent's objects alone
-            self._settled = True
         columns = {name: torch.from_numpy(values) for name, values in self.split.take(indices).items()}
         if self.transform is not None:
             columns = self.transform(columns)
@@ -92,13 +86,50 @@ class ShardDataset(Dataset):
                             drop_last=drop_last, shard_counts=self.shard_counts)
 
     def loader(self, batch_size: int, *, shuffle: bool | str = False, seed: int = 0, rank: int = 0,
-               world_size: int = 1, drop_last: bool = False, **dataloader_options) -> ShardLoader:
+               world_size: int = 1, drop_last: bool = False, freeze: bool = True,
+               **dataloader_options) -> ShardLoader:
         """The batched path: a `ShardLoader` over this dataset (see `order` for the rules of
         `shuffle`, ranks and resuming). Other keyword arguments (num_workers, pin_memory, ...)
-        go to the DataLoader underneath."""
+        go to the DataLoader underneath; `freeze=False` leaves the workers' gc as it is."""
         sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
                                drop_last=drop_last)
-        return ShardLoader(self, sampler, **dataloader_options)
+        return ShardLoader(self, sampler, freeze=freeze, **dataloader_options)
+
+
+def freeze_inherited(worker_id: int = 0) -> None:
+    """A `worker_init_fn` for a DataLoader of your own: freezes the objects the worker
+    inherited from its parent (`gc.freeze`), so that the worker's garbage collections never
+    write to them and the pages holding them stay shared with the parent instead of being
+    copied into every worker, as Python's gc documentation describes for forked children."""
+    gc.freeze()
+
+
+class _FreezeThen:
+    """`freeze_inherited`, then the caller's own worker_init_fn (a class: workers started
+    with spawn or forkserver receive it pickled)."""
+
+    def __init__(self, then: Callable[[int], None] | None) -> None:
+        self.then = then
+
+    def __call__(self, worker_id: int) -> None:
+        freeze_inherited(worker_id)
+        if self.then is not None:
+            self.then(worker_id)
+
+
+@contextlib.contextmanager
+def _parent_frozen(active: bool) -> Iterator[None]:
+    """The parent's objects frozen while its workers start (so that forked workers inherit
+    them frozen), unfrozen after: the parent's own collections are left as they were. A
+    process that froze objects itself is left alone (unfreezing would undo its freeze)."""
+    if not active or gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 class _Batches(Dataset):
@@ -156,16 +187,27 @@ class ShardLoader(_Resumable):
     """Batches of a ShardDataset drawn by a ShardSampler through a DataLoader (workers,
     pinned memory, prefetching: any DataLoader option): each batch a tuple of the fields.
     `indices` holds the sample indices of the batch just yielded; `state_dict()` counts the
-    batches the loop took, not those the DataLoader fetched ahead."""
+    batches the loop took, not those the DataLoader fetched ahead. With workers, they are
+    persistent unless `persistent_workers=False` is given, and (unless `freeze=False`) the
+    parent's objects are frozen while they start and each freezes what it inherited
+    (`freeze_inherited`)."""
 
-    def __init__(self, dataset: ShardDataset, sampler: ShardSampler, **dataloader_options) -> None:
+    def __init__(self, dataset: ShardDataset, sampler: ShardSampler, *, freeze: bool = True,
+                 **dataloader_options) -> None:
         self.dataset, self.sampler = dataset, sampler
         self.indices = None
+        self.freeze = freeze and dataloader_options.get("num_workers", 0) > 0
+        if dataloader_options.get("num_workers", 0) > 0:
+            dataloader_options.setdefault("persistent_workers", True)  # workers keep their maps across epochs
+            if freeze:
+                dataloader_options["worker_init_fn"] = _FreezeThen(dataloader_options.get("worker_init_fn"))
         self.dataloader = DataLoader(_Batches(dataset), batch_size=None, sampler=sampler, **dataloader_options)
 
     def __iter__(self) -> Iterator[tuple]:
         self._begin()
-        for indices, fields in self.dataloader:
+        with _parent_frozen(self.freeze):  # (the workers start here, the first time)
+            batches = iter(self.dataloader)
+        for indices, fields in batches:
             self.taken += 1
             self.indices = indices
             yield fields

@@ -72,6 +72,7 @@ class Field:
     classes: int | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
         problem = field_problem(self)
         if problem:
             raise ValueError(f"field {self.name!r}: {problem}")
@@ -108,11 +109,35 @@ class Field:
                              f"at sample {first_id + index} is outside 0..{self.classes - 1}")
 
 
+def dtype_name(dtype) -> object:
+    """A dtype as its numpy name: a string as given; a numpy dtype or scalar type
+    (`arr.dtype`, `np.float32`) or a torch dtype (`torch.float32`) by its name, so that a
+    field can be declared from the data at hand. Anything else comes back unchanged, for
+    `field_problem` to refuse."""
+    if isinstance(dtype, str):
+        return dtype
+    if type(dtype).__module__ == "torch":  # torch.float32 -> "float32" (torch need not be imported here)
+        return str(dtype).removeprefix("torch.")
+    import numpy as np
+
+    if isinstance(dtype, np.dtype | type):  # (a Python type too: float is float64, as numpy has it)
+        try:
+            return np.dtype(dtype).name
+        except TypeError:
+            return dtype
+    return dtype
+
+
+RESERVED = {"__metadata__"}    # safetensors' header key for its metadata: no tensor may take the name
+
+
 def field_problem(field: Field) -> str | None:
     """What is wrong with a field's declaration, or None: the one rule for both a Field built
     in code and one read from a manifest."""
     if not isinstance(field.name, str) or not _NAME.fullmatch(field.name):
         return "the name must be a Python identifier of at most 64 characters"
+    if field.name in RESERVED:
+        return f"the name {field.name} is reserved by safetensors (its header's metadata); choose another"
     if not isinstance(field.dtype, str) or field.dtype not in DTYPES:
         return f"dtype {field.dtype!r:.30} is not one of {sorted(DTYPES)}"
     shape = field.shape

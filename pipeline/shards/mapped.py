@@ -1,16 +1,22 @@
 """A split read for random access without copying it: each uncompressed shard memory-mapped
 and gathered from in place, verified block by block as batches touch it.
 
-Memory model: the process that opens a split reads it through memory maps of its shards,
-whose pages belong to the kernel's page cache; a DataLoader worker reads the rows of its
-batches with `pread` instead, so a worker holds the batches it gathers and nothing of the
-split (mapped pages count in the resident memory of every process that touches them, so N
-workers reading through maps would each show most of the split, and the kernel may map a
-whole large folio for one touched row). With `max_resident` set, every process reads with
-`pread`: a split larger than memory reads within any bound (a shard verified whole, where
-its header lists no block digests, passes through memory once and is let go). zstd shards
-are decompressed into this process's memory when the split is opened (forked workers share
-those pages until they write to them, which they never do); their size must fit the bound.
+One read path, whatever the process: the main process and every DataLoader worker read
+through maps of the shards, whose pages are the kernel's page cache (shared, and dropped by
+the kernel under pressure). What a process holds is bounded by policy, not by its role: at
+most `max_open` maps are open at once (each costs a file descriptor; the default is a
+quarter of the descriptor limit), and at most `max_resident` bytes of shards are mapped; the
+least recently used map is closed past either, and a shard mapped again must be the very
+file first verified. `pread=True` reads rows with pread instead of through the maps, for a
+caller who names it. zstd shards are decompressed into this process's memory when the split
+is opened; their size must fit `max_resident`.
+
+A split never feeds new bytes under the manifest it was opened with: shards are opened
+through a descriptor of the split's folder taken when the manifest was read (a writer swaps
+a whole new folder in, so this process keeps the old files, or finds them gone), a shard's
+size is checked against the manifest before each batch reads it (a file truncated under its
+map would otherwise kill the process with SIGBUS), and a shard opened again is checked to
+be the file first opened. Each failure is one ShardError naming the file.
 
 A location is a local folder or a URL (`s3://...`, any fsspec URL); a URL's shards are
 fetched into a node-local cache (`remote.RemoteShards`) when a batch first touches them.
@@ -22,12 +28,14 @@ import math
 import mmap
 import os
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.core.bounded import UnsafeFileError, plain_descriptor
+from pipeline.core.errors import reason
 from pipeline.shards.format import (MAX_HEADER, ShardError, blocks_in, check_identity, manifest_sample,
                                     read_manifest)
 from pipeline.shards.reader import (VERIFY, allocate, check_classes, open_shard, read_header, read_shard_into,
@@ -40,7 +48,9 @@ MAX_FLAGS = 1 << 30  # verified-block flags of one split: 16 TiB of data at the 
 @dataclass
 class MappedShard:
     """One uncompressed shard: its fields as read-only arrays over a map of the file, and,
-    where the header lists block digests, which of its blocks are verified so far."""
+    where the header lists block digests, which of its blocks are verified so far. A shard
+    whose map was closed (`close_map`) keeps its verified blocks and the identity of its
+    file, and is mapped again when next used."""
 
     path: str
     columns: dict[str, np.ndarray]
@@ -50,9 +60,28 @@ class MappedShard:
     done: np.ndarray | None = None       # verified blocks
     offsets: tuple[int, ...] = ()        # per field: where its first row lies in the data area
     block: int = 0
-    fd: int | None = None                # read with pread instead of the map (a bound, or a worker)
+    fd: int | None = None                # read with pread instead of the map (the caller asked for pread)
     data_start: int = 0                  # where the data area starts in the file
-    identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file mapped; None: read through the map
+    identity: tuple[int, ...] | None = None  # (st_dev, st_ino, st_size, st_mtime_ns) of the file mapped
+    size: int = 0                        # bytes the manifest states
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the shard can be read now (mapped, or held in memory: a zstd shard)."""
+        return self.mapped is not None or (self.identity is None and bool(self.columns))
+
+    def check_size(self) -> None:
+        """The file still has the size the manifest states (read through a map, a truncated
+        file kills the process with SIGBUS; this names it instead)."""
+        if self.mapped is None:
+            return
+        try:
+            now = self.mapped.size() if self.fd is None else os.fstat(self.fd).st_size
+        except (OSError, ValueError) as err:
+            raise ShardError(f"{self.path}: cannot be read any more ({reason(err)})") from None
+        if now != self.size:
+            raise ShardError(f"{self.path}: {now:,} bytes now, manifest says {self.size:,} (truncated or rewritten "
+                             f"while open?)")
 
     def _block(self, number: int) -> bytes | memoryview:
         begin = number * self.block
@@ -74,6 +103,8 @@ class MappedShard:
     def check_all(self) -> int:
         """Verify every block not verified yet; how many that was."""
         todo = [] if self.done is None else np.flatnonzero(~self.done).tolist()
+        if todo:
+            self.check_size()
         for number in todo:
             self.check_block(number)
         return len(todo)
@@ -93,11 +124,9 @@ class MappedShard:
         try:
             fd, status = plain_descriptor(Path(self.path))
         except (OSError, UnsafeFileError):
-            self.identity = None
             return
-        if (status.st_dev, status.st_ino) != self.identity:
+        if _identity(status) != self.identity:
             os.close(fd)
-            self.identity = None
             return
         self.fd = fd
         self.let_go()
@@ -112,18 +141,45 @@ class MappedShard:
                 if os.preadv(self.fd, [memoryview(flat[slot])], begin + row * size) != size:
                     raise ShardError(f"{self.path}: ends early (changed since it was opened?)")
 
+    def close_map(self) -> None:
+        """Close the map and the descriptor (what bounds a process's maps and descriptors);
+        the verified blocks and the file's identity stay for when it is mapped again."""
+        self.columns, self.view = {}, None
+        mapped, self.mapped = self.mapped, None
+        if mapped is not None:
+            try:
+                mapped.close()
+            except BufferError:  # an array over it is still referenced somewhere: the collector closes it
+                pass
+        self.close()
+
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
 
 
+def _identity(status: os.stat_result) -> tuple[int, ...]:
+    """What tells one file from another that took its name: device, inode, size, mtime."""
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+
+
 def in_worker() -> bool:
-    """Whether this process is a DataLoader worker (which reads with pread, see above). Asked
-    per batch, so it imports nothing: a process that never imported torch's data package is
-    no worker of it."""
+    """Whether this process is a DataLoader worker. Asked without importing anything: a
+    process that never imported torch's data package is no worker of it."""
     data = sys.modules.get("torch.utils.data")
     return data is not None and data.get_worker_info() is not None
+
+
+def default_max_open() -> int:
+    """Maps a split keeps open by default: a quarter of this process's descriptor limit (each
+    map holds a descriptor), at least 4 and at most 4096."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 4096
+    return max(4, min(4096, soft // 4))
 
 
 def _xxh3_64(data) -> bytes:
@@ -143,19 +199,22 @@ def _head(fd: int, size: int) -> bytes:
 
 
 def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | None,
-              pread: bool = False) -> MappedShard:
+              pread: bool = False, dir_fd: int | None = None) -> MappedShard:
     """Map one uncompressed shard after the checks every reader runs (a plain file of the
     stated size; the header against the sample schema). With `block` (format version 4 and
     verify "xxh3"), the header is checked against the manifest's `header_xxh3_64` before it
     is parsed and the data are verified block by block later; otherwise the whole file is
     hashed now (verify "xxh3" or "sha256") or not at all ("none"). With `pread`, the shard
     keeps its descriptor and is read with pread (`read_rows`), its map let go after the
-    checks."""
-    path, fd, size = open_shard(folder, entry)
+    checks. `dir_fd`: the folder's descriptor the file is opened through."""
+    path, fd, size = open_shard(folder, entry, dir_fd)
     try:
         status = os.fstat(fd)
         head = _head(fd, size) if block else b""
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except OSError as err:
+        os.close(fd)
+        raise ShardError(f"{path}: cannot be mapped ({reason(err)})") from None
     except BaseException:
         os.close(fd)
         raise
@@ -165,7 +224,7 @@ def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | No
         mapped.close()  # (no array was handed out: the map is ours to close)
         os.close(fd)
         raise
-    shard.identity = (status.st_dev, status.st_ino)
+    shard.identity, shard.size = _identity(status), size
     if pread:
         shard.fd = fd
         shard.let_go()
@@ -223,24 +282,34 @@ class MappedSplit:
 
     Opening reads and checks the manifest (and, given `dataset`/`split`, that it is that data
     set's split); a shard is mapped, its size and header checked, when a batch first touches
-    it. Pickled (DataLoader workers under spawn or forkserver), it carries its arguments only:
-    a worker opens the split again and verifies what it touches itself."""
+    it; at most `max_open` maps and `max_resident` bytes of them are held (see above);
+    `pread=True` reads rows with pread. Pickled (DataLoader workers under spawn or
+    forkserver), it carries its arguments only: a worker opens the split again and verifies
+    what it touches itself."""
 
     def __init__(self, location, *, dataset: str | None = None, split: str | None = None, verify: str = "xxh3",
-                 max_resident: int | None = None, cache: Path | str | None = None, cache_bytes: int = 1 << 40,
-                 storage_options: dict | None = None, deadlines=None) -> None:
+                 max_resident: int | None = None, max_open: int | None = None, pread: bool = False,
+                 cache: Path | str | None = None, cache_bytes: int = 1 << 40, storage_options: dict | None = None,
+                 deadlines=None) -> None:
         if verify not in VERIFY:
             raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
         if max_resident is not None and (type(max_resident) is not int or max_resident < 0):
             raise ValueError(f"max_resident must be a number of bytes (0 or more), got {max_resident!r}")
+        if max_open is not None and (type(max_open) is not int or max_open < 1):
+            raise ValueError(f"max_open must be a number of maps (1 or more), got {max_open!r}")
+        if type(pread) is not bool:
+            raise ValueError(f"pread must be True or False, got {pread!r}")
         self._args = {"location": location, "dataset": dataset, "split": split, "verify": verify,
-                      "max_resident": max_resident, "cache": cache, "cache_bytes": cache_bytes,
-                      "storage_options": storage_options, "deadlines": deadlines}
+                      "max_resident": max_resident, "max_open": max_open, "pread": pread, "cache": cache,
+                      "cache_bytes": cache_bytes, "storage_options": storage_options, "deadlines": deadlines}
         self._open(**self._args)
 
-    def _open(self, location, dataset, split, verify, max_resident, cache, cache_bytes, storage_options,
-              deadlines) -> None:
-        self.verify, self.max_resident = verify, max_resident
+    def _open(self, location, dataset, split, verify, max_resident, max_open, pread, cache, cache_bytes,
+              storage_options, deadlines) -> None:
+        self.verify, self.max_resident, self.pread = verify, max_resident, pread
+        self.max_open = max_open or default_max_open()
+        self.opened: OrderedDict[int, None] = OrderedDict()  # shards with a map open, least recently used first
+        self.dir_fd: int | None = None
         self.remote: RemoteShards | None = None
         if is_url(location):
             if cache is None:
@@ -251,7 +320,9 @@ class MappedSplit:
             manifest = check_identity(self.remote.manifest, f"{self.location}/manifest.json", dataset, split)
         else:
             self.location = Path(location)
+            self.dir_fd = _folder_descriptor(self.location)
             manifest = read_manifest(self.location, dataset, split)
+            _same_folder(self.location, self.dir_fd)
         self.manifest = manifest
         self.sample = manifest_sample(manifest)
         self.count: int = manifest["count"]
@@ -302,24 +373,59 @@ class MappedSplit:
                              f"here") from None
         folder, entry = self._where(number)
         verify = self.verify if self.remote is None else "none"  # (the cache verified its copy)
-        read_shard_into(folder, entry, self.codec, verify, targets)
+        read_shard_into(folder, entry, self.codec, verify, targets, dir_fd=self.dir_fd)
         return MappedShard(str(Path(str(folder)) / entry["file"]), {k: t.numpy() for k, t in targets.items()})
 
     def shard(self, number: int) -> MappedShard:
-        """Shard `number`, mapped (and fetched) on first use."""
+        """Shard `number`, mapped (and fetched) if its map is not open, its size checked; the
+        least recently used maps past `max_open` or `max_resident` closed."""
         shard = self.shards[number]
+        if shard is not None and shard.is_open:
+            if number in self.opened:
+                self.opened.move_to_end(number)
+                shard.check_size()
+            return shard
+        fresh = self._map(number, known=shard)
         if shard is None:
-            pread = self.max_resident is not None or in_worker()
-            if self.remote is None:
-                shard = map_shard(self.location, self.manifest["shards"][number], self.templates, self.verify,
-                                  self.block, pread)
-            else:  # opened while the cache holds its lock: no other rank evicts it in between
-                with self.remote.holding(number) as (folder, entry):
-                    shard = map_shard(folder, entry, self.templates, "none", None, pread)
             if self.done is not None:
-                self._track(number, shard)
-            self.shards[number] = shard
+                self._track(number, fresh)
+            self.shards[number] = shard = fresh
+        else:  # mapped again: the very file first verified, its verified blocks kept
+            shard.mapped, shard.view, shard.columns, shard.fd = fresh.mapped, fresh.view, fresh.columns, fresh.fd
+        self.opened[number] = None
+        self._trim(keep=number)
         return shard
+
+    def _map(self, number: int, known: MappedShard | None) -> MappedShard:
+        """Map shard `number`: verified as the split asks the first time (`known` None); again
+        after its map was closed, refused unless it is the file first mapped."""
+        verify = self.verify if known is None else "none"
+        if self.remote is None:
+            fresh = map_shard(self.location, self.manifest["shards"][number], self.templates, verify, self.block,
+                              self.pread, self.dir_fd)
+        else:  # opened while the cache holds its lock: no other rank evicts it in between
+            with self.remote.holding(number) as (folder, entry):
+                fresh = map_shard(folder, entry, self.templates, "none", None, self.pread)
+        if known is not None and fresh.identity != known.identity:
+            fresh.close_map()
+            raise ShardError(f"{known.path}: another file than the one this process verified (replaced or rewritten "
+                             f"since); open the split again")
+        return fresh
+
+    def _trim(self, keep: int | None = None) -> None:
+        """Close the least recently used maps (but `keep`'s) while more than `max_open` are
+        open or their shards take more than `max_resident` bytes."""
+        sizes = self.manifest["shards"]
+        held = sum(sizes[number]["bytes"] for number in self.opened) if self.max_resident is not None else 0
+        for number in list(self.opened):
+            over = len(self.opened) > self.max_open or (self.max_resident is not None and held > self.max_resident)
+            if not over:
+                return
+            if number == keep:
+                continue
+            del self.opened[number]
+            held -= sizes[number]["bytes"] if self.max_resident is not None else 0
+            self.shards[number].close_map()
 
     def _track(self, number: int, shard: MappedShard) -> None:
         """Make `shard`'s verified-block flags a view of the split's: none set, if it is to be
@@ -368,24 +474,24 @@ class MappedSplit:
 
     def _gather(self, groups: list[tuple[int, int, int]], owner: np.ndarray, rows: np.ndarray,
                 out: dict[str, np.ndarray]) -> None:
-        """Rows `rows[a:b]` of shard `number` into `out[a:b]` for each (number, a, b), after
-        the blocks they lie in are verified."""
-        shards = [self.shard(number) for number, _, _ in groups]  # mapped (fetched) on first touch
-        if in_worker():  # shards mapped before the worker started (it inherited them) are read with pread too
-            for shard in shards:
-                shard.use_pread()
-        self._check_blocks(owner, rows)
-        for shard, (_, a, b) in zip(shards, groups):
+        """Rows `rows[a:b]` of shard `number` into `out[a:b]` for each (number, a, b), each
+        group's shard mapped (its size checked) and the blocks its rows lie in verified just
+        before they are read: however many shards a batch touches, only the bounded set of
+        maps is open."""
+        for number, a, b in groups:
+            shard = self.shard(number)  # mapped (fetched) on first touch, its size checked
+            self._check_blocks(owner[a:b], rows[a:b])
             if shard.fd is not None:
                 shard.read_rows(rows[a:b], self.row_bytes, a, out)
                 continue
             picked = rows[a:b]
             for name, values in shard.columns.items():
                 values.take(picked, 0, out[name][a:b])
+        self._trim()
 
     def _check_blocks(self, owner: np.ndarray, rows: np.ndarray) -> None:
-        """Verify every block not verified yet that the rows (of shards `owner`) lie in, once
-        per batch for the whole split; a mismatch is a ShardError naming file and block."""
+        """Verify every block not verified yet that the rows (of shards `owner`, mapped) lie
+        in; a mismatch is a ShardError naming file and block."""
         if not self.left or not len(rows):
             return
         firsts, lasts = [], []
@@ -409,8 +515,7 @@ class MappedSplit:
             self.left -= shard.check_all()
             check_classes(self.sample, shard.columns, str(self.location),
                           ids=range(int(self.starts[number]), int(self.ends[number])))
-            if self.max_resident is not None or in_worker():
-                shard.let_go()
+        self._trim()
 
     def __getstate__(self) -> dict:
         return {"_args": self._args}
@@ -419,7 +524,34 @@ class MappedSplit:
         for shard in getattr(self, "shards", []):
             if shard is not None:
                 shard.close()
+        if getattr(self, "dir_fd", None) is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = None
 
     def __setstate__(self, state: dict) -> None:
-        self._args = state["_args"]
+        self._args = {"max_open": None, "pread": False, **state["_args"]}
         self._open(**self._args)
+
+
+def _folder_descriptor(folder: Path) -> int:
+    """A descriptor of the split's folder, which its shards are opened through: a folder
+    swapped for a new one under this name leaves this process the one it opened."""
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ShardError(f"{folder / 'manifest.json'}: missing (is {folder} a shard folder?)") from None
+    except OSError as err:
+        raise ShardError(f"{folder}: not a readable shard folder ({reason(err)})") from None
+
+
+def _same_folder(folder: Path, fd: int) -> None:
+    """The folder named `folder` is still the one `fd` opened (the manifest just read came
+    from it), else a ShardError: a writer swapped it in between."""
+    try:
+        now = os.stat(folder)
+    except OSError:
+        now = None
+    held = os.fstat(fd)
+    if now is None or (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+        os.close(fd)
+        raise ShardError(f"{folder}: replaced by a writer while being opened; open it again")

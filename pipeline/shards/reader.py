@@ -16,18 +16,20 @@ shows the recorded runs.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import math
 import mmap
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pipeline.core.bounded import UnsafeFileError, parse_json, plain_descriptor
-from pipeline.core.errors import InputError
+from pipeline.core.bounded import UnsafeFileError, _kind, parse_json, plain_descriptor
+from pipeline.core.errors import InputError, reason
 from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, manifest_sample,
                                     max_shard_bytes, read_manifest, zstd)
 
@@ -45,18 +47,43 @@ def hasher(verify: str):
     raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
 
 
-def open_shard(folder: Path | str, entry: dict) -> tuple[str, int, int]:
+_OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _descriptor(path: str, name: str, dir_fd: int | None) -> tuple[int, os.stat_result]:
+    """`plain_descriptor` of the shard `name`, opened through the folder's descriptor when
+    given (the folder this reader opened, whatever has taken its name since)."""
+    if dir_fd is None:
+        return plain_descriptor(path)
+    try:
+        fd = os.open(name, _OPEN, dir_fd=dir_fd)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise UnsafeFileError(f"{path}: a link, not a plain file") from None
+        raise
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(fd)
+        raise UnsafeFileError(f"{path}: {_kind(status.st_mode)}, not a regular file; expected a file here")
+    os.set_blocking(fd, True)
+    return fd, status
+
+
+def open_shard(folder: Path | str, entry: dict, dir_fd: int | None = None) -> tuple[str, int, int]:
     """(path, read-only descriptor, size) of a shard that is a plain file in its folder (not a
     link, FIFO or device: the manifest's names are plain names, so it cannot be outside)
-    and of the size the manifest states; one message per way it is not. The caller closes
-    the descriptor. The path is a string: a Path per shard cost more than opening the file."""
+    and of the size the manifest states; one message per way it is not (missing,
+    unreadable, a link, the wrong size). The caller closes the descriptor. The path is a
+    string: a Path per shard cost more than opening the file."""
     path = os.path.join(folder, entry["file"])
     try:
-        fd, status = plain_descriptor(path)
+        fd, status = _descriptor(path, entry["file"], dir_fd)
     except FileNotFoundError:
         raise ShardError(f"{path}: shard listed in the manifest is missing") from None
     except UnsafeFileError as err:
         raise ShardError(f"{err}; shards must be plain files in their folder") from None
+    except OSError as err:  # mode 000, too many open files, an I/O error
+        raise ShardError(f"{path}: cannot be opened ({reason(err)})") from None
     if status.st_size != entry["bytes"]:
         os.close(fd)
         raise ShardError(f"{path}: {status.st_size:,} bytes, manifest says {entry['bytes']:,} (truncated?)")
@@ -180,7 +207,8 @@ def _read_zstd(stream, path: Path, count: int, targets: dict[str, torch.Tensor],
 
 
 def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
-                    targets: dict[str, torch.Tensor], rows: tuple[int, int] | None = None) -> None:
+                    targets: dict[str, torch.Tensor], rows: tuple[int, int] | None = None,
+                    dir_fd: int | None = None) -> None:
     """Fill `targets` (one tensor per field of the manifest's sample, b - a rows of its dtype
     and shape: see `allocate`) with rows a..b of one shard (all of it by default). The whole
     file is verified either way; only the rows are copied.
@@ -193,7 +221,7 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
     first, stop = rows or (0, count)
     if not 0 <= first <= stop <= count:
         raise ValueError(f"rows {first}..{stop} are outside the shard's 0..{count}")
-    path, fd, size = open_shard(folder, entry)
+    path, fd, size = open_shard(folder, entry, dir_fd)
     with open(fd, "rb", buffering=0) as file:
         if compression == "zstd":
             blob = file.read()

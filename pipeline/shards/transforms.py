@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from pipeline.shards.format import ShardError
+
 Batch = dict[str, torch.Tensor]
 # The float dtypes numpy computes exactly as torch does (same IEEE operations, same dtype):
 # on the CPU the conversion runs in numpy on one thread, which a busy host does not slow down
@@ -83,7 +85,16 @@ class Int64:
             raise ValueError(f"Int64: field {self.field!r} is {dtypes[self.field]}, not an integer field")
 
     def __call__(self, batch: Batch) -> Batch:
-        return {**batch, self.field: batch[self.field].to(torch.int64)}
+        values = batch[self.field]
+        if values.dtype == torch.uint64:  # 2**63 and up have no int64: refused, never wrapped to negatives
+            wrapped = values.view(torch.int64).reshape(len(values), -1) < 0
+            rows = wrapped.any(dim=1).nonzero()
+            if len(rows):
+                row = int(rows[0])
+                value = int(values[row].reshape(-1)[wrapped[row]].view(torch.int64)[0]) + (1 << 64)
+                raise ShardError(f"Int64: field {self.field!r}: value {value} (batch row {row}) does not fit int64; "
+                                 f"keep the field uint64, or write values below 2**63")
+        return {**batch, self.field: values.to(torch.int64)}
 
 
 Transform = Callable[[Batch], Batch]

@@ -1,0 +1,246 @@
+"""Writers, readers and merges sharing one folder, and inputs the library boundary refuses:
+never new bytes under an old manifest, never a short split, one line for each refusal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.core.atomic import BusyError, locked
+from pipeline.shards import (Field, Int64, Sample, ShardDataset, ShardError, ShardWriter, merge_parts, read_split,
+                             write_part, write_split)
+
+SAMPLE = Sample((Field("x", "float64", (4,)), Field("y", "int64", ())))
+
+
+def columns(n: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((n, 4)), "y": rng.integers(-(2**62), 2**62, n)}
+
+
+def write(folder, data: dict, per_shard: int = 8) -> dict:
+    return write_split(data, folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=per_shard)
+
+
+# ---- a published split is never rewritten under a reader --------------------------------------
+
+
+@pytest.mark.parametrize("verify", ["xxh3", "none"])
+def test_a_writer_over_an_open_split_never_feeds_the_reader_new_bytes(tmp_path, verify):
+    """A reader that has opened the split (shard 0 verified, shard 1 not yet touched) while a
+    ShardWriter writes another split into the same folder: it reads the old samples, or
+    stops with a ShardError naming a shard, never the new writer's samples."""
+    folder = tmp_path / "split"
+    old, new = columns(16, 0), columns(16, 1)
+    write(folder, old)
+    reader = ShardDataset(folder, verify=verify)
+    assert torch.equal(reader[0][0], torch.from_numpy(old["x"][0]))
+    with ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8) as writer:
+        writer.add(new)
+        writer.finish()
+    assert torch.equal(read_split(folder)["x"], torch.from_numpy(new["x"]))  # the new split is published
+    assert torch.equal(reader[0][0], torch.from_numpy(old["x"][0]))        # the old reader: the old bytes
+    try:
+        got = reader[12][0]
+    except ShardError as err:
+        assert "shard-00001" in str(err) and "\n" not in str(err)
+    else:
+        assert torch.equal(got, torch.from_numpy(old["x"][12]))
+
+
+def test_a_second_writer_of_one_folder_is_refused_up_front(tmp_path):
+    folder = tmp_path / "split"
+    first = ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8)
+    first.add(columns(8, 0))
+    with pytest.raises(BusyError, match=r"split: another run is writing it right now"):
+        ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8)
+    first.add(columns(8, 1))
+    first.finish()
+    assert len(read_split(folder)["x"]) == 16
+
+
+def test_a_writer_left_unfinished_publishes_nothing(tmp_path):
+    folder = tmp_path / "split"
+    write(folder, columns(16, 0))
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(ShardError, match="not a number"):
+        with ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8) as writer:
+            writer.add(columns(8, 1))
+            writer.add({"x": np.array([["a", 1, 2, 3]] * 8, dtype=object), "y": np.zeros(8, np.int64)})
+    assert sorted(p.name for p in folder.iterdir()) == before
+    assert torch.equal(read_split(folder)["x"], torch.from_numpy(columns(16, 0)["x"]))
+    ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8).abort()  # the lock is free
+
+
+def test_a_part_writer_refuses_a_shard_the_folder_publishes(tmp_path):
+    folder = tmp_path / "split"
+    write(folder, columns(16, 0))
+    published = (folder / "shard-00000.safetensors").read_bytes()
+    with pytest.raises(ShardError, match=r"shard-00000.safetensors: listed in .*manifest.json; a published shard "
+                                         r"is never rewritten"):
+        write_part(columns(8, 1), folder, first_sample=0, total=16, sample=SAMPLE, dataset="d", split="train",
+                   samples_per_shard=8)
+    assert (folder / "shard-00000.safetensors").read_bytes() == published
+
+
+# ---- merge_parts never returns a short split -------------------------------------------------
+
+
+def _parts(folder, data: dict, cuts: list[int], total: int | None = None) -> None:
+    for a, b in zip(cuts, cuts[1:]):
+        write_part({k: v[a:b] for k, v in data.items()}, folder, first_sample=a, total=total, sample=SAMPLE,
+                   dataset="d", split="train", samples_per_shard=8)
+
+
+def test_a_part_whose_writer_died_is_named_not_merged_short(tmp_path):
+    """Three writers of 16 samples each; the last dies after its first shard (no record):
+    the merge names the missing part and the dead writer's shard, and writes nothing."""
+    folder, data = tmp_path / "p", columns(48, 0)
+    _parts(folder, data, [0, 16, 32], total=48)
+    dead = ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, first_sample=32,
+                       total=48)
+    dead.add({k: v[32:40] for k, v in data.items()})   # one whole shard written, then the process dies
+    dead.abort()
+    assert (folder / "shard-00004.safetensors").exists()
+    with pytest.raises(ShardError, match=r"p: the parts hold samples 0..32 of the split's 48: the part from sample "
+                                         r"32 is missing .*; shard files no part lists: shard-00004.safetensors$"):
+        merge_parts(folder)
+    assert not (folder / "manifest.json").exists()
+    _parts(folder, data, [32, 48], total=48)                # the part rerun: merged whole
+    assert merge_parts(folder)["count"] == 48
+    assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
+
+
+def test_without_a_recorded_total_the_merge_is_refused_unless_given_one(tmp_path):
+    folder, data = tmp_path / "p", columns(24, 0)
+    _parts(folder, data, [0, 16])
+    with pytest.raises(ShardError, match=r"no part records the split's total and none was given"):
+        merge_parts(folder)
+    with pytest.raises(ShardError, match=r"the parts hold samples 0..16 of the split's 24"):
+        merge_parts(folder, total=24)
+    assert merge_parts(folder, total=16)["count"] == 16
+
+
+def test_parts_that_disagree_on_the_total_are_refused(tmp_path):
+    folder, data = tmp_path / "p", columns(24, 0)
+    _parts(folder, data, [0, 16], total=24)
+    _parts(folder, data, [16, 24], total=32)
+    with pytest.raises(ShardError, match=r"disagree on the split's total"):
+        merge_parts(folder)
+
+
+def test_a_shard_file_no_part_lists_is_refused_by_name(tmp_path):
+    folder, data = tmp_path / "p", columns(16, 0)
+    _parts(folder, data, [0, 16], total=16)
+    (folder / "shard-00007.safetensors").write_bytes(b"left over")
+    with pytest.raises(ShardError, match=r"shard files no part lists: shard-00007.safetensors \(a writer killed"):
+        merge_parts(folder)
+    assert not (folder / "manifest.json").exists()
+
+
+def test_a_second_merge_at_once_is_one_line(tmp_path):
+    """While one merge holds the folder's lock, another is refused in one line; once it is
+    done, a late one finds nothing to merge (one line too)."""
+    folder, data = tmp_path / "p", columns(16, 0)
+    _parts(folder, data, [0, 8, 16], total=16)
+    with locked(folder):
+        with pytest.raises(BusyError, match=r"p: another run is writing it right now"):
+            merge_parts(folder)
+    assert merge_parts(folder)["count"] == 16
+    with pytest.raises(ShardError, match=r"no parts to merge"):
+        merge_parts(folder)
+
+
+MERGE = """
+import sys
+from pipeline.core.errors import InputError
+from pipeline.shards import merge_parts
+try:
+    merge_parts(sys.argv[1])
+except InputError as err:
+    print(err, file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def test_concurrent_merges_one_wins_the_other_gets_one_line(tmp_path):
+    """Two processes merge one folder at once: one writes the manifest, the other stops with
+    one InputError line (busy, or nothing left to merge), never another exception."""
+    import subprocess
+    import sys
+
+    folder, data = tmp_path / "p", columns(64, 0)
+    _parts(folder, data, [0, 8, 16, 24, 32, 40, 48, 56, 64], total=64)
+    runs = [subprocess.Popen([sys.executable, "-c", MERGE, str(folder)], stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    errors = [run.communicate()[1] for run in runs]
+    assert sorted(run.returncode for run in runs) == [0, 2], errors
+    assert all(err.count("\n") <= 1 and "Traceback" not in err for err in errors), errors
+    assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
+
+
+# ---- inputs the boundary checks ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "tr\nain", "", "Train", "x" * 65])
+@pytest.mark.parametrize("key", ["dataset", "split"])
+def test_names_that_are_not_slugs_are_refused(tmp_path, key, name):
+    names = {"dataset": "d", "split": "train", key: name}
+    with pytest.raises(ShardError, match=rf"^{key} .* is not a plain name"):
+        write_split(columns(8, 0), tmp_path / "s", sample=SAMPLE, samples_per_shard=8, **names)
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_safetensors_metadata_name_is_refused_as_a_field():
+    with pytest.raises(ValueError, match=r"field '__metadata__': the name __metadata__ is reserved by safetensors"):
+        Field("__metadata__", "uint8")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.dtype("float32"), torch.float32, "float32"])
+def test_numpy_and_torch_dtypes_are_accepted_in_a_field(dtype):
+    assert Field("x", dtype, (2,)) == Field("x", "float32", (2,))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, np.complex64, object])
+def test_a_dtype_no_shard_holds_is_refused_by_its_name(dtype):
+    with pytest.raises(ValueError, match=r"field 'x': dtype '?(bfloat16|complex64|object)'? is not one of"):
+        Field("x", dtype)
+
+
+def test_an_object_array_of_numbers_is_written_as_the_numbers(tmp_path):
+    """What a mixed pandas frame's `.values` gives: numbers in an object array."""
+    data = columns(8, 0)
+    as_objects = {"x": data["x"].astype(object), "y": data["y"].astype(object)}
+    write(tmp_path / "a", data)
+    write(tmp_path / "b", as_objects)
+    for name in ("shard-00000.safetensors", "manifest.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+@pytest.mark.parametrize("value, shown", [("a", "'a'"), (None, "None"), (1 + 2j, r"\(1\+2j\)"), ([1], r"\[1\]")])
+def test_an_object_array_of_anything_else_is_refused_naming_field_value_and_sample(tmp_path, value, shown):
+    x = np.zeros((8, 4)).astype(object)
+    x[5, 2] = value
+    with pytest.raises(ShardError, match=rf"field 'x': value {shown} \(\w+\) at sample 5 is not a number$"):
+        write(tmp_path / "s", {"x": x, "y": np.zeros(8, np.int64)})
+
+
+def test_an_object_integer_past_every_dtype_is_refused_naming_it(tmp_path):
+    y = np.zeros(8, object)
+    y[3] = 2**70
+    with pytest.raises(ShardError, match=rf"field 'y': value {2**70} at sample 3 does not fit int64"):
+        write(tmp_path / "s", {"x": np.zeros((8, 4)), "y": y})
+
+
+def test_a_bfloat16_tensor_is_refused_naming_the_field(tmp_path):
+    with pytest.raises(ShardError, match=r"field 'x': torch.bfloat16 values cannot be written as float64"):
+        write(tmp_path / "s", {"x": torch.zeros((8, 4), dtype=torch.bfloat16), "y": np.zeros(8, np.int64)})
+
+
+def test_int64_refuses_a_uint64_it_cannot_hold():
+    field = {"y": torch.from_numpy(np.array([0, 2**63 - 1, 2**64 - 1], np.uint64))}
+    with pytest.raises(ShardError, match=rf"Int64: field 'y': value {2**64 - 1} \(batch row 2\) does not fit int64"):
+        Int64("y")(field)
+    fits = {"y": torch.from_numpy(np.array([0, 2**63 - 1], np.uint64))}
+    assert Int64("y")(fits)["y"].tolist() == [0, 2**63 - 1]
