@@ -22,19 +22,21 @@ taken once.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import pickle
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from pipeline.core.atomic import atomic_path, write_json
+from pipeline.core.atomic import BusyError, atomic_path, locked, write_json
 from pipeline.core.errors import InputError, reason
 from pipeline.bench.model import MODEL_INPUT, SimpleCNN
 from pipeline.shards.dataset import ShardDataset, ShardLoader
@@ -109,8 +111,9 @@ def train_ddp(shards: Path | str, out: Path, *, dataset: str, epochs: int, batch
         deadlines = Deadlines() if remote is None else Deadlines(
             connect_s=remote["connect_s"], first_byte_s=remote["first_byte_s"],
             min_rate=int(remote["min_kib_s"] * 1024), window_s=remote["window_s"])
-        return _train(location, Path(out), device, settings, record, Checkpoints(checkpoint, checkpoint_every, resume),
-                      cache, cache_mib << 20, deadlines)
+        checkpoints = Checkpoints(checkpoint, checkpoint_every, resume)
+        with checkpoints.held():
+            return _train(location, Path(out), device, settings, record, checkpoints, cache, cache_mib << 20, deadlines)
     except dist.DistBackendError:
         raise InputError(f"rank {dist.get_rank()}: a collective did not complete within train.timeout_s "
                          f"({timeout_s:g} s): another rank stopped or failed") from None
@@ -155,9 +158,37 @@ class Checkpoints:
         return self.path is not None and self.every > 0 and step % self.every == 0
 
     def save(self, state: dict) -> None:
+        """Serialized in memory, then written atomically: a full disk is then an OSError on the
+        write, one line naming the file and the disk, not torch's stream error."""
         if self.path is not None and dist.get_rank() == 0:
+            import io
+
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
             with atomic_path(self.path) as tmp:
-                torch.save(state, tmp)
+                tmp.write_bytes(buffer.getbuffer())
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Rank 0 holds the checkpoint's run lock for the whole run (`.<name>.run.lock`): a
+        second run given the same --checkpoint is refused up front, on every rank, in one line."""
+        if self.path is None:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            busy = 0
+            if dist.get_rank() == 0:
+                try:
+                    stack.enter_context(locked(self.path.with_name(self.path.name + ".run")))
+                except BusyError:
+                    busy = 1
+            flag = torch.tensor([busy])
+            dist.broadcast(flag, 0)
+            if int(flag.item()):
+                raise InputError(f"{self.path}: another train run holds this checkpoint (lock "
+                                 f"{self.path.parent / f'.{self.path.name}.run.lock'}); wait for it to finish, or "
+                                 f"give this run its own --checkpoint")
+            yield
 
     def load(self, device: torch.device) -> dict | None:
         if not self.resume or not self.path.exists():  # (a relaunch with --resume before any save: a fresh start)
