@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from pipeline.bench.budget import TimeBudget
+from pipeline.budget import TimeBudget
 
 
 def train_step(model, optimizer, x, y) -> None:

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def machine() -> tuple[str, str]:
     """(folder slug, one-line description) of this machine: the slug the bench's own
     fingerprint gives a CPU run (`pipeline.stages.machine`), so one host has one name."""
-    from pipeline.stages.machine import cpu_model, memory_gb, slug
+    from pipeline.budget.machine import cpu_model, memory_gb, slug
 
     cores = os.cpu_count() or 1
     return f"{slug(cpu_model())}-{cores}c", f"{cpu_model()}, {cores} cores, {memory_gb():.0f} GiB"

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from pipeline.bench.budget import TimeBudget
+from pipeline.budget import TimeBudget
 from plain_train import Rows  # examples/plain_train.py: the same data and per-item Dataset
 
 

@@ -375,7 +375,7 @@ def profile(script: Path, args: tuple[str, ...], device: str, steps: int, skip: 
     script's. A script whose loop the command cannot see ends with one line saying what it
     needs (then wrap the loop in TimeBudget: docs/budget.md).
     """
-    from pipeline.bench.findloop import profile_script
+    from pipeline.budget.findloop import profile_script
     from pipeline.core.atomic import write_json
     from pipeline.core.bounded import read_json
 

@@ -32,7 +32,7 @@ import torch
 from pipeline.core.atomic import atomic_path
 from pipeline.bench.ladder import run_bench, settings_from_params
 from pipeline.stages.bench import warn_unstable, write_bench
-from pipeline.stages.machine import fingerprint
+from pipeline.budget.machine import fingerprint
 from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
 from pipeline.core.dataset import COLUMNS, SPLITS
 from pipeline.stages.idx import read_split

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.server
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +42,18 @@ def _committed_params() -> Path:
 
 
 PARAMS = _committed_params()   # every test's params, never the workspace's
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_cache_folder(tmp_path_factory) -> Iterator[None]:
+    """The budget's probe cache (`pipeline.budget.peak`) of this session, never the user's."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if saved is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved
 
 
 def pytest_collection_modifyitems(config, items):

@@ -304,7 +304,7 @@ def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
     """The GPU-machine path: IDX mirror -> checked files -> Parquet + shards -> results/<slug>/."""
     import yaml
 
-    from pipeline.stages.machine import fingerprint
+    from pipeline.budget.machine import fingerprint
     from pipeline.standalone import run_standalone
 
     tiny.write_mirror(tmp_path / "mirror" / "tiny")

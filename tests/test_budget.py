@@ -8,10 +8,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pipeline.bench import budget
-from pipeline.bench.budget import (device_idle, exclusive, idle_split, intersect, per_step, queued_intervals, split,
-                                   subtract, trace_intervals, union)
-from pipeline.bench.verdict import evidence, rule_for, verdict
+from pipeline.bench.profiled import profile_steps
+from pipeline.budget import intervals, timebudget, trace
+from pipeline.budget.intervals import exclusive, idle_split, intersect, per_step, split, subtract, union
+from pipeline.budget.trace import device_idle, queued_intervals, trace_intervals
+from pipeline.budget.verdict import evidence, rule_for, verdict
 
 CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
 
@@ -130,17 +131,17 @@ def test_a_real_profiled_pass_adds_up():
         loss.backward()
         optimizer.step()
 
-    parts = budget.profile_steps(iter(data * 3), lambda b: b, step, 7, torch.device("cpu"))
+    parts = profile_steps(iter(data * 3), lambda b: b, step, 7, torch.device("cpu"))
     assert parts["steps"] == 7 and parts["compute_s"] > 0
-    total = sum(parts[f"{name}_s"] for name in budget.PARTS)
-    assert total == pytest.approx(parts["step_s"], abs=1e-5) and all(parts[f"{n}_s"] >= 0 for n in budget.PARTS)
+    total = sum(parts[f"{name}_s"] for name in intervals.PARTS)
+    assert total == pytest.approx(parts["step_s"], abs=1e-5) and all(parts[f"{n}_s"] >= 0 for n in intervals.PARTS)
 
 
 
 def test_per_step_sets_the_parts_beside_a_plain_clock():
-    out = budget.per_step({"data_wait": 0.3, "copy": 0.0, "compute": 0.5, "overhead": 0.1, "other": 0.1}, 10, 1.25)
+    out = intervals.per_step({"data_wait": 0.3, "copy": 0.0, "compute": 0.5, "overhead": 0.1, "other": 0.1}, 10, 1.25)
     assert out["step_s"] == pytest.approx(0.1) and out["wall_s"] == 0.125 and out["vs_wall"] == 0.8
-    assert "wall_s" not in budget.per_step(dict.fromkeys(budget.PARTS, 1.0), 2)
+    assert "wall_s" not in intervals.per_step(dict.fromkeys(intervals.PARTS, 1.0), 2)
 
 
 def eager_cuda_trace():
@@ -194,7 +195,7 @@ def cuda_budget(overhead, compute, host_wait=None, launch_gap=None, device="cuda
                 "steps": 4, "step_s": overhead + compute}
     if host_wait is not None or launch_gap is not None:
         per_step.update(host_wait_s=host_wait, launch_gap_s=launch_gap)
-    return budget.Budget(per_step=per_step, device=device)
+    return timebudget.Budget(per_step=per_step, device=device)
 
 
 def test_an_overhead_bound_cuda_verdict_names_the_half_that_bounds_it():
@@ -205,13 +206,15 @@ def test_an_overhead_bound_cuda_verdict_names_the_half_that_bounds_it():
     assert verdict(gaps).startswith("OVERHEAD-BOUND: overhead is 80% of the step (host wait 10%, launch gaps 70%); "
                                     "the device idles between kernels already queued")
     assert verdict(cuda_budget(0.4, 0.1)) == ("OVERHEAD-BOUND: overhead is 80% of the step; " + rule_for("overhead", "cuda")
-                                              .meaning + ". Try: " + rule_for("overhead", "cuda").try_next + ".")
+                                              .meaning + ". Try: " + rule_for("overhead", "cuda").try_next + "."
+                                              "\nWhy: overhead 80% of the step.")
 
 
 def test_the_idle_split_is_used_only_where_it_is_whole_and_overhead_bounds():
     """A compute-bound step says nothing of the halves; a half missing, or a step of no
     length, is no split at all."""
-    assert verdict(cuda_budget(0.1, 0.4, 0.05, 0.05)).startswith("COMPUTE-BOUND: compute is 80% of the step; the model")
+    assert verdict(cuda_budget(0.1, 0.4, 0.05, 0.05)).startswith(
+        "COMPUTE-BOUND (weak evidence): compute is 80% of the step; the model")
     for half in ({"host_wait_s": None}, {"launch_gap_s": None}):
         partial = cuda_budget(0.4, 0.1, 0.3, 0.1)
         partial.per_step.update(half)
@@ -232,11 +235,13 @@ def test_the_cpu_has_rules_of_its_own_for_overhead_and_copy():
 def test_evidence_quotes_the_closest_pair_the_ladder_ran():
     rule = rule_for("overhead", "cuda")  # (device -> graphed), then (graphed -> compiled)
     ladder = {"variants": {"graphed": {"train_s": 2.0}, "compiled": {"train_s": 1.0, "extrapolated": True}}}
-    assert evidence(rule, ladder) == " On this machine's ladder (bench): `graphed` 2 -> `compiled` 1 (sampled) s/epoch."
+    assert evidence(rule, ladder) == (" On a ladder of an unnamed machine (bench): `graphed` 2 -> `compiled` 1 "
+                                      "(sampled: extrapolated) s/epoch.")
     ladder["variants"]["device"] = {"train_s": 4.0, "unstable": True}
-    ladder.update(dataset="mnist", machine={"device": "cpu"}, params={"quick": True})
-    assert evidence(rule, ladder) == (" On this machine's ladder (mnist, on cpu) (a quick run): "
-                                      "`device` 4 (unstable) -> `graphed` 2 s/epoch.")
+    ladder.update(dataset="mnist", machine={"device": "cpu", "name": "amd-epyc-2c"}, params={"quick": True})
+    assert evidence(rule, ladder, "amd-epyc-2c") == (" On this machine's ladder (`amd-epyc-2c`, mnist, on cpu, a quick "
+                                                     "run): `device` 4 (unstable) -> `graphed` 2 s/epoch.")
+    assert evidence(rule, ladder, "intel-xeon-2c").startswith(" On another machine's ladder (`amd-epyc-2c`, mnist")
     assert evidence(rule, None) == "" and evidence(rule, {"dataset": "mnist"}) == ""
     assert evidence(rule, {"variants": {"device": {"train_s": 4.0}}}) == ""
 
@@ -262,10 +267,10 @@ def test_device_idle_is_per_step_rounded_to_a_microsecond_and_sums_to_the_overhe
 
 
 def test_per_step_rounds_to_a_microsecond_and_leaves_the_ratio_out_without_a_clock():
-    out = budget.per_step({"data_wait": 0.0, "copy": 0.0, "compute": 1.0, "overhead": 0.0, "other": 0.0}, 3, 3.0)
+    out = intervals.per_step({"data_wait": 0.0, "copy": 0.0, "compute": 1.0, "overhead": 0.0, "other": 0.0}, 3, 3.0)
     assert out == {"data_wait_s": 0.0, "copy_s": 0.0, "compute_s": 0.333333, "overhead_s": 0.0, "other_s": 0.0,
                    "step_s": 0.333333, "steps": 3, "wall_s": 1.0, "vs_wall": 0.333}
-    assert budget.per_step(dict.fromkeys(budget.PARTS, 0.0), 1, 0.0)["vs_wall"] is None
+    assert intervals.per_step(dict.fromkeys(intervals.PARTS, 0.0), 1, 0.0)["vs_wall"] is None
 
 
 def test_step_flops_counts_the_host_ops_that_start_inside_a_step():
@@ -279,23 +284,25 @@ def test_step_flops_counts_the_host_ops_that_start_inside_a_step():
 
     events = [op(1.5, 100), op(2.0, 10), op(3.0, 1000), op(0.5, 1), op(2.5, 2), op(4.5, 3), op(1.6, 5, device=CUDA),
               op(1.7, 0), op(1.8)]
-    assert budget.step_flops(events, [(1, 2), (3, 4)]) == 1110
+    assert trace.step_flops(events, [(1, 2), (3, 4)]) == 1110
 
 
 def test_the_profiler_records_the_device_only_on_cuda():
     from torch.profiler import ProfilerActivity
 
-    assert budget._activities(torch.device("cpu")) == [ProfilerActivity.CPU]
-    assert budget._activities(torch.device("cuda")) == [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    assert trace.activities(torch.device("cpu")) == [ProfilerActivity.CPU]
+    assert trace.activities(torch.device("cuda")) == [ProfilerActivity.CPU, ProfilerActivity.CUDA]
 
 
 def test_to_json_holds_every_figure_its_shares_and_the_bound():
     per = {"data_wait_s": 0.1, "copy_s": 0.0, "compute_s": 0.15, "overhead_s": 0.05, "other_s": 0.0, "step_s": 0.3,
            "steps": 4}
-    b = budget.Budget(per_step=per, device="cuda:0", kernels_per_step=12.0, flop_per_step=3e9, peak_device_bytes=1024)
-    assert b.to_json() == {"device": "cuda:0", **per, "bound": "compute", "partial": False, "kernels_per_step": 12.0,
+    b = timebudget.Budget(per_step=per, device="cuda:0", kernels_per_step=12.0, flop_per_step=3e9, peak_device_bytes=1024)
+    assert b.to_json() == {"device": "cuda:0", "machine": None, **per, "bound": "compute", "partial": False,
+                           "kernels_per_step": 12.0, "verdict": "COMPUTE", "ops_per_step": None,
                            "share": {"data_wait": 0.3333, "copy": 0.0, "compute": 0.5, "overhead": 0.1667, "other": 0.0},
-                           "flop_per_step": 3e9, "achieved_flop_s": pytest.approx(1e10), "peak_device_bytes": 1024}
-    empty = budget.Budget(per_step={**dict.fromkeys(per, 0.0), "steps": 1}, device="cpu", flop_per_step=3e9)
-    assert empty.shares() == dict.fromkeys(budget.PARTS, 0.0) and empty.to_json()["achieved_flop_s"] is None
-    assert budget.Budget(per_step=per, device="cpu").to_json()["achieved_flop_s"] is None
+                           "flop_per_step": 3e9, "achieved_flop_s": pytest.approx(1e10), "peak_flop_s": None,
+                           "threads": None, "peak_device_bytes": 1024}
+    empty = timebudget.Budget(per_step={**dict.fromkeys(per, 0.0), "steps": 1}, device="cpu", flop_per_step=3e9)
+    assert empty.shares() == dict.fromkeys(intervals.PARTS, 0.0) and empty.to_json()["achieved_flop_s"] is None
+    assert timebudget.Budget(per_step=per, device="cpu").to_json()["achieved_flop_s"] is None

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import device_path, resident
-from pipeline.bench.budget import TimeBudget
+from pipeline.budget import TimeBudget
 from pipeline.bench.model import SimpleCNN
 from pipeline.bench.runners import Execution, TrainConfig, train_eager, train_static
 

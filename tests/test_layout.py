@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from stage_deps import closure, expected, imported, module_file, rewrite, stage_code, stage_definitions  # noqa: E402
 
-LAYERS = {"core": 0, "shards": 1, "bench": 2, "stages": 3}  # the rest of pipeline/: 4
+LAYERS = {"core": 0, "shards": 1, "budget": 1, "bench": 2, "stages": 3}  # the rest of pipeline/: 4
 
 
 def layer(path: Path) -> int:

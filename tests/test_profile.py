@@ -4,6 +4,7 @@ is, its loop found through the DataLoader it iterates and the optimizer it steps
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,8 @@ def script(tmp_path: Path, sleep: float = 0.02, body: str = SCRIPT) -> Path:
 
 def profile(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pipeline", "profile", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          cwd=cwd, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                                     "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]})
 
 
 @pytest.mark.slow
@@ -64,7 +66,7 @@ def test_a_script_is_profiled_unchanged_and_stopped_after_the_window(tmp_path):
     done = profile("--device", "cpu", "--steps", "6", "--skip", "2", "--json", "budget.json", "--trace", "trace.json",
                    str(path), "3", "done.txt", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "DATA WAIT-BOUND" in done.stdout and "(6 steps on cpu)" in done.stdout
+    assert "DATA WAIT-BOUND" in done.stdout and "(6 steps on cpu, " in done.stdout
     budget = json.loads((tmp_path / "budget.json").read_text())
     assert budget["script"] == "train.py" and budget["steps"] == 6 and budget["bound"] == "data_wait"
     assert budget["partial"] is False and budget["share"]["data_wait"] > 0.5
@@ -93,7 +95,7 @@ def test_a_window_the_epochs_end_cut_short_still_stops_the_script_and_says_parti
     path = script(tmp_path, sleep=0.0)
     done = profile("--steps", "20", "--skip", "2", "--json", "b.json", str(path), "3", "done.txt", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "(12 steps on cpu, partial: the loop ended first)" in done.stdout
+    assert "(12 steps on cpu, " in done.stdout and ", partial: the loop ended first; " in done.stdout
     assert json.loads((tmp_path / "b.json").read_text())["partial"] is True
     assert not (tmp_path / "done.txt").exists()  # stopped when the loop came back for its next epoch
 
@@ -114,7 +116,7 @@ def test_a_script_that_changes_folder_and_exits_through_sys_exit_keeps_its_budge
 def test_the_budget_runs_on_the_device_the_loop_trains_on():
     """No --device: the optimizer's parameters say where the loop trains; a --device of
     another type is refused before anything is measured on the wrong one."""
-    from pipeline.bench.findloop import ProfileError, Watch
+    from pipeline.budget.findloop import ProfileError, Watch
 
     optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
     watch = Watch(None, steps=3, skip=1, trace=None, keep_going=False)
@@ -154,7 +156,7 @@ def test_a_missing_script_is_one_line(tmp_path):
 def test_the_examples_run_and_give_a_verdict(tmp_path):
     """examples/own_loop.py (TimeBudget in the loop) and examples/plain_train.py under the
     command (no edit) profile the same per-item loop: both print a budget and its bound."""
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]}
     own = subprocess.run([sys.executable, "examples/own_loop.py"], capture_output=True, text=True, cwd=ROOT,
                          timeout=300, env=env)
     assert own.returncode == 0, own.stderr[-2000:]
@@ -162,5 +164,7 @@ def test_the_examples_run_and_give_a_verdict(tmp_path):
                     cwd=ROOT)
     assert plain.returncode == 0, plain.stderr[-2000:]
     for out in (own.stdout, plain.stdout):
-        assert "(20 steps on cpu)" in out and "-BOUND: " in out
+        assert "(20 steps on cpu, " in out and "-BOUND: " in out and "\nWhy: " in out
+    for err in (own.stderr, plain.stderr):  # Kineto's own log lines never reach the user
+        assert "USDT:" not in err and "profiler_start" not in err, err
     assert "epoch 1:" not in plain.stdout  # stopped after the window, before the epoch's end

@@ -31,7 +31,7 @@ from typing import TypeVar
 import torch
 import torch.nn.functional as F
 
-from pipeline.bench.budget import profile_steps, timed_window
+from pipeline.bench.profiled import profile_steps, timed_window
 from pipeline.bench.datapaths import DataPath, Resident
 from pipeline.bench.model import SimpleCNN
 from pipeline.core.errors import InputError, reason
@@ -72,7 +72,7 @@ class Timing:
     warmup_s: float = 0.0           # of which: warm-up steps (compiling, autotuning)
     capture_s: float = 0.0          # of which: capturing the CUDA graphs
     cuda_graph: bool = False        # whether the epochs really replayed a CUDA graph
-    budget: dict | None = None      # where a train step's time goes (`budget.profile_steps`)
+    budget: dict | None = None      # where a train step's time goes (`profiled.profile_steps`)
     sampled_steps: int | None = None  # train steps per timed epoch when sampled; None: whole epochs
     sampled_test_steps: int | None = None  # test steps per timed epoch when sampled
 
@@ -184,7 +184,7 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
     """The write-up's loop over `path`'s batches; `steps` and `test_steps` cap the train and test
     steps per epoch (sampled timing); `until` stops after the first test pass at that accuracy.
     With `budget` (a number of steps), one more epoch, from a fresh iterator, worker start-up
-    included, is profiled after the timed ones (`budget.profile_steps`): its first `budget`
+    included, is profiled after the timed ones (`profiled.profile_steps`): its first `budget`
     steps, or a sampled epoch's `steps` whole; the very steps the timed figures are made of."""
     started = time.perf_counter() if started is None else started
     model, forward, optimizer = build_model(device, config, Execution(), graph=False)

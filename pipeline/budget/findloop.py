@@ -28,7 +28,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 
-from pipeline.bench.budget import Budget, TimeBudget
+from pipeline.budget.timebudget import Budget, TimeBudget
 from pipeline.core.errors import InputError
 
 

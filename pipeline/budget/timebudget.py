@@ -1,0 +1,300 @@
+"""`TimeBudget`, where any training loop's step time goes, and `Budget`, what it found.
+
+The wrapper takes a loop's batches and marks its step; a window of steps runs under the
+profiler (`trace`, `intervals`), and on the CPU a few more steps are re-timed on one thread
+(`threads`). The budget then holds the parts per step with the evidence a verdict needs: the
+ops or kernels per step, the FLOPs the profiler counted against this device's measured peak
+(`peak`), the thread check, and the machine's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import textwrap
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from pipeline.budget.intervals import PARTS
+from pipeline.budget.machine import fingerprint
+from pipeline.budget.peak import Peak, device_peak
+from pipeline.budget.threads import ThreadCheck, plan, summarise
+from pipeline.budget.trace import RANGE, QuietProfiler, sync, window_parts
+from pipeline.budget.units import duration
+from pipeline.core.errors import InputError
+
+
+def checked_device(device: str | torch.device, what: str = "device") -> torch.device:
+    """`device` as a torch.device this machine has; one line (InputError) otherwise, before
+    anything runs: a device that is not here fails at construction, never after warm-up."""
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise InputError(f"{what} {str(device)[:40]!r}: not a torch device; use cpu, cuda or cuda:N") from None
+    if chosen.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a build without CUDA")
+            raise InputError(f"{what} {device}: no CUDA device is usable here ({build}); use cpu")
+        if chosen.index is not None and chosen.index >= torch.cuda.device_count():
+            raise InputError(f"{what} {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                             f"numbered from 0")
+    elif chosen.type != "cpu":
+        raise InputError(f"{what} {device}: the time budget reads cpu and cuda devices")
+    return chosen
+
+
+@dataclass
+class Budget:
+    """A profiled window's budget: seconds per step by part (`per_step`, as
+    `intervals.per_step` returns it) and the evidence beside it."""
+
+    per_step: dict
+    device: str
+    kernels_per_step: float | None = None    # device kernels launched per step (CUDA)
+    flop_per_step: float | None = None       # what the profiler counts for matmuls, convolutions, ...
+    peak_device_bytes: int | None = None     # the device memory's high-water mark in the window (CUDA)
+    partial: bool = False                    # the loader ended, or the loop left, before the window's end
+    ops_per_step: float | None = None        # top-level torch ops the step called
+    peak: Peak | None = None                 # this device's measured matmul rates
+    threads: ThreadCheck | None = None       # the same loop re-timed on one thread (CPU)
+    machine: str | None = None               # the name of the machine measured
+
+    def _of_step(self, seconds: float) -> float:
+        total = self.per_step["step_s"]
+        return seconds / total if total > 0 else 0.0
+
+    def shares(self) -> dict[str, float]:
+        """Each part's fraction of the step."""
+        return {part: self._of_step(self.per_step[f"{part}_s"]) for part in PARTS}
+
+    def idle_shares(self) -> dict[str, float] | None:
+        """The overhead's two halves (host wait, launch gaps) as fractions of the step; None
+        where the budget did not split it (off CUDA, a launch missing) or the step is empty."""
+        wait, gap = self.per_step.get("host_wait_s"), self.per_step.get("launch_gap_s")
+        if wait is None or gap is None or self.per_step["step_s"] <= 0:
+            return None
+        return {"host_wait": self._of_step(wait), "launch_gap": self._of_step(gap)}
+
+    def bound(self) -> str:
+        """The part that takes the most of the step (the verdict weighs it with the evidence)."""
+        shares = self.shares()
+        return max(PARTS, key=shares.__getitem__)
+
+    def achieved_flop_s(self) -> float | None:
+        """The step's FLOPs (as counted) over its wall time; None where none were counted."""
+        step = self.per_step["step_s"]
+        return self.flop_per_step / step if self.flop_per_step and step > 0 else None
+
+    def to_json(self) -> dict:
+        """The figures, the shares, the evidence and the verdict: what a metrics file holds."""
+        from pipeline.budget.verdict import diagnose
+
+        peak = self.peak
+        return {"device": self.device, "machine": self.machine, **self.per_step,
+                "share": {k: round(v, 4) for k, v in self.shares().items()},
+                "bound": self.bound(), "verdict": diagnose(self).label, "partial": self.partial,
+                "ops_per_step": self.ops_per_step, "kernels_per_step": self.kernels_per_step,
+                "flop_per_step": self.flop_per_step, "achieved_flop_s": self.achieved_flop_s(),
+                "peak_flop_s": None if peak is None else peak.rates,
+                "threads": None if self.threads is None else {**vars(self.threads),
+                                                              "contended": self.threads.contended},
+                "peak_device_bytes": self.peak_device_bytes}
+
+    def report(self, ladder: dict | None = None, width: int = 100) -> str:
+        """The step, its parts and the verdict (quoting `ladder`, a bench metrics document,
+        when given), wrapped at `width` columns."""
+        from pipeline.budget.verdict import LABELS, verdict
+
+        parts = " | ".join(f"{LABELS[p]} {share:.0%}" for p, share in self.shares().items())
+        extra = ""
+        if self.device.startswith("cpu"):
+            extra += f", {torch.get_num_threads() if self.threads is None else self.threads.threads} threads"
+        if self.kernels_per_step is not None:
+            extra += f", {self.kernels_per_step:.0f} kernels"
+        if self.peak_device_bytes is not None:
+            extra += f", peak device memory {self.peak_device_bytes / 2**20:.0f} MiB"
+        cut = ", partial: the loop ended first" if self.partial else ""
+        where = f"; {self.machine}" if self.machine else ""
+        head = (f"step {duration(self.per_step['step_s'])} ({self.per_step['steps']} steps on {self.device}{extra}{cut}"
+                f"{where}): {parts}")
+        lines = [textwrap.wrap(head, width)]
+        lines += [textwrap.wrap(paragraph, width) for paragraph in verdict(self, ladder).split("\n")]
+        return "\n".join(line for block in lines for line in block)
+
+    def __str__(self) -> str:
+        return self.report()
+
+
+class TimeBudget:
+    """Where any training loop's step time goes: wrap its loader, mark its step.
+
+        budget = TimeBudget("cuda")                 # or "cpu"; steps to profile, steps to skip
+        for x, y in budget.batches(loader):         # the wait for each batch is timed
+            with budget.step():                     # forward, backward, optimizer (copies too)
+                ...
+            if budget.done:
+                break
+        print(budget.result)                        # parts per step, the bound and what to try
+
+    The first `skip` steps run untouched (warm-up, compilation, workers starting); the next
+    `steps` run under `torch.profiler`, and the window's parts (see `intervals`) add up to
+    its span. On the CPU, `threads_check` steps at the loop's intra-op thread count and as many
+    on one thread follow, on a plain clock (0: none). After them the wrapper only counts.
+    `copy()` marks a host-to-device copy the profiler cannot see as one (on CUDA, memcpys
+    are found without it). With `trace`, the window is written as a Chrome/Perfetto trace
+    with the ranges marked (`budget:step`, ...). `peak`: "measure" (this device's matmul
+    peak, probed once per machine and cached: `peak.device_peak`), a `Peak`, or None (no
+    peak: the verdict says its evidence is weaker).
+    """
+
+    def __init__(self, device: str | torch.device = "cpu", steps: int = 20, skip: int = 5,
+                 trace: str | None = None, flops: bool = True, threads_check: int = 6,
+                 peak: str | Peak | None = "measure") -> None:
+        ints = all(type(n) is int for n in (steps, skip, threads_check))
+        if not ints or steps < 1 or skip < 0 or threads_check < 0:
+            raise InputError(f"steps must be an int >= 1 and skip and threads_check ints >= 0, got steps={steps!r}, "
+                             f"skip={skip!r}, threads_check={threads_check!r}")
+        if not (peak is None or peak == "measure" or isinstance(peak, Peak)):
+            raise InputError(f"peak must be 'measure', a Peak or None, got {peak!r:.40}")
+        self.device = checked_device(device)
+        self.steps, self.skip, self.trace, self.flops, self.peak = steps, skip, trace, flops, peak
+        self.seen = 0                       # batches handed out so far
+        self.result: Budget | None = None
+        self._profiler: QuietProfiler | None = None
+        self._started = 0.0
+        self._stepped = 0                   # steps finished inside the window
+        self._ended = 0.0                   # when the last of them ended
+        self._measured: Budget | None = None  # the window's budget, before the thread check
+        self._threads = torch.get_num_threads()
+        self._plan: list[int] = []          # thread counts of the steps still to re-time
+        self._timed: list[tuple[int, float]] = []
+        self._pending: tuple[int, float] | None = None  # (threads, start) of the step being re-timed
+        self._threads_check = threads_check if self.device.type == "cpu" else 0
+
+    @property
+    def profiling(self) -> bool:
+        return self._profiler is not None
+
+    @property
+    def done(self) -> bool:
+        """The window is profiled, the thread check run, and `result` holds the budget."""
+        return self.result is not None
+
+    def batches(self, loader: Iterable) -> Iterator:
+        """`loader`'s items, unchanged; inside the window each wait for one is marked. The
+        generator that opened the window closes it if the loader ends or the loop leaves
+        first: the budget then covers the steps finished, marked `partial`."""
+        items = iter(loader)
+        opened = False
+        try:
+            while True:
+                self._retimed()
+                if self.seen == self.skip and self.result is None and self._measured is None and not self.profiling:
+                    self._start()
+                    opened = True
+                if self._plan:
+                    torch.set_num_threads(self._plan[0])
+                    self._pending = (self._plan[0], time.perf_counter())
+                try:
+                    if self._profiler is None:
+                        item = next(items)
+                    else:
+                        with torch.profiler.record_function(RANGE + "data_wait"):
+                            item = next(items)
+                except StopIteration:
+                    self._pending = None
+                    return
+                self.seen += 1
+                yield item
+        finally:
+            if opened and self._profiler is not None:
+                if self.device.type == "cuda" and self._stepped:
+                    with torch.profiler.record_function(RANGE + "step"):  # the last step's queued work
+                        sync(self.device)
+                    self._ended = time.perf_counter()
+                self._stop(self._stepped, partial=True)
+            self._retimed()
+            self._finish()
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """Marks one train step; the window's last one waits for the device inside it."""
+        if self._profiler is None:
+            yield
+            self._retimed()
+            if self._measured is not None and not self._plan:
+                self._finish()
+            return
+        last = self._stepped + 1 == self.steps
+        with torch.profiler.record_function(RANGE + "step"):
+            yield
+            if last:
+                sync(self.device)
+        self._stepped += 1
+        self._ended = time.perf_counter()
+        if last:
+            self._stop(self.steps)
+
+    @contextlib.contextmanager
+    def copy(self) -> Iterator[None]:
+        """Marks a copy of a batch to the device (outside or inside the step)."""
+        if self._profiler is None:
+            yield
+            return
+        with torch.profiler.record_function(RANGE + "copy"):
+            yield
+
+    def _start(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        sync(self.device)
+        self._profiler = QuietProfiler(self.device, flops=self.flops)
+        self._profiler.__enter__()
+        self._started = time.perf_counter()
+
+    def _stop(self, steps: int, partial: bool = False) -> None:
+        wall = self._ended - self._started  # to the end of the last step finished
+        quiet, self._profiler = self._profiler, None
+        quiet.__exit__(None, None, None)
+        if steps < 1:
+            return
+        window = window_parts(list(quiet.profiler.events()), steps, wall, self.device, self.flops)
+        cuda = self.device.type == "cuda"
+        self._measured = Budget(per_step=window.per_step, device=str(self.device),
+                                kernels_per_step=window.kernels_per_step, flop_per_step=window.flop_per_step,
+                                peak_device_bytes=torch.cuda.max_memory_allocated(self.device) if cuda else None,
+                                partial=partial, ops_per_step=window.ops_per_step)
+        if self.trace:
+            quiet.profiler.export_chrome_trace(str(self.trace))
+        if not partial:
+            self._plan = plan(self._threads, self._threads_check // 2 or 0) if self._threads_check else []
+        if not self._plan:
+            self._finish()
+
+    def _retimed(self) -> None:
+        """Records the step being re-timed, if any, and puts the loop's own thread count back."""
+        if self._pending is None:
+            return
+        threads, start = self._pending
+        self._pending = None
+        self._timed.append((threads, time.perf_counter() - start))
+        if self._plan:
+            self._plan.pop(0)
+        torch.set_num_threads(self._threads)
+
+    def _finish(self) -> None:
+        """The budget, with its evidence, once the window and the thread check are over."""
+        if self.result is not None or self._measured is None:
+            return
+        self._plan = []
+        torch.set_num_threads(self._threads)
+        budget = self._measured
+        budget.threads = summarise(self._timed, self._threads)
+        budget.machine = fingerprint(self.device.type)["name"]
+        if isinstance(self.peak, Peak):
+            budget.peak = self.peak
+        elif self.peak == "measure" and budget.flop_per_step:
+            budget.peak = device_peak(self.device)
+        self.result = budget

@@ -1,0 +1,243 @@
+"""A torch.profiler trace read as intervals, and the profiler started without its log lines.
+
+`trace_intervals` finds the marked ranges, the step's own ops and the device's kernels and
+copies; `window_parts` turns a finished window into seconds per step by part
+(`intervals`), with the device's idle time split and what the profiler counted (ops,
+kernels, FLOPs). Kineto writes a line to the process's stderr each time a profiler starts
+or stops; `quiet_profiler` keeps those lines out of the user's output and passes every
+other line through.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pipeline.budget.intervals import Interval, idle_split, per_step, split, union
+
+RANGE = "budget:"  # the prefix of the profiler ranges the budget marks
+
+
+def annotation(event: Any) -> bool:
+    """A range someone marked (ours, `Optimizer.step#...`, DDP's, the user's), not an op."""
+    return bool(getattr(event, "is_user_annotation", False)) or event.name.startswith(RANGE)
+
+
+def trace_intervals(events: Iterable[Any]) -> tuple[dict[str, list[Interval]], list[Interval], list[Interval],
+                                                    list[Interval]]:
+    """(marked ranges by name, host top-level ops, device kernels, device memcpys) from
+    `profile.events()`, in seconds. A top-level op is one the step called itself: no op
+    above it, annotations (ours, `Optimizer.step#...`, the user's ranges) looked through, on
+    the thread that marked the ranges (a pin-memory or prefetch thread's ops are not the
+    step's). On the device only kernels, memcpys and memsets count, never annotations."""
+    events = list(events)
+    ranges: dict[str, list[Interval]] = {}
+    threads = set()
+    for event in events:
+        if event.name.startswith(RANGE) and event.device_type == torch.autograd.DeviceType.CPU:
+            ranges.setdefault(event.name[len(RANGE):], []).append(seconds(event))
+            threads.add(event.thread)
+    ops: list[Interval] = []
+    kernels: list[Interval] = []
+    memcpy: list[Interval] = []
+    for event in events:
+        if annotation(event):
+            continue
+        if event.device_type != torch.autograd.DeviceType.CPU:
+            (memcpy if "memcpy" in event.name.lower() else kernels).append(seconds(event))
+            continue
+        parent = event.cpu_parent
+        while parent is not None and annotation(parent):
+            parent = parent.cpu_parent
+        if parent is None and event.thread in threads:
+            ops.append(seconds(event))
+    return ranges, ops, kernels, memcpy
+
+
+# CUDA runtime and driver calls that put work on the device: a kernel, graph or memcpy.
+LAUNCHES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy",
+            "cudaMemset", "cuMemset")
+
+
+def queued_intervals(events: Iterable[Any]) -> tuple[list[Interval], int]:
+    """(From each device kernel's or memcpy's launch call to its start, in seconds; how many
+    device events had no launch call in the trace.) The device event and the host call that
+    launched it share a correlation id (`event.id`); a CUDA graph's kernels share its launch's.
+    Host ops have ids of their own, which may coincide, so only launch calls are looked up."""
+    events = list(events)
+    launched: dict[int, float] = {}
+    for event in events:
+        if event.device_type == torch.autograd.DeviceType.CPU and event.name.startswith(LAUNCHES):
+            start = event.time_range.start / 1e6
+            launched[event.id] = min(start, launched.get(event.id, start))
+    queued: list[Interval] = []
+    unmatched = 0
+    for event in events:
+        if event.device_type == torch.autograd.DeviceType.CPU or annotation(event):
+            continue
+        start = event.time_range.start / 1e6
+        if event.id in launched:
+            queued.append((launched[event.id], start))
+        else:
+            unmatched += 1
+    return queued, unmatched
+
+
+NO_SPLIT = {"host_wait_s": None, "launch_gap_s": None}  # off CUDA: no device to idle
+
+
+def device_idle(events: list[Any], ranges: dict[str, list[Interval]], kernels: list[Interval],
+                memcpy: list[Interval], steps: int) -> dict[str, float | None]:
+    """`host_wait_s` and `launch_gap_s` per step (`idle_split`), rounded so that they sum to
+    the rounded `overhead_s`; both None when a device event's launch is not in the trace (the
+    split would guess)."""
+    queued, unmatched = queued_intervals(events)
+    if unmatched or not (kernels or memcpy):
+        return dict(NO_SPLIT)
+    idle = idle_split(ranges, kernels, memcpy, queued)
+    overhead = round((idle["host_wait"] + idle["launch_gap"]) / steps, 6)
+    gap = min(round(idle["launch_gap"] / steps, 6), overhead)
+    return {"host_wait_s": round(overhead - gap, 6), "launch_gap_s": gap}
+
+
+def seconds(event: Any) -> Interval:
+    return event.time_range.start / 1e6, event.time_range.end / 1e6
+
+
+def inside(steps: list[Interval]) -> Callable[[float], bool]:
+    """A test of whether an instant (seconds) falls inside one of `steps`."""
+    spans = union(steps)
+    starts = [start for start, _ in spans]
+
+    def test(at: float) -> bool:
+        i = bisect.bisect_right(starts, at) - 1
+        return i >= 0 and at <= spans[i][1]
+    return test
+
+
+def step_flops(events: Iterable[Any], steps: list[Interval]) -> float:
+    """The FLOPs torch.profiler counts (by op name: matmuls, forward convolutions, ...) for
+    the host ops that start inside a marked step: not those of a compiled or graph-replayed
+    step, whose work is not dispatched op by op."""
+    in_step = inside(steps)
+    return sum(getattr(event, "flops", 0) or 0 for event in events
+               if getattr(event, "flops", 0) and event.device_type == torch.autograd.DeviceType.CPU
+               and in_step(event.time_range.start / 1e6))
+
+
+def activities(device: torch.device) -> list:
+    """What the profiler records: the host's ops, and the device's work on CUDA."""
+    return [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA]
+                                                    if device.type == "cuda" else [])
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Callable[[Any], None], steps: int,
+                  device: torch.device, warmup: int = 2) -> dict:
+    """Run `steps` train steps (after `warmup` unprofiled ones) under the profiler and
+    return the parts per step, in seconds, with the pass's step time (`step_s`) and, on
+    CUDA, the kernels launched per step: the ladder's use of `TimeBudget`, the API any loop
+    uses.
+
+    `batches` yields what the variant's loader yields; `to_device` moves one to the device;
+    `step` trains on it."""
+    budget = TimeBudget(device, steps=steps, skip=warmup, flops=False)
+    for item in budget.batches(batches):
+        with budget.copy():
+            batch = to_device(item)
+        with budget.step():
+            step(batch)
+        if budget.done:
+            break
+    if budget.result is None or budget.result.partial:
+        raise ValueError(f"the loader gave {budget.seen} batches, fewer than the {warmup} + {steps} to profile")
+    return {**budget.result.per_step, "kernels_per_step": budget.result.kernels_per_step}
+
+
+@dataclass(frozen=True)
+class Window:
+    """A profiled window read: seconds per step by part (`intervals.per_step`, with the
+    device's idle split) and what the profiler counted per step."""
+
+    per_step: dict
+    ops_per_step: float                  # top-level torch ops the step called
+    kernels_per_step: float | None       # device kernels launched (CUDA; None elsewhere)
+    flop_per_step: float | None          # what the profiler counts for matmuls, convolutions, ... (None: not counted)
+
+
+def window_parts(events: list[Any], steps: int, wall: float | None, device: torch.device,
+                 flops: bool) -> Window:
+    """The budget of a finished window of `steps` steps from its events: the one way from a
+    trace to its parts, for a marked loop and for a replayed graph alike."""
+    cuda = device.type == "cuda"
+    ranges, ops, kernels, memcpy = trace_intervals(events)
+    parts = split(ranges, ops, kernels, memcpy, cuda=cuda)
+    idle = device_idle(events, ranges, kernels, memcpy, steps) if cuda else dict(NO_SPLIT)
+    flop = step_flops(events, ranges.get("step", [])) if flops else 0.0
+    return Window(per_step={**per_step(parts, steps, wall), **idle},
+                  ops_per_step=round(sum(map(inside(ranges.get("step", [])), (start for start, _ in ops))) / steps, 1),
+                  kernels_per_step=round(len(kernels) / steps, 1) if cuda else None,
+                  flop_per_step=flop / steps if flop else None)
+
+
+# Kineto's own log lines: "USDT:2026-01-01 10:00:00 123:123 File.cpp:52] profiler_start".
+KINETO_LINE = re.compile(rb"^[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def kineto_lines_dropped() -> Iterator[None]:
+    """Within the block, the process's stderr (file descriptor 2) goes to a temporary file;
+    afterwards every line of it but Kineto's own log lines is written to stderr. Only the
+    profiler's start and stop run inside: a user's line written meanwhile comes out late,
+    never lost."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+        capture = tempfile.TemporaryFile()
+    except OSError:  # no descriptor to spare: the log lines stay, nothing else changes
+        yield
+        return
+    try:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            capture.seek(0)
+            kept = b"".join(line for line in capture.read(1 << 20).splitlines(keepends=True)
+                            if not KINETO_LINE.match(line))
+            if kept:
+                os.write(2, kept)
+    finally:
+        os.close(saved)
+        capture.close()
+
+
+class QuietProfiler:
+    """`torch.profiler.profile` whose start and stop print nothing of Kineto's own."""
+
+    def __init__(self, device: torch.device, flops: bool = False) -> None:
+        self.profiler = torch.profiler.profile(activities=activities(device), with_flops=flops)
+
+    def __enter__(self) -> torch.profiler.profile:
+        with kineto_lines_dropped():
+            self.profiler.__enter__()
+        return self.profiler
+
+    def __exit__(self, *exc: object) -> None:
+        with kineto_lines_dropped():
+            self.profiler.__exit__(*exc)

@@ -1,0 +1,229 @@
+"""What bounds a training loop, in words, what to try next, and why: the rules, written once.
+
+A verdict is a claim, so it rests on evidence, not on the largest share alone:
+
+- threads that wait for cores (`threads`: one thread runs the loop clearly faster) are said
+  first, with their fix: every share measured beside them is skewed by the wait;
+- compute is claimed only when the step's achieved FLOP/s is a meaningful fraction of this
+  device's measured float32 peak (`peak`); below NEGLIGIBLE of it the time inside ops is the cost of
+  dispatching small ops (or launching small kernels), and the advice is about that;
+- two parts within CLOSE of each other are both named;
+- without counted FLOPs or a peak, a compute claim says its evidence is weak.
+
+Each part's rule ties its change to the rungs of the ladder that measured that very change
+(before -> after), so that given a bench metrics document (`metrics/bench/<dataset>.json`)
+the verdict quotes what the change did there, naming the machine that measured it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.budget.units import duration, rate
+
+LABELS = {"data_wait": "data wait", "copy": "copy", "compute": "compute", "overhead": "overhead", "other": "other",
+          "dispatch": "dispatch", "threads": "thread contention"}
+MEANINGFUL = 0.10     # of the float32 peak: below it, compute is claimed as weak
+NEGLIGIBLE = 0.01     # of the float32 peak: below it, time in ops is dispatch, not arithmetic
+CLOSE = 0.10          # two shares this close (fraction of the step) are both named
+
+
+@dataclass(frozen=True)
+class Rule:
+    meaning: str
+    try_next: str
+    rungs: tuple[tuple[str, str], ...]   # (before, after) rungs that measured the change, closest first
+
+
+RULES = {
+    "data_wait": Rule("the step waits for its batch: the Dataset and DataLoader are the bound",
+                      "do the per-item work once (convert the split in the Dataset's __init__), hand out "
+                      "whole batches by index instead of item by item, or add DataLoader workers",
+                      (("naive", "preprocessed"), ("naive", "workers"), ("preprocessed", "batched"))),
+    "copy": Rule("moving batches to the device is the bound",
+                 "pin the host memory and copy with non_blocking=True, or keep the data set on the device "
+                 "and gather each batch there",
+                 (("persistent", "pinned"), ("batched", "device"))),
+    "compute": Rule("the model's own arithmetic is the bound: the data path keeps up",
+                    "bf16 autocast, channels_last and torch.compile; past that, a smaller model or faster device",
+                    (("device", "compiled"),)),
+    "overhead": Rule("Python and kernel launches are the bound: the device idles while the host issues work",
+                     "capture the step as a CUDA graph, torch.compile it, or do more per op (a larger batch)",
+                     (("device", "graphed"), ("graphed", "compiled"))),
+    "dispatch": Rule("the kernels are too small for this device: the time goes to starting them, not to arithmetic",
+                     "fewer, larger kernels: a larger batch, torch.compile to fuse them, a CUDA graph",
+                     (("device", "graphed"), ("graphed", "compiled"))),
+    "other": Rule("time outside the step and the wait for data is the bound: the loop's own code",
+                  "log every N steps instead of each, avoid .item() or other syncs per step, checkpoint less often",
+                  ()),
+    "threads": Rule("torch's intra-op threads wait for cores that other work holds, and the profiler counts "
+                    "the wait as time inside ops",
+                    "torch.set_num_threads(1) (or OMP_NUM_THREADS=1) while the host is this busy, or free "
+                    "the cores; then profile again: the shares above are skewed by the wait", ()),
+}
+
+
+# On the CPU the host does the work itself: no device idles, no copy to a device.
+CPU_RULES = {
+    "copy": Rule("the marked copies are the bound",
+                 "avoid the copy (a view, or the data already in the layout the step takes), or copy once "
+                 "before the loop", ()),
+    "overhead": Rule("Python and op dispatch inside the step are the bound: its ops are small",
+                     "fewer and larger ops (a larger batch, vectorised code), or torch.compile",
+                     (("device", "compiled"),)),
+    "dispatch": Rule("the ops are too small for this CPU: their time is torch's cost per op (dispatch, "
+                     "allocation, autograd), not arithmetic",
+                     "fewer and larger ops: a larger batch, vectorised code, or torch.compile to fuse them",
+                     (("device", "compiled"),)),
+}
+
+
+# On CUDA the overhead's two halves (`intervals.idle_split`) call for different changes.
+IDLE_RULES = {
+    "host_wait": Rule("the device idles with nothing queued: the host issues kernels slower than the device "
+                      "runs them (Python, dispatch, launch calls)",
+                      "capture the step as a CUDA graph or torch.compile it, or do more per launch (a larger batch)",
+                      (("device", "graphed"), ("graphed", "compiled"))),
+    "launch_gap": Rule("the device idles between kernels already queued: many kernels, each too small to cover "
+                       "its own start",
+                       "fewer, larger kernels: torch.compile to fuse them, a fused optimizer, a larger batch",
+                       (("graphed", "compiled"),)),
+}
+
+
+def rule_for(part: str, device: str) -> Rule:
+    """The rule for `part` on a device of that type ("cpu", "cuda", "cuda:0", ...)."""
+    return (CPU_RULES.get(part) if device.startswith("cpu") else None) or RULES[part]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The bound(s) the evidence supports, with the evidence in words."""
+
+    bounds: tuple[str, ...]      # first the main one; a second when its share is close; "threads" first when so
+    why: tuple[str, ...]         # the evidence, one clause each
+    weak: bool = False           # the evidence does not settle the claim (no FLOPs counted, no peak)
+
+    @property
+    def label(self) -> str:
+        """The bounds' names joined by ' + ' (what the JSON and the headline carry)."""
+        return " + ".join(LABELS[b].upper() for b in self.bounds)
+
+
+def compute_fraction(budget) -> float | None:
+    """The step's achieved FLOP/s over this device's measured float32 peak; None where either
+    is unknown."""
+    achieved = budget.achieved_flop_s()
+    return achieved / budget.peak.float32 if achieved and budget.peak else None
+
+
+def _compute_evidence(budget) -> tuple[str, str, bool]:
+    """(the part compute stands for: "compute" or "dispatch", the evidence, weak?)."""
+    fraction = compute_fraction(budget)
+    unit = "kernels" if budget.kernels_per_step is not None else "ops"
+    count = budget.kernels_per_step if budget.kernels_per_step is not None else budget.ops_per_step
+    each = ""
+    if count:
+        each = f"; {count:.0f} {unit} a step, {duration(budget.per_step['compute_s'] / count)} each"
+    if fraction is None:
+        why = ("the profiler counted no FLOPs for these ops" if not budget.flop_per_step
+               else "no peak of this device to set them against")
+        return "compute", f"{why}, so how hard they compute is unknown{each}", True
+    where = f"{fraction:.2g} of this {'GPU' if budget.kernels_per_step is not None else 'CPU'}'s float32 peak"
+    said = f"the step computes at {rate(budget.achieved_flop_s())}, {where} ({budget.peak.describe()}){each}"
+    if fraction < NEGLIGIBLE:
+        return "dispatch", said, False
+    return "compute", said, fraction < MEANINGFUL
+
+
+def diagnose(budget) -> Diagnosis:
+    """The bound(s) of `budget` (a `timebudget.Budget`) from its shares and evidence."""
+    shares = budget.shares()
+    ranked = sorted(shares, key=shares.__getitem__, reverse=True)
+    top, second = ranked[0], ranked[1]
+    named = [top] + ([second] if shares[second] > 0.2 and shares[top] - shares[second] <= CLOSE else [])
+    why = [" and ".join(f"{LABELS[p]} {shares[p]:.0%}" for p in named) + " of the step"]
+    weak = False
+    bounds = []
+    for part in named:
+        if part == "compute":
+            part, evidence, weak = _compute_evidence(budget)
+            why.append(evidence)
+        bounds.append(part)
+    threads = budget.threads
+    if threads is not None:
+        said = (f"{threads.threads} threads run a step in {duration(threads.step_s)}, one thread in "
+                f"{duration(threads.one_thread_s)}")
+        if threads.contended:
+            load = f", load {threads.load:.1f}" if threads.load is not None else ""
+            bounds.insert(0, "threads")
+            why.insert(0, f"{said} ({threads.slowdown:.1f}x slower with more threads; {threads.cores} cores{load})")
+        else:
+            why.append(said)
+    return Diagnosis(bounds=tuple(dict.fromkeys(bounds)), why=tuple(why), weak=weak)
+
+
+def _figure(name: str, variant: dict) -> str:
+    marks = [word for key, word in (("extrapolated", "sampled: extrapolated"), ("unstable", "unstable"))
+             if variant.get(key)]
+    return f"`{name}` {variant['train_s']:.3g}" + (f" ({', '.join(marks)})" if marks else "")
+
+
+def evidence(rule: Rule, ladder: dict | None, machine: str | None = None) -> str:
+    """What the rule's closest change did on the ladder given (a bench metrics document), in
+    words, named by the machine that measured it: the first of its rung pairs the ladder ran.
+    `machine`: this machine's name; a ladder of another machine is said to be one."""
+    variants = (ladder or {}).get("variants") or {}
+    pair = next(((before, after) for before, after in rule.rungs if before in variants and after in variants), None)
+    if pair is None:
+        return ""
+    before, after = pair
+    measured = (ladder.get("machine") or {}).get("name")
+    device = (ladder.get("machine") or {}).get("device")
+    about = [f"`{measured}`" if measured else None, ladder.get("dataset", "bench"), f"on {device}" if device else None,
+             "a quick run" if (ladder.get("params") or {}).get("quick") else None]
+    if measured is None:
+        whose = "a ladder of an unnamed machine"
+    elif machine is not None and measured != machine:
+        whose = "another machine's ladder"
+    else:
+        whose = "this machine's ladder"
+    return (f" On {whose} ({', '.join(a for a in about if a)}): "
+            f"{_figure(before, variants[before])} -> {_figure(after, variants[after])} s/epoch.")
+
+
+def _rule(part: str, budget) -> Rule:
+    if part == "overhead":
+        halves = budget.idle_shares()
+        if halves:
+            return IDLE_RULES[max(halves, key=halves.__getitem__)]
+    return rule_for(part, budget.device)
+
+
+def _share(part: str, budget) -> str:
+    """The part's share of the step, in the words of what the bound stands for."""
+    shares = budget.shares()
+    if part == "threads":
+        return f"one thread runs the loop {budget.threads.slowdown:.1f}x faster than {budget.threads.threads}"
+    if part == "dispatch":
+        inside = "kernels" if budget.kernels_per_step is not None else "ops"
+        return f"time inside {inside} is {shares['compute']:.0%} of the step, at under {NEGLIGIBLE:.0%} of peak"
+    return f"{LABELS[part]} is {shares[part]:.0%} of the step"
+
+
+def verdict(budget, ladder: dict | None = None) -> str:
+    """The bound(s), what they mean and what to try, and, given a bench metrics document,
+    what the first bound's change measured there; then, on a line of its own, `Why:` and
+    the evidence."""
+    found = diagnose(budget)
+    main = found.bounds[0]
+    rule = _rule(main, budget)
+    weak = " (weak evidence)" if found.weak and main == "compute" else ""
+    halves = budget.idle_shares() if main == "overhead" else None
+    detail = f" (host wait {halves['host_wait']:.0%}, launch gaps {halves['launch_gap']:.0%})" if halves else ""
+    head = f"{found.label}-BOUND{weak}: {_share(main, budget)}{detail}; {rule.meaning}. Try: {rule.try_next}."
+    for part in found.bounds[1:]:
+        also = _rule(part, budget)
+        head += f" And {_share(part, budget)}: {also.meaning}; {also.try_next}."
+    quoted = next((_rule(part, budget) for part in found.bounds if _rule(part, budget).rungs), rule)
+    return head + evidence(quoted, ladder, budget.machine) + "\nWhy: " + "; ".join(found.why) + "."
