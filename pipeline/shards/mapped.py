@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import resource
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -174,8 +175,6 @@ def in_worker() -> bool:
 def default_max_open() -> int:
     """Maps a split keeps open by default: a quarter of this process's descriptor limit (each
     map holds a descriptor), at least 4 and at most 4096."""
-    import resource
-
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY or soft <= 0:
         return 4096
@@ -214,7 +213,7 @@ def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | No
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except OSError as err:
         os.close(fd)
-        raise ShardError(f"{path}: cannot be mapped ({reason(err)})") from None
+        raise ShardError(f"{path}: cannot be mapped ({err.strerror or reason(err)})") from None
     except BaseException:
         os.close(fd)
         raise

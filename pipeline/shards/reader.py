@@ -83,7 +83,7 @@ def open_shard(folder: Path | str, entry: dict, dir_fd: int | None = None) -> tu
     except UnsafeFileError as err:
         raise ShardError(f"{err}; shards must be plain files in their folder") from None
     except OSError as err:  # mode 000, too many open files, an I/O error
-        raise ShardError(f"{path}: cannot be opened ({reason(err)})") from None
+        raise ShardError(f"{path}: cannot be opened ({err.strerror or reason(err)})") from None
     if status.st_size != entry["bytes"]:
         os.close(fd)
         raise ShardError(f"{path}: {status.st_size:,} bytes, manifest says {entry['bytes']:,} (truncated?)")
