@@ -40,7 +40,8 @@ from conftest import PARAMS, tiny_dataset
 from pipeline.core.atomic import atomic_dir, atomic_path
 from pipeline.core.bounded import open_regular, read_json
 from pipeline.core.errors import DataError, InputError
-from pipeline.core.params import ParamsError, load_params, validate_params
+from pipeline.core.params import ParamsError, load_params
+from pipeline.stages.params import validate_params
 from pipeline.core.sources import SourcesError, known_rows
 from pipeline.stages.convert import _parse_block as _REAL_PARSE_BLOCK  # taken before any test patches it
 from pipeline.stages.convert import convert_dataset, iter_csv
@@ -662,7 +663,7 @@ def test_os_failures_are_one_line_naming_the_output(files, csv_dir, parquet, mon
         written = out / "compact" / "train.parquet"
     else:
         monkeypatch.setattr("pipeline.shards.writer.ShardWriter._write", _fail_with(number))
-        args, written = ["shard", "tiny", "--parquet", str(parquet), "--out", str(out), *common], out
+        args, written = ["shard", "tiny", "--parquet", str(parquet), "--out", str(out), *common], out / "train"
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     one_line_error(result.stderr, f"Error: {written}: {os.strerror(number)} ({errno.errorcode[number]}); "

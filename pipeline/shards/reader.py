@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.core.bounded import UnsafeFileError, _kind, parse_json, plain_descriptor
+from pipeline.core.bounded import UnsafeFileError, parse_json, plain_descriptor
 from pipeline.core.errors import InputError, reason
 from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, manifest_sample,
                                     max_shard_bytes, read_manifest, zstd)
@@ -48,6 +48,15 @@ def hasher(verify: str):
 
 
 _OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, in the words `plain_descriptor` uses."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def _descriptor(path: str, name: str, dir_fd: int | None) -> tuple[int, os.stat_result]:
