@@ -2,11 +2,12 @@
 
 A verdict of "compute-bound" is a claim about arithmetic, so it needs the device's own
 ceiling beside the step's achieved FLOP/s. The probe multiplies square matrices (float32 and
-bfloat16, the larger rate counts) at the process's intra-op thread count, sized so that one
-product takes a few milliseconds, and keeps the best of a few repeats: a busy moment only
+bfloat16, the larger rate counts) sized so that one
+product takes a few milliseconds, on the CPU with one thread per usable core, and keeps the
+best of a few repeats: a busy moment only
 lowers a repeat, never raises it. The result is kept in a small JSON file under the user's
 cache folder (`$XDG_CACHE_HOME/trainpath/peak.json`, else `~/.cache/...`), keyed by the
-machine's name, device, thread count and torch version, so a second run on the same machine
+machine's name, device, usable cores and torch version, so a second run on the same machine
 costs nothing; a probe taken on a busy host is taken again next time and the larger kept.
 """
 
@@ -111,12 +112,20 @@ def usable_cores() -> int:
 
 
 def measure_peak(device: torch.device, seconds: float = 0.6) -> Peak:
-    """Probe every dtype of DTYPES for `seconds` in all; the fastest is the peak."""
+    """Probe every dtype of DTYPES for `seconds` in all; on the CPU with one intra-op thread
+    per usable core (what the device can do, whatever the loop's own setting), which is put
+    back afterwards."""
     device = torch.device(device)
     busy = host_busy()
-    rates = {str(dtype).removeprefix("torch."): probe_dtype(device, dtype, seconds / len(DTYPES)) for dtype in DTYPES}
+    threads = torch.get_num_threads()
+    probe_threads = usable_cores() if device.type == "cpu" else threads
+    torch.set_num_threads(probe_threads)
+    try:
+        rates = {str(d).removeprefix("torch."): probe_dtype(device, d, seconds / len(DTYPES)) for d in DTYPES}
+    finally:
+        torch.set_num_threads(threads)
     return Peak(rates=rates, machine=fingerprint(device.type)["name"], device=device.type,
-                threads=torch.get_num_threads(), busy=busy or host_busy())
+                threads=probe_threads, busy=busy or host_busy())
 
 
 def cache_file() -> Path:
@@ -126,7 +135,7 @@ def cache_file() -> Path:
 
 
 def _key(device: torch.device) -> str:
-    return f"{fingerprint(device.type)['name']}|{device.type}|threads={torch.get_num_threads()}|torch={torch.__version__}"
+    return f"{fingerprint(device.type)['name']}|{device.type}|cores={usable_cores()}|torch={torch.__version__}"
 
 
 def _read_cache(path: Path) -> dict:

@@ -2,8 +2,9 @@
 
 A verdict is a claim, so it rests on evidence, not on the largest share alone:
 
-- threads that wait for cores (`threads`: one thread runs the loop clearly faster) are said
-  first, with their fix: every share measured beside them is skewed by the wait;
+- threads that wait for cores (`threads`: one thread runs the loop clearly faster) are the
+  verdict, with their fix: every share measured beside them is skewed by the wait, so no
+  other bound is named until the loop is profiled again without it;
 - compute is claimed only when the step's achieved FLOP/s is a meaningful fraction of this
   device's measured float32 peak (`peak`); below NEGLIGIBLE of it the time inside ops is the cost of
   dispatching small ops (or launching small kernels), and the advice is about that;
@@ -117,6 +118,11 @@ def compute_fraction(budget) -> float | None:
     return achieved / budget.peak.float32 if achieved and budget.peak else None
 
 
+def percent(fraction: float) -> str:
+    """A fraction as a percentage of two significant digits, however small."""
+    return f"{fraction * 100:.2g}%" if fraction >= 1e-4 else "under 0.01%"
+
+
 def _compute_evidence(budget) -> tuple[str, str, bool]:
     """(the part compute stands for: "compute" or "dispatch", the evidence, weak?)."""
     fraction = compute_fraction(budget)
@@ -129,7 +135,7 @@ def _compute_evidence(budget) -> tuple[str, str, bool]:
         why = ("the profiler counted no FLOPs for these ops" if not budget.flop_per_step
                else "no peak of this device to set them against")
         return "compute", f"{why}, so how hard they compute is unknown{each}", True
-    where = f"{fraction:.2g} of this {'GPU' if budget.kernels_per_step is not None else 'CPU'}'s float32 peak"
+    where = f"{percent(fraction)} of this {'GPU' if budget.kernels_per_step is not None else 'CPU'}'s float32 peak"
     said = f"the step computes at {rate(budget.achieved_flop_s())}, {where} ({budget.peak.describe()}){each}"
     if fraction < NEGLIGIBLE:
         return "dispatch", said, False
@@ -154,12 +160,12 @@ def diagnose(budget) -> Diagnosis:
     if threads is not None:
         said = (f"{threads.threads} threads run a step in {duration(threads.step_s)}, one thread in "
                 f"{duration(threads.one_thread_s)}")
-        if threads.contended:
+        if threads.contended:  # every share beside it is skewed by the wait: that bound alone is named
             load = f", load {threads.load:.1f}" if threads.load is not None else ""
-            bounds.insert(0, "threads")
-            why.insert(0, f"{said} ({threads.slowdown:.1f}x slower with more threads; {threads.cores} cores{load})")
-        else:
-            why.append(said)
+            why = [f"{said} ({threads.slowdown:.1f}x slower with more threads; {threads.cores} cores{load})",
+                   "as measured with the threads waiting: " + why[0]] + why[1:]
+            return Diagnosis(bounds=("threads",), why=tuple(why), weak=False)
+        why.append(said)
     return Diagnosis(bounds=tuple(dict.fromkeys(bounds)), why=tuple(why), weak=weak)
 
 

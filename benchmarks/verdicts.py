@@ -1,0 +1,54 @@
+"""The verdict of `python -m pipeline profile` on four loops built to be bound by one thing
+each (benchmarks/verdict_loops.py), on a quiet host and beside two CPU-spinning processes:
+the verdict's first line and its evidence, per loop and load.
+
+    python benchmarks/verdicts.py [--loops data compute tiny threads] [--busy 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spin(stop_at: float) -> None:
+    while time.time() < stop_at:
+        pass
+
+
+def profile(kind: str) -> str:
+    """The command's output for one loop."""
+    done = subprocess.run([sys.executable, "-m", "pipeline", "profile", "--steps", "20", "--skip", "5",
+                           str(ROOT / "benchmarks" / "verdict_loops.py"), kind], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+    return done.stdout if done.returncode == 0 else f"exit {done.returncode}: {done.stderr.strip()[-300:]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--loops", nargs="+", default=["data", "compute", "tiny", "threads"])
+    parser.add_argument("--busy", type=int, default=2, help="CPU-spinning processes for the busy runs")
+    args = parser.parse_args()
+    for kind in args.loops:
+        for busy in (0, args.busy):
+            spinners = [multiprocessing.Process(target=spin, args=(time.time() + 600,)) for _ in range(busy)]
+            for process in spinners:
+                process.start()
+            try:
+                out = profile(kind)
+            finally:
+                for process in spinners:
+                    process.terminate()
+                    process.join()
+            print(f"== {kind}, {busy} spinning processes beside it")
+            print(out.rstrip())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The verdict is a claim backed by evidence: compute only with FLOP/s to show against this
+device's measured peak, thread contention said first when one thread is faster, close parts
+both named; the thread check really runs its steps at the counts it reports; a device this
+machine lacks is refused at construction; Kineto's log lines never reach the user."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from pipeline.budget import Peak, TimeBudget
+from pipeline.budget.peak import device_peak
+from pipeline.budget.threads import ThreadCheck, plan
+from pipeline.budget.timebudget import Budget
+from pipeline.budget.trace import kineto_lines_dropped
+from pipeline.budget.units import duration
+from pipeline.budget.verdict import diagnose, verdict
+from pipeline.core.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+PEAK = Peak(rates={"float32": 1e11, "bfloat16": 4e11}, machine="test-machine", device="cpu", threads=2)
+
+
+def budget(shares: dict[str, float], step_s: float = 0.01, flop_per_step: float | None = None,
+           threads: ThreadCheck | None = None, peak: Peak | None = PEAK, ops: float = 40.0) -> Budget:
+    """A CPU budget whose parts are `shares` of a step of `step_s` seconds."""
+    per_step = {f"{part}_s": shares.get(part, 0.0) * step_s for part in ("data_wait", "copy", "compute", "overhead",
+                                                                         "other")}
+    per_step.update(step_s=step_s, steps=20, host_wait_s=None, launch_gap_s=None)
+    return Budget(per_step=per_step, device="cpu", flop_per_step=flop_per_step, ops_per_step=ops, peak=peak,
+                  threads=threads, machine="test-machine")
+
+
+def test_no_compute_advice_for_a_loop_below_one_percent_of_the_peak():
+    """The issue's tiny model: compute 96% of the step, 256 FLOP a step: the time is the cost
+    of dispatching small ops, and the verdict says so, with the fraction and the peak."""
+    tiny = budget({"compute": 0.96, "overhead": 0.04}, step_s=0.059, flop_per_step=256)
+    said = verdict(tiny)
+    assert said.startswith("DISPATCH-BOUND: time inside ops is 96% of the step"), said
+    assert "autocast" not in said and "COMPUTE" not in said
+    why = said.split("\nWhy: ")[1]
+    assert "of this CPU's float32 peak" in why and "measured on test-machine" in why and "40 ops a step" in why
+
+
+@pytest.mark.parametrize(("fraction", "weak"), [(0.3, False), (0.05, True)])
+def test_compute_is_claimed_with_its_fraction_of_the_peak_and_weak_below_a_tenth(fraction, weak):
+    step = 0.01
+    loop = budget({"compute": 0.8, "overhead": 0.2}, step_s=step, flop_per_step=fraction * PEAK.float32 * step)
+    said = verdict(loop)
+    assert said.startswith("COMPUTE-BOUND (weak evidence): " if weak else "COMPUTE-BOUND: compute is 80%"), said
+    assert "Try: bf16 autocast" in said and f"{fraction * 100:.2g}% of this CPU's float32 peak" in said
+
+
+def test_compute_without_counted_flops_says_its_evidence_is_weak():
+    said = verdict(budget({"compute": 0.9, "overhead": 0.1}, flop_per_step=None))
+    assert said.startswith("COMPUTE-BOUND (weak evidence): ") and "the profiler counted no FLOPs" in said
+
+
+def test_two_parts_close_to_each_other_are_both_named():
+    loop = budget({"data_wait": 0.49, "compute": 0.41, "overhead": 0.1}, flop_per_step=0.3 * PEAK.float32 * 0.01)
+    found = diagnose(loop)
+    assert found.bounds == ("data_wait", "compute") and found.label == "DATA WAIT + COMPUTE"
+    said = verdict(loop)
+    assert said.startswith("DATA WAIT + COMPUTE-BOUND: data wait is 49% of the step") and " And compute is 41%" in said
+    apart = budget({"data_wait": 0.65, "compute": 0.3, "overhead": 0.05}, flop_per_step=0.3 * PEAK.float32 * 0.01)
+    assert diagnose(apart).bounds == ("data_wait",)
+
+
+def test_contending_threads_are_said_first_with_their_fix():
+    contended = ThreadCheck(threads=2, step_s=0.059, one_thread_s=0.00074, steps=6, cores=2, load=3.1)
+    said = verdict(budget({"compute": 0.96, "overhead": 0.04}, step_s=0.059, flop_per_step=256, threads=contended))
+    assert said.startswith("THREAD CONTENTION-BOUND: one thread runs the loop 79.7x faster than 2"), said
+    assert "torch.set_num_threads(1)" in said and "2 threads run a step in 59 ms, one thread in 740 us" in said
+    assert "as measured with the threads waiting: compute 96% of the step" in said and "DISPATCH" not in said
+    calm = ThreadCheck(threads=2, step_s=0.004, one_thread_s=0.0045, steps=6, cores=2, load=0.2)
+    said = verdict(budget({"data_wait": 0.7, "compute": 0.3}, threads=calm))
+    assert said.startswith("DATA WAIT-BOUND") and "set_num_threads" not in said and "one thread in 4.5 ms" in said
+
+
+def test_durations_read_in_their_unit():
+    assert [duration(s) for s in (0.000743, 0.0591, 1.05, 1049.6)] == ["743 us", "59.1 ms", "1.05 s", "1050 s"]
+
+
+def tiny_loop(budget_: TimeBudget, seen_threads: list[int] | None = None) -> None:
+    """The issue's tiny model: Linear(4, 2), batch 8, over a TensorDataset."""
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(4096, 4), torch.randint(0, 2, (4096,)))
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in budget_.batches(DataLoader(data, batch_size=8, shuffle=True)):
+        with budget_.step():
+            if seen_threads is not None:
+                seen_threads.append(torch.get_num_threads())
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if budget_.done:
+            break
+
+
+def test_a_tiny_model_gets_no_compute_advice_against_the_measured_peak():
+    """Measured, not built: whatever this machine and its load, a Linear(4, 2) step is far
+    below 1% of any CPU's matmul peak, so its verdict never claims compute."""
+    tiny = TimeBudget("cpu", steps=10, skip=3)
+    tiny_loop(tiny)
+    result = tiny.result
+    assert result.peak is not None and result.peak.machine == result.machine
+    assert result.achieved_flop_s() / result.peak.float32 < 0.01
+    said = verdict(result)
+    assert "COMPUTE" not in said.split(":")[0] and "autocast" not in said, said
+
+
+def test_the_thread_check_runs_its_steps_at_the_counts_it_reports_and_puts_the_count_back():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen: list[int] = []
+        checked = TimeBudget("cpu", steps=3, skip=1, threads_check=4, peak=None)
+        tiny_loop(checked, seen)
+        assert seen[4:] == plan(2, 2) == [2, 2, 1, 1, 2, 2, 1, 1]  # after 1 skipped and 3 profiled steps
+        assert torch.get_num_threads() == 2
+        check = checked.result.threads
+        assert check.threads == 2 and check.steps == 4 and check.step_s > 0 and check.one_thread_s > 0
+        left = TimeBudget("cpu", steps=2, skip=0, threads_check=8, peak=None)
+        for i, _ in enumerate(left.batches(range(100))):
+            with left.step():
+                pass
+            if i == 4:  # the loop leaves during the check: the count is put back, the budget kept
+                break
+        assert torch.get_num_threads() == 2 and left.result is not None
+    finally:
+        torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("device", ["cuda:99", "tpu", "not a device"])
+def test_a_device_this_machine_lacks_is_refused_at_construction(device):
+    with pytest.raises(InputError, match=r"^device '?(cuda:99|tpu|not a device)"):
+        TimeBudget(device)
+
+
+def test_the_peak_is_measured_once_per_machine_and_kept(tmp_path):
+    cache = tmp_path / "peak.json"
+    first = device_peak("cpu", cache)
+    assert first.rates["float32"] > 0 and first.machine and cache.exists()
+    if not first.busy:  # a probe on a busy host is taken again next time
+        assert device_peak("cpu", cache) == first
+    cache.write_text("{not json")  # a damaged cache is only a cache: measured again
+    assert device_peak("cpu", cache).rates["float32"] > 0
+
+
+def test_kineto_lines_are_dropped_and_every_other_line_kept(capfd):
+    with kineto_lines_dropped():
+        os.write(2, b"USDT:2026-11-27 09:39:16 3342:3342 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a warning of the user's own\n")
+    assert capfd.readouterr().err == "a warning of the user's own\n"
+
+
+@pytest.mark.slow
+def test_the_readme_loop_prints_no_profiler_log_line():
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]}
+    done = subprocess.run([sys.executable, "examples/own_loop.py"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "USDT" not in done.stdout + done.stderr and "\nWhy: " in done.stdout
