@@ -1,8 +1,10 @@
 """`python -m pipeline <stage>`: one thin command per DVC stage.
 
-Each command reads its knobs from params.yaml (checked whole against its schema first),
-calls the stage's function in `pipeline.stages`, and turns bad input into one line on
-stderr and exit status 2.
+Each command reads its own section of params.yaml (checked by its stage's settings model;
+the `check-params` stage checks the whole file before any stage runs), calls the stage's
+function in `pipeline.stages`, and turns bad input into one line on stderr and exit status 2.
+Project modules are imported inside each command, so a command loads its stage's code alone
+(tools/stage_deps.py lists that code as the stage's deps in dvc.yaml).
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-
-from pipeline.core.params import load_params, section
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -121,21 +121,14 @@ def check_world(shards: Path, dataset: str) -> None:
                              f"(WORLD_SIZE); run fewer ranks (torchrun --nproc-per-node)")
 
 
-def load_checked(path: Path) -> dict:
-    """params.yaml, validated whole against its schema before any stage does work."""
-    from pipeline.core.params import validate_params
-
-    return validate_params(load_params(path), path)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show the full traceback of an input error.")
 def main(debug: bool) -> None:
     """Where does PyTorch training time go on MNIST, and how fast can the data path be?
 
-    One command per DVC stage; `dvc repro` runs them in order (see dvc.yaml). Each reads
-    its settings from params.yaml, checked against its schema first. Bad input (a file, a
-    row, a key) stops with one line naming it, and exit status 2.
+    One command per DVC stage; `dvc repro` runs them in order (see dvc.yaml), the params
+    check first. Each reads its own section of params.yaml, checked by its settings model.
+    Bad input (a file, a row, a key) stops with one line naming it, and exit status 2.
     """
 
 
@@ -167,10 +160,12 @@ def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> Non
     file:// URL or an http(s) URL), then DATASET's `mirrors` in sources.yaml. Each file is
     un-gzipped and hashed while it streams; a mismatch moves on to the next mirror.
     """
+    from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
     from pipeline.stages.fetch import FetchSettings, fetch_dataset, load_sources
+    from pipeline.stages.fetch_settings import FetchParams
 
-    settings = FetchSettings(**section(load_checked(params_path), "fetch"))
+    settings = FetchSettings(**read_section(params_path, FetchParams, "fetch"))
     files, mirrors = load_sources(sources_path, dataset)
     fetch_dataset(dataset, files, mirrors, out, settings, rows=known_rows(sources_path, dataset))
 
@@ -215,15 +210,16 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, s
     """
     from pipeline.core.codec import Codec
     from pipeline.core.errors import InputError
+    from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
     from pipeline.stages.convert import convert_dataset
+    from pipeline.stages.convert_settings import ConvertParams
 
     try:
         Codec.parse(codec)
     except ValueError as err:
         raise InputError(f"CODEC: {err}") from None
-    params = load_checked(params_path)
-    rows = int(section(params, "convert", "row_group_rows"))
+    rows = int(read_section(params_path, ConvertParams, "convert")["row_group_rows"])
     # Python's own Ctrl-C handler back in place of the one polars installs when imported, which
     # loses the interrupt outside polars' own calls (pola-rs/polars#21739); the conversion
     # runs off this thread (`interruptible`), so Ctrl-C stops it at once.
@@ -239,11 +235,12 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, s
 @stage_command
 def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
     """Gather every convert stage's figures into the codec size/speed table."""
+    from pipeline.core.params import read_datasets, read_section
     from pipeline.stages.codecs import write_codecs
+    from pipeline.stages.convert_settings import ConvertParams
 
-    params = load_checked(params_path)
-    write_codecs(figures, list(section(params, "datasets")), list(section(params, "convert", "codecs")),
-                 metrics, plot)
+    convert = read_section(params_path, ConvertParams, "convert")
+    write_codecs(figures, read_datasets(params_path), list(convert["codecs"]), metrics, plot)
 
 
 @main.command()
@@ -259,10 +256,12 @@ def shard(dataset: str, parquet: Path, out: Path, sources_path: Path, params_pat
     The samples must be DATASET's as published: their images and labels, written out as IDX
     files, must have the sha256 sources.yaml pins (a Parquet folder of another data set or
     split is refused, naming what it holds); the manifest records both digests."""
+    from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
     from pipeline.stages.shard import published_pins, shard_dataset
+    from pipeline.stages.shard_settings import ShardParams
 
-    settings = section(load_checked(params_path), "shard")
+    settings = read_section(params_path, ShardParams, "shard")
     shard_dataset(parquet, out, dataset, int(settings["samples_per_shard"]), str(settings["compression"]),
                   int(settings["level"]), rows=known_rows(sources_path, dataset),
                   pins=published_pins(sources_path, dataset))
@@ -303,9 +302,11 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, machine_path: Pa
     warning at the end.
     """
     from pipeline.bench.ladder import settings_from_params
+    from pipeline.core.params import read_section
     from pipeline.stages.bench import bench_dataset, read_machine
+    from pipeline.stages.bench_settings import BenchParams
 
-    settings = settings_from_params(section(load_checked(params_path), "bench"))
+    settings = settings_from_params(read_section(params_path, BenchParams, "bench"))
     bench_dataset(dataset, parquet, shards, out, resolve_device(device), settings, read_machine(machine_path))
 
 
@@ -318,11 +319,12 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, machine_path: Pa
 def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> None:
     """The headline figures that `dvc metrics show` / `dvc exp show` compare: per data set,
     the train Parquet MB in the codec under study and the fastest steady epoch."""
+    from pipeline.core.params import read_datasets, read_section
+    from pipeline.stages.convert_settings import ConvertParams
     from pipeline.stages.summary import write_summary
 
-    params = load_checked(params_path)
-    write_summary(figures, bench_dir, list(section(params, "datasets")), str(section(params, "convert", "codec")),
-                  str(section(params, "convert", "layout")), out)
+    convert = read_section(params_path, ConvertParams, "convert")
+    write_summary(figures, bench_dir, read_datasets(params_path), str(convert["codec"]), str(convert["layout"]), out)
 
 
 @main.command()
@@ -413,6 +415,7 @@ def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[s
     raw file against sources.yaml, runs params.yaml's bench, and writes
     results/<machine>/<dataset>.json for `dvc repro report` to render in the README.
     """
+    from pipeline.core.params import load_params, section
     from pipeline.standalone import run_standalone
 
     overrides = {k: v for k, v in (("epochs", epochs), ("sample_steps", sample_steps)) if v is not None}
@@ -445,14 +448,16 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
     ranks, each reading its contiguous run of the epoch's shuffled shards. Two nodes, shards in
     S3, resumable with the same or another number of ranks: docs/scale.md.
     """
+    from pipeline.core.params import read_section
     from pipeline.stages.train import train_ddp
+    from pipeline.stages.train_settings import TrainParams
 
     if "://" not in shards and not Path(shards).is_dir():
         raise click.BadParameter(f"{shards} is neither a folder nor a URL", param_hint="--shards")
     if resume and not checkpoint:
         raise click.BadParameter("--resume needs --checkpoint, the file to resume from", param_hint="--resume")
     check_world(shards, dataset)
-    settings = section(load_checked(params_path), "train")
+    settings = read_section(params_path, TrainParams, "train")
     train_ddp(shards, out, dataset=dataset, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],
               seed=settings["seed"], record=record, cache=cache, cache_mib=settings["cache_mib"],
               checkpoint=checkpoint, checkpoint_every=settings["checkpoint_every"], resume=resume,

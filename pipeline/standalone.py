@@ -38,7 +38,7 @@ from pipeline.core.dataset import COLUMNS, SPLITS
 from pipeline.stages.idx import read_split
 from pipeline.stages.sample import MNIST
 from pipeline.core.parquet import write_checksums
-from pipeline.core.params import load_params, section, validate_params
+from pipeline.core.params import load_params, section
 from pipeline.shards.writer import write_split
 
 
@@ -72,6 +72,8 @@ def checked(params: dict, path: Path) -> dict:
     except ImportError:
         print(f"{path}: not checked against its schema (pydantic is not installed here)", file=sys.stderr)
         return params
+    from pipeline.stages.params import validate_params
+
     return validate_params(params, path)
 
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from pipeline.bench.ladder import (finish, flag_unstable, floor_after, native_bf16, run_bench, run_variant, steady_epochs,
                                    steady_step, summarise, time_to_accuracy, with_epoch_step)
-from pipeline.core.variants import VARIANTS
+from pipeline.bench.variants import VARIANTS
 from pipeline.core.params import ParamsError
 from pipeline.stages.bench import write_bench
 from pipeline.stages.convert import convert_dataset

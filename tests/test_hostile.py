@@ -20,7 +20,8 @@ from pipeline.stages.convert import convert_dataset, iter_csv
 from pipeline.core.parquet import read_parquet_arrays
 from pipeline.stages.csvdata import write_csv
 from pipeline.core.errors import DataError
-from pipeline.core.params import ParamsError, validate_params
+from pipeline.core.params import ParamsError
+from pipeline.stages.params import validate_params
 from pipeline.shards import ShardDataset, ShardError, read_manifest, read_split
 from pipeline.stages.shard import shard_dataset
 from conftest import PARAMS, write_shards

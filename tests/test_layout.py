@@ -3,6 +3,9 @@
 - every DVC stage lists in dvc.yaml exactly the project code its command runs (the stage
   module that `cli.py` calls and everything it imports, walked with `ast` by
   tools/stage_deps.py), so an edit reruns the stages that run it and no other;
+- every module of pipeline/ is the code of the stages OWNERS names for it, and only those
+  list it: an edit of one stage's code or settings model reruns that stage and what follows,
+  nothing upstream;
 - imports flow one way, core <- shards <- bench <- stages <- the entry points, and nothing
   outside a module uses its private names;
 - the shard library imports no stage and loads neither polars, pyarrow, dvc nor pydantic.
@@ -58,19 +61,101 @@ def test_the_generator_replaces_code_deps_only():
                    "plots:\n  - pipeline/not-a-dep\n")
 
 
-def test_editing_a_module_of_one_stage_reruns_that_stage_alone():
+# Whose code each module of pipeline/ is: the stages an edit of it must rerun, and no other.
+# First match wins; a module no entry names fails the test below until it is placed here.
+# `params` is the check every stage waits for: it reads every stage's settings model.
+EVERY = {"params", "fetch", "csv", "convert", "codecs", "shard", "machine", "bench", "train", "summary", "report"}
+READ_PARAMS = {"params", "fetch", "convert", "codecs", "shard", "bench", "train", "summary"}
+SAMPLES = {"csv", "convert", "shard", "bench", "train"}   # the sample schema (stages/sample.py) and readers
+OWNERS: list[tuple[str, set[str]]] = [
+    # Entry points, no stage's code: cli.py parses options (every path a stage uses is in its
+    # cmd) and imports each stage's code inside that stage's command.
+    ("pipeline/__init__.py", set()), ("pipeline/__main__.py", set()), ("pipeline/cli.py", set()),
+    ("pipeline/standalone.py", set()),
+    # core: what many stages share, nothing one stage alone uses.
+    ("pipeline/core/__init__.py", EVERY), ("pipeline/core/atomic.py", EVERY), ("pipeline/core/errors.py", EVERY),
+    ("pipeline/core/bounded.py", EVERY - {"machine"}),
+    ("pipeline/core/params.py", READ_PARAMS), ("pipeline/core/strict.py", READ_PARAMS),
+    ("pipeline/core/codec.py", {"params", "convert", "codecs", "summary"}),
+    ("pipeline/core/dataset.py", {"fetch", "csv", "convert", "codecs", "shard", "bench", "train"}),
+    ("pipeline/core/parquet.py", {"convert", "codecs", "shard", "bench"}),
+    ("pipeline/core/sources.py", {"fetch", "csv", "convert", "shard"}),
+    # stages: each stage's module and settings model; the check reads every model.
+    ("pipeline/stages/__init__.py", EVERY),
+    ("pipeline/stages/params.py", {"params"}),
+    ("pipeline/stages/fetch_settings.py", {"params", "fetch"}),
+    ("pipeline/stages/convert_settings.py", {"params", "convert", "codecs", "summary"}),
+    ("pipeline/stages/shard_settings.py", {"params", "shard"}),
+    ("pipeline/stages/bench_settings.py", {"params", "bench"}),
+    ("pipeline/stages/train_settings.py", {"params", "train"}),
+    ("pipeline/stages/fetch.py", {"fetch"}),
+    ("pipeline/stages/idxheader.py", {"fetch", "csv", "convert", "shard"}),
+    ("pipeline/stages/idx.py", {"csv", "convert"}), ("pipeline/stages/csvdata.py", {"csv", "convert"}),
+    ("pipeline/stages/sample.py", {"csv", "convert", "shard"}),
+    ("pipeline/stages/convert.py", {"convert"}), ("pipeline/stages/codecs.py", {"codecs"}),
+    ("pipeline/stages/shard.py", {"shard"}), ("pipeline/stages/machine.py", {"machine"}),
+    ("pipeline/stages/bench.py", {"bench"}), ("pipeline/stages/train.py", {"train"}),
+    ("pipeline/stages/metrics.py", {"summary", "report"}), ("pipeline/stages/summary.py", {"summary"}),
+    ("pipeline/stages/report/", {"report"}),
+    # The shard library: the sample schema for every stage that writes or checks samples,
+    # the writer for the shard stage, the rest for the stages that read shards.
+    ("pipeline/shards/__init__.py", SAMPLES), ("pipeline/shards/format.py", SAMPLES),
+    ("pipeline/shards/writer.py", {"shard"}),
+    ("pipeline/shards/", {"bench", "train"}),
+    # The ladder: the bench's; its model is also what train trains, its rung names what the
+    # check reads.
+    ("pipeline/bench/__init__.py", {"bench", "train", "params"}), ("pipeline/bench/model.py", {"bench", "train"}),
+    ("pipeline/bench/variants.py", {"bench", "params"}),
+    ("pipeline/bench/findloop.py", set()),   # `python -m pipeline profile`, no stage
+    ("pipeline/bench/", {"bench"}),
+    # The time budget: the ladder profiles every rung with it; the machine's name is also the
+    # machine stage's; the loop finder is `profile`'s, no stage's.
+    ("pipeline/budget/findloop.py", set()),
+    ("pipeline/budget/machine.py", {"bench", "machine"}),
+    ("pipeline/budget/", {"bench"}),
+]
+
+
+def owners(path: str) -> set[str] | None:
+    """The stages whose code `path` is, from OWNERS; None where no entry names it."""
+    return next((stages for prefix, stages in OWNERS
+                 if path == prefix or (prefix.endswith("/") and path.startswith(prefix))), None)
+
+
+def test_every_module_is_listed_by_exactly_the_stages_whose_code_it_is():
     """Which stages list a file is which stages an edit of it makes stale in `dvc status`
-    (the end-to-end form: tests/test_dvc_pipeline.py)."""
+    (the end-to-end form: tests/test_dvc_pipeline.py), so this walks every module."""
+    listing = {name: set(code_deps(stage)) for name, stage in stage_definitions().items()}
+    assert set(listing) == EVERY
+    wrong = {}
+    for file in sorted(PACKAGE.rglob("*.py")):
+        path = file.relative_to(ROOT).as_posix()
+        listed = {name for name, deps in listing.items() if path in deps}
+        if owners(path) is None:
+            wrong[path] = f"not in OWNERS (listed by {sorted(listed)})"
+        elif listed != owners(path):
+            wrong[path] = f"listed by {sorted(listed)}, the code of {sorted(owners(path))}"
+    assert not wrong, wrong
+
+
+def test_the_cli_imports_no_project_module_at_its_top():
+    """Each command imports its stage's code inside its function: a top-level import would
+    run in every stage without being in any stage's deps."""
+    tree = ast.parse((PACKAGE / "cli.py").read_text())
+    top = [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+           and any(name.startswith("pipeline") for name in
+                   ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]))]
+    assert not top, top
+
+
+def test_editing_a_module_of_one_stage_reruns_that_stage_alone():
+    """Spot checks of the table above, for a reader: the ladder's rung names, the codec
+    parser and one stage's settings model rerun no stage upstream of their own."""
     listing = {name: set(code_deps(stage)) for name, stage in stage_definitions().items()}
     users = {path: {name for name, deps in listing.items() if path in deps} for path in set().union(*listing.values())}
-    assert users["pipeline/stages/fetch.py"] == {"fetch"}
-    assert users["pipeline/stages/report/tables.py"] == {"report"}
-    assert users["pipeline/stages/machine.py"] == {"machine"}
-    assert users["pipeline/bench/runners.py"] == {"bench"}
-    assert "bench" not in users["pipeline/stages/convert.py"] | users["pipeline/stages/idxheader.py"]
-    core = {path for path in users if path.startswith("pipeline/core/")}
-    single = sorted(path for path in core if len(users[path]) == 1)
-    assert not single, f"{single}: one stage's code in core; move it beside that stage"
+    assert users["pipeline/bench/variants.py"] == {"params", "bench"}
+    assert users["pipeline/core/codec.py"] == {"params", "convert", "codecs", "summary"}
+    assert users["pipeline/stages/shard_settings.py"] == {"params", "shard"}
 
 
 def test_the_walk_follows_lazy_imports_and_the_cli_helpers_a_command_calls():
@@ -80,8 +165,9 @@ def test_the_walk_follows_lazy_imports_and_the_cli_helpers_a_command_calls():
     assert {"pipeline/core/dataset.py", "pipeline/shards/format.py", "pipeline/stages/train.py"} <= train
     shard = set(stage_code(stage_definitions()["shard"]))
     assert {"pipeline/stages/shard.py", "pipeline/shards/writer.py", "pipeline/stages/sample.py",
-            "pipeline/core/parquet.py", "pipeline/core/schema.py", "pipeline/core/variants.py"} <= shard
+            "pipeline/core/parquet.py", "pipeline/stages/shard_settings.py"} <= shard
     assert "pipeline/stages/convert.py" not in shard and "pipeline/bench/ladder.py" not in shard
+    assert not shard & {"pipeline/stages/bench_settings.py", "pipeline/bench/variants.py", "pipeline/core/codec.py"}
 
 
 def test_imports_flow_one_way():

@@ -104,3 +104,4 @@ def test_a_bad_value_removes_no_output(repo, how, bad):
         assert "Running stage 'shard@tiny'" not in said, said
     finally:
         restore(repo)
+

@@ -206,21 +206,26 @@ def params():
 
 
 @pytest.mark.slow
-def test_a_data_set_name_with_a_newline_stops_a_stage_in_one_line(tmp_path, params):
+@pytest.mark.parametrize("command", [["check-params", "--out", "out"],
+                                     ["codecs", "--figures", "pq", "--metrics", "out", "--plot", "plot.csv"]],
+                         ids=["check-params", "codecs"])
+def test_a_data_set_name_with_a_newline_stops_a_stage_in_one_line(tmp_path, params, command):
+    """The params check, and a stage that reads `datasets` itself."""
     params["datasets"] = ["mnist\n"]
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(params))
     (tmp_path / "pq").mkdir()
-    line = one_line(cli(["shard", "mnist", "--parquet", "pq", "--out", "shards", "--params", "p.yaml"], tmp_path))
+    line = one_line(cli([*command, "--params", "p.yaml"], tmp_path))
     assert line == ("Error: p.yaml: 1 problem(s): datasets: data set names must be plain slugs (a-z, 0-9, '-', '_'): "
                     "['mnist\\n']"), line
-    assert not (tmp_path / "shards").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_megabyte_of_repeated_codecs_is_one_error_in_bounded_time(tmp_path, params):
     """~1 MiB of params.yaml (just under its cap), 200,000 codecs listed: validation ends
     with one problem, quickly (linear in the list). The bound is generous: nothing else
     measures this."""
-    from pipeline.core.params import PARAMS_CAP, ParamsError, validate_params
+    from pipeline.core.params import PARAMS_CAP, ParamsError
+    from pipeline.stages.params import validate_params
 
     params["convert"]["codecs"] = "@codecs@"
     text = yaml.safe_dump(params).replace("'@codecs@'", "[" + ",".join(["none"] * 200_000) + "]")
@@ -236,7 +241,8 @@ def test_a_megabyte_of_repeated_codecs_is_one_error_in_bounded_time(tmp_path, pa
 
 
 def test_a_list_of_200000_wrong_values_is_a_bounded_message(params):
-    from pipeline.core.params import ParamsError, validate_params
+    from pipeline.core.params import ParamsError
+    from pipeline.stages.params import validate_params
 
     params["convert"]["codecs"] = [1] * 200_000
     with pytest.raises(ParamsError) as caught:

@@ -1,12 +1,13 @@
 """Write each DVC stage's code deps in dvc.yaml: exactly the project files its command runs.
 
-A stage's code is the module its `python -m pipeline <command>` calls from cli.py, the params
-check every command runs (`pipeline.core.params` and its schema), and every project module
-these import, at the top or inside a function, walked with `ast`. So an edit reruns the
-stages that run the edited file and no other: editing the fetch stage's module leaves the
-bench's lock entry as it is. Two files are left out on purpose: `pipeline/__init__.py` (a
-docstring and the version) and `pipeline/cli.py` (option parsing; every path a stage uses is
-spelled in its `cmd`), so their edits rerun nothing.
+A stage's code is what its `python -m pipeline <command>` imports inside its function in
+cli.py (the stage's module and its settings model, the helpers of cli.py it calls followed),
+and every project module these import, at the top or inside a function, walked with `ast`.
+So an edit reruns the stages that run the edited file and no other: editing the fetch
+stage's module leaves the bench's lock entry as it is. Two files are left out on purpose:
+`pipeline/__init__.py` (a docstring and the version) and `pipeline/cli.py` (option parsing,
+with no project import at its top; every path a stage uses is spelled in its `cmd`), so
+their edits rerun nothing.
 
 Only the `- pipeline/...` lines of each stage's deps are rewritten; the data deps, comments
 and everything else in dvc.yaml stay as written.
@@ -27,8 +28,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline"
-# What every command runs besides its stage: the params check (cli.load_checked).
-COMMON = {"pipeline.core.params", "pipeline.core.schema"}
 LEFT_OUT = ("pipeline/__init__.py", "pipeline/cli.py")
 CODE_DEP = re.compile(r"^(\s+)- pipeline/\S*\s*(#.*)?$")
 ANY_CODE_DEP = re.compile(r"^\s+- [\'\"]?pipeline/")
@@ -112,7 +111,7 @@ def stage_command(stage: dict) -> str:
 
 def stage_code(stage: dict, root: Path = ROOT) -> list[str]:
     """The project files a stage's command runs, as dvc.yaml spells deps, sorted."""
-    files = closure(cli_targets(root)[stage_command(stage)] | COMMON, root)
+    files = closure(cli_targets(root)[stage_command(stage)], root)
     return sorted(name for name in (p.relative_to(root).as_posix() for p in files) if name not in LEFT_OUT)
 
 

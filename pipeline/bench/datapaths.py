@@ -18,7 +18,7 @@ import torch
 
 from pipeline.core.dataset import SPLITS
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
-from pipeline.core.variants import EAGER_VARIANTS, LOADER_VARIANTS
+from pipeline.bench.variants import EAGER_VARIANTS, LOADER_VARIANTS
 from pipeline.shards.dataset import DeviceBatches, ShardDataset
 from pipeline.shards.reader import read_split
 from pipeline.bench.model import MODEL_INPUT

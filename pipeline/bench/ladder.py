@@ -33,7 +33,7 @@ import torch
 from pipeline.bench.datapaths import Resident, data_path
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.shards.format import read_manifest
-from pipeline.core.variants import STATIC_VARIANTS
+from pipeline.bench.variants import STATIC_VARIANTS
 from pipeline.bench.hostmem import reuse_host_memory
 from pipeline.bench.runners import Execution, Floor, Timing, TrainConfig, cudnn_benchmark, train_eager, train_static
 

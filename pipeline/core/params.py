@@ -1,8 +1,9 @@
 """Read params.yaml, the one place every knob lives (as in DVC's example-get-started), and
-check it whole against its schema before any stage does work.
+check one section of it against the settings model of the stage that reads it.
 
-The schema (`pipeline.core.schema`, pydantic) is imported only when a file is checked, so
-reading params needs nothing beyond PyYAML.
+Each stage's model lives beside the stage (`pipeline.stages.<stage>_settings`); the `params`
+stage checks the whole file with all of them first. pydantic is imported only when a section
+is checked, so reading params needs nothing beyond PyYAML.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.bounded import load_yaml, short
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, is_slug
 
 
 class ParamsError(InputError):
@@ -19,6 +20,7 @@ class ParamsError(InputError):
 
 
 PARAMS_CAP = 1 << 20  # bytes: the file is a few KiB
+SHOWN = 10            # problems quoted in one message: one readable line however many there are
 
 
 def load_params(path: Path) -> dict[str, Any]:
@@ -45,22 +47,52 @@ def section(params: dict[str, Any], *keys: str) -> Any:
     return node
 
 
-def validate_params(params: dict[str, Any], path: Path = Path("params.yaml")) -> dict[str, Any]:
-    """`params` unchanged if it fits the schema; else ParamsError listing every problem."""
+def problems(path: Path, found: list[str], count: int) -> ParamsError:
+    """One line listing the first problems found in the params file, and how many more."""
+    more = f"; and {count - SHOWN:,} more" if count > SHOWN else ""
+    return ParamsError(f"{path}: {count:,} problem(s): " + "; ".join(found[:SHOWN]) + more)
+
+
+def validated(model: type, value: Any, key: str, path: Path) -> Any:
+    """`value` (the params file's `key`, "" for the whole file) checked by the pydantic
+    `model`; ParamsError listing every problem, each by its dotted key, if it does not fit."""
     from pydantic import ValidationError
 
-    from pipeline.core.schema import Params
-
     try:
-        Params.model_validate(params)
+        return model.model_validate(value)
     except ValidationError as err:
-        problems, shown = [], 10   # the first ten, and how many more: one readable line however many there are
-        for error in err.errors()[:shown]:
-            key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        found = []
+        for error in err.errors()[:SHOWN]:
+            where = ".".join(str(part) for part in ((key,) if key else ()) + tuple(error["loc"])) or "(top level)"
             message = error["msg"].removeprefix("Value error, ")
             got = "" if error["type"] in ("missing", "value_error") else f" (got {short(error.get('input'))})"
-            problems.append(f"{key}: {message}{got}")
-        count = err.error_count()
-        more = f"; and {count - shown:,} more" if count > shown else ""
-        raise ParamsError(f"{path}: {count:,} problem(s): " + "; ".join(problems) + more) from None
-    return params
+            found.append(f"{where}: {message}{got}")
+        raise problems(path, found, err.error_count()) from None
+
+
+def read_section(path: Path, model: type, key: str) -> dict[str, Any]:
+    """The params file's section `key`, checked by its stage's settings `model`."""
+    block = section(load_params(path), key)
+    validated(model, block, key, path)
+    return block
+
+
+def dataset_names(names: Any) -> str | None:
+    """What is wrong with params' `datasets` (folder names: distinct plain slugs), or None."""
+    if not isinstance(names, list) or not names:
+        return "a list of at least one data set name"
+    bad = [name for name in names if not is_slug(name)]
+    if bad:
+        return f"data set names must be plain slugs (a-z, 0-9, '-', '_'): {bad[:3]}"
+    if len(set(names)) != len(names):
+        return "a data set is listed twice"
+    return None
+
+
+def read_datasets(path: Path) -> list[str]:
+    """The params file's `datasets`, checked: the stages make a folder of each name."""
+    names = section(load_params(path), "datasets")
+    wrong = dataset_names(names)
+    if wrong:
+        raise problems(path, [f"datasets: {wrong}"], 1)
+    return list(names)

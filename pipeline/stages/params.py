@@ -3,19 +3,60 @@
 DVC removes a stage's outputs before it runs the stage's command, so a stage that finds a bad
 value in its own section has already lost what it made last time. Every other stage depends
 on this stage's one small file, so `dvc repro` and `dvc exp run` stop here, at the first
-stage, with one line, and remove no other output.
+stage, with one line, and remove no other output. Each section is checked by the settings
+model of the stage that reads it; the rules between sections are stated here.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+from pydantic import Field, StrictStr, field_validator, model_validator
 
 from pipeline.core.atomic import write_text
-from pipeline.core.params import load_params, validate_params
+from pipeline.core.params import dataset_names, load_params, validated
+from pipeline.core.strict import Strict
+from pipeline.stages.bench_settings import BenchParams
+from pipeline.stages.convert_settings import ConvertParams
+from pipeline.stages.fetch_settings import FetchParams
+from pipeline.stages.shard_settings import ShardParams
+from pipeline.stages.train_settings import TrainParams
 
 # What the stage writes: the same text whatever the values, so a valid change of one key
 # reruns this check and then only the stages that read that key.
 CHECKED = "params.yaml: every section and the rules between sections checked\n"
+
+
+class Params(Strict):
+    """The whole file: the data sets, then one section per stage that has settings."""
+
+    datasets: list[StrictStr] = Field(min_length=1)
+    fetch: FetchParams
+    convert: ConvertParams
+    shard: ShardParams
+    bench: BenchParams
+    train: TrainParams
+
+    @field_validator("datasets")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        wrong = dataset_names(names)
+        if wrong:
+            raise ValueError(wrong)
+        return names
+
+    @model_validator(mode="after")
+    def _bench_codec(self) -> Params:
+        if self.bench.parquet_codec not in self.convert.codecs:
+            raise ValueError(f"bench.parquet_codec {self.bench.parquet_codec!r} is not one of convert.codecs")
+        return self
+
+
+def validate_params(params: dict[str, Any], path: Path = Path("params.yaml")) -> dict[str, Any]:
+    """`params` unchanged if every section and rule holds; else ParamsError listing every problem."""
+    validated(Params, params, "", path)
+    return params
 
 
 def check_params(path: Path, out: Path) -> None:

@@ -1,5 +1,6 @@
-"""The ladder's rungs and the compile modes, named once: the params schema, the data paths
-and the runners all take these lists (plain names, no torch: the schema imports them).
+"""The ladder's rungs and the compile modes, named once: the bench stage's settings model,
+the data paths and the runners all take these lists (plain names, no torch: the `params`
+stage imports them to check params.yaml).
 
 Loader rungs follow the write-up's story one change at a time; `batched` and `device` change
 where batches come from; the static rungs change how the steps run (one batch shape,

@@ -1,0 +1,63 @@
+"""params.yaml's `bench` section, as the bench stage reads it: the ladder's rungs, epochs,
+sampling, the floor, the time budget and the time to accuracy. The ladder
+(`pipeline.bench.ladder.BenchSettings`) takes the section once this model has checked it."""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
+
+from pipeline.bench.variants import COMPILE_MODES, STATIC_VARIANTS, VARIANTS
+from pipeline.core.strict import Number, Strict, epochs, seed
+
+Variant = Literal[VARIANTS]  # type: ignore[valid-type]
+
+
+class Execution(Strict):
+    """What the `compiled` rung adds on one device type."""
+
+    compile_mode: Literal[COMPILE_MODES]  # type: ignore[valid-type]
+    autocast: Union[StrictBool, Literal["auto"]]
+    channels_last: StrictBool
+    cuda_graph: StrictBool
+
+
+class BenchParams(Strict):
+    """The ladder's knobs; `parquet_codec` must also be one of convert.codecs (the `params`
+    stage checks that rule, between two sections)."""
+
+    parquet_codec: StrictStr
+    epochs: StrictInt = epochs()
+    batch_size: StrictInt = Field(ge=1, le=1 << 16)
+    lr: Number = Field(gt=0, le=10)
+    seed: StrictInt = seed()
+    num_workers: StrictInt = Field(ge=0, le=256)
+    variants: list[Variant] = Field(min_length=1)
+    sample: list[Variant]
+    sample_steps: StrictInt = Field(ge=1, le=10_000)
+    sample_epochs: StrictInt = Field(ge=1, le=100)
+    accuracy_tolerance: Number = Field(ge=0, le=1)
+    compiled: dict[Literal["cpu", "cuda"], Execution]
+    floor: StrictBool
+    reuse_host_memory: StrictBool
+    max_spread: Number = Field(gt=0, le=10)
+    budget: StrictBool
+    quick: StrictBool = False
+    target_accuracy: dict[StrictStr, Number] = Field(default_factory=dict)
+    accuracy_seeds: StrictInt = Field(default=0, ge=0, le=100)
+
+    @field_validator("target_accuracy")
+    @classmethod
+    def _targets(cls, targets: dict) -> dict:
+        bad = {name: value for name, value in targets.items() if not 0 < value <= 1}
+        if bad:
+            raise ValueError(f"a target accuracy is a fraction in (0, 1]: {dict(list(bad.items())[:3])}")
+        return targets
+
+    @model_validator(mode="after")
+    def _sampled(self) -> BenchParams:
+        static = [v for v in self.sample if v in STATIC_VARIANTS]
+        if static:
+            raise ValueError(f"sample: {static} run whole epochs as one graph and cannot be sampled")
+        return self
