@@ -261,6 +261,16 @@ def write_shards(images, labels, folder: Path, **options) -> dict:
                        **options)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the system picks it): for torchrun's
+    rendezvous and the test servers."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 # ---------------------------------------------------------------- a real DVC repository
 
 

@@ -3,6 +3,7 @@ DVC removes any output, with one line from the check (exit status 2)."""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import subprocess
 import sys
@@ -105,3 +106,37 @@ def test_a_bad_value_removes_no_output(repo, how, bad):
     finally:
         restore(repo)
 
+
+def leaves(node: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, object]]:
+    """Every scalar of a params tree, by its dotted key (lists left out)."""
+    if isinstance(node, dict):
+        return [leaf for key, value in node.items() for leaf in leaves(value, prefix + (key,))]
+    return [] if isinstance(node, list) else [(".".join(prefix), node)]
+
+
+def another(value: object) -> str:
+    """A different value of the same kind, as `-S key=value` spells it."""
+    if isinstance(value, bool):
+        return str(not value).lower()
+    if isinstance(value, (int, float)):
+        return str(value + 1 if isinstance(value, int) else value / 2)
+    return f"x{value}"
+
+
+def test_an_experiment_on_any_one_key_is_a_one_line_diff_of_params_yaml(tmp_path):
+    """What `dvc exp run -S key=value` writes back (DVC's own writer): the one line of that
+    key changed, nothing else (flow lists rewritten as block lists, long flow mappings
+    wrapped, comments after a list dropped: each once made a one-key experiment a 40-line diff)."""
+    from dvc.utils.hydra import apply_overrides
+
+    text = PARAMS.read_text()
+    wider = {}
+    for key, value in leaves(yaml.safe_load(text)):
+        path = tmp_path / "params.yaml"
+        path.write_text(text)
+        apply_overrides(path, [f"{key}={another(value)}"])
+        changed = [line for line in difflib.unified_diff(text.splitlines(), path.read_text().splitlines(), n=0,
+                                                         lineterm="") if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+        if len(changed) != 2:
+            wider[key] = changed
+    assert not wider, wider

@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import PARAMS, make_split, tiny_dataset, write_shards
+from conftest import PARAMS, free_port, make_split, tiny_dataset, write_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE_FRAME = f'File "{ROOT / "pipeline"}'  # a traceback through the project's code
@@ -76,12 +75,6 @@ def env_for(folder: Path, **extra: str) -> dict[str, str]:
 def cli(args: list, cwd: Path, timeout: float = 90, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=cwd, env=env or env_for(cwd),
                           capture_output=True, text=True, timeout=timeout)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def rank_process(args: list, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import uuid
@@ -19,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import PARAMS, make_split, write_shards
+from conftest import PARAMS, free_port, make_split, write_shards
 from pipeline.shards import DeviceBatches, ShardDataset, ShardError, ShardSampler
 from pipeline.shards.remote import RemoteShards
 
@@ -296,12 +295,6 @@ def test_train_arguments_are_checked_in_one_line(args, message, tmp_path, monkey
 
 
 # --- two nodes and a resumed run, under torchrun -------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from pipeline.core.errors import DataError, InputError, reason
 
-KiB, MiB = 1 << 10, 1 << 20
+MiB = 1 << 20
 TEXT_CAP = 1 * MiB      # params.yaml, sources.yaml, a figures or metrics JSON: a few KiB in practice
 
 
@@ -65,10 +65,10 @@ def _checked_fd(path: Path, flags: int) -> tuple[int, os.stat_result]:
     return fd, status
 
 
-def _as_file(fd: int, buffering: int = -1) -> BinaryIO:
+def _as_file(fd: int) -> BinaryIO:
     try:
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb", buffering=buffering)
+        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
@@ -98,11 +98,6 @@ def plain_descriptor(path: Path) -> tuple[int, os.stat_result]:
         if err.errno == errno.ELOOP:
             raise UnsafeFileError(f"{path}: a link, not a plain file") from None
         raise
-
-
-def open_plain(path: Path) -> BinaryIO:
-    """`plain_descriptor`'s file opened for unbuffered binary reading."""
-    return _as_file(plain_descriptor(path)[0], buffering=0)
 
 
 def too_large(path: Path, size: int, cap: int, what: str) -> UnsafeFileError:
