@@ -19,7 +19,10 @@ What is measured (per system, where it has the feature; "-" where it does not):
 - epoch: one shuffled epoch of float batches of 512 ([b, 1, 28, 28] in 0..1 and int64
   labels), workers 0, 2 and 4, from the loader's first batch to its last; with 4 workers also
   the peak PSS summed over the process and its workers (the project: a plain DataLoader over
-  its ShardDataset), which counts a page shared by several processes once;
+  its ShardDataset, `freeze_inherited` its worker_init_fn), which counts a page shared by
+  several processes once, and apart its anonymous part (`Pss_Anon`: what the kernel cannot
+  drop) and its file-backed part (`Pss_File`: the page cache the maps read); the project's
+  workers start as `--start-method` says;
 - first batch: from opening the data set to the first shuffled float batch of 512;
 - random batches: batches of 256 samples at random indices, samples per second;
 - ranks 2/4/8: per rank, the steps of one epoch (batch 64), samples dropped or repeated
@@ -28,7 +31,9 @@ What is measured (per system, where it has the feature; "-" where it does not):
   and determinism (the same seed gives the same order; the next epoch another). LitData's
   ranks are real processes of one gloo process group (it asks torch.distributed who it is).
 
-Results: <out>/scale-<k>.json (every run's figures) and <out>/table.md (min / median).
+Results: <out>/scale-<k>.json (every run's figures), <out>/table.md (min / median; the page
+includes it: refill it with `python tools/record_commands.py --refill`) and <out>/history.md
+(every command that measured or re-measured a scale).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -153,11 +159,15 @@ class Project(System):
         import torch
         from torch.utils.data import DataLoader
 
-        if plain:  # what a user who keeps their DataLoader writes
+        context = {"multiprocessing_context": START_METHOD} if workers and START_METHOD else {}
+        if plain:  # what a user who keeps their DataLoader writes, with the helper docs/shards.md names
+            from pipeline.shards import freeze_inherited
+
             generator = torch.Generator().manual_seed(seed * 1000 + epoch)
-            loader = DataLoader(dataset, batch_size=batch, shuffle=True, generator=generator, num_workers=workers)
+            loader = DataLoader(dataset, batch_size=batch, shuffle=True, generator=generator, num_workers=workers,
+                                worker_init_fn=freeze_inherited if workers else None, **context)
         else:
-            loader = dataset.loader(batch, shuffle=True, seed=seed, num_workers=workers)
+            loader = dataset.loader(batch, shuffle=True, seed=seed, num_workers=workers, **context)
             loader.set_epoch(epoch)
         for x, y, _ in loader:
             yield x, y
@@ -455,11 +465,16 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def tree_pss() -> int:
-    """PSS in bytes summed over this process and every process below it (DataLoader workers):
-    shared pages (the page cache a map reads, a forked parent's memory) divided among their
-    sharers, so the sum counts each page once."""
-    me, total = os.getpid(), 0
+PSS_KEYS = {"Pss:": "total", "Pss_Anon:": "anon", "Pss_File:": "file"}
+
+
+def tree_pss() -> dict[str, int]:
+    """PSS in bytes summed over this process and every process below it (DataLoader workers),
+    from each one's /proc/<pid>/smaps_rollup: `total`, and apart, `anon` (anonymous pages:
+    what the kernel cannot drop, only swap) and `file` (file-backed pages, such as the page
+    cache a map reads, which the kernel may drop and read again). Shared pages are divided
+    among their sharers, so each sum counts a page once."""
+    me, total = os.getpid(), dict.fromkeys(PSS_KEYS.values(), 0)
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -474,33 +489,44 @@ def tree_pss() -> int:
     for pid in tree:
         try:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1]) * 1024
+                key = PSS_KEYS.get(line.split(maxsplit=1)[0] if line else "")
+                if key:
+                    total[key] += int(line.split()[1]) * 1024
         except OSError:
             continue
     return total
 
 
 class TreePss:
-    """The peak of `tree_pss` while the block runs, sampled every 50 ms on a thread."""
+    """The peak of each of `tree_pss`'s sums while the block runs (each its own peak), sampled
+    every 50 ms on a thread."""
 
     def __enter__(self):
         import threading
 
-        self.start = self.peak = tree_pss()
+        self.start = tree_pss()
+        self.peak = dict(self.start)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
         return self
 
+    def _sample(self) -> None:
+        now = tree_pss()
+        self.peak = {key: max(value, now[key]) for key, value in self.peak.items()}
+
     def _watch(self) -> None:
         while not self._stop.wait(0.05):
-            self.peak = max(self.peak, tree_pss())
+            self._sample()
 
     def __exit__(self, *exc) -> None:
-        self.peak = max(self.peak, tree_pss())
+        self._sample()
         self._stop.set()
         self._thread.join()
+
+
+START_ENV = "PEERS_START_METHOD"
+START_METHOD = os.environ.get(START_ENV) or None  # the project's workers' start method; None: the platform's
 
 
 def child(system: str, task: str, work: Path, data_path: Path) -> dict:
@@ -535,8 +561,9 @@ def child(system: str, task: str, work: Path, data_path: Path) -> dict:
             for x, y in impl.batches(dataset, EPOCH_BATCH, workers, SEED, **options):
                 count += len(y)
             seconds = time.perf_counter() - start
-        return {"seconds": seconds, "samples": count, "peak_mb": peak_mb(), "pss_mb": pss.peak / 1e6,
-                "pss_start_mb": pss.start / 1e6}
+        return {"seconds": seconds, "samples": count, "peak_mb": peak_mb(), "pss_mb": pss.peak["total"] / 1e6,
+                "pss_start_mb": pss.start["total"] / 1e6, "pss_anon_mb": pss.peak["anon"] / 1e6,
+                "pss_file_mb": pss.peak["file"] / 1e6, "start_method": START_METHOD}
     if task == "random":
         dataset = impl.open()
         n = len(load_data(data_path)[2])
@@ -632,7 +659,7 @@ def spread(figures: list[dict] | None, key: str, digits: int = 2, scale: float =
         return "-"
     values = _values(figures, key)
     if not values:
-        return "failed"
+        return "failed" if any("error" in f for f in figures) else "n/m"
     low, mid = min(values) * scale, statistics.median(values) * scale
     return f"{low:.{digits}f}" if len(values) == 1 else f"{low:.{digits}f} / {mid:.{digits}f}"
 
@@ -651,12 +678,18 @@ def ranks_cell(figures: list[dict] | None) -> str:
             f"{'new' if f['new_order_next_epoch'] else 'same'} order next epoch")
 
 
+def runnable(command: str) -> str:
+    """A recorded command as it runs today: `--docs PAGE`, an option of an earlier version of
+    this script that only refreshed a page (no figure depends on it), left out."""
+    return re.sub(r" --docs \S+", "", command)
+
+
 def remeasures(meta: dict) -> list[str]:
     """One line per command that re-measured some tasks, however often it ran (in the order of
     its first run), with the host's state at the start of each run."""
     hosts: dict[str, list[str]] = {}
     for again in meta.get("remeasured", []):
-        hosts.setdefault(again["command"], []).append(again["host"])
+        hosts.setdefault(runnable(again["command"]), []).append(again["host"])
     return [f"Also measured by{f' ({len(runs)} runs)' if len(runs) > 1 else ''}: `{command}` "
             f"({'; '.join(runs)})." for command, runs in hosts.items()]
 
@@ -673,7 +706,9 @@ def table(runs: dict[int, dict]) -> str:
                   f"each its own process, one torch thread; {meta['host']}; torch {meta['torch']}"
                   + (f"; {versions}" if versions else "")
                   + (f"; not installed: {', '.join(meta['missing'])}" if meta.get("missing") else "") + "."]
-        lines += remeasures(meta)
+        if meta.get("remeasured"):
+            lines += [f"Measured by `{runnable(meta['command'])}`, some tasks re-measured since (the commands: "
+                      f"`results/peers/history.md`)."]
         lines += [""]
         lines.append("| | " + " | ".join(LABELS[s] for s in systems) + " |")
         lines.append("|---|" + "---|" * len(systems))
@@ -686,6 +721,8 @@ def table(runs: dict[int, dict]) -> str:
             ("shuffled epoch, batch 512, workers 2 (s)", lambda r: spread(r.get("epoch-2"), "seconds")),
             ("shuffled epoch, batch 512, workers 4 (s)", lambda r: spread(r.get("epoch-4"), "seconds")),
             ("PSS, parent + 4 workers, peak in that epoch (MB)", lambda r: spread(r.get("epoch-4"), "pss_mb", 0)),
+            ("of which anonymous (Pss_Anon, MB)", lambda r: spread(r.get("epoch-4"), "pss_anon_mb", 0)),
+            ("of which file-backed (Pss_File, MB)", lambda r: spread(r.get("epoch-4"), "pss_file_mb", 0)),
             ("time to first batch (s)", lambda r: spread(r.get("first"), "seconds", 3)),
             ("peak memory, epoch with workers 0 (MB)", lambda r: spread(r.get("epoch-0"), "peak_mb", 0)),
             ("random batches of 256 (samples/s)", lambda r: spread(r.get("random"), "samples_per_s", 0)),
@@ -699,7 +736,9 @@ def table(runs: dict[int, dict]) -> str:
                  "Blocks per batch: distinct runs of a shard's worth of consecutive samples in a batch of 64 "
                  "(a full shuffle sees nearly all). \"-\": not run (no such feature: WebDataset has no random "
                  "access nor zstd of its own; MosaicML Streaming's ranks need real processes; Lance's reads are "
-                 "its own threads, not DataLoader workers). \"failed\": the error is in the JSON.")
+                 "its own threads, not DataLoader workers). \"failed\": the error is in the JSON. \"n/m\": not measured "
+                 "by the runs that filled the cell (the anonymous and file-backed parts of PSS are recorded since "
+                 "the project's workers read through maps; a run of the epoch-4 task fills them).")
     return "\n".join(lines) + "\n"
 
 
@@ -724,7 +763,11 @@ def main() -> None:
     parser.add_argument("--interleave", action="store_true",
                         help="writes first, then each read task's runs taken in turn across the systems")
     parser.add_argument("--render", action="store_true", help="only render the table from <out>/scale-*.json")
+    parser.add_argument("--start-method", choices=("fork", "spawn", "forkserver"),
+                        help="how the project's DataLoader workers start (default: the platform's)")
     args = parser.parse_args()
+    if args.start_method:
+        os.environ[START_ENV] = args.start_method  # (the children read it)
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.work, args.data)))
         return
@@ -750,7 +793,8 @@ def main() -> None:
     meta = {"command": "python benchmarks/peers.py " + " ".join(sys.argv[1:]), "repeat": args.repeat,
             "host": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start",
             "python": platform.python_version(), "torch": torch.__version__,
-            "versions": {s: _version(s) for s in systems}, "missing": missing}
+            "versions": {s: _version(s) for s in systems}, "missing": missing,
+            "start_method": args.start_method or "the platform's"}
     args.out.mkdir(parents=True, exist_ok=True)
     for scale in args.scales:
         with tempfile.TemporaryDirectory(prefix=f"peers-x{scale}-") as tmp:
@@ -781,7 +825,21 @@ def render(out: Path) -> str:
     runs = {int(p.stem.removeprefix("scale-")): json.loads(p.read_text()) for p in out.glob("scale-*.json")}
     text = table({k: runs[k] for k in sorted(runs)})
     (out / "table.md").write_text(text)
+    (out / "history.md").write_text(history({k: runs[k] for k in sorted(runs)}))
     return text
+
+
+def history(runs: dict[int, dict]) -> str:
+    """history.md: per scale, the command that measured the table and every command that
+    re-measured some of its tasks since, with the host's state at each start."""
+    lines = ["# The race's commands", "",
+             "Every command below runs as shown (`--docs PAGE`, an option of an earlier version that only "
+             "refreshed a page, is left out of the older ones).", ""]
+    for scale, run in runs.items():
+        meta = run["meta"]
+        lines += [f"## MNIST train x{scale}", "", f"Measured by: `{runnable(meta['command'])}` ({meta['host']}).", ""]
+        lines += [f"- {line}" for line in remeasures(meta)] + [""]
+    return "\n".join(lines)
 
 
 def _version(system: str) -> str:
