@@ -88,9 +88,11 @@ def test_full_pipeline_then_codec_change_reruns_no_training(repo):
     summary = json.loads((root / "metrics/summary.json").read_text())
     assert summary["tiny"]["MB"] == round(codecs["tiny"]["compact"]["zstd-3"]["train"]["MB"], 3)
     assert summary["tiny"]["epoch_s"] == min(v["train_s"] for v in bench["variants"].values() if not v["extrapolated"])
+    assert summary["machine"] == bench["machine"]["name"]  # whose figures these are
 
     shown = dvc(repo, "metrics", "show").stdout  # one row, a few columns
     assert "metrics/summary.json" in shown and "codecs.json" not in shown and "tiny-b.MB" in shown
+    assert "machine" in shown and bench["machine"]["name"] in shown
     assert widest(shown) <= 120, shown
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "baseline"], root, env)
@@ -99,7 +101,8 @@ def test_full_pipeline_then_codec_change_reruns_no_training(repo):
     params["convert"]["codec"] = "none"
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     out = dvc(repo, "repro").stdout
-    assert ran(out) == {"machine", "shard@tiny", "shard@tiny-b", "summary"}, out  # no training reran
+    # the params check (params.yaml changed), then the shards and the summary: no training reran
+    assert ran(out) == {"params", "machine", "shard@tiny", "shard@tiny-b", "summary"}, out
     diff = dvc(repo, "metrics", "diff").stdout
     size = [line for line in diff.splitlines() if " tiny.MB " in line]
     assert len(size) == 1 and widest(diff) <= 120, diff  # the size change: one row per data set
@@ -112,11 +115,18 @@ def stale(repo) -> set[str]:
     return set(json.loads(dvc(repo, "status", "--json").stdout)) - {"machine"}
 
 
+CONVERTS = {f"convert@{name}-{codec}" for name in ("tiny", "tiny-b") for codec in ("snappy", "zstd-3", "gzip", "none")}
+
+
 @pytest.mark.parametrize("path, stages", [
     ("pipeline/stages/fetch.py", {"fetch@tiny", "fetch@tiny-b"}),
     ("pipeline/stages/report/tables.py", {"report"}),
     ("pipeline/bench/runners.py", {"bench@tiny", "bench@tiny-b"}),
     ("pipeline/shards/writer.py", {"shard@tiny", "shard@tiny-b"}),
+    # a stage's settings model: that stage and the params check, nothing upstream
+    ("pipeline/stages/shard_settings.py", {"params", "shard@tiny", "shard@tiny-b"}),
+    ("pipeline/bench/variants.py", {"params", "bench@tiny", "bench@tiny-b"}),   # the rung names
+    ("pipeline/core/codec.py", {"params", "codecs", "summary"} | CONVERTS),        # the codec parser
 ])
 def test_an_edit_makes_stale_only_the_stages_that_run_it(repo, path, stages):
     """dvc.yaml's code deps are exact: an edit to one stage's code leaves every other stage's
