@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 # holding <dataset>/ with the raw files, tried before the internet mirrors of sources.yaml.
 export PIPELINE_MIRROR
 
-.PHONY: setup repro bench bench-quick recover test mutants plots plots-template clean peers peers-setup
+.PHONY: setup repro bench bench-quick recover test test-fast check-docs mutants plots plots-template clean peers peers-setup
 
 setup: $(VENV)/.installed
 
@@ -44,8 +44,19 @@ recover:
 	git checkout -- dvc.lock
 	@echo "dvc.lock restored from the last commit; run 'make repro' to bring the outputs and it up to date"
 
+# The product's tests, on any workspace (whole, partial or interrupted runs of the pipeline
+# included). test-fast leaves out the tests marked slow (training, dvc, torchrun).
 test: setup
-	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q $(PYTEST_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q -m "not docs" $(PYTEST_ARGS)
+
+test-fast: setup
+	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q -m "not docs and not slow" $(PYTEST_ARGS)
+
+# The project's own documents against its committed files (generated blocks, recorded
+# outputs, prose rules): a CI step on a clean clone; on a workspace where the pipeline
+# re-measured something, `dvc repro report` first.
+check-docs: setup
+	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q -m docs $(PYTEST_ARGS)
 
 # Mutation testing (not part of CI: hours on 2 cores for every module). Which modules and tests:
 # [tool.mutmut] in pyproject.toml. Starts fresh: mutmut keeps a mutant's verdict until its

@@ -88,8 +88,9 @@ def run_standalone(mirror: Path, out_root: Path, work: Path, datasets: list[str]
     written = []
     for dataset in datasets:
         parquet, shards = build_inputs(dataset, Path(mirror), Path(work), Path(sources), samples_per_shard)
-        document = run_bench(dataset, parquet, shards, device_, settings)
         machine = fingerprint(device)
+        document = run_bench(dataset, parquet, shards, device_, settings, sorted(Path(out_root).glob("*/*.json")),
+                             machine["name"])
         document.update(machine=machine, date=dt.date.today().isoformat())
         document["env"].update(commit=commit)
         out = Path(out_root) / machine["name"] / f"{dataset}.json"

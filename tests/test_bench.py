@@ -60,7 +60,7 @@ def test_dataset_v1_items_match_the_seed(prepared):
 
 
 @pytest.mark.slow
-def test_every_variant_runs_with_its_costs(prepared):
+def test_every_variant_runs_with_its_costs(prepared, capsys):
     root, _ = prepared
     settings = bench_settings(epochs=2, batch_size=64, num_workers=1, sample=["naive_bs16", "naive"],
                               sample_steps=3, sample_epochs=2, budget=True, target_accuracy={"tiny": 0.2},
@@ -86,6 +86,12 @@ def test_every_variant_runs_with_its_costs(prepared):
                     entry["setup_s"] + sum(measured["train_s"][:n]) + sum(measured["test_s"][:n]), abs=2e-3)
                 assert entry["accuracy_by_epoch"][n - 1] >= reached["target"] > max([0, *entry["accuracy_by_epoch"][:n - 1]])
     assert doc["variants"]["naive"]["speedup"] == 1.0 == doc["variants"]["naive"]["wall_speedup"]
+    # what the next run's estimate scales from: the calibration and the time of each part
+    assert doc["calibration"]["step_s"] > 0 and all(v["bench_s"] > 0 for v in doc["variants"].values())
+    assert sum(v["bench_s"] for v in doc["variants"].values()) + doc["floor_s"] + doc["seeds_s"] <= doc["wall_s"]
+    said = capsys.readouterr().err
+    assert said.startswith("bench tiny: ")  # the estimate (or why there is none) before the first rung
+    assert "naive: sampled: 2 epochs of 3 steps, extrapolated" in said and "(the epoch's figures are extrapolated" in said
     assert doc["floor"]["train_s"] > 0 and doc["floor"]["compiled_train_s"] > 0
     # one floor epoch after every fully run variant: the fastest is the floor
     assert doc["floor"]["epochs"] == len(VARIANTS) - 2

@@ -567,7 +567,7 @@ def test_summary_refuses_numbers_no_run_gives(metrics, where, value, message):
     root, figures, bench = metrics
     _write_metrics(root, figures, bench)
     assert write_summary(root / "fig", root / "bench", ["tiny"], "zstd-3", "compact", root / "s.json") == \
-        {"tiny": {"MB": 0.0, "epoch_s": 0.25}}
+        {"machine": "unnamed", "tiny": {"MB": 0.0, "epoch_s": 0.25}}
     before = (root / "s.json").read_bytes()
     if where == "bench":
         bench["variants"]["device"]["train_s"] = value
@@ -593,6 +593,22 @@ def test_codecs_refuse_numbers_no_run_gives(metrics, key, value, message):
     with pytest.raises(DataError, match=message):
         write_codecs(root / "fig", ["tiny"], ["zstd-3"], root / "c.json", root / "c.csv")
     assert not (root / "c.json").exists()
+
+
+def test_the_summary_names_the_machine_of_each_figure(metrics):
+    """Two data sets measured on two machines (an interrupted run on a new one): each named."""
+    from pipeline.stages.summary import write_summary
+
+    root, figures, bench = metrics
+    (root / "fig" / "other").mkdir()
+    (root / "fig" / "other" / "zstd-3.json").write_text(json.dumps(figures))
+    _write_metrics(root, figures, {**bench, "machine": {"name": "amd-epyc-2c"}})
+    (root / "bench" / "other.json").write_text(json.dumps({**bench, "dataset": "other",
+                                                           "machine": {"name": "intel-xeon-2c"}}))
+    out = write_summary(root / "fig", root / "bench", ["tiny", "other"], "zstd-3", "compact", root / "s.json")
+    assert out["machine"] == "amd-epyc-2c (tiny), intel-xeon-2c (other)"
+    out = write_summary(root / "fig", root / "bench", ["tiny"], "zstd-3", "compact", root / "s.json")
+    assert out["machine"] == "amd-epyc-2c"
 
 
 def test_summary_with_no_fully_run_variant(metrics):

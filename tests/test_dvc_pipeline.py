@@ -88,9 +88,11 @@ def test_full_pipeline_then_codec_change_reruns_no_training(repo):
     summary = json.loads((root / "metrics/summary.json").read_text())
     assert summary["tiny"]["MB"] == round(codecs["tiny"]["compact"]["zstd-3"]["train"]["MB"], 3)
     assert summary["tiny"]["epoch_s"] == min(v["train_s"] for v in bench["variants"].values() if not v["extrapolated"])
+    assert summary["machine"] == bench["machine"]["name"]  # whose figures these are
 
     shown = dvc(repo, "metrics", "show").stdout  # one row, a few columns
     assert "metrics/summary.json" in shown and "codecs.json" not in shown and "tiny-b.MB" in shown
+    assert "machine" in shown and bench["machine"]["name"] in shown
     assert widest(shown) <= 120, shown
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "baseline"], root, env)

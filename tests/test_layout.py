@@ -111,7 +111,7 @@ OWNERS: list[tuple[str, set[str]]] = [
     # The time budget: the ladder profiles every rung with it; the machine's name is also the
     # machine stage's; the loop finder is `profile`'s, no stage's.
     ("pipeline/budget/findloop.py", set()),
-    ("pipeline/budget/machine.py", {"bench", "machine"}),
+    ("pipeline/budget/machine.py", {"bench", "machine"}), ("pipeline/budget/__init__.py", {"bench", "machine"}),
     ("pipeline/budget/", {"bench"}),
 ]
 

@@ -3,7 +3,9 @@ every generated block is what `dvc repro report` renders from the committed file
 
 No test here compares a sentence with a measurement: figures appear only inside generated
 blocks, so re-measuring on another machine changes the blocks (and `report` rewrites them),
-never the prose, and the suite passes whoever measured.
+never the prose. These check the project's own documents, so they run on a clean clone as
+their own CI step (`make check-docs`), not in `make test` on a workspace the pipeline has
+re-measured part of.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import pytest
 
 from pipeline.stages.report import render_all
 from pipeline.stages.report.blocks import GENERATED
+
+pytestmark = pytest.mark.docs
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -1,7 +1,8 @@
 """The command outputs the README embeds (results/dvc/*.txt) are what the commands print:
 `tools/record_commands.py --check` runs each recording's commands in a real DVC repository
 of the pipeline whose two data sets carry the real names (tiny data) and compares, with
-measurements (numbers and their units, commit and experiment ids) excepted by pattern."""
+measurements (numbers and their units, commit and experiment ids) excepted by pattern.
+A check of the project's own documents: `make check-docs`, on a clean clone."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from conftest import PARAMS, dvc_repo, run
 
 
 @pytest.mark.slow
+@pytest.mark.docs
 def test_recorded_outputs_are_what_the_commands_print(tmp_path):
     root, env = dvc_repo(tmp_path / "repo", ["mnist", "fashion-mnist"])
     params = yaml.safe_load((root / "params.yaml").read_text())

@@ -31,11 +31,14 @@ from pathlib import Path
 import torch
 
 from pipeline.bench.datapaths import Resident, data_path
+from pipeline.bench.estimate import (Calibration, Pace, announce, busy_processes, calibrate, find_reference,
+                                     host_report, pace_for)
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.shards.format import read_manifest
 from pipeline.bench.variants import STATIC_VARIANTS
 from pipeline.bench.hostmem import reuse_host_memory
 from pipeline.bench.runners import Execution, Floor, Timing, TrainConfig, cudnn_benchmark, train_eager, train_static
+from pipeline.budget.units import duration
 
 @dataclass(frozen=True)
 class BenchSettings:
@@ -235,32 +238,85 @@ def environment(device: torch.device) -> dict:
 
 
 def run_bench(dataset: str, parquet: Path, shards: Path, device: str | torch.device,
-              settings: BenchSettings) -> dict:
+              settings: BenchSettings, earlier: list[Path] = (), machine: str | None = None) -> dict:
     """Every variant of the ladder on one data set; returns the full bench document, with
-    `wall_s`: the seconds the whole bench took (floor, variants, profiled passes, seeds)."""
+    `wall_s`: the seconds the whole bench took (floor, variants, profiled passes, seeds).
+
+    First it calibrates and prints what the bench will take, scaled from the `earlier` bench
+    document of this device type and mode (`machine`'s own preferred; `estimate`), and says
+    so when the host is too busy to measure well."""
     started = time.perf_counter()
     device = torch.device(device)
+    pace = announce_bench(dataset, device, settings, list(earlier), machine)
     with cudnn_benchmark(device), reuse_host_memory(settings.reuse_host_memory) as host_memory:
-        document = _run_bench(dataset, Path(parquet), Path(shards), device, settings)
+        document = _run_bench(dataset, Path(parquet), Path(shards), device, settings, pace, started)
     document["env"]["host_memory"] = host_memory
+    document["calibration"] = pace.calibration.to_json()
     document["wall_s"] = round(time.perf_counter() - started, 1)
     return document
 
 
-def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, settings: BenchSettings) -> dict:
+@dataclass
+class Announced:
+    """What the bench printed before it began: its calibration and, where an earlier run
+    exists, the pace the time left is reckoned by."""
+
+    calibration: Calibration
+    pace: Pace | None
+
+    def left(self, done: list[str], elapsed: float, variants_done: int, variants: int) -> str:
+        """'; 2m so far, about 12m left' (the earlier run's parts where known, else the
+        variants' average so far)."""
+        if self.pace is not None:
+            left = self.pace.left(done, elapsed)
+        elif variants_done == variants:
+            return f"; {duration(elapsed)} so far"
+        elif variants_done:
+            left = elapsed / variants_done * (variants - variants_done)
+        else:
+            return ""
+        return f"; {duration(elapsed)} so far, about {duration(left)} left"
+
+
+def announce_bench(dataset: str, device: torch.device, settings: BenchSettings, earlier: list[Path],
+                   machine: str | None) -> Announced:
+    """Calibrate, find the earlier run to scale from, and print the estimate (this data set
+    and the others `earlier` holds) and, on a busy host, what runs beside the bench."""
+    busy = busy_processes(exclude=(os.getppid(),))
+    calibration = calibrate(device, settings.batch_size)
+    reference = find_reference(dataset, earlier, device.type, settings.quick, machine)
+    pace = pace_for(reference, calibration, settings.variants) if reference else None
+    others = {}
+    for name in sorted({path.stem for path in earlier} - {dataset}):
+        other = find_reference(name, earlier, device.type, settings.quick, machine)
+        if other:
+            others[name] = pace_for(other, calibration, settings.variants).total()
+    print(announce(dataset, reference, calibration, pace, others), file=sys.stderr, flush=True)
+    warning = host_report(calibration, settings.max_spread, busy)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    return Announced(calibration, pace)
+
+
+def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, settings: BenchSettings,
+               announced: Announced, started: float) -> dict:
     results: dict = {}
     # The process's one-time CUDA start, outside every variant (it would land in the first one's).
     start = time.perf_counter()
     torch.zeros(1, device=device)
     init_s = time.perf_counter() - start
     floor_runs = floors(dataset, shards, device, settings) if settings.floor else {}
+    floor_s = time.perf_counter() - start
     distinct_floors = list({id(run): run for run in floor_runs.values()}.values())  # shared options: one run
-    started = time.perf_counter()
+    done_parts = ["floor"]
     for done, variant in enumerate(settings.variants):
         sampled = variant in settings.sample
-        print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: "
-              f"{'sampled ' if sampled else ''}{settings.sample_epochs if sampled else settings.epochs} epochs"
-              f"{eta(time.perf_counter() - started, done, len(settings.variants))}", file=sys.stderr, flush=True)
+        begun = time.perf_counter()
+        what = (f"sampled: {settings.sample_epochs} epochs of {settings.sample_steps} steps, extrapolated"
+                if sampled else f"{settings.epochs} epochs")
+        print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: {what}"
+              f"{announced.left(done_parts, begun - started, done, len(settings.variants))}",
+              file=sys.stderr, flush=True)
         timing, train_steps, test_steps = run_variant(variant, dataset, Path(parquet), Path(shards), device, settings,
                                                       progress=f"{dataset}/{variant}")
         results[variant] = summarise(timing, train_steps, test_steps, settings, settings.target_accuracy.get(dataset))
@@ -270,6 +326,8 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         if floor_after(settings, done):
             for run in distinct_floors:
                 run.epoch()
+        results[variant]["bench_s"] = round(time.perf_counter() - begun, 1)  # its floor epoch included
+        done_parts.append(variant)
     n_train = read_manifest(Path(shards) / "train")["count"]
     document = {"dataset": dataset, "env": {**environment(device), "device_init_s": round(init_s, 3)},
                 "params": {"epochs": settings.epochs, "batch_size": settings.batch_size,
@@ -282,14 +340,19 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
     if floor_runs:
         document["floor"] = {**{key: round(run.seconds, 4) for key, run in floor_runs.items()},
                              "epochs": len(distinct_floors[0].train_s)}
+    document["floor_s"] = round(floor_s, 1)
     target = settings.target_accuracy.get(dataset)
+    seeds_started = time.perf_counter()
     if target is not None and settings.accuracy_seeds > 0:
         def again(variant: str, seed: int) -> Timing:
             gc.collect()  # the last run's loader workers must not share the CPU with this one
             reseeded = dataclasses.replace(settings, seed=seed, budget=False)
             return run_variant(variant, dataset, parquet, shards, device, reseeded,
                                progress=f"{dataset}/{variant} seed {seed}", until=target)[0]
+        print(f"{dataset}: time to {target:.0%} from {settings.accuracy_seeds} more seeds"
+              f"{announced.left(done_parts, time.perf_counter() - started, 1, 1)}", file=sys.stderr, flush=True)
         document["seeds"] = over_seeds(results, settings, target, again)
+    document["seeds_s"] = round(time.perf_counter() - seeds_started, 1)
     finish(document, settings)
     return document
 
@@ -327,15 +390,6 @@ def over_seeds(results: dict, settings: BenchSettings, target: float,
             "min": min(done) if done else None,
             "median": None if None in middle else round(statistics.mean(middle), 3),
             "max": None if len(done) < len(seconds) else max(done)}
-
-
-def eta(elapsed: float, done: int, total: int) -> str:
-    """'; about 3m left' from the variants done so far (the first has nothing to go by)."""
-    if not done:
-        return ""
-    left = elapsed / done * (total - done)
-    return f"; {elapsed / 60:.0f}m so far, about {left / 60:.0f}m left" if left >= 60 else \
-        f"; {elapsed:.0f}s so far, about {left:.0f}s left"
 
 
 FLOOR_OF = {"graphed": "graphed", "compiled": "compiled"}  # every other rung runs plain eager steps

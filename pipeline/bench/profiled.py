@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from pipeline.budget import TimeBudget
+from pipeline.budget.timebudget import TimeBudget
 from pipeline.budget.trace import RANGE, QuietProfiler, sync, window_parts
 
 

@@ -131,6 +131,13 @@ def _autocast(device: torch.device, enabled: bool):
 
 
 def _report(progress: str, epoch: int, epochs: int, timing: Timing) -> None:
+    """One line an epoch; a sampled epoch says what it timed (its steps, not the epoch) and
+    reports no accuracy (the model has trained only those steps)."""
+    if timing.sampled_steps is not None:
+        print(f"  {progress} sampled epoch {epoch + 1}/{epochs}: {timing.sampled_steps} train steps "
+              f"{timing.train_s[-1]:.3f} s, {timing.sampled_test_steps} test steps {timing.test_s[-1]:.3f} s "
+              f"(the epoch's figures are extrapolated from these; no accuracy)", file=sys.stderr, flush=True)
+        return
     print(f"  {progress} epoch {epoch + 1}/{epochs}: train {timing.train_s[-1]:.3f} s, "
           f"test {timing.test_s[-1]:.3f} s, accuracy {timing.accuracy:.4f}", file=sys.stderr, flush=True)
 

@@ -18,7 +18,16 @@ loop found without editing it: `python -m pipeline profile`). It imports torch a
 of the ladder or the stages; the bench imports it as any user would.
 """
 
-from pipeline.budget.peak import Peak, device_peak
-from pipeline.budget.timebudget import Budget, TimeBudget, checked_device
+import importlib
 
-__all__ = ["Budget", "Peak", "TimeBudget", "checked_device", "device_peak"]
+_WHERE = {"Budget": "timebudget", "TimeBudget": "timebudget", "checked_device": "timebudget",
+          "Peak": "peak", "device_peak": "peak"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    """Each name imported from its module on first use, so that `pipeline.budget.machine`
+    (which the machine stage uses) loads without the profiler's code."""
+    if name not in _WHERE:
+        raise AttributeError(f"module 'pipeline.budget' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"pipeline.budget.{_WHERE[name]}"), name)

@@ -43,10 +43,18 @@ def warn_unstable(document: dict, stream=sys.stderr) -> None:
               f"quiet machine: dvc repro -f -s bench@{document['dataset']}", file=stream)
 
 
+def earlier_runs(out: Path, results: Path = Path("results")) -> list[Path]:
+    """Bench documents the estimate may scale from: the workspace's (`out`'s folder) and
+    every machine's committed ones (`results/<machine>/`)."""
+    return sorted(Path(out).parent.glob("*.json")) + sorted(Path(results).glob("*/*.json"))
+
+
 def bench_dataset(dataset: str, parquet: Path, shards: Path, out: Path, device: str, settings: BenchSettings,
-                  machine: dict) -> dict:
-    """Every variant of `settings` on one data set's wide Parquet and shards -> `out`."""
-    document = run_bench(dataset, Path(parquet), Path(shards), device, settings)
+                  machine: dict, earlier: list[Path] | None = None) -> dict:
+    """Every variant of `settings` on one data set's wide Parquet and shards -> `out`; the
+    estimate printed first scales from `earlier` (default: `earlier_runs(out)`)."""
+    earlier = earlier_runs(out) if earlier is None else earlier
+    document = run_bench(dataset, Path(parquet), Path(shards), device, settings, earlier, machine.get("name"))
     document["machine"] = machine
     document["date"] = dt.date.today().isoformat()
     write_bench(document, out)

@@ -9,6 +9,11 @@ changes the first (its shards are byte-identical, so no training reruns); a benc
 the second. The full tables are `metrics/codecs.json` and `metrics/bench/<dataset>.json`,
 drawn by `dvc plots` and rendered in docs/results.md.
 
+The file also names the machine that measured the seconds (`machine`), so a figure never
+reads as this machine's when it is not: after an interrupted `dvc repro` on a new machine,
+one data set's bench may be the committed machine's and the other's this one's, and the
+key then names each.
+
 Every number read is checked before it is written: finite, of its type and in a range a
 real run can give (NaN, inf, 1e308 or a negative time stop the stage, naming file and key);
 a bench document is checked by the metrics schema the report uses (`pipeline.stages.metrics`).
@@ -59,14 +64,32 @@ def headline(codec_figures: dict, layout: str, bench: dict, figures_source: Path
     return {"MB": round(size / 1e6, 3), "epoch_s": round(best.train_s, 4)}
 
 
+def machine_name(bench: dict) -> str:
+    """The name of the machine a bench document measured, or 'unnamed'."""
+    machine = bench.get("machine")
+    name = machine.get("name") if isinstance(machine, dict) else None
+    return name if isinstance(name, str) and name else "unnamed"
+
+
+def machines(names: dict[str, str]) -> str:
+    """One name when every data set's bench came from one machine, else each with its data set."""
+    if len(set(names.values())) == 1:
+        return next(iter(names.values()))
+    return ", ".join(f"{name} ({dataset})" for dataset, name in names.items())
+
+
 def write_summary(figures_dir: Path, bench_dir: Path, datasets: list[str], codec: str, layout: str,
                   out: Path) -> dict:
     label = Codec.parse(codec).label
-    summary = {}
+    summary: dict = {}
+    names = {}
     for dataset in datasets:
         figures_path = Path(figures_dir) / dataset / f"{label}.json"
         bench_path = Path(bench_dir) / f"{dataset}.json"
-        summary[dataset] = headline(read_json(figures_path, what="figures file"), layout,
-                                    read_json(bench_path, 64 << 20, "bench metrics file"), figures_path, bench_path)
+        bench = read_json(bench_path, 64 << 20, "bench metrics file")
+        summary[dataset] = headline(read_json(figures_path, what="figures file"), layout, bench, figures_path,
+                                    bench_path)
+        names[dataset] = machine_name(bench)
+    summary = {"machine": machines(names), **summary}
     write_json(Path(out), summary)
     return summary

@@ -1,0 +1,232 @@
+"""The bench's time, known before it starts, and a host too busy to measure, said up front.
+
+A bench takes minutes to an hour, so before its first rung it prints what it will take:
+a short calibration times the write-up's model training on random batches here, and an
+earlier bench document of the same device type and mode (this machine's, else another's,
+`results/<machine>/<dataset>.json` or the workspace's) is scaled by the ratio of the two
+calibrations (older documents carry none: their `device` rung's step stands in). While the
+bench runs, the time left is the earlier run's time per part (variant, floor, seeds),
+scaled by how this run has kept pace so far.
+
+A busy host spreads and slows every figure, so it is found first: the processes that used
+the CPU over a short window (other than this one), the load average against the usable
+cores, and how much the calibration's blocks of steps disagree.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.bench.model import SimpleCNN
+from pipeline.budget.peak import usable_cores
+from pipeline.budget.units import duration
+from pipeline.core.bounded import read_json
+from pipeline.core.errors import InputError
+
+BUSY_SHARE = 0.2      # of a core: a process using more than this during the window is listed
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Seconds per train step of the write-up's model at the bench's batch, on random data
+    already on the device, and how much blocks of those steps disagreed."""
+
+    step_s: float
+    spread: float         # (slowest - fastest) / median over the blocks
+
+    def to_json(self) -> dict:
+        return {"step_s": round(self.step_s, 6), "spread": round(self.spread, 3)}
+
+
+def calibrate(device: torch.device, batch_size: int, blocks: int = 5, block_s: float = 0.25) -> Calibration:
+    """Train SimpleCNN with Adam on one random batch: 3 warm-up steps, then `blocks` blocks of
+    as many steps as fill about `block_s` seconds; the median block's seconds per step."""
+    torch.manual_seed(0)
+    model = SimpleCNN().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.rand(batch_size, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (batch_size,), device=device)
+
+    def steps(n: int) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(n):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return (time.perf_counter() - start) / n
+
+    first = min(steps(1) for _ in range(3))
+    per_block = max(1, min(1000, int(block_s / max(first, 1e-6))))
+    timed = [steps(per_block) for _ in range(blocks)]
+    middle = statistics.median(timed)
+    return Calibration(step_s=middle, spread=(max(timed) - min(timed)) / middle if middle > 0 else 0.0)
+
+
+def busy_processes(window_s: float = 0.5, exclude: tuple[int, ...] = ()) -> list[tuple[int, str, float]]:
+    """(pid, name, share of one core) of every process that used more than BUSY_SHARE of a
+    core over `window_s` seconds, busiest first (Linux /proc; elsewhere none are seen)."""
+    def cpu_ticks() -> dict[int, tuple[str, int]]:
+        found = {}
+        for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    text = stat.read(4096).decode("utf-8", "replace")
+            except OSError:
+                continue
+            name, _, rest = text.rpartition(")")
+            fields = rest.split()
+            if len(fields) > 12:
+                found[int(entry.name)] = (name.partition("(")[2], int(fields[11]) + int(fields[12]))
+        return found
+
+    before = cpu_ticks()
+    time.sleep(window_s)
+    after = cpu_ticks()
+    hertz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    ignored = {os.getpid(), *exclude}
+    busy = [(pid, name, (ticks - before[pid][1]) / hertz / window_s) for pid, (name, ticks) in after.items()
+            if pid in before and pid not in ignored]
+    return sorted((b for b in busy if b[2] > BUSY_SHARE), key=lambda b: -b[2])
+
+
+def host_report(calibration: Calibration, max_spread: float, busy: list[tuple[int, str, float]]) -> str | None:
+    """One paragraph when the host is too busy to measure well: what runs, what it does to the
+    figures; None on a quiet host."""
+    cores = usable_cores()
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    used = sum(share for _, _, share in busy)
+    troubles = []
+    if busy and used > 0.5:
+        names = ", ".join(f"{name} (pid {pid}) {share:.0%} of a core" for pid, name, share in busy[:4])
+        troubles.append(f"other processes use {used:.1f} of its {cores} usable cores: {names}")
+    elif load > cores:
+        troubles.append(f"its load average is {load:.1f} on {cores} usable cores")
+    if calibration.spread > max_spread:
+        troubles.append(f"blocks of the same training steps took {calibration.spread:.0%} apart "
+                        f"(bench.max_spread {max_spread:.0%})")
+    if not troubles:
+        return None
+    return ("warning: this host is busy: " + "; ".join(troubles) + ". Every figure will be slower and spread wider "
+            "than on a quiet host, and rungs whose epochs spread past bench.max_spread are marked unstable; for "
+            "figures to keep, stop them or run the bench later.")
+
+
+def reference_step_s(document: dict) -> float | None:
+    """What a bench document's run took per calibration step: its own calibration, else its
+    `device` rung's steady seconds per train step (older documents)."""
+    calibration = document.get("calibration")
+    if isinstance(calibration, dict) and isinstance(calibration.get("step_s"), (int, float)):
+        return float(calibration["step_s"]) or None
+    device = (document.get("variants") or {}).get("device") or {}
+    params = document.get("params") or {}
+    try:
+        steps = math.ceil(int(params["train_samples"]) / int(params["batch_size"]))
+        return float(device["train_s"]) / steps if not device.get("extrapolated") else None
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def usable_reference(path: Path, device_type: str, quick: bool) -> dict | None:
+    """A bench document at `path` that a run on `device_type` in this mode can scale from."""
+    try:
+        document = read_json(path, 64 << 20, "bench metrics file")
+    except (OSError, InputError):
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("wall_s"), (int, float)):
+        return None
+    env, params = document.get("env") or {}, document.get("params") or {}
+    if env.get("device_type") != device_type or bool(params.get("quick")) != quick:
+        return None
+    return document if reference_step_s(document) else None
+
+
+def find_reference(dataset: str, candidates: list[Path], device_type: str, quick: bool,
+                   machine: str | None) -> dict | None:
+    """The earlier bench of `dataset` to scale from: this machine's first, else any usable."""
+    usable = [doc for path in candidates if path.name == f"{dataset}.json"
+              for doc in [usable_reference(path, device_type, quick)] if doc]
+    mine = [doc for doc in usable if (doc.get("machine") or {}).get("name") == machine]
+    return (mine or usable or [None])[0]
+
+
+def parts(document: dict) -> dict[str, float]:
+    """An earlier run's seconds per part (each variant, `floor`, `seeds`, summing to its
+    `wall_s`): recorded ones where it has them (`bench_s`), else its variants' recorded
+    times, a sampled rung's scaled to the steps it ran, and the rest spread over them."""
+    variants = document.get("variants") or {}
+    params = document.get("params") or {}
+    recorded = {name: v["bench_s"] for name, v in variants.items() if isinstance(v.get("bench_s"), (int, float))}
+    if recorded and len(recorded) == len(variants):
+        extra = {k: document[k] for k in ("floor_s", "seeds_s") if isinstance(document.get(k), (int, float))}
+        return {**recorded, **{k.removesuffix("_s"): v for k, v in extra.items()}}
+    steps = math.ceil(params.get("train_samples", 60000) / max(1, params.get("batch_size", 512)))
+    share = (params.get("sample_steps", 20) * params.get("sample_epochs", 4)
+             / max(1, steps * params.get("epochs", 5)))
+    rough = {name: float(v.get("wall_s", 0.0)) * (share if v.get("extrapolated") else 1.0)
+             for name, v in variants.items()}
+    total = sum(rough.values())
+    scale = float(document["wall_s"]) / total if total > 0 else 0.0
+    return {name: seconds * scale for name, seconds in rough.items()}
+
+
+@dataclass
+class Pace:
+    """The time left of a bench: an earlier run's parts, scaled by this run's pace so far."""
+
+    expected: dict[str, float]     # seconds per part, scaled by the calibration
+
+    def total(self) -> float:
+        return sum(self.expected.values())
+
+    def left(self, done: list[str], elapsed: float) -> float:
+        """Seconds left after the parts `done`, at the pace they were done at."""
+        so_far = sum(self.expected.get(name, 0.0) for name in done)
+        pace = elapsed / so_far if so_far > 0 else 1.0
+        return pace * sum(seconds for name, seconds in self.expected.items() if name not in done)
+
+
+def pace_for(reference: dict, calibration: Calibration, variants: tuple[str, ...]) -> Pace:
+    """This run's expected parts: the reference's, scaled by calibration step over its own;
+    a variant the reference did not run takes the mean of those it did."""
+    scale = calibration.step_s / reference_step_s(reference)
+    earlier = parts(reference)
+    known = [earlier[v] for v in variants if v in earlier] or [0.0]
+    expected = {v: earlier.get(v, statistics.mean(known)) * scale for v in variants}
+    expected.update({k: earlier[k] * scale for k in ("floor", "seeds") if k in earlier})
+    return Pace(expected)
+
+
+def announce(dataset: str, reference: dict | None, calibration: Calibration, pace: Pace | None,
+             others: dict[str, float]) -> str:
+    """The estimate, printed before the first rung: this data set's, the whole bench's, and
+    what it rests on."""
+    here = f"a training step of the write-up's model takes {duration(calibration.step_s)} here"
+    if reference is None or pace is None:
+        return (f"bench {dataset}: no earlier bench on this device type and mode to scale from, so no estimate "
+                f"yet ({here}); the time left is printed after each rung")
+    whose = (reference.get("machine") or {}).get("name", "an unnamed machine")
+    total = pace.total()
+    whole = ""
+    if others:
+        names = ", ".join(others)
+        whole = f"; the whole bench, with {names}, about {duration(total + sum(others.values()))}"
+    return (f"bench {dataset}: about {duration(total)} here{whole} ({here}, "
+            f"{duration(reference_step_s(reference))} on {whose}, whose bench of {dataset} took "
+            f"{duration(float(reference['wall_s']))})")

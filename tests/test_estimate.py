@@ -1,0 +1,109 @@
+"""The bench's estimate: scaled from an earlier run of the same device type and mode (this
+machine's first), by the ratio of two calibrations; the time left follows this run's pace;
+a busy host is named with what runs on it."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+
+import pytest
+import torch
+
+from pipeline.bench.estimate import (Calibration, Pace, announce, busy_processes, calibrate, find_reference,
+                                     host_report, pace_for, parts, reference_step_s)
+
+
+def document(machine: str, wall_s: float = 600.0, quick: bool = False, device_type: str = "cpu",
+             recorded: bool = True) -> dict:
+    """A bench document of two variants, `device` fully run, `naive` sampled."""
+    variants = {"naive": {"train_s": 60.0, "wall_s": 300.0, "extrapolated": True},
+                "device": {"train_s": 11.8, "wall_s": 70.0, "extrapolated": False}}
+    doc = {"dataset": "mnist", "wall_s": wall_s, "machine": {"name": machine}, "env": {"device_type": device_type},
+           "params": {"quick": quick, "train_samples": 60000, "batch_size": 512, "epochs": 5, "sample_steps": 20,
+                      "sample_epochs": 4}, "variants": variants}
+    if recorded:
+        variants["naive"]["bench_s"], variants["device"]["bench_s"] = 200.0, 300.0
+        doc.update(floor_s=40.0, seeds_s=60.0, calibration={"step_s": 0.1, "spread": 0.02})
+    return doc
+
+
+def test_an_earlier_runs_parts_are_its_recorded_times_or_its_wall_time_spread_over_its_rungs():
+    assert parts(document("a")) == {"naive": 200.0, "device": 300.0, "floor": 40.0, "seeds": 60.0}
+    old = parts(document("a", recorded=False))
+    assert sum(old.values()) == pytest.approx(600.0) and old["device"] > old["naive"]  # naive ran 80 of 590 steps
+    assert reference_step_s(document("a")) == 0.1
+    assert reference_step_s(document("a", recorded=False)) == pytest.approx(11.8 / 118)  # its `device` rung's step
+
+
+def test_the_estimate_scales_by_the_calibrations_and_the_time_left_follows_the_pace():
+    pace = pace_for(document("a"), Calibration(step_s=0.2, spread=0.0), ("naive", "device"))
+    assert pace.total() == pytest.approx(2 * 600)  # twice as slow a step here: twice the time
+    assert pace.left(["floor", "naive"], elapsed=480.0) == pytest.approx(600 + 120)  # on pace: the rest as planned
+    assert pace.left(["floor", "naive"], elapsed=960.0) == pytest.approx(2 * 720)  # twice as slow so far: twice left
+    unknown = pace_for(document("a"), Calibration(step_s=0.1, spread=0.0), ("naive", "device", "compiled"))
+    assert unknown.expected["compiled"] == pytest.approx(250.0)  # a rung it never ran: the mean of those it did
+
+
+def test_the_reference_is_this_machines_run_of_this_device_type_and_mode(tmp_path):
+    paths = []
+    for folder, doc in (("a", document("a")), ("b", document("b")), ("c", document("c", quick=True)),
+                        ("d", document("d", device_type="cuda"))):
+        (tmp_path / folder).mkdir()
+        paths.append(tmp_path / folder / "mnist.json")
+        paths[-1].write_text(json.dumps(doc))
+    (tmp_path / "broken.json").write_text("{")
+    paths.append(tmp_path / "broken.json")
+    assert find_reference("mnist", paths, "cpu", False, "b")["machine"]["name"] == "b"
+    assert find_reference("mnist", paths, "cpu", False, "elsewhere")["machine"]["name"] == "a"
+    assert find_reference("mnist", paths, "cpu", True, "b")["machine"]["name"] == "c"
+    assert find_reference("mnist", paths, "cuda", False, "b")["machine"]["name"] == "d"
+    assert find_reference("fashion-mnist", paths, "cpu", False, "b") is None
+
+
+def test_the_announcement_names_what_the_estimate_rests_on():
+    calibration = Calibration(step_s=0.2, spread=0.0)
+    pace = pace_for(document("amd-epyc-2c"), calibration, ("naive", "device"))
+    said = announce("mnist", document("amd-epyc-2c"), calibration, pace, {"fashion-mnist": 900.0})
+    assert said.startswith("bench mnist: about 1200 s here; the whole bench, with fashion-mnist, about 2100 s")
+    assert "200 ms here, 100 ms on amd-epyc-2c, whose bench of mnist took 600 s" in said
+    assert "no earlier bench" in announce("mnist", None, calibration, None, {})
+
+
+def test_a_busy_host_is_named_with_what_runs_on_it():
+    quiet = Calibration(step_s=0.1, spread=0.05)
+    assert host_report(quiet, 0.2, []) is None or "load average" in host_report(quiet, 0.2, [])
+    said = host_report(quiet, 0.2, [(4242, "stress", 0.98), (4343, "python", 0.95)])
+    assert said.startswith("warning: this host is busy: other processes use 1.9 of its")
+    assert "stress (pid 4242) 98% of a core" in said and "marked unstable" in said
+    shaky = host_report(Calibration(step_s=0.1, spread=0.35), 0.2, [])
+    assert "took 35% apart (bench.max_spread 20%)" in shaky
+
+
+def _spin(seconds: float) -> None:
+    end = time.time() + seconds
+    while time.time() < end:
+        pass
+
+
+def test_a_spinning_process_is_seen():
+    spinner = multiprocessing.get_context("spawn").Process(target=_spin, args=(4.0,))
+    spinner.start()
+    try:
+        time.sleep(1.0)  # past the interpreter's start
+        assert spinner.pid in {pid for pid, _, _ in busy_processes(window_s=1.0)}
+    finally:
+        spinner.terminate()
+        spinner.join()
+
+
+def test_the_calibration_times_the_models_step():
+    calibration = calibrate(torch.device("cpu"), batch_size=32, blocks=3, block_s=0.05)
+    assert calibration.step_s > 0 and calibration.spread >= 0
+    assert set(calibration.to_json()) == {"step_s", "spread"}
+
+
+def test_pace_with_nothing_done_is_the_whole_estimate():
+    pace = Pace({"a": 10.0, "b": 30.0})
+    assert pace.left([], 0.0) == 40.0 and pace.total() == 40.0
