@@ -31,11 +31,17 @@ bench: setup
 	PATH="$(abspath $(BIN)):$$PATH" dvc repro
 	PATH="$(abspath $(BIN)):$$PATH" dvc metrics show
 
-# The shape of the answer in minutes (`bench.quick`), run as an experiment in a scratch copy:
-# the workspace and the committed figures stay as they are; `dvc exp show` lists it beside
-# them and `dvc exp apply bench-quick` puts it in the tables (marked quick there).
+# The shape of the answer in minutes (`bench.quick`), run as an experiment in a scratch copy
+# (.dvc/tmp/exps/tmp*): the workspace and the committed figures stay as they are; `dvc exp show`
+# lists it beside them and `dvc exp apply bench-quick` puts it in the tables (marked quick
+# there). Stopped or failed, the scratch copy this run made is removed (no other).
 bench-quick: setup
-	PATH="$(abspath $(BIN)):$$PATH" dvc exp run --temp -n bench-quick -S bench.quick=true
+	@before="$$(ls -d .dvc/tmp/exps/tmp* 2>/dev/null | tr '\n' ' ')"; \
+	cleanup() { for dir in .dvc/tmp/exps/tmp*; do [ -e "$$dir" ] || continue; \
+	  case " $$before " in *" $$dir "*) ;; *) rm -rf "$$dir";; esac; done; }; \
+	trap 'cleanup; echo "bench-quick stopped: its scratch copy removed" >&2; exit 130' INT TERM; \
+	PATH="$(abspath $(BIN)):$$PATH" dvc exp run --temp -n bench-quick -S bench.quick=true; status=$$?; \
+	cleanup; [ $$status -eq 0 ] || exit $$status; \
 	PATH="$(abspath $(BIN)):$$PATH" dvc exp show --only-changed --drop 'Created|State|Executor|.*/' --no-pager
 
 # After an interrupted `dvc repro` left dvc.lock cut short ("validation failed" from every dvc

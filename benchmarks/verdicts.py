@@ -1,8 +1,8 @@
 """The verdict of `python -m pipeline profile` on four loops built to be bound by one thing
-each (benchmarks/verdict_loops.py), on a quiet host and beside two CPU-spinning processes:
-the verdict's first line and its evidence, per loop and load.
+each (benchmarks/verdict_loops.py), on the host as it is and beside two CPU-spinning
+processes: per loop and load, the step and its parts, the bound, and the evidence.
 
-    python benchmarks/verdicts.py [--loops data compute tiny threads] [--busy 2]
+    python benchmarks/verdicts.py [--loops data compute tiny threads] [--busy 2] [--full]
 """
 
 from __future__ import annotations
@@ -30,10 +30,23 @@ def profile(kind: str) -> str:
     return done.stdout if done.returncode == 0 else f"exit {done.returncode}: {done.stderr.strip()[-300:]}"
 
 
+def brief(out: str) -> str:
+    """The report's first line (the step and its parts), the bound, and the `Why:` paragraph."""
+    lines = out.rstrip().splitlines()
+    at = next((i for i, line in enumerate(lines) if "-BOUND" in line), None)
+    why = next((i for i, line in enumerate(lines) if line.startswith("Why: ")), None)
+    if at is None or why is None:
+        return out.rstrip()
+    head = " ".join(lines[:at])
+    bound = lines[at].split(":")[0]
+    return "\n".join([head, bound, " ".join(lines[why:])])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--loops", nargs="+", default=["data", "compute", "tiny", "threads"])
     parser.add_argument("--busy", type=int, default=2, help="CPU-spinning processes for the busy runs")
+    parser.add_argument("--full", action="store_true", help="print each whole report, not its summary")
     args = parser.parse_args()
     for kind in args.loops:
         for busy in (0, args.busy):
@@ -47,7 +60,7 @@ def main() -> None:
                     process.terminate()
                     process.join()
             print(f"== {kind}, {busy} spinning processes beside it")
-            print(out.rstrip())
+            print(out.rstrip() if args.full else brief(out))
 
 
 if __name__ == "__main__":
