@@ -3,11 +3,11 @@ and gathered from in place, verified block by block as batches touch it.
 
 One read path, whatever the process: the main process and every DataLoader worker read
 through maps of the shards, whose pages are the kernel's page cache (shared, and dropped by
-the kernel under pressure). What a process holds is bounded by policy, not by its role: at
-most `max_open` maps are open at once (each costs a file descriptor; the default is a
-quarter of the descriptor limit), and at most `max_resident` bytes of shards are mapped; the
-least recently used map is closed past either, and a shard mapped again must be the very
-file first verified. `pread=True` reads rows with pread instead of through the maps, for a
+the kernel under pressure). What a process holds is bounded by policy, not by its role:
+each map costs a file descriptor, so all the splits of a process keep at most their share
+of its descriptor limit of maps open (`process_max_open`), a split at most `max_open` when given, and at most
+`max_resident` bytes of shards mapped; past a bound the split's least recently used map is
+closed, and a shard mapped again must be the very file first verified. `pread=True` reads rows with pread instead of through the maps, for a
 caller who names it. zstd shards are decompressed into this process's memory when the split
 is opened; their size must fit `max_resident`.
 
@@ -172,13 +172,17 @@ def in_worker() -> bool:
     return data is not None and data.get_worker_info() is not None
 
 
-def default_max_open() -> int:
-    """Maps a split keeps open by default: a quarter of this process's descriptor limit (each
-    map holds a descriptor), at least 4 and at most 4096."""
+def process_max_open() -> int:
+    """Maps all the splits of this process keep open at once: its descriptor limit less a
+    reserve for everything else (an eighth, at least 128: a DataLoader's pipes and the
+    descriptors of the batches its workers hand over), at least 4 and at most 65,536."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY or soft <= 0:
-        return 4096
-    return max(4, min(4096, soft // 4))
+        return 1 << 16
+    return max(4, min(1 << 16, soft - max(128, soft // 8)))
+
+
+_OPEN_MAPS = [0]  # maps open in this process, every split's (a forked child inherits them with the count)
 
 
 def _xxh3_64(data) -> bytes:
@@ -306,8 +310,10 @@ class MappedSplit:
     def _open(self, location, dataset, split, verify, max_resident, max_open, pread, cache, cache_bytes,
               storage_options, deadlines) -> None:
         self.verify, self.max_resident, self.pread = verify, max_resident, pread
-        self.max_open = max_open or default_max_open()
+        self.max_open = max_open  # None: only the process's bound (`process_max_open`)
+        self.process_max_open = process_max_open()
         self.opened: OrderedDict[int, None] = OrderedDict()  # shards with a map open, least recently used first
+        self.held = 0  # bytes of the shards in `opened`
         self.dir_fd: int | None = None
         self.remote: RemoteShards | None = None
         if is_url(location):
@@ -333,6 +339,7 @@ class MappedSplit:
         self.templates = allocate(self.sample, 0)
         self.row_bytes = [f.row_bytes for f in self.sample.fields]
         self.shards: list[MappedShard | None] = [None] * len(self.counts)
+        self.seen = np.zeros(len(self.counts), bool)  # shards mapped at least once (their offsets known)
         # Which blocks of the whole split are verified, one flag per block, each shard's flags
         # a view of its range (sized from its stated bytes, an upper bound on its data area):
         # a batch's blocks are looked up in one call however many shards it touches. The
@@ -389,15 +396,20 @@ class MappedSplit:
             if self.done is not None:
                 self._track(number, fresh)
             self.shards[number] = shard = fresh
+            self.seen[number] = True
         else:  # mapped again: the very file first verified, its verified blocks kept
             shard.mapped, shard.view, shard.columns, shard.fd = fresh.mapped, fresh.view, fresh.columns, fresh.fd
         self.opened[number] = None
+        _OPEN_MAPS[0] += 1
+        self.held += self.manifest["shards"][number]["bytes"]
         self._trim(keep=number)
         return shard
 
     def _map(self, number: int, known: MappedShard | None) -> MappedShard:
         """Map shard `number`: verified as the split asks the first time (`known` None); again
         after its map was closed, refused unless it is the file first mapped."""
+        if known is not None and self.remote is None:
+            return self._remap(number, known)
         verify = self.verify if known is None else "none"
         if self.remote is None:
             fresh = map_shard(self.location, self.manifest["shards"][number], self.templates, verify, self.block,
@@ -411,19 +423,55 @@ class MappedSplit:
                              f"since); open the split again")
         return fresh
 
+    def _remap(self, number: int, known: MappedShard) -> MappedShard:
+        """Shard `number` mapped again after its map was closed: the file first verified (same
+        device, inode, size and mtime), its arrays laid over the new map where its checked
+        header put them (nothing parsed again, so that a split of more shards than maps open
+        pays a few system calls per shard it maps again, not a header)."""
+        path, fd, size = open_shard(self.location, self.manifest["shards"][number], self.dir_fd)
+        try:
+            if _identity(os.fstat(fd)) != known.identity:
+                raise ShardError(f"{path}: another file than the one this process verified (replaced or rewritten "
+                                 f"since); open the split again")
+            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except OSError as err:
+            os.close(fd)
+            raise ShardError(f"{path}: cannot be mapped ({err.strerror or reason(err)})") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        count = self.counts[number]
+        columns = {f.name: np.frombuffer(mapped, f.dtype, count * math.prod(f.shape),
+                                         known.data_start + offset).reshape(count, *f.shape)
+                   for f, offset in zip(self.sample.fields, known.offsets)}
+        fresh = MappedShard(path, columns, mapped, identity=known.identity, size=size)
+        if known.block:
+            fresh.view = memoryview(mapped)[known.data_start :]
+        if self.pread:
+            fresh.fd = fd
+            fresh.let_go()
+        else:
+            os.close(fd)
+        return fresh
+
+    def _over(self) -> bool:
+        """Whether this split must close a map: more than `max_open` open, more than the
+        process's bound open over all its splits, or more than `max_resident` bytes mapped."""
+        return (self.max_open is not None and len(self.opened) > self.max_open
+                or _OPEN_MAPS[0] > self.process_max_open
+                or self.max_resident is not None and self.held > self.max_resident)
+
     def _trim(self, keep: int | None = None) -> None:
-        """Close the least recently used maps (but `keep`'s) while more than `max_open` are
-        open or their shards take more than `max_resident` bytes."""
+        """Close this split's least recently used maps (never `keep`'s, the one in use) while
+        it is over a bound (`_over`)."""
         sizes = self.manifest["shards"]
-        held = sum(sizes[number]["bytes"] for number in self.opened) if self.max_resident is not None else 0
-        for number in list(self.opened):
-            over = len(self.opened) > self.max_open or (self.max_resident is not None and held > self.max_resident)
-            if not over:
+        while self.opened and self._over():
+            number = next(iter(self.opened))
+            if number == keep:  # (the one in use is the most recent: alone, then)
                 return
-            if number == keep:
-                continue
             del self.opened[number]
-            held -= sizes[number]["bytes"] if self.max_resident is not None else 0
+            _OPEN_MAPS[0] -= 1
+            self.held -= sizes[number]["bytes"]
             self.shards[number].close_map()
 
     def _track(self, number: int, shard: MappedShard) -> None:
@@ -476,10 +524,19 @@ class MappedSplit:
         """Rows `rows[a:b]` of shard `number` into `out[a:b]` for each (number, a, b), each
         group's shard mapped (its size checked) and the blocks its rows lie in verified just
         before they are read: however many shards a batch touches, only the bounded set of
-        maps is open."""
+        maps is open. The blocks due are found once per batch for the shards mapped before,
+        per group only for a shard mapped for the first time (its offsets come with it)."""
+        known = self.seen[owner]
+        due = self._due_blocks(owner[known], rows[known])
+        if len(self.opened) >= len(groups) // 2:  # maps open first: the batch's misses do not close them before use
+            groups = sorted(groups, key=lambda group: group[0] not in self.opened)
         for number, a, b in groups:
+            first = not self.seen[number]
             shard = self.shard(number)  # mapped (fetched) on first touch, its size checked
-            self._check_blocks(owner[a:b], rows[a:b])
+            blocks = self._due_blocks(owner[a:b], rows[a:b]).get(number, []) if first else due.get(number, [])
+            for block in blocks:
+                shard.check_block(block)
+                self.left -= 1
             if shard.fd is not None:
                 shard.read_rows(rows[a:b], self.row_bytes, a, out)
                 continue
@@ -488,11 +545,11 @@ class MappedSplit:
                 values.take(picked, 0, out[name][a:b])
         self._trim()
 
-    def _check_blocks(self, owner: np.ndarray, rows: np.ndarray) -> None:
-        """Verify every block not verified yet that the rows (of shards `owner`, mapped) lie
-        in; a mismatch is a ShardError naming file and block."""
+    def _due_blocks(self, owner: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
+        """The blocks not verified yet that the rows (of shards `owner`, each mapped before)
+        lie in: {shard number: its block numbers}, found for all the rows at once."""
         if not self.left or not len(rows):
-            return
+            return {}
         firsts, lasts = [], []
         for field, row in enumerate(self.row_bytes):
             first = self.field_offsets[owner, field] + rows * row
@@ -502,10 +559,12 @@ class MappedSplit:
         base = self.block_base[np.concatenate([owner] * len(self.row_bytes))]
         span = last - first + 1  # blocks per row and field (1 or 2 unless a row is larger than a block)
         ids = np.repeat(base + first, span) + np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span, span)
-        for block in np.unique(ids[~self.done[ids]]).tolist():
-            number = int(np.searchsorted(self.block_base, block, side="right")) - 1
-            self.shards[number].check_block(block - int(self.block_base[number]))
-            self.left -= 1
+        pending = np.unique(ids[~self.done[ids]])
+        numbers = np.searchsorted(self.block_base, pending, side="right") - 1
+        due: dict[int, list[int]] = {}
+        for number, block in zip(numbers.tolist(), (pending - self.block_base[numbers]).tolist()):
+            due.setdefault(number, []).append(block)
+        return due
 
     def wait(self) -> None:
         """Map (fetch) and verify every shard now; raise what is wrong."""
@@ -520,6 +579,7 @@ class MappedSplit:
         return {"_args": self._args}
 
     def __del__(self) -> None:
+        _OPEN_MAPS[0] -= len(getattr(self, "opened", ()))  # (their maps close with their arrays)
         for shard in getattr(self, "shards", []):
             if shard is not None:
                 shard.close()
