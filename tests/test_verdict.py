@@ -62,6 +62,19 @@ def test_compute_without_counted_flops_says_its_evidence_is_weak():
     assert said.startswith("COMPUTE-BOUND (weak evidence): ") and "the profiler counted no FLOPs" in said
 
 
+def test_kernels_too_short_to_fill_a_gpu_are_dispatch_without_counted_flops():
+    """A graph-replayed or compiled step counts no FLOPs; 73 kernels of 6 us each say enough."""
+    per = {"data_wait_s": 0.0, "copy_s": 0.0, "compute_s": 73 * 6e-6, "overhead_s": 0.0001, "other_s": 0.0,
+           "step_s": 73 * 6e-6 + 0.0001, "steps": 20, "host_wait_s": 0.0001, "launch_gap_s": 0.0}
+    replayed = Budget(per_step=per, device="cuda:0", kernels_per_step=73.0, machine="h100")
+    said = verdict(replayed)
+    assert said.startswith("DISPATCH-BOUND: time inside kernels is 81% of the step"), said
+    assert "fewer, larger kernels" in said and "73 kernels a step, 6 us each" in said
+    big = Budget(per_step={**per, "compute_s": 73 * 60e-6, "step_s": 73 * 60e-6 + 0.0001}, device="cuda:0",
+                 kernels_per_step=73.0, machine="h100")
+    assert verdict(big).startswith("COMPUTE-BOUND (weak evidence)")
+
+
 def test_two_parts_close_to_each_other_are_both_named():
     loop = budget({"data_wait": 0.49, "compute": 0.41, "overhead": 0.1}, flop_per_step=0.3 * PEAK.float32 * 0.01)
     found = diagnose(loop)

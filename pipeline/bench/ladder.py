@@ -42,8 +42,8 @@ from pipeline.budget.units import duration
 
 @dataclass(frozen=True)
 class BenchSettings:
-    """params.yaml's `bench` block, as the params schema (`pipeline.core.params`) checked it:
-    that schema is the one place its keys, ranges and defaults are stated."""
+    """params.yaml's `bench` block, as its settings model (`pipeline.stages.bench_settings`)
+    checked it: that model is the one place its keys, ranges and defaults are stated."""
 
     parquet_codec: str                   # the naive rungs' Parquet codec (dvc.yaml picks the folder)
     epochs: int

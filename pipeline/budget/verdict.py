@@ -9,7 +9,8 @@ A verdict is a claim, so it rests on evidence, not on the largest share alone:
   device's measured float32 peak (`peak`); below NEGLIGIBLE of it the time inside ops is the cost of
   dispatching small ops (or launching small kernels), and the advice is about that;
 - two parts within CLOSE of each other are both named;
-- without counted FLOPs or a peak, a compute claim says its evidence is weak.
+- without counted FLOPs or a peak, a compute claim says its evidence is weak, unless the
+  device's kernels average under SMALL_KERNEL_S: kernels that short cannot fill a GPU.
 
 Each part's rule ties its change to the rungs of the ladder that measured that very change
 (before -> after), so that given a bench metrics document (`metrics/bench/<dataset>.json`)
@@ -27,6 +28,7 @@ LABELS = {"data_wait": "data wait", "copy": "copy", "compute": "compute", "overh
 MEANINGFUL = 0.10     # of the float32 peak: below it, compute is claimed as weak
 NEGLIGIBLE = 0.01     # of the float32 peak: below it, time in ops is dispatch, not arithmetic
 CLOSE = 0.10          # two shares this close (fraction of the step) are both named
+SMALL_KERNEL_S = 20e-6  # a device kernel shorter than this on average cannot fill the device
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,9 @@ def _compute_evidence(budget) -> tuple[str, str, bool]:
     if count:
         each = f"; {count:.0f} {unit} a step, {duration(budget.per_step['compute_s'] / count)} each"
     if fraction is None:
+        if budget.kernels_per_step and budget.per_step["compute_s"] / budget.kernels_per_step < SMALL_KERNEL_S:
+            return "dispatch", (f"no FLOPs counted, but the kernels average under {duration(SMALL_KERNEL_S)}: too "
+                                f"short to fill the device{each}"), False
         why = ("the profiler counted no FLOPs for these ops" if not budget.flop_per_step
                else "no peak of this device to set them against")
         return "compute", f"{why}, so how hard they compute is unknown{each}", True
