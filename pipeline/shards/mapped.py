@@ -28,7 +28,6 @@ import math
 import mmap
 import os
 import resource
-import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,13 +162,6 @@ class MappedShard:
 def _identity(status: os.stat_result) -> tuple[int, ...]:
     """What tells one file from another that took its name: device, inode, size, mtime."""
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
-
-
-def in_worker() -> bool:
-    """Whether this process is a DataLoader worker. Asked without importing anything: a
-    process that never imported torch's data package is no worker of it."""
-    data = sys.modules.get("torch.utils.data")
-    return data is not None and data.get_worker_info() is not None
 
 
 def process_max_open() -> int:
