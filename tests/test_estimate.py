@@ -66,8 +66,8 @@ def test_the_announcement_names_what_the_estimate_rests_on():
     calibration = Calibration(step_s=0.2, spread=0.0)
     pace = pace_for(document("amd-epyc-2c"), calibration, ("naive", "device"))
     said = announce("mnist", document("amd-epyc-2c"), calibration, pace, {"fashion-mnist": 900.0})
-    assert said.startswith("bench mnist: about 1200 s here; the whole bench, with fashion-mnist, about 2100 s")
-    assert "200 ms here, 100 ms on amd-epyc-2c, whose bench of mnist took 600 s" in said
+    assert said.startswith("bench mnist: about 20 min here; the whole bench, with fashion-mnist, about 35 min")
+    assert "200 ms here, 100 ms on amd-epyc-2c, whose bench of mnist took 10 min" in said
     assert "no earlier bench" in announce("mnist", None, calibration, None, {})
 
 

@@ -97,7 +97,8 @@ def test_contending_threads_are_said_first_with_their_fix():
 
 
 def test_durations_read_in_their_unit():
-    assert [duration(s) for s in (0.000743, 0.0591, 1.05, 1049.6)] == ["743 us", "59.1 ms", "1.05 s", "1050 s"]
+    assert [duration(s) for s in (0.000743, 0.0591, 1.05, 99.4, 1049.6, 9000)] == [
+        "743 us", "59.1 ms", "1.05 s", "99.4 s", "17.5 min", "2.5 h"]
 
 
 def tiny_loop(budget_: TimeBudget, seen_threads: list[int] | None = None) -> None:

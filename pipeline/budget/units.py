@@ -4,13 +4,15 @@ from __future__ import annotations
 
 
 def duration(seconds: float) -> str:
-    """Microseconds below a millisecond, milliseconds below a second, else seconds; three
-    significant digits, and whole seconds from a hundred on."""
+    """Microseconds below a millisecond, milliseconds below a second, seconds below a hundred,
+    then minutes, then hours; three significant digits at most."""
     if seconds < 1e-3:
         return f"{seconds * 1e6:.3g} us"
     if seconds < 1:
         return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s" if seconds < 100 else f"{seconds:.0f} s"
+    if seconds < 100:
+        return f"{seconds:.3g} s"
+    return f"{seconds / 60:.3g} min" if seconds < 6000 else f"{seconds / 3600:.3g} h"
 
 
 def rate(flop_s: float) -> str:
