@@ -219,12 +219,14 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, s
         Codec.parse(codec)
     except ValueError as err:
         raise InputError(f"CODEC: {err}") from None
-    rows = int(read_section(params_path, ConvertParams, "convert")["row_group_rows"])
+    settings = read_section(params_path, ConvertParams, "convert")
+    rows = int(settings["row_group_rows"])
     # Python's own Ctrl-C handler back in place of the one polars installs when imported, which
     # loses the interrupt outside polars' own calls (pola-rs/polars#21739); the conversion
     # runs off this thread (`interruptible`), so Ctrl-C stops it at once.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    convert_dataset(csv_dir, out, figures, codec, rows, rows=known_rows(sources_path, dataset))
+    convert_dataset(csv_dir, out, figures, codec, rows, rows=known_rows(sources_path, dataset),
+                    engine=str(settings.get("engine", "local")))
 
 
 @main.command()
@@ -245,12 +247,13 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
 
 @main.command()
 @click.argument("dataset")
-@input_dir("--parquet", "Folder holding train.parquet and test.parquet (either layout).")
+@click.option("--parquet", required=True, help="Folder holding train.parquet and test.parquet (either layout); "
+              "with shard.engine ray, also a URL every Ray node reads (s3://bucket/parquet/mnist/zstd-3/compact).")
 @output_path("--out", "Folder for train/ and test/ shard folders.")
 @SOURCES_OPTION
 @PARAMS_OPTION
 @stage_command
-def shard(dataset: str, parquet: Path, out: Path, sources_path: Path, params_path: Path) -> None:
+def shard(dataset: str, parquet: str, out: Path, sources_path: Path, params_path: Path) -> None:
     """Write DATASET's Parquet as safetensors shards with a checksummed manifest.
 
     The samples must be DATASET's as published: their images and labels, written out as IDX
@@ -258,13 +261,15 @@ def shard(dataset: str, parquet: Path, out: Path, sources_path: Path, params_pat
     split is refused, naming what it holds); the manifest records both digests."""
     from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
-    from pipeline.stages.shard import published_pins, shard_dataset
+    from pipeline.stages.shard import parquet_source, published_pins, shard_dataset
     from pipeline.stages.shard_settings import ShardParams
 
     settings = read_section(params_path, ShardParams, "shard")
-    shard_dataset(parquet, out, dataset, int(settings["samples_per_shard"]), str(settings["compression"]),
+    engine = str(settings.get("engine", "local"))
+    source = parquet_source(parquet, engine)
+    shard_dataset(source, out, dataset, int(settings["samples_per_shard"]), str(settings["compression"]),
                   int(settings["level"]), rows=known_rows(sources_path, dataset),
-                  pins=published_pins(sources_path, dataset))
+                  pins=published_pins(sources_path, dataset), engine=engine)
 
 
 @main.command()

@@ -94,6 +94,11 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/stages/sample.py", {"csv", "convert", "shard"}),
     ("pipeline/stages/convert.py", {"convert"}), ("pipeline/stages/codecs.py", {"codecs"}),
     ("pipeline/stages/shard.py", {"shard"}), ("pipeline/stages/machine.py", {"machine"}),
+    # The Ray engine of the data stages (engine: ray): its setting is read by every reader of
+    # their settings models; the cluster is both stages'; each stage's tasks are its own.
+    ("pipeline/stages/engine_settings.py", {"params", "convert", "codecs", "summary", "shard"}),
+    ("pipeline/stages/ray_cluster.py", {"shard"}),
+    ("pipeline/stages/ray_shard.py", {"shard"}),
     ("pipeline/stages/bench.py", {"bench"}), ("pipeline/stages/train.py", {"train"}),
     ("pipeline/stages/metrics.py", {"summary", "report"}), ("pipeline/stages/summary.py", {"summary"}),
     ("pipeline/stages/report/", {"report"}),

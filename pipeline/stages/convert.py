@@ -275,7 +275,7 @@ def interruptible(work: Callable[[], None], poll_s: float = 0.1) -> None:
 
 
 def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec: str,
-                    row_group_rows: int = 65536, rows: dict[str, int] | None = None) -> dict:
+                    row_group_rows: int = 65536, rows: dict[str, int] | None = None, engine: str = "local") -> dict:
     """Stage `convert@<dataset>-<codec>`: both splits, both layouts, one codec; with `rows`
     (sources.yaml), each split must have its count."""
     codec = Codec.parse(codec_spec)

@@ -1,6 +1,6 @@
 """params.yaml's `convert` section: the codecs each data set is converted with, the row
-groups, and the codec and layout under study. The convert stage reads it, and so do the
-stages that gather or quote its files (codecs, summary)."""
+groups, the codec and layout under study, and the engine that runs it (local or Ray). The
+convert stage reads it, and so do the stages that gather or quote its files (codecs, summary)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pydantic import Field, StrictInt, StrictStr, field_validator, model_validat
 
 from pipeline.core.codec import Codec
 from pipeline.core.strict import Strict
+from pipeline.stages.engine_settings import Engine
 
 
 class ConvertParams(Strict):
@@ -22,6 +23,9 @@ class ConvertParams(Strict):
     row_group_rows: StrictInt = Field(ge=1024, le=1 << 20)
     codec: StrictStr
     layout: Literal["wide", "compact"]
+    # local: one process; ray: the CSV parsed and checked by Ray tasks, the same Parquet bytes
+    # (docs/scale.md). Not a DVC param of the stage: switching it alone reruns nothing.
+    engine: Engine = "local"
 
     @field_validator("codecs")
     @classmethod

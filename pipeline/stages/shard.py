@@ -11,6 +11,7 @@ Parquet is columnar), then the images as they stream.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sys
 from typing import Any
@@ -33,15 +34,41 @@ from pipeline.stages.idxheader import idx_header
 from pipeline.stages.sample import MNIST
 
 
+def is_url(path: Path | str) -> bool:
+    """A split given as an object-store URL (`s3://...`), read through fsspec, not a path."""
+    return "://" in str(path)
+
+
 @contextmanager
-def _parquet(path: Path, rows: int | None = None) -> Iterator[pq.ParquetFile]:
+def _parquet(path: Path | str, rows: int | None = None) -> Iterator[pq.ParquetFile]:
     """The split opened for streaming, its columns and (given `rows`) its row count checked
     before any page is read. Any damage, found opening it (footer) or reading it (a page's
-    CRC, a column missing or mistyped), becomes one error naming the file."""
+    CRC, a column missing or mistyped), becomes one error naming the file. A URL is read
+    through fsspec (the Ray engine's tasks read a split from object storage)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            opened = stack.enter_context(_open_url(str(path))) if is_url(path) else path
+            # pre_buffer off + a 1 MiB buffered stream: pages are read as decoded, not whole
+            # column chunks ahead: Arrow's peak stays near a page, not a column chunk.
+            source = pq.ParquetFile(opened, page_checksum_verification=True, pre_buffer=False,
+                                    buffer_size=1 << 20)
+        except (OSError, ValueError, KeyError, pa.ArrowException) as err:
+            raise DataError(f"{path}: not a readable Parquet split ({reason(err)})") from None
+        with _checked(path, source, rows):
+            yield source
+
+
+def _open_url(url: str) -> Any:
+    """The object at `url`, open for reading through fsspec (the `[s3]` extra for s3://)."""
+    import fsspec
+
+    return fsspec.open(url, "rb").open()
+
+
+@contextmanager
+def _checked(path: Path | str, source: pq.ParquetFile, rows: int | None) -> Iterator[None]:
+    """Columns and row count checked; damage found while the caller reads becomes one error."""
     try:
-        # pre_buffer off + a 1 MiB buffered stream: pages are read as decoded, not whole
-        # column chunks ahead: Arrow's peak stays near a page, not a column chunk.
-        source = pq.ParquetFile(path, page_checksum_verification=True, pre_buffer=False, buffer_size=1 << 20)
         check_types(path, source.schema_arrow)
         names = set(source.schema_arrow.names)
         wanted = ["label", "image"] if "image" in names else COLUMNS
@@ -52,7 +79,7 @@ def _parquet(path: Path, rows: int | None = None) -> Iterator[pq.ParquetFile]:
         if rows is not None and source.metadata.num_rows != rows:
             raise DataError(f"{path}: {source.metadata.num_rows:,} rows, but the data set's split has {rows:,} "
                             f"(sources.yaml rows)")
-        yield source
+        yield
     except DataError:
         raise
     except (OSError, ValueError, KeyError, pa.ArrowException) as err:
@@ -66,15 +93,17 @@ def _complete(path: Path, batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch
 
 
-def iter_samples(path: Path, batch_rows: int = 8192, rows: int | None = None
-                 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(labels [b], images [b, 784]) uint8 batches of a split, either layout, in file order."""
+def iter_samples(path: Path | str, batch_rows: int = 8192, rows: int | None = None,
+                 row_groups: list[int] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(labels [b], images [b, 784]) uint8 batches of a split, either layout, in file order
+    (only `row_groups`, when given: a Ray task reads its own part of the split)."""
     with _parquet(path, rows) as source:
         compact = "image" in source.schema_arrow.names
         columns = ["label", "image"] if compact else COLUMNS
         # use_threads=False: pyarrow's threaded reader decodes row groups ahead, which is
         # memory growing with the file; one at a time keeps it bounded.
-        for batch in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
+        for batch in source.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=columns,
+                                         use_threads=False):
             batch = _complete(path, batch)
             labels = batch.column(0).to_numpy()
             if compact:
@@ -86,7 +115,7 @@ def iter_samples(path: Path, batch_rows: int = 8192, rows: int | None = None
                 yield labels, np.ascontiguousarray(by_column.T)
 
 
-def _label_digests(path: Path, rows: int | None = None) -> tuple[Any, Any, int]:
+def label_digests(path: Path | str, rows: int | None = None) -> tuple[Any, Any, int]:
     """The first pass, the label column only: sha256 over every label (the content digest's
     start), sha256 of the labels as an IDX file, and the row count."""
     content, idx = hashlib.sha256(), hashlib.sha256()
@@ -136,7 +165,7 @@ def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, sampl
     again as they stream (row groups that state fewer rows than their pages hold). With
     `pins`, its labels (before any shard is written) and its images must be the published
     files' samples, in their order. The manifest's `source` records both IDX digests."""
-    digest, labels_idx, count = _label_digests(source, rows)
+    digest, labels_idx, count = label_digests(source, rows)
     if pins is not None:
         pins.check(source, "labels", labels_idx.hexdigest(), dataset, split)
     images_idx = hashlib.sha256(idx_header(0x08, (count, *IMAGE_SHAPE)))
@@ -158,7 +187,93 @@ def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, sampl
                           "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()}})
 
 
-def _check_folder(folder: Path) -> None:
+def split_digests(source: Path | str, rows: int | None = None, batch_rows: int = 8192) -> dict:
+    """The manifest's `source` of a split (content digest, both IDX digests), computed as
+    `stream_split` computes them: each is one sequential sha256 over the whole split, so the
+    Ray engine runs this as one task beside the writers, which cannot share a hash."""
+    digest, labels_idx, count = label_digests(source, rows)
+    images_idx = hashlib.sha256(idx_header(0x08, (count, *IMAGE_SHAPE)))
+    seen = 0
+    for labels, images in iter_samples(source, batch_rows, rows):
+        digest.update(images.tobytes())
+        images_idx.update(images.tobytes())
+        seen += len(labels)
+        if seen > count:
+            raise DataError(f"{source}: more rows than its footer states ({count:,})")
+    if seen != count:
+        raise DataError(f"{source}: {seen:,} rows, but its footer states {count:,}")
+    return {"content_sha256": digest.hexdigest(),
+            "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()}}
+
+
+@dataclass(frozen=True)
+class Block:
+    """Samples `first`..`first + count` of a split, a whole number of shards (the last may be
+    short), read from `row_groups` after skipping `skip` rows of the first of them."""
+
+    first: int
+    count: int
+    row_groups: tuple[int, ...]
+    skip: int
+
+
+def plan_blocks(source: Path | str, samples_per_shard: int, rows: int | None = None) -> tuple[int, list[Block]]:
+    """(the split's rows, its blocks): each block whole shards, at least one row group's worth,
+    so that a task decodes little it then skips and `merge_parts` can tile the split."""
+    with _parquet(source, rows) as parquet:
+        meta = parquet.metadata
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    total = meta.num_rows
+    step = max(1, -(-max(sizes, default=1) // samples_per_shard)) * samples_per_shard
+    starts = np.cumsum([0, *sizes])
+    blocks = []
+    for first in range(0, total, step):
+        count = min(step, total - first)
+        groups = [i for i in range(len(sizes)) if starts[i] < first + count and starts[i + 1] > first]
+        blocks.append(Block(first, count, tuple(groups), first - int(starts[groups[0]])))
+    return total, blocks
+
+
+def write_block(source: Path | str, folder: Path, block: Block, *, total: int, dataset: str, split: str,
+                samples_per_shard: int, compression: str, level: int, batch_rows: int = 8192,
+                hook: Any = None) -> int:
+    """One block of a split written as a part (`ShardWriter` with `first_sample`) into
+    `folder`: a Ray task's work. Memory: one shard and one batch, whatever the split. `hook`
+    (tests only) is called with (first, samples written) after each batch. Returns the count."""
+    with ShardWriter(folder, sample=MNIST, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
+                     compression=compression, level=level, origin=str(source), first_sample=block.first,
+                     total=total) as writer:
+        skip = block.skip
+        for labels, images in iter_samples(source, batch_rows, row_groups=list(block.row_groups)):
+            start = min(skip, len(labels))
+            skip -= start
+            take = slice(start, min(len(labels), start + block.count - writer.count))
+            if take.stop > take.start:
+                writer.add({"images": images[take].reshape(-1, *IMAGE_SHAPE), "labels": labels[take]})
+                if hook is not None:
+                    hook(block.first, writer.count)
+            if writer.count == block.count:
+                break
+        if writer.count != block.count:
+            raise DataError(f"{source}: samples {block.first:,}.. hold {writer.count:,} rows, but its footer "
+                            f"states {block.count:,} there")
+        writer.finish()
+    return block.count
+
+
+def parquet_source(given: str, engine: str) -> Path | str:
+    """The shard stage's `--parquet`: an existing folder, or (engine ray) a URL."""
+    if is_url(given):
+        if engine != "ray":
+            raise DataError(f"{given}: a URL is read by shard.engine ray only; copy it to a folder, or set "
+                            f"shard.engine: ray")
+        return given
+    if not Path(given).is_dir():
+        raise DataError(f"{given}: no such folder (the convert stage's <codec>/<layout> folder)")
+    return Path(given)
+
+
+def check_folder(folder: Path) -> None:
     """A folder holding the splits' Parquet files; one level too high is named as such."""
     if (folder / f"{SPLITS[0]}.parquet").exists() or not folder.is_dir():
         return
@@ -171,11 +286,17 @@ def _check_folder(folder: Path) -> None:
 
 def shard_dataset(parquet_dir: Path, out_dir: Path, dataset: str, samples_per_shard: int,
                   compression: str, level: int, rows: dict[str, int] | None = None,
-                  pins: dict[str, Pins] | None = None) -> None:
+                  pins: dict[str, Pins] | None = None, engine: str = "local") -> None:
     """Stage `shard@<dataset>`: both splits, checked against SHA256SUMS (and, given `rows`
     and `pins` per split, against the data set's row counts and published files), streamed
-    to shards; the whole folder swapped in at the end (both splits or neither)."""
-    _check_folder(Path(parquet_dir))
+    to shards; the whole folder swapped in at the end (both splits or neither). `engine`
+    "ray" writes each split's blocks as Ray tasks (pipeline.stages.ray_shard): same bytes."""
+    if engine == "ray":
+        from pipeline.stages.ray_shard import shard_dataset_ray
+
+        shard_dataset_ray(parquet_dir, out_dir, dataset, samples_per_shard, compression, level, rows=rows, pins=pins)
+        return
+    check_folder(Path(parquet_dir))
     with atomic_dir(Path(out_dir)) as tmp:
         for split in SPLITS:
             source = Path(parquet_dir) / f"{split}.parquet"

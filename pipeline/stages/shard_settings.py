@@ -1,5 +1,5 @@
 """params.yaml's `shard` section, as the shard stage reads it: how many samples a shard
-holds and how its files are compressed."""
+holds, how its files are compressed, and the engine that writes them (local or Ray)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, StrictInt
 
 from pipeline.core.strict import Strict
+from pipeline.stages.engine_settings import Engine
 
 
 class ShardParams(Strict):
@@ -16,3 +17,6 @@ class ShardParams(Strict):
     samples_per_shard: StrictInt = Field(ge=1, le=1 << 24)
     compression: Literal["none", "zstd"]
     level: StrictInt = Field(ge=1, le=22)
+    # local: one process; ray: Ray tasks, the same bytes (docs/scale.md). Not a DVC param of
+    # the stage: switching it alone reruns nothing.
+    engine: Engine = "local"

@@ -1,0 +1,215 @@
+"""`engine: ray` for the convert and shard stages, on a real Ray cluster of two nodes on
+127.0.0.1 (ray.cluster_utils.Cluster: a head and a second node, one CPU each) and, for the
+shard stage, input from S3 on a local moto server: the same bytes as the local engine, a
+worker killed mid-task retried to the same output, a part that never arrives one line."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import PARAMS, ROOT, make_split, tiny_dataset
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (the [ray] extra: pip install -e '.[ray]'); "
+                                        "the Ray engine's tests skip")
+
+from pipeline.core.errors import InputError  # noqa: E402
+from pipeline.stages.convert import convert_dataset  # noqa: E402
+from pipeline.stages.csvdata import write_csv  # noqa: E402
+from pipeline.stages.ray_cluster import PartLost  # noqa: E402
+from pipeline.stages.ray_shard import shard_dataset_ray  # noqa: E402
+from pipeline.stages.shard import shard_dataset  # noqa: E402
+
+ROWS = {"train": 601, "test": 130}
+NODE = {"num_cpus": 1, "object_store_memory": 200 << 20}
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under `folder`."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """moto's S3 in server mode on 127.0.0.1, one bucket; its environment is set in this
+    process before the cluster starts, so every Ray worker reads the same store."""
+    moto_server = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    import boto3
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.get_host_and_port()[1]}", "AWS_ACCESS_KEY_ID": "test",
+           "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"]).create_bucket(Bucket="data")
+    yield env
+    for key, value in saved.items():
+        os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(s3):
+    """A head and a second node on 127.0.0.1, one CPU each; this process joined to it. The
+    test module is pickled by value, so the hooks below run in the workers."""
+    from ray.cluster_utils import Cluster
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    nodes = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
+    nodes.add_node(**NODE)
+    nodes.wait_for_nodes()
+    ray.init(address=nodes.address, log_to_driver=False, logging_level="WARNING")
+    yield nodes
+    ray.shutdown()
+    nodes.shutdown()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A tiny data set's CSVs and its local engine's Parquet (zstd-3, row groups of 100),
+    and a sources file pinning it."""
+    root = tmp_path_factory.mktemp("data")
+    tiny = tiny_dataset(ROWS["train"], ROWS["test"], seed=3)
+    for split in ROWS:
+        write_csv(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], root / "csv" / f"{split}.csv")
+    convert_dataset(root / "csv", root / "pq", root / "fig.json", "zstd-3", row_group_rows=100)
+    (root / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"rows": ROWS, "files": tiny.files}}))
+    return root
+
+
+def local_shards(data: Path, out: Path, layout: str = "compact", **settings) -> dict[str, str]:
+    options = {"samples_per_shard": 25, "compression": "none", "level": 3, **settings}
+    shard_dataset(data / "pq" / layout, out, "tiny", rows=ROWS, **options)
+    return tree(out)
+
+
+@pytest.mark.parametrize("layout, compression", [("compact", "none"), ("wide", "zstd")])
+def test_ray_shards_are_the_local_engines_bytes(cluster, data, tmp_path, layout, compression):
+    """Both splits, shards and manifests, byte for byte, from blocks written on two nodes."""
+    expected = local_shards(data, tmp_path / "local", layout, compression=compression)
+    shard_dataset(data / "pq" / layout, tmp_path / "ray", "tiny", 25, compression, 3, rows=ROWS, engine="ray")
+    assert tree(tmp_path / "ray") == expected
+    assert len([name for name in expected if name.startswith("train/shard-")]) == 25
+
+
+def test_ray_reads_the_split_from_s3(cluster, data, s3, tmp_path):
+    """The Parquet folder on S3 (moto): every task reads its blocks from the store."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"])
+    folder = data / "pq"
+    for path in [folder / "SHA256SUMS", *sorted((folder / "compact").glob("*.parquet"))]:
+        client.put_object(Bucket="data", Key=f"pq/{path.relative_to(folder).as_posix()}", Body=path.read_bytes())
+    expected = local_shards(data, tmp_path / "local")
+    shard_dataset_ray("s3://data/pq/compact", tmp_path / "ray", "tiny", 25, "none", 3, rows=ROWS)
+    assert tree(tmp_path / "ray") == expected
+
+
+def kill_once(marker: str):
+    """A hook that kills its own worker (SIGKILL) the first time any task has written a shard."""
+    def hook(first: int, written: int) -> None:
+        if written >= 25:
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return
+            os.kill(os.getpid(), signal.SIGKILL)
+    return hook
+
+
+def kill_always(first: int, written: int) -> None:
+    """A hook that kills the worker writing the part from sample 200 on every try."""
+    if first == 200:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_killed_mid_task_is_retried_to_the_same_shards(cluster, data, tmp_path):
+    expected = local_shards(data, tmp_path / "local")
+    marker = tmp_path / "killed"
+    shard_dataset_ray(data / "pq" / "compact", tmp_path / "ray", "tiny", 25, "none", 3, rows=ROWS,
+                      hook=kill_once(str(marker)))
+    assert marker.exists(), "no worker was killed"
+    assert tree(tmp_path / "ray") == expected
+
+
+def test_a_part_that_never_arrives_is_one_line_and_no_split(cluster, data, tmp_path):
+    out = tmp_path / "ray"
+    with pytest.raises(PartLost) as err:
+        shard_dataset_ray(data / "pq" / "compact", out, "tiny", 25, "none", 3, rows=ROWS, hook=kill_always)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "the part from sample 200 (100 samples) never arrived" in message
+    assert "nothing was merged or published" in message
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []   # no temporary folder left beside it
+
+
+def params_with(folder: Path, **engines: str) -> Path:
+    params = yaml.safe_load(PARAMS.read_text())
+    for stage, engine in engines.items():
+        params[stage]["engine"] = engine
+    params["shard"]["samples_per_shard"] = 25
+    path = folder / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
+
+
+def test_the_shard_command_joins_the_cluster_of_ray_address(cluster, data, tmp_path):
+    expected = local_shards(data, tmp_path / "local")
+    params = params_with(tmp_path, shard="ray")
+    common = ["--sources", str(data / "sources.yaml"), "--params", str(params)]
+    done = cli(["shard", "tiny", "--parquet", str(data / "pq" / "compact"), "--out", str(tmp_path / "ray"),
+                *common], {"RAY_ADDRESS": cluster.address})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(engine: ray)" in done.stderr
+    assert tree(tmp_path / "ray") == expected
+    # A split of another data set's samples: one line, exit 2, as the local engine says it.
+    other = tiny_dataset(ROWS["train"], ROWS["test"], seed=4).files
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump({"tiny": {"rows": ROWS, "files": other}}))
+    done = cli(["shard", "tiny", "--parquet", str(data / "pq" / "compact"), "--out", str(tmp_path / "bad"),
+                "--sources", str(tmp_path / "other.yaml"), "--params", str(params)], {"RAY_ADDRESS": cluster.address})
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "not tiny's train labels" in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "bad").exists()
+
+
+def test_a_url_with_the_local_engine_is_one_line(data, tmp_path):
+    params = params_with(tmp_path)
+    done = cli(["shard", "tiny", "--parquet", "s3://data/pq/compact", "--out", str(tmp_path / "o"),
+                "--sources", str(data / "sources.yaml"), "--params", str(params)], {})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "Error: s3://data/pq/compact: a URL is read by shard.engine ray only; copy it to a folder, or set "
+        "shard.engine: ray"]
+
+
+def test_without_ray_the_engine_is_refused_in_one_line(monkeypatch):
+    """Where the extra is not installed: the settings and the stage each say how to get it."""
+    from pipeline.stages.ray_cluster import ray_module
+    from pipeline.stages.shard_settings import ShardParams
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(InputError, match=r"engine: ray needs Ray, which is not installed: pip install "
+                                         r"'trainpath\[ray\]'"):
+        ray_module()
+    with pytest.raises(ValueError, match="engine ray needs Ray"):
+        ShardParams(samples_per_shard=25, compression="none", level=3, engine="ray")
+    assert ShardParams(samples_per_shard=25, compression="none", level=3).engine == "local"
