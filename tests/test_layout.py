@@ -97,8 +97,8 @@ OWNERS: list[tuple[str, set[str]]] = [
     # The Ray engine of the data stages (engine: ray): its setting is read by every reader of
     # their settings models; the cluster is both stages'; each stage's tasks are its own.
     ("pipeline/stages/engine_settings.py", {"params", "convert", "codecs", "summary", "shard"}),
-    ("pipeline/stages/ray_cluster.py", {"shard"}),
-    ("pipeline/stages/ray_shard.py", {"shard"}),
+    ("pipeline/stages/ray_cluster.py", {"convert", "shard"}),
+    ("pipeline/stages/ray_convert.py", {"convert"}), ("pipeline/stages/ray_shard.py", {"shard"}),
     ("pipeline/stages/bench.py", {"bench"}), ("pipeline/stages/train.py", {"train"}),
     ("pipeline/stages/metrics.py", {"summary", "report"}), ("pipeline/stages/summary.py", {"summary"}),
     ("pipeline/stages/report/", {"report"}),

@@ -213,3 +213,74 @@ def test_without_ray_the_engine_is_refused_in_one_line(monkeypatch):
     with pytest.raises(ValueError, match="engine ray needs Ray"):
         ShardParams(samples_per_shard=25, compression="none", level=3, engine="ray")
     assert ShardParams(samples_per_shard=25, compression="none", level=3).engine == "local"
+
+
+# --- convert ----------------------------------------------------------------------------------
+
+
+def column_chunks(path: Path) -> list[tuple]:
+    """(row group, column, codec, rows, encodings) of every column chunk of a Parquet file."""
+    meta = pq.ParquetFile(path).metadata
+    return [(g, meta.row_group(g).column(c).path_in_schema, meta.row_group(g).column(c).compression,
+             meta.row_group(g).column(c).num_values, meta.row_group(g).column(c).encodings)
+            for g in range(meta.num_row_groups) for c in range(meta.num_columns)]
+
+
+@pytest.mark.parametrize("codec", ["zstd-3", "snappy"])
+def test_ray_convert_writes_the_local_engines_parquet(cluster, data, tmp_path, monkeypatch, codec):
+    """Blocks of a few lines each (so that many tasks on both nodes parse the split): the
+    same schema, rows, values and codec of every column chunk, and for the compact layout the
+    same bytes; SHA256SUMS as locally."""
+    monkeypatch.setattr("pipeline.stages.ray_convert.BLOCK_BYTES", 20_000)
+    from pipeline.stages.ray_convert import plan_ranges
+
+    assert len(plan_ranges(data / "csv" / "train.csv", 20_000)) > 40
+    convert_dataset(data / "csv", tmp_path / "local", tmp_path / "local.json", codec, row_group_rows=100)
+    figures = convert_dataset(data / "csv", tmp_path / "ray", tmp_path / "ray.json", codec, row_group_rows=100,
+                              rows=ROWS, engine="ray")
+    assert figures["train"]["rows"] == ROWS["train"]
+    for layout in ("compact", "wide"):
+        for split in ROWS:
+            local, remote = (tmp_path / side / layout / f"{split}.parquet" for side in ("local", "ray"))
+            assert pq.read_schema(remote) == pq.read_schema(local)
+            assert pq.read_table(remote).equals(pq.read_table(local))
+            assert column_chunks(remote) == column_chunks(local)
+            assert {chunk[2] for chunk in column_chunks(remote)} == {codec.split("-")[0].upper()}
+    assert (tmp_path / "ray" / "SHA256SUMS").read_text() == (tmp_path / "local" / "SHA256SUMS").read_text()
+    images, labels = make_split(ROWS["train"], 3)
+    table = pq.read_table(tmp_path / "ray" / "compact" / "train.parquet")
+    assert np.array_equal(table.column("label").to_numpy(), labels)
+    assert table.column("image").combine_chunks().buffers()[1].to_pybytes()[:images.size] == images.tobytes()
+
+
+def test_ray_convert_names_a_bad_line_as_the_local_engine(cluster, data, tmp_path, monkeypatch):
+    """A value out of range deep in the file: the local engine's one line (file, line,
+    column), and no Parquet."""
+    monkeypatch.setattr("pipeline.stages.ray_convert.BLOCK_BYTES", 20_000)
+    csv = tmp_path / "csv"
+    csv.mkdir()
+    for split in ROWS:
+        (csv / f"{split}.csv").write_bytes((data / "csv" / f"{split}.csv").read_bytes())
+    lines = (csv / "train.csv").read_bytes().split(b"\n")
+    lines[400] = lines[400].rsplit(b",", 1)[0] + b",256"   # line 401's last pixel
+    (csv / "train.csv").write_bytes(b"\n".join(lines))
+    from pipeline.core.errors import DataError
+
+    with pytest.raises(DataError) as local:
+        convert_dataset(csv, tmp_path / "local", tmp_path / "l.json", "zstd-3", row_group_rows=100)
+    with pytest.raises(DataError) as remote:
+        convert_dataset(csv, tmp_path / "ray", tmp_path / "r.json", "zstd-3", row_group_rows=100, engine="ray")
+    assert str(remote.value) == str(local.value)
+    assert "line 401, column 'pixel784': 256 is outside 0..255" in str(remote.value)
+    assert not (tmp_path / "ray").exists()
+
+
+def test_the_convert_command_runs_on_the_cluster_of_ray_address(cluster, data, tmp_path):
+    params = params_with(tmp_path, convert="ray")
+    done = cli(["convert", "tiny", "zstd-3", "--csv", str(data / "csv"), "--out", str(tmp_path / "ray"),
+                "--figures", str(tmp_path / "f.json"), "--sources", str(data / "sources.yaml"), "--params",
+                str(params)], {"RAY_ADDRESS": cluster.address})
+    assert done.returncode == 0, done.stderr[-3000:]
+    convert_dataset(data / "csv", tmp_path / "local", tmp_path / "l.json", "zstd-3",
+                    row_group_rows=yaml.safe_load(params.read_text())["convert"]["row_group_rows"])
+    assert tree(tmp_path / "ray") == tree(tmp_path / "local")   # compact and wide: the same bytes

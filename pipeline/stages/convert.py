@@ -20,6 +20,7 @@ line by line to name the first bad line.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -126,6 +127,14 @@ def _check_lines(csv_path: Path, first: int, block: bytes, before: int, rows: in
 SCHEMA = {name: pl.UInt8 for name in COLUMNS}
 
 
+def parse_lines(csv_path: Path, block: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """A block of whole data lines, checked and parsed as `iter_csv` does each of its blocks
+    (its line numbers counted from the block's start): a Ray task's work. The Ray engine
+    names a bad line by rereading the file with `iter_csv`, which knows its number."""
+    _check_lines(csv_path, 2, block, 0, None)
+    return _parse_block(csv_path, 2, block)
+
+
 def _parse_block(csv_path: Path, first: int, block: bytes) -> tuple[np.ndarray, np.ndarray]:
     try:
         # quote_char=None: the format has no quoting, and polars' tokenizer is faster without.
@@ -176,7 +185,7 @@ def iter_csv(csv_path: Path, block_bytes: int = 16 << 20, rows: int | None = Non
 # ---------------------------------------------------------------- the stage
 
 
-class _RowGroups:
+class RowGroups:
     """Packs blocks into row groups of exactly `rows`, so output bytes do not depend on
     how the reader happened to batch the CSV; one preallocated buffer bounds memory."""
 
@@ -202,9 +211,11 @@ class _RowGroups:
             self.filled = 0
 
 
-def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int, rows: int | None = None) -> int:
+def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int, rows: int | None = None,
+                  blocks: Iterator[tuple[np.ndarray, np.ndarray]] | None = None) -> int:
     """CSV -> compact Parquet, validating every row on the way (`rows` of them, when given);
-    returns the row count."""
+    returns the row count. `blocks`: the CSV's validated blocks from elsewhere (the Ray
+    engine's tasks) instead of `iter_csv`; the row groups, and so the bytes, are the same."""
     schema = pa.schema([("label", pa.uint8()), ("image", IMAGE_TYPE)])
     count = 0
     # A group larger than the split is the split: the buffer is no larger than it needs to be.
@@ -212,8 +223,8 @@ def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int, 
     # Page checksums (CRC32): a flipped byte in a data page is caught when it is read back.
     with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, use_dictionary=["label"], write_page_checksum=True,
                                                    **codec.writer_options()) as writer:
-        groups = _RowGroups(writer, group_rows)
-        for labels, pixels in iter_csv(csv_path, rows=rows):
+        groups = RowGroups(writer, group_rows)
+        for labels, pixels in iter_csv(csv_path, rows=rows) if blocks is None else blocks:
             groups.add(labels, pixels)
             count += len(labels)
         groups.flush()
@@ -230,12 +241,13 @@ def write_wide(csv_path: Path, out: Path, codec: Codec, row_group_rows: int) -> 
 
 
 def convert_split(csv_path: Path, out_paths: dict[str, Path], codec: Codec, row_group_rows: int,
-                  rows: int | None = None) -> dict:
+                  rows: int | None = None, blocks: Iterator[tuple[np.ndarray, np.ndarray]] | None = None) -> dict:
     """One CSV split into each layout's Parquet file; returns rows and seconds per layout
-    (the whole CSV -> file time, parsing included, as a user would see it)."""
+    (the whole CSV -> file time, parsing included, as a user would see it). `blocks`: as
+    for `write_compact`."""
     figures: dict = {"csv_bytes": Path(csv_path).stat().st_size}
     start = time.perf_counter()
-    figures["rows"] = write_compact(csv_path, out_paths["compact"], codec, row_group_rows, rows)
+    figures["rows"] = write_compact(csv_path, out_paths["compact"], codec, row_group_rows, rows, blocks)
     figures["compact"] = {"write_s": time.perf_counter() - start}
     start = time.perf_counter()
     write_wide(csv_path, out_paths["wide"], codec, row_group_rows)
@@ -274,21 +286,34 @@ def interruptible(work: Callable[[], None], poll_s: float = 0.1) -> None:
         raise failed[0]
 
 
+def _engine(engine: str) -> contextlib.AbstractContextManager:
+    """The CSV's blocks as an engine gives them: None for the local reader (`iter_csv`), or,
+    for "ray", a function of (csv path, rows) giving the blocks parsed by Ray tasks."""
+    if engine != "ray":
+        return contextlib.nullcontext(None)
+    from pipeline.stages.ray_convert import ray_blocks
+
+    return ray_blocks()
+
+
 def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec: str,
                     row_group_rows: int = 65536, rows: dict[str, int] | None = None, engine: str = "local") -> dict:
     """Stage `convert@<dataset>-<codec>`: both splits, both layouts, one codec; with `rows`
-    (sources.yaml), each split must have its count."""
+    (sources.yaml), each split must have its count. `engine` "ray": the CSV parsed and
+    checked by Ray tasks (pipeline.stages.ray_convert), the same Parquet bytes."""
     codec = Codec.parse(codec_spec)
     figures: dict = {"codec": codec.label}
+    engine_blocks = _engine(engine)
     # The whole output folder is built beside the target and swapped in at the end: a bad
     # test.csv leaves the old train.parquet and test.parquet as they were, not a mix.
-    with atomic_dir(Path(out_dir)) as tmp:
+    with engine_blocks as blocks_of, atomic_dir(Path(out_dir)) as tmp:
         for split in SPLITS:
             paths = {layout: tmp / layout / f"{split}.parquet" for layout in LAYOUTS}
 
             def convert(split=split, paths=paths) -> None:
-                figures[split] = convert_split(Path(csv_dir) / f"{split}.csv", paths, codec, row_group_rows,
-                                               None if rows is None else rows[split])
+                csv_path, count = Path(csv_dir) / f"{split}.csv", None if rows is None else rows[split]
+                figures[split] = convert_split(csv_path, paths, codec, row_group_rows, count,
+                                               None if blocks_of is None else blocks_of(csv_path, count))
                 measure_reads(paths, figures[split])
 
             interruptible(convert)

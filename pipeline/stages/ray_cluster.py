@@ -63,14 +63,14 @@ def gather(ray: Any, refs: list[Any], names: list[str]) -> list[Any]:
     results = []
     try:
         for ref, name in zip(refs, names):
-            results.append(_result(ray, ref, name))
+            results.append(result(ray, ref, name))
     except BaseException:
-        _stop(ray, refs)
+        stop(ray, refs)
         raise
     return results
 
 
-def _result(ray: Any, ref: Any, name: str) -> Any:
+def result(ray: Any, ref: Any, name: str) -> Any:
     """One task's result; its failure as one line."""
     try:
         return ray.get(ref)
@@ -85,7 +85,7 @@ def _result(ray: Any, ref: Any, name: str) -> Any:
                        f"nothing was merged or published") from None
 
 
-def _stop(ray: Any, refs: list[Any]) -> None:
+def stop(ray: Any, refs: list[Any]) -> None:
     """Cancel the tasks still running and wait until each has ended."""
     for ref in refs:
         try:
