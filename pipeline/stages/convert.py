@@ -185,7 +185,7 @@ def iter_csv(csv_path: Path, block_bytes: int = 16 << 20, rows: int | None = Non
 # ---------------------------------------------------------------- the stage
 
 
-class RowGroups:
+class _RowGroups:
     """Packs blocks into row groups of exactly `rows`, so output bytes do not depend on
     how the reader happened to batch the CSV; one preallocated buffer bounds memory."""
 
@@ -223,7 +223,7 @@ def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int, 
     # Page checksums (CRC32): a flipped byte in a data page is caught when it is read back.
     with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, use_dictionary=["label"], write_page_checksum=True,
                                                    **codec.writer_options()) as writer:
-        groups = RowGroups(writer, group_rows)
+        groups = _RowGroups(writer, group_rows)
         for labels, pixels in iter_csv(csv_path, rows=rows) if blocks is None else blocks:
             groups.add(labels, pixels)
             count += len(labels)
