@@ -187,3 +187,25 @@ def test_bad_bounds_are_refused(tmp_path, option, value):
     write(tmp_path / "s", 8, 8)
     with pytest.raises(ValueError, match=rf"{option} must be"):
         MappedSplit(tmp_path / "s", **{option: value})
+
+
+def test_a_split_at_a_url_reads_past_its_bounds_after_its_cache_evicts(tmp_path):
+    """At a URL, with one map open and a cache of two shards: a shard whose map was closed and
+    whose copy the cache evicted is fetched (verified) again and read, not refused as a
+    replaced file."""
+    import uuid
+
+    import fsspec
+
+    data = write(tmp_path / "local", 96, 32)
+    url = f"memory://faults-{uuid.uuid4().hex}/train"
+    fs, root = fsspec.core.url_to_fs(url)
+    for file in sorted((tmp_path / "local").iterdir()):
+        fs.pipe_file(f"{root}/{file.name}", file.read_bytes())
+    try:
+        size = max(p.stat().st_size for p in (tmp_path / "local").glob("shard-*"))
+        split = MappedSplit(url, cache=tmp_path / "cache", cache_bytes=2 * size + 100, max_open=1)
+        for indices in ([0, 40, 70], [71, 1, 41], [2, 72, 42]):
+            np.testing.assert_array_equal(split.take(indices)["y"], data["y"][indices])
+    finally:
+        fs.rm(root, recursive=True)

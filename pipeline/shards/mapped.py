@@ -399,7 +399,8 @@ class MappedSplit:
 
     def _map(self, number: int, known: MappedShard | None) -> MappedShard:
         """Map shard `number`: verified as the split asks the first time (`known` None); again
-        after its map was closed, refused unless it is the file first mapped."""
+        after its map was closed, a local shard must be the file first mapped (`_remap`), a
+        shard at a URL is the cache's copy, verified whole against the manifest when fetched."""
         if known is not None and self.remote is None:
             return self._remap(number, known)
         verify = self.verify if known is None else "none"
@@ -409,10 +410,6 @@ class MappedSplit:
         else:  # opened while the cache holds its lock: no other rank evicts it in between
             with self.remote.holding(number) as (folder, entry):
                 fresh = map_shard(folder, entry, self.templates, "none", None, self.pread)
-        if known is not None and fresh.identity != known.identity:
-            fresh.close_map()
-            raise ShardError(f"{known.path}: another file than the one this process verified (replaced or rewritten "
-                             f"since); open the split again")
         return fresh
 
     def _remap(self, number: int, known: MappedShard) -> MappedShard:
