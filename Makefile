@@ -112,7 +112,8 @@ $(PEERS_VENV)/.installed: pyproject.toml
 	touch $@
 
 peers: peers-setup
-	$(PEERS_VENV)/bin/python benchmarks/peers.py $(PEERS_ARGS) --out results/peers --docs docs/shards.md
+	$(PEERS_VENV)/bin/python benchmarks/peers.py $(PEERS_ARGS) --out results/peers
+	$(BIN)/python tools/record_commands.py --refill
 
 clean:
 	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache mutants
