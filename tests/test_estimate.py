@@ -11,8 +11,13 @@ import time
 import pytest
 import torch
 
+from conftest import bench_settings
 from pipeline.bench.estimate import (Calibration, Pace, announce, busy_processes, calibrate, find_reference,
-                                     host_report, pace_for, parts, reference_step_s)
+                                     host_report, pace_for, parts, predict, reference_step_s)
+
+# What the `document` below ran: two rungs, `naive` sampled, 5 epochs, 20 sampled steps over 4 epochs.
+RAN = bench_settings(variants=["naive", "device"], sample=["naive"], epochs=5, sample_steps=20, sample_epochs=4,
+                     quick=False)
 
 
 def document(machine: str, wall_s: float = 600.0, quick: bool = False, device_type: str = "cpu",
@@ -38,12 +43,30 @@ def test_an_earlier_runs_parts_are_its_recorded_times_or_its_wall_time_spread_ov
 
 
 def test_the_estimate_scales_by_the_calibrations_and_the_time_left_follows_the_pace():
-    pace = pace_for(document("a"), Calibration(step_s=0.2, spread=0.0), ("naive", "device"))
+    pace = pace_for(document("a"), Calibration(step_s=0.2, spread=0.0), RAN)
     assert pace.total() == pytest.approx(2 * 600)  # twice as slow a step here: twice the time
     assert pace.left(["floor", "naive"], elapsed=480.0) == pytest.approx(600 + 120)  # on pace: the rest as planned
     assert pace.left(["floor", "naive"], elapsed=960.0) == pytest.approx(2 * 720)  # twice as slow so far: twice left
-    unknown = pace_for(document("a"), Calibration(step_s=0.1, spread=0.0), ("naive", "device", "compiled"))
-    assert unknown.expected["compiled"] == pytest.approx(250.0)  # a rung it never ran: the mean of those it did
+
+
+def test_another_kind_of_run_is_predicted_from_the_references_per_epoch_figures():
+    """A quick run (2 epochs, 5 sampled steps) from a full one: each rung from the full run's
+    setup and per-epoch figures, corrected by how far the prediction missed the full run."""
+    doc = document("a", recorded=False)
+    for entry in doc["variants"].values():
+        entry.update(setup_s=1.0, first_epoch_train_s=entry["train_s"], test_s=1.0)
+    quick = bench_settings(variants=["naive", "device", "compiled"], sample=["naive"], epochs=2, sample_steps=5,
+                           sample_epochs=2, quick=True, floor=False, budget=False, accuracy_seeds=0)
+    parts_ = predict(doc, quick)
+    assert parts_["device"] == pytest.approx(1.0 + 2 * (11.8 + 1.0))
+    assert parts_["naive"] == pytest.approx(1.0 + 2 * 5 / 118 * (60.0 + 1.0))
+    assert parts_["compiled"] == pytest.approx((parts_["device"] + parts_["naive"]) / 2)  # a rung it never ran
+    own = sum(predict(doc, RAN).values())
+    pace = pace_for(doc, Calibration(step_s=11.8 / 118, spread=0.0), quick)
+    assert 600 / own > 2 and pace.total() == pytest.approx(sum(parts_.values()) * 2)  # a miss past 2x is capped
+    doc["wall_s"] = 1.5 * own
+    assert pace_for(doc, Calibration(step_s=11.8 / 118, spread=0.0), quick).total() == pytest.approx(
+        sum(parts_.values()) * 1.5)
 
 
 def test_the_reference_is_this_machines_run_of_this_device_type_and_mode(tmp_path):
@@ -55,16 +78,17 @@ def test_the_reference_is_this_machines_run_of_this_device_type_and_mode(tmp_pat
         paths[-1].write_text(json.dumps(doc))
     (tmp_path / "broken.json").write_text("{")
     paths.append(tmp_path / "broken.json")
-    assert find_reference("mnist", paths, "cpu", False, "b")["machine"]["name"] == "b"
-    assert find_reference("mnist", paths, "cpu", False, "elsewhere")["machine"]["name"] == "a"
-    assert find_reference("mnist", paths, "cpu", True, "b")["machine"]["name"] == "c"
-    assert find_reference("mnist", paths, "cuda", False, "b")["machine"]["name"] == "d"
+    assert find_reference("mnist", paths, "cpu", False, "b")["machine"]["name"] == "b"  # this machine's
+    assert find_reference("mnist", paths, "cpu", False, "elsewhere")["machine"]["name"] == "a"  # same mode
+    assert find_reference("mnist", paths, "cpu", True, "elsewhere")["machine"]["name"] == "c"
+    assert find_reference("mnist", paths, "cpu", True, "b")["machine"]["name"] == "b"  # this machine's, other mode
+    assert find_reference("mnist", paths, "cuda", False, "b")["machine"]["name"] == "d"  # never another device type
     assert find_reference("fashion-mnist", paths, "cpu", False, "b") is None
 
 
 def test_the_announcement_names_what_the_estimate_rests_on():
     calibration = Calibration(step_s=0.2, spread=0.0)
-    pace = pace_for(document("amd-epyc-2c"), calibration, ("naive", "device"))
+    pace = pace_for(document("amd-epyc-2c"), calibration, RAN)
     said = announce("mnist", document("amd-epyc-2c"), calibration, pace, {"fashion-mnist": 900.0})
     assert said.startswith("bench mnist: about 20 min here; the whole bench, with fashion-mnist, about 35 min")
     assert "200 ms here, 100 ms on amd-epyc-2c, whose bench of mnist took 10 min" in said

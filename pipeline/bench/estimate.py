@@ -15,6 +15,7 @@ cores, and how much the calibration's blocks of steps disagree.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -143,27 +144,30 @@ def reference_step_s(document: dict) -> float | None:
         return None
 
 
-def usable_reference(path: Path, device_type: str, quick: bool) -> dict | None:
-    """A bench document at `path` that a run on `device_type` in this mode can scale from."""
+def usable_reference(path: Path, device_type: str) -> dict | None:
+    """A bench document at `path` that a run on `device_type` can scale from."""
     try:
         document = read_json(path, 64 << 20, "bench metrics file")
     except (OSError, InputError):
         return None
     if not isinstance(document, dict) or not isinstance(document.get("wall_s"), (int, float)):
         return None
-    env, params = document.get("env") or {}, document.get("params") or {}
-    if env.get("device_type") != device_type or bool(params.get("quick")) != quick:
+    if (document.get("env") or {}).get("device_type") != device_type:
         return None
-    return document if reference_step_s(document) else None
+    return document if reference_step_s(document) and isinstance(document.get("variants"), dict) else None
 
 
 def find_reference(dataset: str, candidates: list[Path], device_type: str, quick: bool,
                    machine: str | None) -> dict | None:
-    """The earlier bench of `dataset` to scale from: this machine's first, else any usable."""
+    """The earlier bench of `dataset` on this device type to scale from: this machine's in
+    this mode first, then this machine's in the other, then another machine's."""
     usable = [doc for path in candidates if path.name == f"{dataset}.json"
-              for doc in [usable_reference(path, device_type, quick)] if doc]
-    mine = [doc for doc in usable if (doc.get("machine") or {}).get("name") == machine]
-    return (mine or usable or [None])[0]
+              for doc in [usable_reference(path, device_type)] if doc]
+
+    def rank(doc: dict) -> tuple[bool, bool]:
+        return ((doc.get("machine") or {}).get("name") != machine,
+                bool((doc.get("params") or {}).get("quick")) != quick)
+    return min(usable, key=rank, default=None)
 
 
 def parts(document: dict) -> dict[str, float]:
@@ -186,6 +190,41 @@ def parts(document: dict) -> dict[str, float]:
     return {name: seconds * scale for name, seconds in rough.items()}
 
 
+def _number(entry: dict, key: str) -> float:
+    value = entry.get(key)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+
+
+def predict(document: dict, settings) -> dict[str, float]:
+    """Seconds per part of a bench with `settings` (a `ladder.BenchSettings`), at the speed
+    of the run `document` records: each rung from that run's setup and per-epoch figures and
+    this run's epochs, sampled steps and profiled pass; a floor epoch after each full rung;
+    the seeds at that run's median time to accuracy. A rung it did not run takes the mean."""
+    variants = document.get("variants") or {}
+    params = document.get("params") or {}
+    steps = max(1, math.ceil(_number(params, "train_samples") / max(1.0, _number(params, "batch_size"))))
+    floor_s = _number(document.get("floor") or {}, "train_s")
+    out: dict[str, float] = {}
+    for name in settings.variants:
+        entry = variants.get(name)
+        if not isinstance(entry, dict):
+            continue
+        epoch = _number(entry, "train_s") + _number(entry, "test_s")
+        once = _number(entry, "setup_s") + max(0.0, _number(entry, "first_epoch_train_s") - _number(entry, "train_s"))
+        if name in settings.sample:
+            share = settings.sample_steps / steps
+            out[name] = once + (settings.sample_epochs + settings.budget) * share * epoch
+        else:
+            profiled = min(1.0, settings.sample_steps / steps) * _number(entry, "train_s") if settings.budget else 0.0
+            out[name] = once + settings.epochs * epoch + profiled + (floor_s if settings.floor else 0.0)
+    known = list(out.values()) or [0.0]
+    out.update({name: statistics.mean(known) for name in settings.variants if name not in out})
+    seeds = document.get("seeds") or {}
+    if settings.accuracy_seeds and isinstance(seeds, dict):
+        out["seeds"] = settings.accuracy_seeds * _number(seeds, "median")
+    return out
+
+
 @dataclass
 class Pace:
     """The time left of a bench: an earlier run's parts, scaled by this run's pace so far."""
@@ -202,15 +241,43 @@ class Pace:
         return pace * sum(seconds for name, seconds in self.expected.items() if name not in done)
 
 
-def pace_for(reference: dict, calibration: Calibration, variants: tuple[str, ...]) -> Pace:
-    """This run's expected parts: the reference's, scaled by calibration step over its own;
-    a variant the reference did not run takes the mean of those it did."""
+def same_run(document: dict, settings) -> bool:
+    """Whether `document` ran what `settings` asks, part by part, with each part's time
+    recorded: then its recorded times are the estimate, else `predict`'s."""
+    params = document.get("params") or {}
+    variants = document.get("variants") or {}
+    asked = {"quick": settings.quick, "epochs": settings.epochs, "sample_steps": settings.sample_steps,
+             "sample_epochs": settings.sample_epochs}
+    return (all(params.get(key) == value for key, value in asked.items()) and list(variants) == list(settings.variants)
+            and all(isinstance(v.get("bench_s"), (int, float)) for v in variants.values()))
+
+
+def settings_of(document: dict, settings):
+    """The settings `document`'s own run had, as far as it records them (`settings` for the rest)."""
+    params, variants = document.get("params") or {}, document.get("variants") or {}
+    seeds = document.get("seeds") or {}
+    return dataclasses.replace(
+        settings, variants=tuple(variants), sample=tuple(n for n, v in variants.items() if v.get("extrapolated")),
+        epochs=int(params.get("epochs", settings.epochs)), sample_steps=int(params.get("sample_steps", 1)),
+        sample_epochs=int(params.get("sample_epochs", 1)), quick=bool(params.get("quick")),
+        floor=bool(document.get("floor")), budget=any(v.get("budget") for v in variants.values()),
+        accuracy_seeds=len(seeds.get("seeds") or []) if isinstance(seeds, dict) else 0)
+
+
+def pace_for(reference: dict, calibration: Calibration, settings) -> Pace:
+    """This run's expected parts (`settings`: a `ladder.BenchSettings`): the reference's
+    recorded ones where it ran the same bench, else `predict`'s, corrected by how far
+    `predict` missed the reference's own wall time (what it does not model: loading, worker
+    starts); scaled by this machine's calibration step over the reference's."""
     scale = calibration.step_s / reference_step_s(reference)
-    earlier = parts(reference)
-    known = [earlier[v] for v in variants if v in earlier] or [0.0]
-    expected = {v: earlier.get(v, statistics.mean(known)) * scale for v in variants}
-    expected.update({k: earlier[k] * scale for k in ("floor", "seeds") if k in earlier})
-    return Pace(expected)
+    if same_run(reference, settings):
+        earlier = parts(reference)
+    else:
+        earlier = predict(reference, settings)
+        own = sum(predict(reference, settings_of(reference, settings)).values())
+        missed = min(2.0, max(0.5, float(reference["wall_s"]) / own)) if own > 0 else 1.0
+        earlier = {name: seconds * missed for name, seconds in earlier.items()}
+    return Pace({name: seconds * scale for name, seconds in earlier.items()})
 
 
 def announce(dataset: str, reference: dict | None, calibration: Calibration, pace: Pace | None,

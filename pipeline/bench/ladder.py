@@ -285,12 +285,12 @@ def announce_bench(dataset: str, device: torch.device, settings: BenchSettings, 
     busy = busy_processes(exclude=(os.getppid(),))
     calibration = calibrate(device, settings.batch_size)
     reference = find_reference(dataset, earlier, device.type, settings.quick, machine)
-    pace = pace_for(reference, calibration, settings.variants) if reference else None
+    pace = pace_for(reference, calibration, settings) if reference else None
     others = {}
     for name in sorted({path.stem for path in earlier} - {dataset}):
         other = find_reference(name, earlier, device.type, settings.quick, machine)
         if other:
-            others[name] = pace_for(other, calibration, settings.variants).total()
+            others[name] = pace_for(other, calibration, settings).total()
     print(announce(dataset, reference, calibration, pace, others), file=sys.stderr, flush=True)
     warning = host_report(calibration, settings.max_spread, busy)
     if warning:
