@@ -13,7 +13,7 @@ import torch
 
 from conftest import bench_settings
 from pipeline.bench.estimate import (Calibration, Pace, announce, busy_processes, calibrate, find_reference,
-                                     host_report, pace_for, parts, predict, reference_step_s)
+                                     host_report, pace_for, parts, predict, reference_step_s, settings_of)
 
 # What the `document` below ran: two rungs, `naive` sampled, 5 epochs, 20 sampled steps over 4 epochs.
 RAN = bench_settings(variants=["naive", "device"], sample=["naive"], epochs=5, sample_steps=20, sample_epochs=4,
@@ -61,7 +61,7 @@ def test_another_kind_of_run_is_predicted_from_the_references_per_epoch_figures(
     assert parts_["device"] == pytest.approx(1.0 + 2 * (11.8 + 1.0))
     assert parts_["naive"] == pytest.approx(1.0 + 2 * 5 / 118 * (60.0 + 1.0))
     assert parts_["compiled"] == pytest.approx((parts_["device"] + parts_["naive"]) / 2)  # a rung it never ran
-    own = sum(predict(doc, RAN).values())
+    own = sum(predict(doc, settings_of(doc, quick)).values())  # the reference predicted as it ran
     pace = pace_for(doc, Calibration(step_s=11.8 / 118, spread=0.0), quick)
     assert 600 / own > 2 and pace.total() == pytest.approx(sum(parts_.values()) * 2)  # a miss past 2x is capped
     doc["wall_s"] = 1.5 * own
