@@ -2,7 +2,7 @@
 the host as it is or beside CPU-spinning processes; pytest's own summary line and the wall
 time of each.
 
-    python benchmarks/suite_time.py [--busy 2] [--only fast|full]
+    python benchmarks/suite_time.py [--busy 2] [--only fast|full] [--log DIR]
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ def spin(stop_at: float) -> None:
         pass
 
 
-def run(marks: str) -> tuple[str, float]:
-    """pytest's last line and the seconds the run took."""
+def run(marks: str, log: Path | None) -> tuple[str, float]:
+    """pytest's last line and the seconds the run took; its whole output to `log` if given."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", marks, "-p", "no:cacheprovider"], cwd=ROOT,
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-m", marks, "-p", "no:cacheprovider"],
+                          cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    if log is not None:
+        log.write_text(done.stdout + done.stderr)
     last = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
     return last.strip("= "), seconds
 
@@ -37,6 +39,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--busy", type=int, default=0, help="CPU-spinning processes beside the suite")
     parser.add_argument("--only", choices=sorted(MARKS), help="one of the two runs")
+    parser.add_argument("--log", type=Path, help="a folder for each run's whole output (<run>.log)")
     args = parser.parse_args()
     spinners = [multiprocessing.Process(target=spin, args=(time.time() + 4 * 3600,)) for _ in range(args.busy)]
     for process in spinners:
@@ -44,7 +47,7 @@ def main() -> None:
     try:
         print(f"# {args.busy} CPU-spinning processes beside the suite")
         for name in [args.only] if args.only else ["fast", "full"]:
-            summary, seconds = run(MARKS[name])
+            summary, seconds = run(MARKS[name], args.log / f"{name}.log" if args.log else None)
             target = "make test-fast" if name == "fast" else "make test"
             print(f"{target:15} {seconds / 60:5.1f} min   {summary}")
     finally:
