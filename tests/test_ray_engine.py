@@ -19,15 +19,12 @@ import yaml
 
 from conftest import PARAMS, ROOT, make_split, tiny_dataset
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (the [ray] extra: pip install -e '.[ray]'); "
-                                        "the Ray engine's tests skip")
-
-from pipeline.core.errors import InputError  # noqa: E402
-from pipeline.stages.convert import convert_dataset  # noqa: E402
-from pipeline.stages.csvdata import write_csv  # noqa: E402
-from pipeline.stages.ray_cluster import PartLost  # noqa: E402
-from pipeline.stages.ray_shard import shard_dataset_ray  # noqa: E402
-from pipeline.stages.shard import shard_dataset  # noqa: E402
+from pipeline.core.errors import InputError
+from pipeline.stages.convert import convert_dataset
+from pipeline.stages.csvdata import write_csv
+from pipeline.stages.ray_cluster import PartLost
+from pipeline.stages.ray_shard import shard_dataset_ray
+from pipeline.stages.shard import shard_dataset
 
 ROWS = {"train": 601, "test": 130}
 NODE = {"num_cpus": 1, "object_store_memory": 200 << 20}
@@ -64,6 +61,8 @@ def s3():
 def cluster(s3):
     """A head and a second node on 127.0.0.1, one CPU each; this process joined to it. The
     test module is pickled by value, so the hooks below run in the workers."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (the [ray] extra: pip install -e '.[ray]'); "
+                                            "the Ray engine's cluster tests skip")
     from ray.cluster_utils import Cluster
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -95,6 +94,7 @@ def local_shards(data: Path, out: Path, layout: str = "compact", **settings) -> 
     return tree(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout, compression", [("compact", "none"), ("wide", "zstd")])
 def test_ray_shards_are_the_local_engines_bytes(cluster, data, tmp_path, layout, compression):
     """Both splits, shards and manifests, byte for byte, from blocks written on two nodes."""
@@ -104,6 +104,7 @@ def test_ray_shards_are_the_local_engines_bytes(cluster, data, tmp_path, layout,
     assert len([name for name in expected if name.startswith("train/shard-")]) == 25
 
 
+@pytest.mark.slow
 def test_ray_reads_the_split_from_s3(cluster, data, s3, tmp_path):
     """The Parquet folder on S3 (moto): every task reads its blocks from the store."""
     import boto3
@@ -135,6 +136,7 @@ def kill_always(first: int, written: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_task_is_retried_to_the_same_shards(cluster, data, tmp_path):
     expected = local_shards(data, tmp_path / "local")
     marker = tmp_path / "killed"
@@ -144,6 +146,7 @@ def test_a_worker_killed_mid_task_is_retried_to_the_same_shards(cluster, data, t
     assert tree(tmp_path / "ray") == expected
 
 
+@pytest.mark.slow
 def test_a_part_that_never_arrives_is_one_line_and_no_split(cluster, data, tmp_path):
     out = tmp_path / "ray"
     with pytest.raises(PartLost) as err:
@@ -171,6 +174,7 @@ def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_shard_command_joins_the_cluster_of_ray_address(cluster, data, tmp_path):
     expected = local_shards(data, tmp_path / "local")
     params = params_with(tmp_path, shard="ray")
@@ -226,6 +230,7 @@ def column_chunks(path: Path) -> list[tuple]:
             for g in range(meta.num_row_groups) for c in range(meta.num_columns)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["zstd-3", "snappy"])
 def test_ray_convert_writes_the_local_engines_parquet(cluster, data, tmp_path, monkeypatch, codec):
     """Blocks of a few lines each (so that many tasks on both nodes parse the split): the
@@ -253,6 +258,7 @@ def test_ray_convert_writes_the_local_engines_parquet(cluster, data, tmp_path, m
     assert table.column("image").combine_chunks().buffers()[1].to_pybytes()[:images.size] == images.tobytes()
 
 
+@pytest.mark.slow
 def test_ray_convert_names_a_bad_line_as_the_local_engine(cluster, data, tmp_path, monkeypatch):
     """A value out of range deep in the file: the local engine's one line (file, line,
     column), and no Parquet."""
@@ -275,6 +281,7 @@ def test_ray_convert_names_a_bad_line_as_the_local_engine(cluster, data, tmp_pat
     assert not (tmp_path / "ray").exists()
 
 
+@pytest.mark.slow
 def test_the_convert_command_runs_on_the_cluster_of_ray_address(cluster, data, tmp_path):
     params = params_with(tmp_path, convert="ray")
     done = cli(["convert", "tiny", "zstd-3", "--csv", str(data / "csv"), "--out", str(tmp_path / "ray"),
