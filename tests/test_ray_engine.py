@@ -291,3 +291,32 @@ def test_the_convert_command_runs_on_the_cluster_of_ray_address(cluster, data, t
     convert_dataset(data / "csv", tmp_path / "local", tmp_path / "l.json", "zstd-3",
                     row_group_rows=yaml.safe_load(params.read_text())["convert"]["row_group_rows"])
     assert tree(tmp_path / "ray") == tree(tmp_path / "local")   # compact and wide: the same bytes
+
+
+@pytest.mark.slow
+def test_an_engine_switch_reruns_nothing_and_a_forced_ray_run_keeps_the_outputs(cluster, tmp_path):
+    """Under DVC: switching both stages to Ray reruns the params check alone; forcing the shard
+    and convert stages to run on the cluster leaves their outputs' hashes in dvc.lock as the
+    local engine wrote them."""
+    from conftest import dvc_repo, run
+
+    root, env = dvc_repo(tmp_path / "repo", ["tiny"])
+    dvc = [sys.executable, "-m", "dvc"]
+    run([*dvc, "repro", "shard@tiny"], root, env)
+
+    def outs() -> dict:
+        lock = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
+        return {name: [(o["path"], o["md5"]) for o in lock[name]["outs"] if "figures" not in o["path"]]
+                for name in ("shard@tiny", "convert@tiny-zstd-3")}
+
+    before = outs()
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["shard"]["engine"] = params["convert"]["engine"] = "ray"
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    said = run([*dvc, "repro", "shard@tiny"], root, env).stdout
+    assert [line for line in said.splitlines() if line.startswith("Running stage")] == ["Running stage 'params':"]
+    done = run([*dvc, "repro", "-f", "-s", "shard@tiny", "convert@tiny-zstd-3"], root,
+               {**env, "RAY_ADDRESS": cluster.address})
+    said = done.stdout + done.stderr
+    assert said.count("(engine: ray)") == 4 and "train.csv: parsed by Ray tasks on 2 CPUs" in said, said
+    assert outs() == before

@@ -8,12 +8,13 @@ What runs on the cluster is the parsing and checking; the encoding of the compac
 stays in the stage's process, which holds at most a window of blocks (two per CPU of the
 cluster) whatever the file's size. A bad line is named by rereading the file with the local
 reader (`iter_csv`), which counts lines; a task knows only its block. The CSV must be where
-every node reads it (a shared file system).
+every node reads it (a shared file system, mounted at the same path on each).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -95,9 +96,11 @@ def _blocks(ray: Any, csv_path: Path, rows: int | None, window: int) -> Blocks:
 
 def blocks_on(ray: Any, csv_path: Path, rows: int | None) -> Blocks:
     """The CSV's blocks parsed on the cluster; a fault named by the local reader, with its line."""
-    window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    window = max(2, 2 * cpus)
+    print(f"{csv_path}: parsed by Ray tasks on {cpus} CPUs (engine: ray)", file=sys.stderr)
     try:
-        yield from _blocks(ray, Path(csv_path), rows, window)
+        yield from _blocks(ray, Path(csv_path).absolute(), rows, window)  # tasks run in other folders
     except DataError:
         for _ in iter_csv(csv_path, rows=rows):  # raises the local engine's own message, naming the line
             pass

@@ -9,7 +9,8 @@ computes them beside the writers. A worker or node that dies is retried by Ray (
 complete shards are renamed into place, so a rerun writes the same files again); a part that
 never arrives stops the stage with one line before `merge_parts`, which would refuse the
 short split anyway. The output folder must be one every node writes to (a shared file
-system); the input may be a folder there or an object-store URL every node reads.
+system, mounted at the same path on each: tasks are given absolute paths); the input may be
+a folder there or an object-store URL every node reads.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def shard_dataset_ray(parquet_dir: Path | str, out_dir: Path, dataset: str, samp
     written by Ray tasks, and the whole folder swapped in at the end (both splits or neither)."""
     if not is_url(parquet_dir):
         check_folder(Path(parquet_dir))
-    with cluster() as ray, atomic_dir(Path(out_dir)) as tmp:
+        parquet_dir = Path(parquet_dir).absolute()   # a worker's working folder is not this process's
+    with cluster() as ray, atomic_dir(Path(out_dir).absolute()) as tmp:
         for split in SPLITS:
             source = split_source(parquet_dir, split)
             verify_url(str(source)) if is_url(source) else verify_checksum(Path(source))
