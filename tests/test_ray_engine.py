@@ -116,6 +116,15 @@ def test_ray_reads_the_split_from_s3(cluster, data, s3, tmp_path):
     expected = local_shards(data, tmp_path / "local")
     shard_dataset_ray("s3://data/pq/compact", tmp_path / "ray", "tiny", 25, "none", 3, rows=ROWS)
     assert tree(tmp_path / "ray") == expected
+    # One byte changed in the store: refused against SHA256SUMS before any task runs.
+    damaged = bytearray((folder / "compact" / "train.parquet").read_bytes())
+    damaged[len(damaged) // 2] ^= 1
+    client.put_object(Bucket="data", Key="pq/compact/train.parquet", Body=bytes(damaged))
+    from pipeline.core.errors import DataError
+
+    with pytest.raises(DataError, match=r"^s3://data/pq/compact/train.parquet: checksum mismatch: SHA256SUMS says "):
+        shard_dataset_ray("s3://data/pq/compact", tmp_path / "again", "tiny", 25, "none", 3, rows=ROWS)
+    assert not (tmp_path / "again").exists()
 
 
 def kill_once(marker: str):

@@ -22,7 +22,7 @@ from typing import Any
 
 from pipeline.core.atomic import atomic_dir
 from pipeline.core.dataset import SPLITS
-from pipeline.core.errors import DataError, reason
+from pipeline.core.errors import DataError, is_hex, reason
 from pipeline.core.parquet import verify_checksum
 from pipeline.shards.writer import merge_parts
 from pipeline.stages.ray_cluster import RETRIES, cluster, gather
@@ -51,7 +51,11 @@ def verify_url(source: str) -> None:
                 digest.update(chunk)
     except (OSError, ValueError) as err:
         raise DataError(f"{source}: cannot be checked against {sums} ({reason(err)})") from None
-    recorded = {name: digest for digest, _, name in (line.partition("  ") for line in text.splitlines())}
+    recorded = {}
+    for number, (digest_text, sep, listed) in enumerate((line.partition("  ") for line in text.splitlines()), 1):
+        if not (sep and is_hex(digest_text, 64) and listed):
+            raise DataError(f"{sums}: line {number} is not '<64 hex digits>  <file>'")
+        recorded[listed] = digest_text
     wanted = recorded.get(f"{layout}/{name}")
     if wanted is None:
         raise DataError(f"{sums}: no checksum for {layout}/{name}")
