@@ -32,7 +32,19 @@ from pipeline.stages.shard import (Pins, check_folder, is_url, label_digests, pl
 
 def split_source(parquet_dir: Path | str, split: str) -> Path | str:
     """Where a split's Parquet file is: a path in a folder, or a key under a URL."""
-    return f"{str(parquet_dir).rstrip('/')}/{split}.parquet" if is_url(parquet_dir) else Path(parquet_dir) / f"{split}.parquet"
+    if is_url(parquet_dir):
+        return f"{str(parquet_dir).rstrip('/')}/{split}.parquet"
+    return Path(parquet_dir) / f"{split}.parquet"
+
+
+def _sums(text: str, sums: str) -> dict[str, str]:
+    """{file: sha256} of a SHA256SUMS text, read strictly: a damaged list is not a shorter one."""
+    recorded = {}
+    for number, (digest, sep, listed) in enumerate((line.partition("  ") for line in text.splitlines()), 1):
+        if not (sep and is_hex(digest, 64) and listed):
+            raise DataError(f"{sums}: line {number} is not '<64 hex digits>  <file>'")
+        recorded[listed] = digest
+    return recorded
 
 
 def verify_url(source: str) -> None:
@@ -51,12 +63,7 @@ def verify_url(source: str) -> None:
                 digest.update(chunk)
     except (OSError, ValueError) as err:
         raise DataError(f"{source}: cannot be checked against {sums} ({reason(err)})") from None
-    recorded = {}
-    for number, (digest_text, sep, listed) in enumerate((line.partition("  ") for line in text.splitlines()), 1):
-        if not (sep and is_hex(digest_text, 64) and listed):
-            raise DataError(f"{sums}: line {number} is not '<64 hex digits>  <file>'")
-        recorded[listed] = digest_text
-    wanted = recorded.get(f"{layout}/{name}")
+    wanted = _sums(text, sums).get(f"{layout}/{name}")
     if wanted is None:
         raise DataError(f"{sums}: no checksum for {layout}/{name}")
     if digest.hexdigest() != wanted:
