@@ -70,24 +70,11 @@ def resolve_device(device: str) -> str:
     does not have is an input error (one line), not a traceback from deep inside torch."""
     import torch
 
-    from pipeline.core.errors import InputError
+    from pipeline.budget.timebudget import checked_device
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        chosen = torch.device(device)
-    except (RuntimeError, ValueError, TypeError):
-        raise InputError(f"--device {device[:40]!r}: not a torch device; use auto, cpu, cuda or cuda:N") from None
-    if chosen.type == "cuda":
-        if not torch.cuda.is_available():
-            build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a build without CUDA")
-            raise InputError(f"--device {device}: no CUDA device is usable here ({build}); "
-                             f"use --device cpu, or auto")
-        if chosen.index is not None and chosen.index >= torch.cuda.device_count():
-            raise InputError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                             f"numbered from 0")
-    elif chosen.type != "cpu":
-        raise InputError(f"--device {device}: the pipeline runs on cpu or cuda devices")
+    checked_device(device, "--device", auto=True)
     return device
 
 
@@ -414,7 +401,8 @@ def profile(script: Path, args: tuple[str, ...], device: str, steps: int, skip: 
 def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[str, ...], device: str, commit: str,
                      epochs: int | None, sample_steps: int | None, sources_path: Path, params_path: Path) -> None:
     """Run the bench from the IDX files alone, where only torch, numpy, pandas, pyarrow,
-    safetensors and xxhash are installed (the lent GPU machines): no dvc, polars or zstandard.
+    safetensors and xxhash are installed (a GPU machine set up for training, say): no dvc,
+    polars or zstandard.
 
     Builds the wide Parquet and the shards with pyarrow and the shard writer, checks every
     raw file against sources.yaml, runs params.yaml's bench, and writes

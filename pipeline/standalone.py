@@ -1,7 +1,7 @@
 """The bench on a machine that has torch but not this project's other tools.
 
-The lent GPU machines have torch (a CUDA build), numpy, pandas, pyarrow, safetensors,
-xxhash, click and pyyaml, but no polars, dvc or zstandard and no internet. This builds the
+A GPU machine set up for training often has torch (a CUDA build), numpy, pandas, pyarrow,
+safetensors, xxhash, click and pyyaml, but no polars, dvc or zstandard, and no internet. This builds the
 bench's inputs from the IDX files alone, with what is installed there, and runs the same
 bench as `dvc repro`:
 
@@ -66,7 +66,7 @@ def build_inputs(dataset: str, mirror: Path, work: Path, sources: Path, samples_
 
 def checked(params: dict, path: Path) -> dict:
     """params.yaml (with the command line's overrides) checked against its schema where
-    pydantic is installed; the lent GPU machines lack it, and are told so."""
+    pydantic is installed; where it is not, the user is told so."""
     try:
         import pydantic  # noqa: F401
     except ImportError:

@@ -299,6 +299,7 @@ def test_to_json_holds_every_figure_its_shares_and_the_bound():
            "steps": 4}
     b = timebudget.Budget(per_step=per, device="cuda:0", kernels_per_step=12.0, flop_per_step=3e9, peak_device_bytes=1024)
     assert b.to_json() == {"device": "cuda:0", "machine": None, **per, "bound": "compute", "partial": False,
+                           "largest_part": "compute", "intra_threads": None,
                            "kernels_per_step": 12.0, "verdict": "COMPUTE", "ops_per_step": None,
                            "share": {"data_wait": 0.3333, "copy": 0.0, "compute": 0.5, "overhead": 0.1667, "other": 0.0},
                            "flop_per_step": 3e9, "achieved_flop_s": pytest.approx(1e10), "peak_flop_s": None,

@@ -41,7 +41,7 @@ def _loop(kind: str, budget: TimeBudget, steps: int = 9) -> None:
                 for _ in range(4):
                     square @ square
             if kind == "overhead":
-                sum(i * i for i in range(60_000))  # Python between ops
+                sum(i * i for i in range(200_000))  # Python between ops (long enough to outweigh a busy host's preemptions)
             (x @ w).sum().backward()
         if kind == "other":
             time.sleep(0.02)  # the loop's own code between steps: logging, a sync, a checkpoint

@@ -183,3 +183,71 @@ def test_the_readme_loop_prints_no_profiler_log_line():
                           timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "USDT" not in done.stdout + done.stderr and "\nWhy: " in done.stdout
+
+
+def test_the_thread_count_is_put_back_when_a_retimed_step_raises_and_left_alone_otherwise():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        failing = TimeBudget("cpu", steps=1, skip=0, threads_check=4, peak=None)
+        batches = failing.batches(range(100))
+        with pytest.raises(RuntimeError):
+            for i in batches:
+                with failing.step():
+                    if torch.get_num_threads() == 1:  # a step re-timed on one thread fails
+                        raise RuntimeError("the user's step failed")
+        assert torch.get_num_threads() == 2  # put back at once, the generator still open
+        batches.close()
+        untouched = TimeBudget("cpu", steps=1, skip=0, threads_check=0, peak=None)
+        torch.set_num_threads(1)  # the user's own setting, after construction: never forced back
+        for _ in untouched.batches(range(5)):
+            with untouched.step():
+                pass
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("ladder", [[1, 2], {"variants": {"naive": {}, "preprocessed": {"train_s": 1.0}}},
+                                    {"variants": {"naive": {"train_s": None}, "preprocessed": {"train_s": 1.0}}},
+                                    {"variants": {"naive": {"train_s": 9.0}, "preprocessed": {"train_s": 1.0}},
+                                     "machine": "amd", "params": [1]}])
+def test_a_malformed_ladder_is_quoted_as_nothing_or_by_what_it_holds(ladder):
+    said = verdict(budget({"data_wait": 0.8, "compute": 0.2}), ladder)
+    assert said.startswith("DATA WAIT-BOUND") and "s/epoch" not in said or "`naive` 9 -> `preprocessed` 1" in said
+
+
+def test_a_ladder_is_this_machines_only_when_this_machine_is_known():
+    ladder = {"dataset": "mnist", "machine": {"name": "amd-epyc-2c", "device": "cpu"},
+              "variants": {"naive": {"train_s": 64.4}, "preprocessed": {"train_s": 12.6}}}
+    unknown = budget({"data_wait": 0.8, "compute": 0.2})
+    unknown.machine = None
+    assert " On `amd-epyc-2c`'s ladder (mnist, on cpu): " in verdict(unknown, ladder)
+    assert "this machine's" not in verdict(unknown, ladder)
+
+
+def test_a_peak_is_refused_without_a_float32_rate_and_scaled_to_the_loops_threads():
+    for rates in ({}, {"float32": 0.0}, {"float32": float("nan")}):
+        with pytest.raises(ValueError, match="a Peak needs a finite float32 rate"):
+            Peak(rates=rates, machine="m", device="cpu", threads=2)
+    sixteen = Peak(rates={"float32": 1.6e12}, machine="m", device="cpu", threads=16)
+    assert sixteen.float32_at(1) == pytest.approx(1e11) and sixteen.float32_at(32) == 1.6e12
+    one_thread = budget({"compute": 0.9, "overhead": 0.1}, step_s=0.01, flop_per_step=0.3 * 1e11 * 0.01,
+                        peak=sixteen)
+    one_thread.intra_threads = 1  # a loop on one thread is weighed against one thread's share of the peak
+    assert verdict(one_thread).startswith("COMPUTE-BOUND: ") and "30% of this CPU's float32 peak at 1 thread" in \
+        verdict(one_thread)
+
+
+def test_no_descriptor_is_left_open_when_the_capture_file_cannot_be_made(monkeypatch):
+    from pipeline.budget import trace
+
+    def refused(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+
+    before = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(trace.tempfile, "TemporaryFile", refused)
+    for _ in range(5):
+        with kineto_lines_dropped():
+            pass
+    assert len(os.listdir("/proc/self/fd")) == before

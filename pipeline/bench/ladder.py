@@ -11,7 +11,7 @@ timed over a fixed number of steps per epoch; their figures are then scaled to t
 epoch and marked `extrapolated`, and their accuracy is not reported (not measured).
 
 This module imports only torch, numpy, pandas and pyarrow (plus the shards reader), so it
-runs on the lent GPU machines, which lack polars, dvc and zstandard.
+runs on a machine with torch but without polars, dvc and zstandard (`standalone-bench`).
 """
 
 from __future__ import annotations

@@ -400,8 +400,8 @@ def cudnn_benchmark(device: torch.device) -> Iterator[None]:
 
     Set for a whole bench, not per variant: PyTorch caches cuDNN's choice per shape, dtype
     and layout but not per setting, so a variant run with it off would leave its untimed
-    choices to every later variant of the same shapes (measured on an H100: the fp32 graph
-    ran markedly slower after `device` had run without it)."""
+    choices to every later variant of the same shapes (an fp32 graph captured after a variant
+    ran without it can keep that variant's slower kernels)."""
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = device.type == "cuda" or before
     try:

@@ -1,8 +1,8 @@
 """What this device can compute at best: a short matmul probe, measured once per machine.
 
 A verdict of "compute-bound" is a claim about arithmetic, so it needs the device's own
-ceiling beside the step's achieved FLOP/s. The probe multiplies square matrices (float32 and
-bfloat16, the larger rate counts) sized so that one
+ceiling beside the step's achieved FLOP/s. The probe multiplies square matrices in float32
+(the ceiling the verdict weighs a step against) and bfloat16 (the headroom it names) sized so that one
 product takes a few milliseconds, on the CPU with one thread per usable core, and keeps the
 best of a few repeats: a busy moment only
 lowers a repeat, never raises it. The result is kept in a small JSON file under the user's
@@ -42,16 +42,24 @@ class Peak:
     threads: int                 # torch's intra-op threads during the probe
     busy: bool = False           # the host's load was above its usable cores during the probe
 
+    def __post_init__(self) -> None:
+        rates = self.rates if isinstance(self.rates, dict) else {}
+        good = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in rates.values())
+        if "float32" not in rates or not good or not isinstance(self.threads, int) or self.threads < 1:
+            raise ValueError(f"a Peak needs a finite float32 rate > 0 and threads >= 1, got rates={self.rates!r:.80}, "
+                             f"threads={self.threads!r}")
+
+    def float32_at(self, threads: int | None) -> float:
+        """The float32 rate a loop on `threads` intra-op threads can reach: on the CPU the
+        probe's rate scaled to that many of the probe's threads; on a GPU, the rate."""
+        if self.device != "cpu" or not threads:
+            return self.float32
+        return self.float32 * min(threads, self.threads) / self.threads
+
     @property
     def float32(self) -> float:
         """The rate of float32 products: the dtype a loop computes in unless told otherwise."""
         return self.rates["float32"]
-
-    @property
-    def best(self) -> tuple[str, float]:
-        """The fastest dtype and its rate."""
-        name = max(self.rates, key=self.rates.__getitem__)
-        return name, self.rates[name]
 
     def describe(self) -> str:
         """Each dtype's rate, float32 first, the threads and the machine, in words."""
@@ -124,6 +132,8 @@ def measure_peak(device: torch.device, seconds: float = 0.6) -> Peak:
         rates = {str(d).removeprefix("torch."): probe_dtype(device, d, seconds / len(DTYPES)) for d in DTYPES}
     finally:
         torch.set_num_threads(threads)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the probe's matrices are not the user's to keep
     return Peak(rates=rates, machine=fingerprint(device.type)["name"], device=device.type,
                 threads=probe_threads, busy=busy or host_busy())
 
@@ -135,7 +145,8 @@ def cache_file() -> Path:
 
 
 def _key(device: torch.device) -> str:
-    return f"{fingerprint(device.type)['name']}|{device.type}|cores={usable_cores()}|torch={torch.__version__}"
+    return (f"{fingerprint(device.type)['name']}|{device.type}|cores={usable_cores()}|torch={torch.__version__}"
+            f"|float32={torch.get_float32_matmul_precision()}")
 
 
 def _read_cache(path: Path) -> dict:
@@ -151,12 +162,9 @@ def _read_cache(path: Path) -> dict:
 def _cached(entry: object) -> Peak | None:
     """A cache entry as a Peak, or None where it is not one (an older or edited file)."""
     try:
-        peak = Peak(**entry)  # type: ignore[arg-type]
-    except TypeError:
+        return Peak(**entry)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
         return None
-    rates = peak.rates if isinstance(peak.rates, dict) else {}
-    ok = "float32" in rates and all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in rates.values())
-    return peak if ok else None
 
 
 def _write_cache(path: Path, entries: dict) -> None:

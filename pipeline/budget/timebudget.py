@@ -26,22 +26,25 @@ from pipeline.budget.units import duration
 from pipeline.core.errors import InputError
 
 
-def checked_device(device: str | torch.device, what: str = "device") -> torch.device:
+def checked_device(device: str | torch.device, what: str = "device", auto: bool = False) -> torch.device:
     """`device` as a torch.device this machine has; one line (InputError) otherwise, before
-    anything runs: a device that is not here fails at construction, never after warm-up."""
+    anything runs: a device that is not here fails at construction, never after warm-up.
+    `what` names the setting in the message (`--device` for a command whose `auto` exists)."""
     try:
         chosen = torch.device(device)
     except (RuntimeError, ValueError, TypeError):
-        raise InputError(f"{what} {str(device)[:40]!r}: not a torch device; use cpu, cuda or cuda:N") from None
+        raise InputError(f"{what} {str(device)[:40]!r}: not a torch device; use {'auto, ' if auto else ''}cpu, "
+                         f"cuda or cuda:N") from None
     if chosen.type == "cuda":
         if not torch.cuda.is_available():
             build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a build without CUDA")
-            raise InputError(f"{what} {device}: no CUDA device is usable here ({build}); use cpu")
+            fix = f"{what} cpu, or auto" if auto else "cpu"
+            raise InputError(f"{what} {device}: no CUDA device is usable here ({build}); use {fix}")
         if chosen.index is not None and chosen.index >= torch.cuda.device_count():
             raise InputError(f"{what} {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
                              f"numbered from 0")
     elif chosen.type != "cpu":
-        raise InputError(f"{what} {device}: the time budget reads cpu and cuda devices")
+        raise InputError(f"{what} {device}: only cpu and cuda devices are supported")
     return chosen
 
 
@@ -60,6 +63,7 @@ class Budget:
     peak: Peak | None = None                 # this device's measured matmul rates
     threads: ThreadCheck | None = None       # the same loop re-timed on one thread (CPU)
     machine: str | None = None               # the name of the machine measured
+    intra_threads: int | None = None         # torch's intra-op threads during the window
 
     def _of_step(self, seconds: float) -> float:
         total = self.per_step["step_s"]
@@ -92,9 +96,11 @@ class Budget:
         from pipeline.budget.verdict import diagnose
 
         peak = self.peak
+        found = diagnose(self)
         return {"device": self.device, "machine": self.machine, **self.per_step,
                 "share": {k: round(v, 4) for k, v in self.shares().items()},
-                "bound": self.bound(), "verdict": diagnose(self).label, "partial": self.partial,
+                "bound": found.bounds[0], "largest_part": self.bound(), "verdict": found.label,
+                "partial": self.partial, "intra_threads": self.intra_threads,
                 "ops_per_step": self.ops_per_step, "kernels_per_step": self.kernels_per_step,
                 "flop_per_step": self.flop_per_step, "achieved_flop_s": self.achieved_flop_s(),
                 "peak_flop_s": None if peak is None else peak.rates,
@@ -109,8 +115,8 @@ class Budget:
 
         parts = " | ".join(f"{LABELS[p]} {share:.0%}" for p, share in self.shares().items())
         extra = ""
-        if self.device.startswith("cpu"):
-            extra += f", {torch.get_num_threads() if self.threads is None else self.threads.threads} threads"
+        if self.device.startswith("cpu") and self.intra_threads is not None:
+            extra += f", {self.intra_threads} thread{'s' if self.intra_threads != 1 else ''}"
         if self.kernels_per_step is not None:
             extra += f", {self.kernels_per_step:.0f} kernels"
         if self.peak_device_bytes is not None:
@@ -167,7 +173,8 @@ class TimeBudget:
         self._stepped = 0                   # steps finished inside the window
         self._ended = 0.0                   # when the last of them ended
         self._measured: Budget | None = None  # the window's budget, before the thread check
-        self._threads = torch.get_num_threads()
+        self._threads = 0                   # torch's intra-op threads when the window opened
+        self._changed = False               # whether the thread check set another count since
         self._plan: list[int] = []          # thread counts of the steps still to re-time
         self._timed: list[tuple[int, float]] = []
         self._pending: tuple[int, float] | None = None  # (threads, start) of the step being re-timed
@@ -195,7 +202,7 @@ class TimeBudget:
                     self._start()
                     opened = True
                 if self._plan:
-                    torch.set_num_threads(self._plan[0])
+                    self._set_threads(self._plan[0])
                     self._pending = (self._plan[0], time.perf_counter())
                 try:
                     if self._profiler is None:
@@ -222,8 +229,10 @@ class TimeBudget:
     def step(self) -> Iterator[None]:
         """Marks one train step; the window's last one waits for the device inside it."""
         if self._profiler is None:
-            yield
-            self._retimed()
+            try:
+                yield
+            finally:
+                self._retimed()
             if self._measured is not None and not self._plan:
                 self._finish()
             return
@@ -247,6 +256,7 @@ class TimeBudget:
             yield
 
     def _start(self) -> None:
+        self._threads = torch.get_num_threads()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         sync(self.device)
@@ -273,6 +283,17 @@ class TimeBudget:
         if not self._plan:
             self._finish()
 
+    def _set_threads(self, count: int) -> None:
+        if count != torch.get_num_threads():
+            torch.set_num_threads(count)
+            self._changed = True
+
+    def _restore_threads(self) -> None:
+        """The loop's own thread count back, if the check changed it (and only then)."""
+        if self._changed:
+            torch.set_num_threads(self._threads)
+            self._changed = False
+
     def _retimed(self) -> None:
         """Records the step being re-timed, if any, and puts the loop's own thread count back."""
         if self._pending is None:
@@ -282,19 +303,23 @@ class TimeBudget:
         self._timed.append((threads, time.perf_counter() - start))
         if self._plan:
             self._plan.pop(0)
-        torch.set_num_threads(self._threads)
+        self._restore_threads()
 
     def _finish(self) -> None:
         """The budget, with its evidence, once the window and the thread check are over."""
         if self.result is not None or self._measured is None:
             return
         self._plan = []
-        torch.set_num_threads(self._threads)
+        self._restore_threads()
         budget = self._measured
         budget.threads = summarise(self._timed, self._threads)
+        budget.intra_threads = self._threads if self.device.type == "cpu" else None
         budget.machine = fingerprint(self.device.type)["name"]
         if isinstance(self.peak, Peak):
             budget.peak = self.peak
         elif self.peak == "measure" and budget.flop_per_step:
-            budget.peak = device_peak(self.device)
+            try:
+                budget.peak = device_peak(self.device)
+            except (RuntimeError, MemoryError):  # no room to probe (a full GPU): no peak, and the verdict says so
+                budget.peak = None
         self.result = budget

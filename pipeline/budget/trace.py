@@ -145,28 +145,6 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Callable[[Any], None], steps: int,
-                  device: torch.device, warmup: int = 2) -> dict:
-    """Run `steps` train steps (after `warmup` unprofiled ones) under the profiler and
-    return the parts per step, in seconds, with the pass's step time (`step_s`) and, on
-    CUDA, the kernels launched per step: the ladder's use of `TimeBudget`, the API any loop
-    uses.
-
-    `batches` yields what the variant's loader yields; `to_device` moves one to the device;
-    `step` trains on it."""
-    budget = TimeBudget(device, steps=steps, skip=warmup, flops=False)
-    for item in budget.batches(batches):
-        with budget.copy():
-            batch = to_device(item)
-        with budget.step():
-            step(batch)
-        if budget.done:
-            break
-    if budget.result is None or budget.result.partial:
-        raise ValueError(f"the loader gave {budget.seen} batches, fewer than the {warmup} + {steps} to profile")
-    return {**budget.result.per_step, "kernels_per_step": budget.result.kernels_per_step}
-
-
 @dataclass(frozen=True)
 class Window:
     """A profiled window read: seconds per step by part (`intervals.per_step`, with the
@@ -202,12 +180,17 @@ def kineto_lines_dropped() -> Iterator[None]:
     """Within the block, the process's stderr (file descriptor 2) goes to a temporary file;
     afterwards every line of it but Kineto's own log lines is written to stderr. Only the
     profiler's start and stop run inside: a user's line written meanwhile comes out late,
-    never lost."""
+    never lost. Where no descriptor or file can be had, the block runs as it is."""
     sys.stderr.flush()
+    saved = capture = None
     try:
         saved = os.dup(2)
         capture = tempfile.TemporaryFile()
-    except OSError:  # no descriptor to spare: the log lines stay, nothing else changes
+    except OSError:
+        if saved is not None:
+            os.close(saved)
+        saved = None
+    if saved is None or capture is None:
         yield
         return
     try:
@@ -218,10 +201,9 @@ def kineto_lines_dropped() -> Iterator[None]:
             sys.stderr.flush()
             os.dup2(saved, 2)
             capture.seek(0)
-            kept = b"".join(line for line in capture.read(1 << 20).splitlines(keepends=True)
-                            if not KINETO_LINE.match(line))
-            if kept:
-                os.write(2, kept)
+            for line in iter(capture.readline, b""):
+                if not KINETO_LINE.match(line):
+                    os.write(2, line)
     finally:
         os.close(saved)
         capture.close()

@@ -114,10 +114,10 @@ class Diagnosis:
 
 
 def compute_fraction(budget) -> float | None:
-    """The step's achieved FLOP/s over this device's measured float32 peak; None where either
-    is unknown."""
+    """The step's achieved FLOP/s over this device's measured float32 peak at the loop's own
+    intra-op threads; None where either is unknown."""
     achieved = budget.achieved_flop_s()
-    return achieved / budget.peak.float32 if achieved and budget.peak else None
+    return achieved / budget.peak.float32_at(budget.intra_threads) if achieved and budget.peak else None
 
 
 def percent(fraction: float) -> str:
@@ -140,7 +140,9 @@ def _compute_evidence(budget) -> tuple[str, str, bool]:
         why = ("the profiler counted no FLOPs for these ops" if not budget.flop_per_step
                else "no peak of this device to set them against")
         return "compute", f"{why}, so how hard they compute is unknown{each}", True
-    where = f"{percent(fraction)} of this {'GPU' if budget.kernels_per_step is not None else 'CPU'}'s float32 peak"
+    gpu = budget.kernels_per_step is not None
+    at = "" if gpu or not budget.intra_threads else f" at {budget.intra_threads} thread{'s' if budget.intra_threads != 1 else ''}"
+    where = f"{percent(fraction)} of this {'GPU' if gpu else 'CPU'}'s float32 peak{at}"
     said = f"the step computes at {rate(budget.achieved_flop_s())}, {where} ({budget.peak.describe()}){each}"
     if fraction < NEGLIGIBLE:
         return "dispatch", said, False
@@ -180,22 +182,36 @@ def _figure(name: str, variant: dict) -> str:
     return f"`{name}` {variant['train_s']:.3g}" + (f" ({', '.join(marks)})" if marks else "")
 
 
+def _quotable(ladder: object, before: str, after: str) -> bool:
+    """Whether `ladder` holds both rungs with a number of seconds each (anything else, a
+    malformed or foreign file, is quoted as nothing rather than crashing the report)."""
+    variants = ladder.get("variants") if isinstance(ladder, dict) else None
+    return isinstance(variants, dict) and all(
+        isinstance(variants.get(name), dict) and isinstance(variants[name].get("train_s"), (int, float))
+        and not isinstance(variants[name].get("train_s"), bool) for name in (before, after))
+
+
 def evidence(rule: Rule, ladder: dict | None, machine: str | None = None) -> str:
     """What the rule's closest change did on the ladder given (a bench metrics document), in
     words, named by the machine that measured it: the first of its rung pairs the ladder ran.
-    `machine`: this machine's name; a ladder of another machine is said to be one."""
-    variants = (ladder or {}).get("variants") or {}
-    pair = next(((before, after) for before, after in rule.rungs if before in variants and after in variants), None)
+    `machine`: this machine's name; a ladder is called this machine's only when the names
+    match, another machine's when they differ, and by its own name when `machine` is unknown."""
+    pair = next(((before, after) for before, after in rule.rungs if _quotable(ladder, before, after)), None)
     if pair is None:
         return ""
     before, after = pair
-    measured = (ladder.get("machine") or {}).get("name")
-    device = (ladder.get("machine") or {}).get("device")
-    about = [f"`{measured}`" if measured else None, ladder.get("dataset", "bench"), f"on {device}" if device else None,
-             "a quick run" if (ladder.get("params") or {}).get("quick") else None]
-    if measured is None:
+    variants = ladder["variants"]
+    about_machine = ladder.get("machine") if isinstance(ladder.get("machine"), dict) else {}
+    measured, device = about_machine.get("name"), about_machine.get("device")
+    params = ladder.get("params") if isinstance(ladder.get("params"), dict) else {}
+    named = measured and machine is not None  # only then can "this" or "another" machine be said
+    about = [f"`{measured}`" if named else None, str(ladder.get("dataset", "bench")),
+             f"on {device}" if device else None, "a quick run" if params.get("quick") else None]
+    if not measured:
         whose = "a ladder of an unnamed machine"
-    elif machine is not None and measured != machine:
+    elif machine is None:
+        whose = f"`{measured}`'s ladder"
+    elif measured != machine:
         whose = "another machine's ladder"
     else:
         whose = "this machine's ladder"

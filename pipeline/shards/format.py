@@ -194,8 +194,8 @@ V2_SAMPLE = Sample((Field("images", "uint8", (28, 28)), Field("labels", "uint8",
 
 
 def zstd():
-    """The zstandard module, imported where used: only zstd shards need it, and the lent GPU
-    machines lack it."""
+    """The zstandard module, imported where used: only zstd shards need it, and a machine
+    with the bare install lacks it."""
     import zstandard
 
     return zstandard
