@@ -131,3 +131,29 @@ def test_the_calibration_times_the_models_step():
 def test_pace_with_nothing_done_is_the_whole_estimate():
     pace = Pace({"a": 10.0, "b": 30.0})
     assert pace.left([], 0.0) == 40.0 and pace.total() == 40.0
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d.update(env=[1]), lambda d: d.update(machine="amd"), lambda d: d["variants"].update(naive=None),
+    lambda d: d["params"].update(epochs=None), lambda d: d.update(floor=3), lambda d: d.update(seeds={"seeds": 4}),
+    lambda d: d.update(calibration={"step_s": -1.0}), lambda d: d.update(calibration={"step_s": float("nan")}),
+    lambda d: d.pop("wall_s"),
+])
+def test_a_malformed_earlier_run_gives_no_estimate_or_a_sound_one_never_an_error(tmp_path, change):
+    doc = document("a")
+    change(doc)
+    (tmp_path / "mnist.json").write_text(json.dumps(doc))
+    found = find_reference("mnist", [tmp_path / "mnist.json"], "cpu", False, "a")
+    if found is not None:
+        pace = pace_for(found, Calibration(step_s=0.1, spread=0.0), RAN)
+        assert pace.total() > 0 and all(v >= 0 for v in pace.expected.values())
+        assert announce("mnist", found, Calibration(step_s=0.1, spread=0.0), pace, {}).startswith("bench mnist: about")
+
+
+def test_a_committed_results_file_without_its_wall_time_still_scales(tmp_path):
+    """results/<machine>/<dataset>.json keeps the variants, not the stage's wall time."""
+    doc = document("a", recorded=False)
+    del doc["wall_s"]
+    (tmp_path / "mnist.json").write_text(json.dumps(doc))
+    found = find_reference("mnist", [tmp_path / "mnist.json"], "cpu", False, "a")
+    assert found is not None and pace_for(found, Calibration(step_s=0.1, spread=0.0), RAN).total() > 0

@@ -132,16 +132,26 @@ def host_report(calibration: Calibration, max_spread: float, busy: list[tuple[in
 def reference_step_s(document: dict) -> float | None:
     """What a bench document's run took per calibration step: its own calibration, else its
     `device` rung's steady seconds per train step (older documents)."""
-    calibration = document.get("calibration")
-    if isinstance(calibration, dict) and isinstance(calibration.get("step_s"), (int, float)):
-        return float(calibration["step_s"]) or None
-    device = (document.get("variants") or {}).get("device") or {}
-    params = document.get("params") or {}
-    try:
-        steps = math.ceil(int(params["train_samples"]) / int(params["batch_size"]))
-        return float(device["train_s"]) / steps if not device.get("extrapolated") else None
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    calibration = _mapping(document, "calibration")
+    if _positive(calibration.get("step_s")):
+        return float(calibration["step_s"])
+    device = _mapping(_mapping(document, "variants"), "device")
+    params = _mapping(document, "params")
+    if device.get("extrapolated") or not all(_positive(v) for v in (device.get("train_s"), params.get("train_samples"),
+                                                                    params.get("batch_size"))):
         return None
+    return float(device["train_s"]) / math.ceil(params["train_samples"] / params["batch_size"])
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _mapping(document: object, key: str) -> dict:
+    """`document[key]` when both are mappings, else an empty one: an earlier run's file is
+    only ever a hint, and a malformed one gives no estimate rather than stopping a bench."""
+    value = document.get(key) if isinstance(document, dict) else None
+    return value if isinstance(value, dict) else {}
 
 
 def usable_reference(path: Path, device_type: str) -> dict | None:
@@ -150,11 +160,12 @@ def usable_reference(path: Path, device_type: str) -> dict | None:
         document = read_json(path, 64 << 20, "bench metrics file")
     except (OSError, InputError):
         return None
-    if not isinstance(document, dict) or not isinstance(document.get("wall_s"), (int, float)):
+    variants = _mapping(document, "variants")
+    if _mapping(document, "env").get("device_type") != device_type or not variants:
         return None
-    if (document.get("env") or {}).get("device_type") != device_type:
+    if not all(isinstance(v, dict) for v in variants.values()):
         return None
-    return document if reference_step_s(document) and isinstance(document.get("variants"), dict) else None
+    return document if reference_step_s(document) else None
 
 
 def find_reference(dataset: str, candidates: list[Path], device_type: str, quick: bool,
@@ -165,8 +176,7 @@ def find_reference(dataset: str, candidates: list[Path], device_type: str, quick
               for doc in [usable_reference(path, device_type)] if doc]
 
     def rank(doc: dict) -> tuple[bool, bool]:
-        return ((doc.get("machine") or {}).get("name") != machine,
-                bool((doc.get("params") or {}).get("quick")) != quick)
+        return _mapping(doc, "machine").get("name") != machine, bool(_mapping(doc, "params").get("quick")) != quick
     return min(usable, key=rank, default=None)
 
 
@@ -174,11 +184,11 @@ def parts(document: dict) -> dict[str, float]:
     """An earlier run's seconds per part (each variant, `floor`, `seeds`, summing to its
     `wall_s`): recorded ones where it has them (`bench_s`), else its variants' recorded
     times, a sampled rung's scaled to the steps it ran, and the rest spread over them."""
-    variants = document.get("variants") or {}
-    params = document.get("params") or {}
-    recorded = {name: v["bench_s"] for name, v in variants.items() if isinstance(v.get("bench_s"), (int, float))}
+    variants = _mapping(document, "variants")
+    params = _mapping(document, "params")
+    recorded = {name: v["bench_s"] for name, v in variants.items() if _positive(v.get("bench_s"))}
     if recorded and len(recorded) == len(variants):
-        extra = {k: document[k] for k in ("floor_s", "seeds_s") if isinstance(document.get(k), (int, float))}
+        extra = {k: document[k] for k in ("floor_s", "seeds_s") if _positive(document.get(k))}
         return {**recorded, **{k.removesuffix("_s"): v for k, v in extra.items()}}
     steps = math.ceil(params.get("train_samples", 60000) / max(1, params.get("batch_size", 512)))
     share = (params.get("sample_steps", 20) * params.get("sample_epochs", 4)
@@ -186,13 +196,14 @@ def parts(document: dict) -> dict[str, float]:
     rough = {name: float(v.get("wall_s", 0.0)) * (share if v.get("extrapolated") else 1.0)
              for name, v in variants.items()}
     total = sum(rough.values())
-    scale = float(document["wall_s"]) / total if total > 0 else 0.0
+    wall = _number(document, "wall_s")
+    scale = wall / total if total > 0 and wall > 0 else 1.0
     return {name: seconds * scale for name, seconds in rough.items()}
 
 
 def _number(entry: dict, key: str) -> float:
     value = entry.get(key)
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+    return float(value) if _positive(value) else 0.0
 
 
 def predict(document: dict, settings) -> dict[str, float]:
@@ -200,10 +211,10 @@ def predict(document: dict, settings) -> dict[str, float]:
     of the run `document` records: each rung from that run's setup and per-epoch figures and
     this run's epochs, sampled steps and profiled pass; a floor epoch after each full rung;
     the seeds at that run's median time to accuracy. A rung it did not run takes the mean."""
-    variants = document.get("variants") or {}
-    params = document.get("params") or {}
+    variants = _mapping(document, "variants")
+    params = _mapping(document, "params")
     steps = max(1, math.ceil(_number(params, "train_samples") / max(1.0, _number(params, "batch_size"))))
-    floor_s = _number(document.get("floor") or {}, "train_s")
+    floor_s = _number(_mapping(document, "floor"), "train_s")
     out: dict[str, float] = {}
     for name in settings.variants:
         entry = variants.get(name)
@@ -219,9 +230,8 @@ def predict(document: dict, settings) -> dict[str, float]:
             out[name] = once + settings.epochs * epoch + profiled + (floor_s if settings.floor else 0.0)
     known = list(out.values()) or [0.0]
     out.update({name: statistics.mean(known) for name in settings.variants if name not in out})
-    seeds = document.get("seeds") or {}
-    if settings.accuracy_seeds and isinstance(seeds, dict):
-        out["seeds"] = settings.accuracy_seeds * _number(seeds, "median")
+    if settings.accuracy_seeds:
+        out["seeds"] = settings.accuracy_seeds * _number(_mapping(document, "seeds"), "median")
     return out
 
 
@@ -244,8 +254,8 @@ class Pace:
 def same_run(document: dict, settings) -> bool:
     """Whether `document` ran what `settings` asks, part by part, with each part's time
     recorded: then its recorded times are the estimate, else `predict`'s."""
-    params = document.get("params") or {}
-    variants = document.get("variants") or {}
+    params = _mapping(document, "params")
+    variants = _mapping(document, "variants")
     asked = {"quick": settings.quick, "epochs": settings.epochs, "sample_steps": settings.sample_steps,
              "sample_epochs": settings.sample_epochs}
     return (all(params.get(key) == value for key, value in asked.items()) and list(variants) == list(settings.variants)
@@ -254,14 +264,17 @@ def same_run(document: dict, settings) -> bool:
 
 def settings_of(document: dict, settings):
     """The settings `document`'s own run had, as far as it records them (`settings` for the rest)."""
-    params, variants = document.get("params") or {}, document.get("variants") or {}
-    seeds = document.get("seeds") or {}
+    params, variants = _mapping(document, "params"), _mapping(document, "variants")
+    seeds = _mapping(document, "seeds").get("seeds")
+
+    def count(key: str, default: int) -> int:
+        return int(params[key]) if _positive(params.get(key)) else default
     return dataclasses.replace(
         settings, variants=tuple(variants), sample=tuple(n for n, v in variants.items() if v.get("extrapolated")),
-        epochs=int(params.get("epochs", settings.epochs)), sample_steps=int(params.get("sample_steps", 1)),
-        sample_epochs=int(params.get("sample_epochs", 1)), quick=bool(params.get("quick")),
-        floor=bool(document.get("floor")), budget=any(v.get("budget") for v in variants.values()),
-        accuracy_seeds=len(seeds.get("seeds") or []) if isinstance(seeds, dict) else 0)
+        epochs=count("epochs", settings.epochs), sample_steps=count("sample_steps", 1),
+        sample_epochs=count("sample_epochs", 1), quick=bool(params.get("quick")),
+        floor=bool(_mapping(document, "floor")), budget=any(v.get("budget") for v in variants.values()),
+        accuracy_seeds=len(seeds) if isinstance(seeds, list) else 0)
 
 
 def pace_for(reference: dict, calibration: Calibration, settings) -> Pace:
@@ -275,7 +288,8 @@ def pace_for(reference: dict, calibration: Calibration, settings) -> Pace:
     else:
         earlier = predict(reference, settings)
         own = sum(predict(reference, settings_of(reference, settings)).values())
-        missed = min(2.0, max(0.5, float(reference["wall_s"]) / own)) if own > 0 else 1.0
+        wall = reference.get("wall_s")
+        missed = min(2.0, max(0.5, float(wall) / own)) if own > 0 and _positive(wall) else 1.0
         earlier = {name: seconds * missed for name, seconds in earlier.items()}
     return Pace({name: seconds * scale for name, seconds in earlier.items()})
 
@@ -288,12 +302,13 @@ def announce(dataset: str, reference: dict | None, calibration: Calibration, pac
     if reference is None or pace is None:
         return (f"bench {dataset}: no earlier bench on this device type and mode to scale from, so no estimate "
                 f"yet ({here}); the time left is printed after each rung")
-    whose = (reference.get("machine") or {}).get("name", "an unnamed machine")
+    whose = _mapping(reference, "machine").get("name") or "an unnamed machine"
+    wall = reference.get("wall_s")
+    took = f", whose bench of {dataset} took {duration(float(wall))}" if _positive(wall) else ""
     total = pace.total()
     whole = ""
     if others:
         names = ", ".join(others)
         whole = f"; the whole bench, with {names}, about {duration(total + sum(others.values()))}"
     return (f"bench {dataset}: about {duration(total)} here{whole} ({here}, "
-            f"{duration(reference_step_s(reference))} on {whose}, whose bench of {dataset} took "
-            f"{duration(float(reference['wall_s']))})")
+            f"{duration(reference_step_s(reference))} on {whose}{took})")

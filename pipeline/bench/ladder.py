@@ -284,14 +284,19 @@ def announce_bench(dataset: str, device: torch.device, settings: BenchSettings, 
     and the others `earlier` holds) and, on a busy host, what runs beside the bench."""
     busy = busy_processes(exclude=(os.getppid(),))
     calibration = calibrate(device, settings.batch_size)
-    reference = find_reference(dataset, earlier, device.type, settings.quick, machine)
-    pace = pace_for(reference, calibration, settings) if reference else None
-    others = {}
-    for name in sorted({path.stem for path in earlier} - {dataset}):
-        other = find_reference(name, earlier, device.type, settings.quick, machine)
-        if other:
-            others[name] = pace_for(other, calibration, settings).total()
-    print(announce(dataset, reference, calibration, pace, others), file=sys.stderr, flush=True)
+    try:
+        reference = find_reference(dataset, earlier, device.type, settings.quick, machine)
+        pace = pace_for(reference, calibration, settings) if reference else None
+        others = {}
+        for name in sorted({path.stem for path in earlier} - {dataset}):
+            other = find_reference(name, earlier, device.type, settings.quick, machine)
+            if other:
+                others[name] = pace_for(other, calibration, settings).total()
+        said = announce(dataset, reference, calibration, pace, others)
+    except Exception as err:  # an earlier run's file is a hint: a malformed one never stops a bench
+        pace = None
+        said = f"bench {dataset}: no estimate (an earlier run's file could not be read: {type(err).__name__})"
+    print(said, file=sys.stderr, flush=True)
     warning = host_report(calibration, settings.max_spread, busy)
     if warning:
         print(warning, file=sys.stderr, flush=True)
