@@ -116,7 +116,8 @@ def test_a_spinning_process_is_seen():
     spinner.start()
     try:
         time.sleep(1.0)  # past the interpreter's start
-        assert spinner.pid in {pid for pid, _, _ in busy_processes(window_s=1.0)}
+        # on a busy host a spinner gets less than its core, never nothing
+        assert spinner.pid in {pid for pid, _, _ in busy_processes(window_s=1.5, share=0.02)}
     finally:
         spinner.terminate()
         spinner.join()

@@ -75,8 +75,9 @@ def calibrate(device: torch.device, batch_size: int, blocks: int = 5, block_s: f
     return Calibration(step_s=middle, spread=(max(timed) - min(timed)) / middle if middle > 0 else 0.0)
 
 
-def busy_processes(window_s: float = 0.5, exclude: tuple[int, ...] = ()) -> list[tuple[int, str, float]]:
-    """(pid, name, share of one core) of every process that used more than BUSY_SHARE of a
+def busy_processes(window_s: float = 0.5, exclude: tuple[int, ...] = (),
+                   share: float = BUSY_SHARE) -> list[tuple[int, str, float]]:
+    """(pid, name, share of one core) of every process that used more than `share` of a
     core over `window_s` seconds, busiest first (Linux /proc; elsewhere none are seen)."""
     def cpu_ticks() -> dict[int, tuple[str, int]]:
         found = {}
@@ -101,7 +102,7 @@ def busy_processes(window_s: float = 0.5, exclude: tuple[int, ...] = ()) -> list
     ignored = {os.getpid(), *exclude}
     busy = [(pid, name, (ticks - before[pid][1]) / hertz / window_s) for pid, (name, ticks) in after.items()
             if pid in before and pid not in ignored]
-    return sorted((b for b in busy if b[2] > BUSY_SHARE), key=lambda b: -b[2])
+    return sorted((b for b in busy if b[2] > share), key=lambda b: -b[2])
 
 
 def host_report(calibration: Calibration, max_spread: float, busy: list[tuple[int, str, float]]) -> str | None:
