@@ -209,3 +209,33 @@ def test_a_split_at_a_url_reads_past_its_bounds_after_its_cache_evicts(tmp_path)
             np.testing.assert_array_equal(split.take(indices)["y"], data["y"][indices])
     finally:
         fs.rm(root, recursive=True)
+
+
+def test_a_folder_swapped_while_opened_closes_its_descriptor_once(tmp_path, monkeypatch):
+    """The open is refused in one line, and the descriptor it took is closed then and only
+    then: collecting the half-built object must not close a number another file now holds."""
+    import gc
+    import shutil
+
+    from pipeline.shards import mapped
+
+    write(tmp_path / "s", 64, 32)
+    real = mapped.read_manifest
+
+    def swapped(folder, *args, **kwargs):
+        manifest = real(folder, *args, **kwargs)
+        os.rename(folder, tmp_path / "old")
+        shutil.copytree(tmp_path / "old", folder)  # a writer's new folder under the same name
+        return manifest
+
+    monkeypatch.setattr(mapped, "read_manifest", swapped)
+    with pytest.raises(ShardError, match="replaced by a writer while being opened") as caught:
+        MappedSplit(tmp_path / "s", verify="none")
+    # the half-built object lives on in the traceback; the number it closed goes to another file
+    victim = os.open(tmp_path / "old" / "manifest.json", os.O_RDONLY)
+    try:
+        del caught
+        gc.collect()
+        os.fstat(victim)  # still this file's: raises EBADF where the number was closed a second time
+    finally:
+        os.close(victim)

@@ -244,3 +244,27 @@ def test_int64_refuses_a_uint64_it_cannot_hold():
         Int64("y")(field)
     fits = {"y": torch.from_numpy(np.array([0, 2**63 - 1], np.uint64))}
     assert Int64("y")(fits)["y"].tolist() == [0, 2**63 - 1]
+
+
+def test_a_part_rerun_that_dies_leaves_no_record_of_its_earlier_run_to_merge():
+    """A part written, then written again by a run that dies after one shard: the merge must
+    not pair the first run's record with the second run's file (the manifest would list
+    digests its shard no longer has)."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as scratch:
+        folder, data = Path(scratch) / "p", columns(16, 0)
+        _parts(folder, data, [0, 8, 16], total=16)
+        again = ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, first_sample=0,
+                            total=16)
+        again.add({k: np.ones_like(v[:8]) for k, v in data.items()})  # one new shard over the old, then it dies
+        again.abort()
+        with pytest.raises(ShardError, match=r"starts at sample 8, expected 0 \(a part missing"):
+            merge_parts(folder)
+        assert not (folder / "manifest.json").exists()
+
+
+def test_int64_takes_an_empty_batch():
+    empty = {"y": torch.from_numpy(np.zeros(0, np.uint64))}
+    assert Int64("y")(empty)["y"].dtype == torch.int64 and Int64("y")(empty)["y"].numel() == 0

@@ -120,8 +120,10 @@ class _FreezeThen:
 @contextlib.contextmanager
 def _parent_frozen(active: bool) -> Iterator[None]:
     """The parent's objects frozen while its workers start (so that forked workers inherit
-    them frozen), unfrozen after: the parent's own collections are left as they were. A
-    process that froze objects itself is left alone (unfreezing would undo its freeze)."""
+    them frozen, and their collections never touch those pages), unfrozen after. Unfreezing
+    puts the parent's objects in its oldest generation, so they are collected later than they
+    would have been. A process that froze objects itself is left alone (unfreezing would undo
+    its freeze)."""
     if not active or gc.get_freeze_count():
         yield
         return

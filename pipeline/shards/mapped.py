@@ -15,8 +15,10 @@ A split never feeds new bytes under the manifest it was opened with: shards are 
 through a descriptor of the split's folder taken when the manifest was read (a writer swaps
 a whole new folder in, so this process keeps the old files, or finds them gone), a shard's
 size is checked against the manifest before each batch reads it (a file truncated under its
-map would otherwise kill the process with SIGBUS), and a shard opened again is checked to
-be the file first opened. Each failure is one ShardError naming the file.
+map kills the process with SIGBUS when read; the check names a truncation made before the
+batch, though one made between the check and the read still ends the process), and a shard
+opened again is checked to be the file first opened. Each failure is one ShardError naming
+the file.
 
 A location is a local folder or a URL (`s3://...`, any fsspec URL); a URL's shards are
 fetched into a node-local cache (`remote.RemoteShards`) when a batch first touches them.
@@ -72,7 +74,8 @@ class MappedShard:
 
     def check_size(self) -> None:
         """The file still has the size the manifest states (read through a map, a truncated
-        file kills the process with SIGBUS; this names it instead)."""
+        file kills the process with SIGBUS; this names a truncation made before it, and
+        narrows the window for one made during a read, which it cannot close)."""
         if self.mapped is None:
             return
         try:
@@ -318,8 +321,13 @@ class MappedSplit:
         else:
             self.location = Path(location)
             self.dir_fd = _folder_descriptor(self.location)
-            manifest = read_manifest(self.location, dataset, split)
-            _same_folder(self.location, self.dir_fd)
+            try:
+                manifest = read_manifest(self.location, dataset, split)
+                _same_folder(self.location, self.dir_fd)
+            except BaseException:  # closed here, once: __del__ must not close the number again
+                os.close(self.dir_fd)
+                self.dir_fd = None
+                raise
         self.manifest = manifest
         self.sample = manifest_sample(manifest)
         self.count: int = manifest["count"]
@@ -601,5 +609,4 @@ def _same_folder(folder: Path, fd: int) -> None:
         now = None
     held = os.fstat(fd)
     if now is None or (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
-        os.close(fd)
         raise ShardError(f"{folder}: replaced by a writer while being opened; open it again")

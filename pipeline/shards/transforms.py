@@ -86,7 +86,7 @@ class Int64:
 
     def __call__(self, batch: Batch) -> Batch:
         values = batch[self.field]
-        if values.dtype == torch.uint64:  # 2**63 and up have no int64: refused, never wrapped to negatives
+        if values.dtype == torch.uint64 and values.numel():  # 2**63 and up have no int64: refused, never wrapped
             wrapped = values.view(torch.int64).reshape(len(values), -1) < 0
             rows = wrapped.any(dim=1).nonzero()
             if len(rows):

@@ -306,6 +306,9 @@ class ShardWriter:
             (self.folder / PARTS).mkdir(parents=True, exist_ok=True)
             self._stack.enter_context(locked(self.folder / PARTS / self._key))  # one writer per part
             self.published = published(self.folder)
+            # An earlier run of this part leaves its record; its shards are about to be replaced,
+            # so the record goes first: a merge never pairs it with this run's files.
+            (self.folder / PARTS / f"{self._key}.json").unlink(missing_ok=True)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="shard-sha256")
 
     @property
