@@ -594,3 +594,20 @@ def test_a_bad_checkpoint_is_one_line(tmp_path, content, message):
         Checkpoints(path, 1, resume=True).load(torch.device("cpu"))
     assert "\n" not in str(caught.value)
     assert Checkpoints(tmp_path / "none.pt", 1, resume=True).load(torch.device("cpu")) is None  # a fresh start
+
+
+def test_an_endpoint_changed_in_the_environment_is_the_one_read(tmp_path, monkeypatch):
+    """fsspec caches file systems by their arguments, not the environment: a RemoteShards
+    made after AWS_ENDPOINT_URL changed must reach the new endpoint, not a cached old one."""
+    pytest.importorskip("s3fs")
+    import fsspec
+
+    for name, value in (("AWS_ENDPOINT_URL", "http://127.0.0.1:1"), ("AWS_ACCESS_KEY_ID", "a"),
+                        ("AWS_SECRET_ACCESS_KEY", "a"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    earlier = fsspec.filesystem("s3")  # an instance cached and connected for port 1, as an earlier user leaves it
+    with pytest.raises(Exception):
+        earlier.ls("bucket")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    with pytest.raises(ShardError, match=r"127.0.0.1:9/"):
+        RemoteShards("s3://bucket/train", tmp_path / "cache", 1 << 20)

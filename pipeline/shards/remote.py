@@ -181,7 +181,9 @@ class RemoteShards:
             raise ShardError(f"{self.objects}: exists and is not a folder; the cache needs it as one") from None
         self.counts = FetchCounts()
         try:
-            self.fs, self.root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
+            # a file system of its own: fsspec's instance cache would hand back one made
+            # earlier in this process for another endpoint (the key leaves out the environment)
+            self.fs, self.root = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **(storage_options or {}))
         except (ImportError, ValueError) as err:  # an unknown scheme, or its package missing (s3fs for s3://)
             raise ShardError(f"{self.url}: cannot open ({reason(err)})") from None
         self.manifest = self._read_manifest()

@@ -55,10 +55,10 @@ def verify_url(source: str) -> None:
     head, layout, name = source.rsplit("/", 2)
     sums = f"{head}/SHA256SUMS"
     try:
-        with fsspec.open(sums, "rb") as f:
+        with fsspec.open(sums, "rb", skip_instance_cache=True) as f:  # not one cached for another endpoint
             text = f.read(64 << 10).decode("ascii", "replace")
         digest = hashlib.sha256()
-        with fsspec.open(source, "rb") as f:
+        with fsspec.open(source, "rb", skip_instance_cache=True) as f:
             while chunk := f.read(1 << 22):
                 digest.update(chunk)
     except (OSError, ValueError) as err:

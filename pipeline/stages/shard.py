@@ -62,7 +62,7 @@ def _open_url(url: str) -> Any:
     """The object at `url`, open for reading through fsspec (the `[s3]` extra for s3://)."""
     import fsspec
 
-    return fsspec.open(url, "rb").open()
+    return fsspec.open(url, "rb", skip_instance_cache=True).open()  # not one cached for another endpoint
 
 
 @contextmanager
