@@ -45,8 +45,10 @@ def test_an_earlier_runs_parts_are_its_recorded_times_or_its_wall_time_spread_ov
 def test_the_estimate_scales_by_the_calibrations_and_the_time_left_follows_the_pace():
     pace = pace_for(document("a"), Calibration(step_s=0.2, spread=0.0), RAN)
     assert pace.total() == pytest.approx(2 * 600)  # twice as slow a step here: twice the time
-    assert pace.left(["floor", "naive"], elapsed=480.0) == pytest.approx(600 + 120)  # on pace: the rest as planned
-    assert pace.left(["floor", "naive"], elapsed=960.0) == pytest.approx(2 * 720)  # twice as slow so far: twice left
+    assert pace.left({"floor": 80.0, "naive": 400.0}) == pytest.approx(600 + 120)  # on pace: the rest as planned
+    # the sampled rung ran twice as slow as planned: the full rungs keep the calibration's pace
+    assert pace.left({"floor": 80.0, "naive": 800.0}) == pytest.approx(600 + 120)
+    assert pace.left({"floor": 160.0, "naive": 400.0}) == pytest.approx(2 * 720)  # the full kind twice as slow
 
 
 def test_another_kind_of_run_is_predicted_from_the_references_per_epoch_figures():
@@ -130,8 +132,9 @@ def test_the_calibration_times_the_models_step():
 
 
 def test_pace_with_nothing_done_is_the_whole_estimate():
-    pace = Pace({"a": 10.0, "b": 30.0})
-    assert pace.left([], 0.0) == 40.0 and pace.total() == 40.0
+    pace = Pace({"a": 10.0, "b": 30.0}, {"a": "sampled"})
+    assert pace.left({}) == 40.0 and pace.total() == 40.0
+    assert pace.left({"a": 20.0}) == 30.0  # a sampled part's pace says nothing of the full ones
 
 
 @pytest.mark.parametrize("change", [

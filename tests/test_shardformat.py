@@ -13,7 +13,8 @@ from conftest import write_shards
 from pipeline.stages.sample import MNIST
 from pipeline.shards import (DeviceBatches, Field, Int64, Sample, ShardDataset, ShardError, ShardSampler, UnitFloat,
                              read_split, unit_float, write_split)
-from pipeline.shards.format import V2_SAMPLE, epoch_seed, parse_fields, read_manifest
+from pipeline.shards.format import V2_SAMPLE, parse_fields, read_manifest
+from pipeline.shards.order import epoch_seed
 from pipeline.shards.writer import ShardWriter
 
 # A CIFAR-100-like sample with two extra fields of other dtypes.

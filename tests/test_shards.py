@@ -8,7 +8,7 @@ import torch
 from pipeline.stages.convert import convert_dataset
 from pipeline.stages.csvdata import write_csv
 from pipeline.shards import DeviceBatches, Int64, ShardDataset, ShardError, UnitFloat, read_split, unit_float
-from pipeline.shards.format import epoch_seed
+from pipeline.shards.order import epoch_seed
 from pipeline.stages.shard import shard_dataset
 from conftest import write_shards, write_unchecked_split
 

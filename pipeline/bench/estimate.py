@@ -238,18 +238,29 @@ def predict(document: dict, settings) -> dict[str, float]:
 
 @dataclass
 class Pace:
-    """The time left of a bench: an earlier run's parts, scaled by this run's pace so far."""
+    """The time left of a bench: an earlier run's parts, scaled by this run's pace so far,
+    kind by kind. A sampled rung's per-item Python and a full rung's arithmetic change
+    speed apart from one machine to the next, so each kind keeps its own pace; a kind not
+    yet seen keeps the calibration's."""
 
     expected: dict[str, float]     # seconds per part, scaled by the calibration
+    kinds: dict[str, str] = dataclasses.field(default_factory=dict)  # part -> kind; unnamed parts: "full"
 
     def total(self) -> float:
         return sum(self.expected.values())
 
-    def left(self, done: list[str], elapsed: float) -> float:
-        """Seconds left after the parts `done`, at the pace they were done at."""
-        so_far = sum(self.expected.get(name, 0.0) for name in done)
-        pace = elapsed / so_far if so_far > 0 else 1.0
-        return pace * sum(seconds for name, seconds in self.expected.items() if name not in done)
+    def left(self, done: dict[str, float]) -> float:
+        """Seconds left after the parts `done` (part -> the seconds it took), each kind at
+        the pace its parts were done at."""
+        def kind(name: str) -> str:
+            return self.kinds.get(name, "full")
+
+        pace = {}
+        for k in {kind(name) for name in self.expected}:
+            took = sum(seconds for name, seconds in done.items() if kind(name) == k and name in self.expected)
+            planned = sum(self.expected[name] for name in done if kind(name) == k and name in self.expected)
+            pace[k] = took / planned if planned > 0 and took > 0 else 1.0
+        return sum(seconds * pace[kind(name)] for name, seconds in self.expected.items() if name not in done)
 
 
 def same_run(document: dict, settings) -> bool:
@@ -292,7 +303,8 @@ def pace_for(reference: dict, calibration: Calibration, settings) -> Pace:
         wall = reference.get("wall_s")
         missed = min(2.0, max(0.5, float(wall) / own)) if own > 0 and _positive(wall) else 1.0
         earlier = {name: seconds * missed for name, seconds in earlier.items()}
-    return Pace({name: seconds * scale for name, seconds in earlier.items()})
+    kinds = {name: "sampled" if name in settings.sample else "full" for name in settings.variants}
+    return Pace({name: seconds * scale for name, seconds in earlier.items()}, kinds)
 
 
 def announce(dataset: str, reference: dict | None, calibration: Calibration, pace: Pace | None,

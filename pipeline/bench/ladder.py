@@ -264,11 +264,11 @@ class Announced:
     calibration: Calibration
     pace: Pace | None
 
-    def left(self, done: list[str], elapsed: float, variants_done: int, variants: int) -> str:
-        """'; 2m so far, about 12m left' (the earlier run's parts where known, else the
-        variants' average so far)."""
+    def left(self, done: dict[str, float], elapsed: float, variants_done: int, variants: int) -> str:
+        """'; 2 min so far, about 12 min left' (the earlier run's parts, at this run's pace,
+        where known; else the variants' average so far). `done`: part -> its seconds."""
         if self.pace is not None:
-            left = self.pace.left(done, elapsed)
+            left = self.pace.left(done)
         elif variants_done == variants:
             return f"; {duration(elapsed)} so far"
         elif variants_done:
@@ -313,7 +313,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
     floor_runs = floors(dataset, shards, device, settings) if settings.floor else {}
     floor_s = time.perf_counter() - start
     distinct_floors = list({id(run): run for run in floor_runs.values()}.values())  # shared options: one run
-    done_parts = ["floor"]
+    done_parts = {"floor": floor_s}
     for done, variant in enumerate(settings.variants):
         sampled = variant in settings.sample
         begun = time.perf_counter()
@@ -332,7 +332,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
             for run in distinct_floors:
                 run.epoch()
         results[variant]["bench_s"] = round(time.perf_counter() - begun, 1)  # its floor epoch included
-        done_parts.append(variant)
+        done_parts[variant] = results[variant]["bench_s"]
     n_train = read_manifest(Path(shards) / "train")["count"]
     document = {"dataset": dataset, "env": {**environment(device), "device_init_s": round(init_s, 3)},
                 "params": {"epochs": settings.epochs, "batch_size": settings.batch_size,

@@ -201,12 +201,6 @@ def zstd():
     return zstandard
 
 
-def epoch_seed(seed: int, epoch: int) -> int:
-    """The one mix of (seed, epoch) behind every shuffle (`order.ShardSampler`): runs repeat
-    exactly and epochs differ."""
-    return seed * 1_000_003 + epoch
-
-
 def suffix(codec: str) -> str:
     return ".safetensors" + (".zst" if codec == "zstd" else "")
 

@@ -33,13 +33,18 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from pipeline.shards.format import ShardError, epoch_seed
+from pipeline.shards.format import ShardError
 
 SHUFFLES = ("none", "samples", "shards")
 MAX_INTERVALS = 1 << 16   # intervals in a resume state: far above any world size
-STATE_KEYS = ("epoch", "due", "seed", "shuffle", "count", "shard_counts", "drop_last")
 
 Interval = tuple[int, int]
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The one mix of (seed, epoch) behind every shuffle (`ShardSampler`): runs repeat
+    exactly and epochs differ."""
+    return seed * 1_000_003 + epoch
 
 
 def shuffle_mode(shuffle: bool | str) -> str:
