@@ -9,6 +9,8 @@ A verdict is a claim, so it rests on evidence, not on the largest share alone:
   device's measured float32 peak (`peak`); below NEGLIGIBLE of it the time inside ops is the cost of
   dispatching small ops (or launching small kernels), and the advice is about that;
 - two parts within CLOSE of each other are both named;
+- a profiled window DISTURBED times slower than the same steps on a plain clock (the thread
+  check's) is said to be so: its shares describe that stretch, not the loop;
 - without counted FLOPs or a peak, a compute claim says its evidence is weak, unless the
   device's kernels average under SMALL_KERNEL_S: kernels that short cannot fill a GPU.
 
@@ -29,6 +31,7 @@ MEANINGFUL = 0.10     # of the float32 peak: below it, compute is claimed as wea
 NEGLIGIBLE = 0.01     # of the float32 peak: below it, time in ops is dispatch, not arithmetic
 CLOSE = 0.10          # two shares this close (fraction of the step) are both named
 SMALL_KERNEL_S = 20e-6  # a device kernel shorter than this on average cannot fill the device
+DISTURBED = 2.0       # profiled steps this many times the plain clock's: the window does not show the loop
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class Diagnosis:
     bounds: tuple[str, ...]      # first the main one; a second when its share is close; "threads" first when so
     why: tuple[str, ...]         # the evidence, one clause each
     weak: bool = False           # the evidence does not settle the claim (no FLOPs counted, no peak)
+    disturbed: float | None = None  # the profiled steps over the plain clock's, when past DISTURBED
 
     @property
     def label(self) -> str:
@@ -173,6 +177,11 @@ def diagnose(budget) -> Diagnosis:
                    "as measured with the threads waiting: " + why[0]] + why[1:]
             return Diagnosis(bounds=("threads",), why=tuple(why), weak=False)
         why.append(said)
+        ratio = budget.per_step["step_s"] / threads.step_s if threads.step_s > 0 else 1.0
+        if ratio > DISTURBED:  # the window is not the loop: its shares describe a disturbed stretch
+            why.append(f"the profiled steps took {ratio:.1f}x the plain clock's ({duration(budget.per_step['step_s'])} "
+                       f"against {duration(threads.step_s)}): the profiler's own cost, or load while it ran")
+            return Diagnosis(bounds=tuple(dict.fromkeys(bounds)), why=tuple(why), weak=weak, disturbed=ratio)
     return Diagnosis(bounds=tuple(dict.fromkeys(bounds)), why=tuple(why), weak=weak)
 
 
@@ -246,6 +255,9 @@ def verdict(budget, ladder: dict | None = None) -> str:
     main = found.bounds[0]
     rule = _rule(main, budget)
     weak = " (weak evidence)" if found.weak and main == "compute" else ""
+    if found.disturbed:
+        weak = (f" (weak evidence: the profiled window ran {found.disturbed:.1f}x slower than the same steps "
+                f"unprofiled; profile again on a quieter host, or with fewer --steps)")
     halves = budget.idle_shares() if main == "overhead" else None
     detail = f" (host wait {halves['host_wait']:.0%}, launch gaps {halves['launch_gap']:.0%})" if halves else ""
     head = f"{found.label}-BOUND{weak}: {_share(main, budget)}{detail}; {rule.meaning}. Try: {rule.try_next}."
