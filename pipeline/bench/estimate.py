@@ -32,6 +32,7 @@ from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError
 
 BUSY_SHARE = 0.2      # of a core: a process using more than this during the window is listed
+SHAKY = 2.0           # calibration blocks spread past this many times bench.max_spread: an unsteady host
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,9 @@ def host_report(calibration: Calibration, max_spread: float, busy: list[tuple[in
         troubles.append(f"other processes use {used:.1f} of its {cores} usable cores: {names}")
     elif load > cores:
         troubles.append(f"its load average is {load:.1f} on {cores} usable cores")
-    if calibration.spread > max_spread:
+    if calibration.spread > SHAKY * max_spread:  # short blocks spread more than whole epochs on any host
         troubles.append(f"blocks of the same training steps took {calibration.spread:.0%} apart "
-                        f"(bench.max_spread {max_spread:.0%})")
+                        f"(over {SHAKY:g}x bench.max_spread, {max_spread:.0%})")
     if not troubles:
         return None
     return ("warning: this host is busy: " + "; ".join(troubles) + ". Every figure will be slower and spread wider "
