@@ -38,7 +38,11 @@ def brief(out: str) -> str:
     if at is None or why is None:
         return out.rstrip()
     head = " ".join(lines[:at])
-    bound = lines[at].split(":")[0]
+    verdict = " ".join(lines[at:why])
+    bound = verdict[:verdict.index("-BOUND") + len("-BOUND")]
+    rest = verdict[len(bound):]
+    if rest.startswith(" ("):  # its caveat, whole
+        bound += rest[:rest.index(")") + 1]
     return "\n".join([head, bound, " ".join(lines[why:])])
 
 
