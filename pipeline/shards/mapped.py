@@ -26,11 +26,13 @@ fetched into a node-local cache (`remote.RemoteShards`) when a batch first touch
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import os
 import resource
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,16 +208,10 @@ def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | No
     keeps its descriptor and is read with pread (`read_rows`), its map let go after the
     checks. `dir_fd`: the folder's descriptor the file is opened through."""
     path, fd, size = open_shard(folder, entry, dir_fd)
-    try:
+    with _closed_on_failure(path, fd):
         status = os.fstat(fd)
         head = _head(fd, size) if block else b""
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    except OSError as err:
-        os.close(fd)
-        raise ShardError(f"{path}: cannot be mapped ({err.strerror or reason(err)})") from None
-    except BaseException:
-        os.close(fd)
-        raise
     try:
         shard = _mapped_shard(path, entry, templates, verify, block, head, mapped, size)
     except BaseException:
@@ -426,17 +422,11 @@ class MappedSplit:
         header put them (nothing parsed again, so that a split of more shards than maps open
         pays a few system calls per shard it maps again, not a header)."""
         path, fd, size = open_shard(self.location, self.manifest["shards"][number], self.dir_fd)
-        try:
+        with _closed_on_failure(path, fd):
             if _identity(os.fstat(fd)) != known.identity:
                 raise ShardError(f"{path}: another file than the one this process verified (replaced or rewritten "
                                  f"since); open the split again")
             mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        except OSError as err:
-            os.close(fd)
-            raise ShardError(f"{path}: cannot be mapped ({err.strerror or reason(err)})") from None
-        except BaseException:
-            os.close(fd)
-            raise
         count = self.counts[number]
         columns = {f.name: np.frombuffer(mapped, f.dtype, count * math.prod(f.shape),
                                          known.data_start + offset).reshape(count, *f.shape)
@@ -587,6 +577,20 @@ class MappedSplit:
     def __setstate__(self, state: dict) -> None:
         self._args = {"max_open": None, "pread": False, **state["_args"]}
         self._open(**self._args)
+
+
+@contextlib.contextmanager
+def _closed_on_failure(path: Path, fd: int) -> Iterator[None]:
+    """Within the block, any failure closes `fd` (the shard's, opened for mapping); an OS
+    error becomes one ShardError naming the file."""
+    try:
+        yield
+    except OSError as err:
+        os.close(fd)
+        raise ShardError(f"{path}: cannot be mapped ({err.strerror or reason(err)})") from None
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _folder_descriptor(folder: Path) -> int:
