@@ -369,3 +369,18 @@ def test_the_bench_time_is_the_whole_stages_wall_time_where_recorded(tmp_path):
     root = tree(tmp_path / "older", local={"tiny.json": a, "other.json": b})
     assert bench_block(root) == ("- `box-a` (2 cores): 0.360 minutes for other, tiny (setup and timed epochs "
                                       "of every variant)")
+
+
+def test_the_readme_shows_this_machine_and_one_more_however_many_commit(tmp_path):
+    """Each machine that commits its results adds nothing to the README past the second:
+    the rest are named by count and shown on docs/results.md."""
+    root = tree(tmp_path, results={f"box-{c}/tiny.json": new_doc(name=f"box-{c}", day="2026-11-01")
+                                   for c in "bcd"})
+    result = run_report(root)
+    assert result.returncode == 0, result.stderr
+    headline = (root / "README.md").read_text().split("<!-- generated: headline -->\n")[1].split("<!-- /generated")[0]
+    assert "| `box-a` |" in headline and "| `box-b` |" in headline
+    assert "box-c" not in headline and "box-d" not in headline
+    assert "2 more machines: [docs/results.md](docs/results.md#headline)." in headline
+    page = (root / "docs/results.md").read_text()
+    assert all(f"## `box-{c}`" in page for c in "abcd")
