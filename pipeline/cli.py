@@ -152,7 +152,7 @@ def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> Non
     from pipeline.stages.fetch import FetchSettings, fetch_dataset, load_sources
     from pipeline.stages.fetch_settings import FetchParams
 
-    settings = FetchSettings(**read_section(params_path, FetchParams, "fetch"))
+    settings = FetchSettings(**read_section(params_path, FetchParams, "fetch").model_dump())
     files, mirrors = load_sources(sources_path, dataset)
     fetch_dataset(dataset, files, mirrors, out, settings, rows=known_rows(sources_path, dataset))
 
@@ -207,13 +207,12 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, s
     except ValueError as err:
         raise InputError(f"CODEC: {err}") from None
     settings = read_section(params_path, ConvertParams, "convert")
-    rows = int(settings["row_group_rows"])
     # Python's own Ctrl-C handler back in place of the one polars installs when imported, which
     # loses the interrupt outside polars' own calls (pola-rs/polars#21739); the conversion
     # runs off this thread (`interruptible`), so Ctrl-C stops it at once.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    convert_dataset(csv_dir, out, figures, codec, rows, rows=known_rows(sources_path, dataset),
-                    engine=str(settings.get("engine", "local")))
+    convert_dataset(csv_dir, out, figures, codec, settings.row_group_rows, rows=known_rows(sources_path, dataset),
+                    engine=settings.engine)
 
 
 @main.command()
@@ -229,7 +228,7 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
     from pipeline.stages.convert_settings import ConvertParams
 
     convert = read_section(params_path, ConvertParams, "convert")
-    write_codecs(figures, read_datasets(params_path), list(convert["codecs"]), metrics, plot)
+    write_codecs(figures, read_datasets(params_path), list(convert.codecs), metrics, plot)
 
 
 @main.command()
@@ -252,11 +251,10 @@ def shard(dataset: str, parquet: str, out: Path, sources_path: Path, params_path
     from pipeline.stages.shard_settings import ShardParams
 
     settings = read_section(params_path, ShardParams, "shard")
-    engine = str(settings.get("engine", "local"))
-    source = parquet_source(parquet, engine)
-    shard_dataset(source, out, dataset, int(settings["samples_per_shard"]), str(settings["compression"]),
-                  int(settings["level"]), rows=known_rows(sources_path, dataset),
-                  pins=published_pins(sources_path, dataset), engine=engine)
+    source = parquet_source(parquet, settings.engine)
+    shard_dataset(source, out, dataset, settings.samples_per_shard, settings.compression, settings.level,
+                  rows=known_rows(sources_path, dataset), pins=published_pins(sources_path, dataset),
+                  engine=settings.engine)
 
 
 @main.command()
@@ -298,7 +296,7 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, machine_path: Pa
     from pipeline.stages.bench import bench_dataset, read_machine
     from pipeline.stages.bench_settings import BenchParams
 
-    settings = settings_from_params(read_section(params_path, BenchParams, "bench"))
+    settings = settings_from_params(read_section(params_path, BenchParams, "bench").model_dump())
     bench_dataset(dataset, parquet, shards, out, resolve_device(device), settings, read_machine(machine_path))
 
 
@@ -316,7 +314,7 @@ def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> Non
     from pipeline.stages.summary import write_summary
 
     convert = read_section(params_path, ConvertParams, "convert")
-    write_summary(figures, bench_dir, read_datasets(params_path), str(convert["codec"]), str(convert["layout"]), out)
+    write_summary(figures, bench_dir, read_datasets(params_path), convert.codec, convert.layout, out)
 
 
 @main.command()
@@ -450,7 +448,7 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
     if resume and not checkpoint:
         raise click.BadParameter("--resume needs --checkpoint, the file to resume from", param_hint="--resume")
     check_world(shards, dataset)
-    settings = read_section(params_path, TrainParams, "train")
+    settings = read_section(params_path, TrainParams, "train").model_dump()  # train_ddp takes the section as a dict
     train_ddp(shards, out, dataset=dataset, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],
               seed=settings["seed"], record=record, cache=cache, cache_mib=settings["cache_mib"],
               checkpoint=checkpoint, checkpoint_every=settings["checkpoint_every"], resume=resume,

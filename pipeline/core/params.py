@@ -1,5 +1,6 @@
 """Read params.yaml, the one place every knob lives (as in DVC's example-get-started), and
-check one section of it against the settings model of the stage that reads it.
+one section of it as the settings model of the stage that reads it: checked, with the
+model's defaults filled in, so that a stage reads every setting, stated or not, from one object.
 
 Each stage's model lives beside the stage (`pipeline.stages.<stage>_settings`); the `params`
 stage checks the whole file with all of them first. pydantic is imported only when a section
@@ -70,11 +71,10 @@ def validated(model: type, value: Any, key: str, path: Path) -> Any:
         raise problems(path, found, err.error_count()) from None
 
 
-def read_section(path: Path, model: type, key: str) -> dict[str, Any]:
-    """The params file's section `key`, checked by its stage's settings `model`."""
-    block = section(load_params(path), key)
-    validated(model, block, key, path)
-    return block
+def read_section(path: Path, model: type, key: str) -> Any:
+    """The params file's section `key` as an instance of its stage's settings `model`: checked,
+    defaults filled in; ParamsError (every problem, by dotted key) where it does not fit."""
+    return validated(model, section(load_params(path), key), key, path)
 
 
 def dataset_names(names: Any) -> str | None:

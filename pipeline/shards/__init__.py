@@ -10,9 +10,9 @@ every field with its stored dtype and shape; only a named transform changes valu
 Modules: `format` (the manifest and sample schema), `writer` (one writer, parallel parts),
 `reader` (a whole split into tensors; the per-shard checks), `mapped` (a split mapped for
 random access), `order` (shuffles, ranks, resuming), `dataset` (the dataset and loaders),
-`transforms`, `remote` (shards at a URL, in a node-local cache). It needs torch, numpy,
-safetensors and xxhash (zstandard for zstd shards, fsspec for URLs) and imports nothing of the
-pipeline's stages.
+`transforms`, `remote` (shards at a URL, in a node-local cache), `watched` (reads from a
+store under deadlines). It needs torch, numpy, safetensors and xxhash (zstandard for zstd
+shards, fsspec for URLs) and imports nothing of the pipeline's stages.
 """
 
 import importlib

@@ -37,7 +37,7 @@ class ShardDataset(Dataset):
     (a callable of a batch dict, or a list of them) is applied to every batch, and to a single
     sample as a batch of one. Other keyword arguments go to `MappedSplit`: dataset, split,
     verify, max_resident, max_open, pread, cache, cache_bytes, storage_options, deadlines
-    (`remote.Deadlines`). Every process, DataLoader workers included, reads through the same
+    (`watched.Deadlines`). Every process, DataLoader workers included, reads through the same
     bounded maps; `loader()` freezes the parent's objects for its workers, and
     `freeze_inherited` does the same for a DataLoader of your own."""
 

@@ -14,8 +14,8 @@ Why whole shards rather than byte ranges: the manifest's checksums cover whole f
 shard can only be verified whole; a rank whose run touches part of a shard still fetches all
 of it (with `shuffle="shards"`, at most two such shards per rank and epoch: `order`).
 
-Every read has deadlines (`Deadlines`: connect and first byte, a minimum rate over a window,
-a total by the object's size); an expired one abandons the try.
+Every read is watched by deadlines (`watched.Deadlines`, passed as `deadlines`, and importable
+from here too); an expired one abandons the try, which is then retried like any failed fetch.
 
 The cache holds verified copies named by content (`<xxh3_128 or sha256><suffix>`): a shard
 that changed upstream is a different name, never a stale hit, and two splits share what they
@@ -43,6 +43,7 @@ from pipeline.core.bounded import parse_json
 from pipeline.core.errors import InputError, reason
 from pipeline.shards.format import MAX_MANIFEST, ShardError, check_manifest, suffix
 from pipeline.shards.reader import VERIFY, hasher
+from pipeline.shards.watched import Deadlines, watched
 
 CHUNK = 8 << 20           # one ranged GET per chunk: bounded memory whatever the shard's size
 READ = 1 << 20            # what one read() asks for: progress is seen (and a deadline checked) at least this often
@@ -64,79 +65,6 @@ class _Where(str):
     @property
     def parent(self) -> str:
         return self.rsplit("/", 1)[0]
-
-
-@dataclass(frozen=True)
-class Deadlines:
-    """How long a read from the store may take: no first byte within `connect_s` +
-    `first_byte_s` of asking, fewer than `min_rate` bytes a second over any `window_s`
-    seconds after that, or more than `total(size)` seconds for the whole object, and the try
-    is abandoned (then retried, then refused with one line naming the URL and what was slow)."""
-
-    connect_s: float = 10.0
-    first_byte_s: float = 30.0
-    min_rate: int = 64 << 10
-    window_s: float = 30.0
-
-    def __post_init__(self) -> None:
-        for name in ("connect_s", "first_byte_s", "min_rate", "window_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e12:
-                raise ValueError(f"Deadlines.{name} must be a positive number, got {value!r}")
-
-    def total(self, size: int) -> float:
-        """The most one object of `size` bytes may take, tries apart."""
-        return self.connect_s + self.first_byte_s + self.window_s + size / self.min_rate
-
-
-def watched(read, what: str | None, size: int, deadlines: Deadlines):
-    """Run `read(progress)` on a thread (it adds each byte count it receives to
-    `progress[0]`, and stops when `progress[1]` is set), waiting by `deadlines`; returns what it
-    returns, raises what it raises, or a ShardError naming `what` (when given) and the
-    deadline that expired. Progress is seen when a read() returns (at most READ bytes). An abandoned read is told to stop at its next chunk; its connection is the
-    store's to close."""
-    import threading
-    import time
-    from collections import deque
-
-    progress: list = [0, False]
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = read(progress)
-        except BaseException as err:  # noqa: BLE001 - handed to the waiting thread
-            outcome["error"] = err
-
-    thread = threading.Thread(target=run, name="shards-fetch", daemon=True)
-    start = time.monotonic()
-    thread.start()
-    seen = deque([(start, 0)])
-    first_byte = deadlines.connect_s + deadlines.first_byte_s
-    total = deadlines.total(size)
-    while thread.is_alive():
-        thread.join(0.1)
-        now, got = time.monotonic(), progress[0]
-        elapsed = now - start
-        problem = None
-        if not got and elapsed > first_byte:
-            problem = f"no data within {first_byte:g} s of asking (connect + first byte)"
-        elif elapsed > total:
-            problem = f"{got:,} of {size:,} bytes after {elapsed:.0f} s, over the {total:.0f} s allowed for its size"
-        else:
-            seen.append((now, got))
-            while len(seen) > 1 and seen[1][0] <= now - deadlines.window_s:
-                seen.popleft()
-            since, then = seen[0]
-            if got and now - since >= deadlines.window_s and (got - then) / (now - since) < deadlines.min_rate:
-                problem = (f"{(got - then) / (now - since):,.0f} bytes/s over the last {now - since:.0f} s, under "
-                           f"the minimum of {deadlines.min_rate:,}")
-        if problem:
-            progress[1] = True
-            raise ShardError(f"{what}: {problem}" if what else problem)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
 
 
 @dataclass
