@@ -440,7 +440,7 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
     S3, resumable with the same or another number of ranks: docs/scale.md.
     """
     from pipeline.core.params import read_section
-    from pipeline.stages.train import train_ddp
+    from pipeline.stages.train import TrainRun, train_ddp
     from pipeline.stages.train_settings import TrainParams
 
     if "://" not in shards and not Path(shards).is_dir():
@@ -448,8 +448,6 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
     if resume and not checkpoint:
         raise click.BadParameter("--resume needs --checkpoint, the file to resume from", param_hint="--resume")
     check_world(shards, dataset)
-    settings = read_section(params_path, TrainParams, "train").model_dump()  # train_ddp takes the section as a dict
-    train_ddp(shards, out, dataset=dataset, epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"],
-              seed=settings["seed"], record=record, cache=cache, cache_mib=settings["cache_mib"],
-              checkpoint=checkpoint, checkpoint_every=settings["checkpoint_every"], resume=resume,
-              timeout_s=settings["timeout_s"], remote=settings["remote"])
+    run = TrainRun.from_params(dataset, read_section(params_path, TrainParams, "train"), record=record, cache=cache,
+                               checkpoint=checkpoint, resume=resume)
+    train_ddp(shards, out, run)

@@ -17,7 +17,8 @@ node then fetches the shards its ranks' runs touch into its `--cache` folder. Wi
 optimizer steps (atomically: a kill leaves the previous checkpoint); `--resume` continues from
 it, mid-epoch, with exactly the batches and weights an uninterrupted run would have had; with
 another number of ranks, the samples still due that epoch are spread over the new ranks, each
-taken once.
+taken once. A run's settings are one `TrainRun`; a test passes `after_step` to act between
+steps (tests/train_killing_rank.py kills a rank there).
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ import contextlib
 import math
 import os
 import pickle
-import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -40,11 +41,49 @@ from pipeline.core.atomic import BusyError, atomic_path, locked, write_json
 from pipeline.core.errors import InputError, reason
 from pipeline.bench.model import MODEL_INPUT, SimpleCNN
 from pipeline.shards.dataset import ShardDataset, ShardLoader
-from pipeline.shards.remote import Deadlines, is_url, join
+from pipeline.shards.remote import is_url, join
+from pipeline.shards.watched import Deadlines
+from pipeline.stages.train_settings import TrainParams
 
-# Fault injection for the resume test: the rank named by PIPELINE_TRAIN_KILL_RANK kills itself
-# (SIGKILL: no cleanup, as a lost node) after this many optimizer steps.
-KILL_AFTER = "PIPELINE_TRAIN_KILL_AFTER_STEP"
+
+@dataclass(frozen=True)
+class TrainRun:
+    """One training run's settings (params.yaml's `train` section and the command's options):
+    one typed value that every rank builds alike, rather than a dozen loose arguments."""
+
+    dataset: str
+    epochs: int
+    global_batch: int                     # samples per optimizer step, over all ranks
+    lr: float
+    seed: int
+    record: bool = False                  # also write each rank's samples and final weights
+    cache: Path | None = None             # node-local folder for shards read from a URL
+    cache_bytes: int = 4096 << 20
+    checkpoint: Path | None = None
+    checkpoint_every: int = 0             # optimizer steps; 0: at the end only
+    resume: bool = False
+    timeout_s: float = 300                # the most a collective may wait for the other ranks
+    deadlines: Deadlines = field(default_factory=Deadlines)
+
+    @classmethod
+    def from_params(cls, dataset: str, params: TrainParams, *, record: bool = False, cache: Path | None = None,
+                    checkpoint: Path | None = None, resume: bool = False) -> TrainRun:
+        """The run of params.yaml's checked `train` section with the command's options: the
+        command and the tests' launcher build it the same way."""
+        remote = params.remote
+        return cls(dataset=dataset, epochs=params.epochs, global_batch=params.batch_size, lr=params.lr,
+                   seed=params.seed, record=record, cache=cache, cache_bytes=params.cache_mib << 20,
+                   checkpoint=checkpoint, checkpoint_every=params.checkpoint_every, resume=resume,
+                   timeout_s=params.timeout_s,
+                   deadlines=Deadlines(connect_s=remote.connect_s, first_byte_s=remote.first_byte_s,
+                                       min_rate=int(remote.min_kib_s * 1024), window_s=remote.window_s))
+
+    def shared(self, world_size: int) -> dict:
+        """What every rank must run alike (`_agree`): the settings that change what is learnt,
+        the world size and the code's digest."""
+        return {"dataset": self.dataset, "epochs": self.epochs, "global_batch": self.global_batch, "lr": self.lr,
+                "seed": self.seed, "checkpoint_every": self.checkpoint_every, "resume": self.resume,
+                "world_size": world_size, "code": code_version()}
 
 
 def _device() -> torch.device:
@@ -85,16 +124,15 @@ def _agree(settings: dict) -> None:
                                  f"{first.get(key)!r:.80}; every rank must run the same settings")
 
 
-def train_ddp(shards: Path | str, out: Path, *, dataset: str, epochs: int, batch_size: int, lr: float, seed: int,
-              record: bool = False, cache: Path | None = None, cache_mib: int = 4096,
-              checkpoint: Path | None = None, checkpoint_every: int = 0, resume: bool = False,
-              timeout_s: float = 300, remote: dict | None = None) -> dict | None:
+def train_ddp(shards: Path | str, out: Path, run: TrainRun, *,
+              after_step: Callable[[int, int], None] | None = None) -> dict | None:
     """Train SimpleCNN on `shards` (a folder or a URL) with every rank of the torchrun job;
-    rank 0 returns the metrics. A collective that does not complete within `timeout_s`
-    (another rank stopped, killed or failed) ends this rank with one line."""
-    if is_url(shards) and cache is None:
+    rank 0 returns the metrics. A collective that does not complete within `run.timeout_s`
+    (another rank stopped, killed or failed) ends this rank with one line. `after_step(rank,
+    global step)` runs after each optimizer step and its checkpoint: a test's hook."""
+    if is_url(shards) and run.cache is None:
         raise InputError(f"--shards {shards}: a URL needs --cache, the node-local folder its shards are fetched into")
-    if resume and checkpoint is None:
+    if run.resume and run.checkpoint is None:
         raise InputError("--resume needs --checkpoint, the file to resume from")
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise InputError("train runs under torchrun: torchrun --standalone --nproc-per-node N "
@@ -102,32 +140,36 @@ def train_ddp(shards: Path | str, out: Path, *, dataset: str, epochs: int, batch
     device = _device()
     from datetime import timedelta
 
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=run.timeout_s))
     try:
         location = str(shards) if is_url(shards) else Path(shards)
-        settings = {"dataset": dataset, "epochs": epochs, "global_batch": batch_size, "lr": lr, "seed": seed,
-                    "checkpoint_every": checkpoint_every, "resume": resume, "world_size": dist.get_world_size(),
-                    "code": code_version()}
-        deadlines = Deadlines() if remote is None else Deadlines(
-            connect_s=remote["connect_s"], first_byte_s=remote["first_byte_s"],
-            min_rate=int(remote["min_kib_s"] * 1024), window_s=remote["window_s"])
-        checkpoints = Checkpoints(checkpoint, checkpoint_every, resume)
+        settings = run.shared(dist.get_world_size())
+        checkpoints = Checkpoints(run.checkpoint, run.checkpoint_every, run.resume)
         with checkpoints.held():
-            return _train(location, Path(out), device, settings, record, checkpoints, cache, cache_mib << 20, deadlines)
-    except dist.DistBackendError:
-        raise InputError(f"rank {dist.get_rank()}: a collective did not complete within train.timeout_s "
-                         f"({timeout_s:g} s): another rank stopped or failed") from None
-    except RuntimeError as err:
-        text = str(err)
-        if "timed out" in text.lower():
-            raise InputError(f"rank {dist.get_rank()}: a collective waited past train.timeout_s ({timeout_s:g} s): "
-                             f"another rank stopped or failed") from None
-        if "Connection closed by peer" in text or "Connection reset" in text:
-            raise InputError(f"rank {dist.get_rank()}: another rank's connection closed: it stopped or failed "
-                             f"(its own line says why)") from None
-        raise
+            return _train(location, Path(out), device, run, settings, checkpoints, after_step)
+    except RuntimeError as err:  # (torch's DistBackendError is one)
+        line = _lost_rank(err, run.timeout_s)
+        if line is None:
+            raise
+        raise InputError(line) from None
     finally:
         dist.destroy_process_group()
+
+
+def _lost_rank(err: RuntimeError, timeout_s: float) -> str | None:
+    """The one line for a collective that failed because another rank stopped, failed or was
+    killed (torch's error then says nothing of which or why), or None for any other error."""
+    if isinstance(err, dist.DistBackendError):
+        return (f"rank {dist.get_rank()}: a collective did not complete within train.timeout_s ({timeout_s:g} s): "
+                f"another rank stopped or failed")
+    text = str(err)
+    if "timed out" in text.lower():
+        return (f"rank {dist.get_rank()}: a collective waited past train.timeout_s ({timeout_s:g} s): "
+                f"another rank stopped or failed")
+    if "Connection closed by peer" in text or "Connection reset" in text:
+        return (f"rank {dist.get_rank()}: another rank's connection closed: it stopped or failed "
+                f"(its own line says why)")
+    return None
 
 
 def code_version() -> str:
@@ -230,18 +272,17 @@ class Checkpoints:
                              f"history holds {len(history)} finished epochs")
 
 
-def _loaders(shards: Path | str, dataset: str, batch: int, seed: int, cache: Path | None,
-             cache_bytes: int, deadlines: Deadlines) -> tuple[ShardLoader, ShardLoader]:
+def _loaders(shards: Path | str, run: TrainRun, batch: int) -> tuple[ShardLoader, ShardLoader]:
     """This rank's train loader (the shards in a seeded order, samples shuffled within each)
-    and test loader (in order), both checked to hold `dataset`'s splits."""
+    and test loader (in order), both checked to hold the run's data set's splits."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    where = {"cache": cache, "cache_bytes": cache_bytes, "transform": list(MODEL_INPUT), "dataset": dataset,
-             "deadlines": deadlines}
+    where = {"cache": run.cache, "cache_bytes": run.cache_bytes, "transform": list(MODEL_INPUT),
+             "dataset": run.dataset, "deadlines": run.deadlines}
     train_set = ShardDataset(_split(shards, "train"), split="train", **where)
     test_set = ShardDataset(_split(shards, "test"), split="test", **where)
     if len(train_set) < world:
         raise InputError(f"{_split(shards, 'train')}: {len(train_set)} samples cannot feed {world} ranks")
-    return (train_set.loader(batch, shuffle="shards", seed=seed, rank=rank, world_size=world),
+    return (train_set.loader(batch, shuffle="shards", seed=run.seed, rank=rank, world_size=world),
             test_set.loader(batch, rank=rank, world_size=world))
 
 
@@ -255,111 +296,177 @@ def _identity(loader: ShardLoader) -> dict:
     return {"dataset": manifest["dataset"], "split": manifest["split"], "count": manifest["count"], "shards": digest}
 
 
-def _train(shards: Path | str, out: Path, device: torch.device, settings: dict, record: bool,
-           checkpoints: Checkpoints, cache: Path | None, cache_bytes: int, deadlines: Deadlines) -> dict | None:
-    dataset, epochs, batch_size, lr, seed = (settings[k] for k in ("dataset", "epochs", "global_batch", "lr", "seed"))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if batch_size % world:
-        raise ValueError(f"train.batch_size {batch_size} does not split evenly across {world} ranks")
-    local_batch = batch_size // world
-    torch.manual_seed(seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = SimpleCNN().to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    train, test = _loaders(shards, dataset, local_batch, seed, cache, cache_bytes, deadlines)
-    run = {"dataset": dataset, "train": _identity(train), "test": _identity(test), "seed": seed, "lr": lr,
-           "global_batch": batch_size}  # what a checkpoint must have been saved with (not the world size: elastic)
-    _agree({**settings, "train": run["train"], "test": run["test"]})
-    history, loss_so_far, global_step = [], 0.0, 0
-    state = checkpoints.load(device)
-    if state is not None:
-        checkpoints.check(state, run)
-        try:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            train.load_state_dict(state["data"])
-            history, loss_so_far, global_step = list(state["history"]), float(state["loss_so_far"]), \
-                int(state["global_step"])
-        except InputError as err:
-            raise InputError(f"{checkpoints.path}: {err}") from None
-        except (RuntimeError, ValueError, KeyError, TypeError) as err:  # weights of another model, a bad state
-            raise InputError(f"{checkpoints.path}: does not fit this model and optimizer ({reason(err)})") from None
-        if rank == 0:
-            done = len(train.dataset) - sum(b - a for a, b in train.state_dict()["due"])
-            print(f"train: resumed from {checkpoints.path} at epoch {train.epoch + 1}, sample {done} of the epoch, "
-                  f"on {world} rank{'s' if world > 1 else ''}", file=sys.stderr, flush=True)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)  # (after the load: DDP broadcasts rank 0's weights)
-    kill_after = int(os.environ.get(KILL_AFTER, "0")) if os.environ.get("PIPELINE_TRAIN_KILL_RANK") == str(rank) else 0
-    log: list[list[int]] = []  # with --record: [global step, sample ids...] of each batch this process trained on
-    seen: list[int] = []        # with --record: epoch 1's samples of this rank, in order
-    sampler = train.sampler
-    full_steps = sampler.steps([(0, len(train.dataset))])
+@dataclass
+class _Training:
+    """A rank's model, optimizer, loaders and progress: the one value that restoring, each
+    epoch and the records read and advance, so each is a function of its own."""
 
-    def snapshot() -> dict:
-        total = loss_sum.clone()
-        dist.all_reduce(total)  # the epoch's loss so far, over all ranks (each rank's part differs)
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "data": train.state_dict(),
-                "history": history, "loss_so_far": total.item() / world, "global_step": global_step, "run": run}
+    model: SimpleCNN
+    optimizer: torch.optim.Optimizer
+    train: ShardLoader
+    test: ShardLoader
+    device: torch.device
+    origin: dict                       # what a checkpoint must have been saved with (not the world size: elastic)
+    history: list[dict] = field(default_factory=list)
+    loss_so_far: float = 0.0           # resumed mid-epoch: the epoch's loss before the checkpoint
+    global_step: int = 0
+    batches: list[list[int]] = field(default_factory=list)  # with --record: [global step, sample ids...] of each batch
+    seen: list[int] = field(default_factory=list)           # with --record: epoch 1's samples of this rank, in order
 
-    while train.epoch < epochs:
-        epoch, start = train.epoch, time.perf_counter()
-        plan_due = train.state_dict()["due"]
-        steps = len(train)
-        # Summed on the device (no sync per step): the ranks' sums add up to `world` times the sum of the
-        # steps' global-batch means. Resumed mid-epoch, each rank starts from the saved sum of means.
-        resumed_mid_epoch = sum(b - a for a, b in plan_due) < len(train.dataset)
-        loss_sum = torch.full((), loss_so_far if resumed_mid_epoch else 0.0, device=device, dtype=torch.float64)
-        loss_so_far = 0.0
-        read_before, read_seconds = _fetched(train), 0.0
-        for step, (images, labels) in enumerate(train):
-            if not read_seconds:  # this epoch's first batch read (and its shards fetched)
-                read_seconds = time.perf_counter() - start
-            images, labels = images.to(device), labels.to(device)
-            # The global batch's mean: each rank's sum over the samples all ranks take this step
-            # (DDP averages the ranks' gradients, hence the factor `world`); the last step's
-            # global batch may be smaller, and a rank's batch may even be empty.
-            total_now = sampler.batch_total([tuple(i) for i in plan_due], step)
-            loss = F.cross_entropy(ddp(images), labels, reduction="sum") * (world / total_now)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.detach()
-            global_step += 1
-            if record:
-                log.append([global_step, *train.indices.tolist()])
-                if epoch == 0:
-                    seen += train.indices.tolist()
-            if train.taken < steps and checkpoints.due(global_step):
-                checkpoints.save(snapshot())
-            if global_step == kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)
+    def snapshot(self, loss_sum: torch.Tensor) -> dict:
+        """A checkpoint's content, with the epoch's loss so far summed over all ranks (each
+        rank's part differs, so every rank takes part)."""
         total = loss_sum.clone()
         dist.all_reduce(total)
-        correct = torch.zeros((), device=device, dtype=torch.long)
-        with torch.inference_mode():
-            for x, y in test:
-                correct += (model(x.to(device)).argmax(1) == y.to(device)).sum()
-        dist.all_reduce(correct)
-        history.append({"epoch": epoch + 1, "loss": round(total.item() / world / max(full_steps, 1), 5),
-                        "accuracy": round(correct.item() / len(test.dataset), 4),
-                        "steps": full_steps, "seconds": round(time.perf_counter() - start, 3),
-                        "read_seconds": round(read_seconds, 3), "fetched_bytes": _fetched(train) - read_before})
-        if checkpoints.due(global_step) or checkpoints.path and train.epoch == epochs:
-            loss_sum.zero_()  # (the epoch's loss is in `history` now)
-            checkpoints.save(snapshot())
-        if rank == 0:
-            print(f"train epoch {epoch + 1}/{epochs}: {history[-1]}", file=sys.stderr, flush=True)
-    if record:
-        params = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
-        fetched = {name: loader.dataset.split.remote.counts.as_dict() for name, loader in (("train", train),
-                                                                                           ("test", test))
-                   if loader.dataset.split.remote}
-        write_json(out.with_name(f"{out.stem}.rank{rank}.json"), {"rank": rank, "steps": [h["steps"] for h in history], "params_sum": float(params.double().sum()),
-             "params_head": params[:8].tolist(), "params_sha256": _digest(params), "batches": log,
-             "ids": seen, "fetched": fetched, "epochs": history}, indent=None)
-    if rank != 0:
-        return None
-    document = {"world_size": world, "backend": dist.get_backend(), "device": str(device),
-                "global_batch": batch_size, "local_batch": local_batch, "lr": lr, "seed": seed, "epochs": history}
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "data": self.train.state_dict(), "history": self.history,
+                "loss_so_far": total.item() / dist.get_world_size(), "global_step": self.global_step,
+                "run": self.origin}
+
+
+def _train(shards: Path | str, out: Path, device: torch.device, run: TrainRun, settings: dict,
+           checkpoints: Checkpoints, after_step: Callable[[int, int], None] | None) -> dict | None:
+    """Every epoch of the run from a fresh start or the checkpoint, then the records and, on
+    rank 0, the metrics: the ranks first agree on `settings` and the data."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if run.global_batch % world:
+        raise ValueError(f"train.batch_size {run.global_batch} does not split evenly across {world} ranks")
+    local_batch = run.global_batch // world
+    state = _start(shards, device, run, local_batch)
+    _agree({**settings, "train": state.origin["train"], "test": state.origin["test"]})
+    _restore(state, checkpoints)
+    ddp = torch.nn.parallel.DistributedDataParallel(state.model)  # (after the load: DDP broadcasts rank 0's weights)
+    while state.train.epoch < run.epochs:
+        _epoch(state, ddp, run, checkpoints, after_step)
+    if run.record:
+        _write_record(state, out)
+    return _write_metrics(state, out, run, local_batch) if rank == 0 else None
+
+
+def _start(shards: Path | str, device: torch.device, run: TrainRun, local_batch: int) -> _Training:
+    """A rank's fresh model, optimizer and loaders; the seed first, so every rank starts from
+    the same weights (DDP also broadcasts rank 0's)."""
+    torch.manual_seed(run.seed)
+    model = SimpleCNN().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=run.lr)
+    train, test = _loaders(shards, run, local_batch)
+    origin = {"dataset": run.dataset, "train": _identity(train), "test": _identity(test), "seed": run.seed,
+              "lr": run.lr, "global_batch": run.global_batch}
+    return _Training(model, optimizer, train, test, device, origin)
+
+
+def _restore(state: _Training, checkpoints: Checkpoints) -> None:
+    """With --resume and a checkpoint on disk, its weights, optimizer, data position and
+    progress, once it is checked to be this run's; a checkpoint that does not fit is one line."""
+    saved = checkpoints.load(state.device)
+    if saved is None:
+        return
+    checkpoints.check(saved, state.origin)
+    try:
+        state.model.load_state_dict(saved["model"])
+        state.optimizer.load_state_dict(saved["optimizer"])
+        state.train.load_state_dict(saved["data"])
+        state.history, state.loss_so_far, state.global_step = (list(saved["history"]), float(saved["loss_so_far"]),
+                                                                int(saved["global_step"]))
+    except InputError as err:
+        raise InputError(f"{checkpoints.path}: {err}") from None
+    except (RuntimeError, ValueError, KeyError, TypeError) as err:  # weights of another model, a bad state
+        raise InputError(f"{checkpoints.path}: does not fit this model and optimizer ({reason(err)})") from None
+    if dist.get_rank() == 0:
+        train, world = state.train, dist.get_world_size()
+        done = len(train.dataset) - sum(b - a for a, b in train.state_dict()["due"])
+        print(f"train: resumed from {checkpoints.path} at epoch {train.epoch + 1}, sample {done} of the epoch, "
+              f"on {world} rank{'s' if world > 1 else ''}", file=sys.stderr, flush=True)
+
+
+def _epoch(state: _Training, ddp: torch.nn.Module, run: TrainRun, checkpoints: Checkpoints,
+           after_step: Callable[[int, int], None] | None) -> None:
+    """One epoch, or the rest of one resumed mid-epoch: its steps (a checkpoint when one is
+    due), then its test and figures in the history, and the epoch's checkpoint."""
+    train, rank, world = state.train, dist.get_rank(), dist.get_world_size()
+    epoch, start = train.epoch, time.perf_counter()
+    plan_due = [tuple(i) for i in train.state_dict()["due"]]
+    steps = len(train)
+    # Summed on the device (no sync per step): the ranks' sums add up to `world` times the sum of the
+    # steps' global-batch means. Resumed mid-epoch, each rank starts from the saved sum of means.
+    resumed_mid_epoch = sum(b - a for a, b in plan_due) < len(train.dataset)
+    loss_sum = torch.full((), state.loss_so_far if resumed_mid_epoch else 0.0, device=state.device,
+                          dtype=torch.float64)
+    state.loss_so_far = 0.0
+    read_before, read_seconds = _fetched(train), 0.0
+    for step, (images, labels) in enumerate(train):
+        if not read_seconds:  # this epoch's first batch read (and its shards fetched)
+            read_seconds = time.perf_counter() - start
+        loss_sum += _step(state, ddp, images, labels, world / train.sampler.batch_total(plan_due, step))
+        state.global_step += 1
+        if run.record:
+            state.batches.append([state.global_step, *train.indices.tolist()])
+            if epoch == 0:
+                state.seen += train.indices.tolist()
+        if train.taken < steps and checkpoints.due(state.global_step):
+            checkpoints.save(state.snapshot(loss_sum))
+        if after_step is not None:
+            after_step(rank, state.global_step)
+    total = loss_sum.clone()
+    dist.all_reduce(total)
+    correct = _evaluate(state)
+    full_steps = train.sampler.steps([(0, len(train.dataset))])
+    state.history.append({"epoch": epoch + 1, "loss": round(total.item() / world / max(full_steps, 1), 5),
+                          "accuracy": round(correct / len(state.test.dataset), 4),
+                          "steps": full_steps, "seconds": round(time.perf_counter() - start, 3),
+                          "read_seconds": round(read_seconds, 3), "fetched_bytes": _fetched(train) - read_before})
+    if checkpoints.due(state.global_step) or checkpoints.path and train.epoch == run.epochs:
+        loss_sum.zero_()  # (the epoch's loss is in the history now)
+        checkpoints.save(state.snapshot(loss_sum))
+    if rank == 0:
+        print(f"train epoch {epoch + 1}/{run.epochs}: {state.history[-1]}", file=sys.stderr, flush=True)
+
+
+def _step(state: _Training, ddp: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
+          scale: float) -> torch.Tensor:
+    """One optimizer step on this rank's batch; its loss, detached. `scale` is the world size
+    over the samples all ranks take this step: DDP averages the ranks' gradients, so each
+    rank's summed loss times it makes the update the global batch's mean (the last step's
+    global batch may be smaller, and a rank's batch may even be empty)."""
+    images, labels = images.to(state.device), labels.to(state.device)
+    loss = F.cross_entropy(ddp(images), labels, reduction="sum") * scale
+    state.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    state.optimizer.step()
+    return loss.detach()
+
+
+def _evaluate(state: _Training) -> int:
+    """The test split's correct predictions over all ranks: each rank scores its cut of the
+    split, and the counts are summed."""
+    correct = torch.zeros((), device=state.device, dtype=torch.long)
+    with torch.inference_mode():
+        for x, y in state.test:
+            correct += (state.model(x.to(state.device)).argmax(1) == y.to(state.device)).sum()
+    dist.all_reduce(correct)
+    return correct.item()
+
+
+def _write_record(state: _Training, out: Path) -> None:
+    """With --record, `<out>.rank<N>.json`: this rank's batches, epoch 1's samples, final
+    weights and shard fetches, so the tests can check what each rank did."""
+    rank = dist.get_rank()
+    params = torch.cat([p.detach().flatten().cpu() for p in state.model.parameters()])
+    fetched = {name: loader.dataset.split.remote.counts.as_dict()
+               for name, loader in (("train", state.train), ("test", state.test)) if loader.dataset.split.remote}
+    write_json(out.with_name(f"{out.stem}.rank{rank}.json"),
+               {"rank": rank, "steps": [h["steps"] for h in state.history],
+                "params_sum": float(params.double().sum()), "params_head": params[:8].tolist(),
+                "params_sha256": _digest(params), "batches": state.batches, "ids": state.seen, "fetched": fetched,
+                "epochs": state.history}, indent=None)
+
+
+def _write_metrics(state: _Training, out: Path, run: TrainRun, local_batch: int) -> dict:
+    """Rank 0's metrics (the run's shape and each epoch's figures), written to `out` and
+    returned."""
+    document = {"world_size": dist.get_world_size(), "backend": dist.get_backend(), "device": str(state.device),
+                "global_batch": run.global_batch, "local_batch": local_batch, "lr": run.lr, "seed": run.seed,
+                "epochs": state.history}
     write_json(out, document)
     return document
 
