@@ -59,12 +59,15 @@ def test_dataset_v1_items_match_the_seed(prepared):
         assert v2[index]["label"] == v1[index]["label"]
 
 
+TINY_RECIPE = {"epochs": 3, "batch_size": 64, "max_lr": 0.01, "pct_start": 0.25, "betas": [0.9, 0.99], "seeds": 2}
+
+
 @pytest.mark.slow
 def test_every_variant_runs_with_its_costs(prepared, capsys):
     root, _ = prepared
     settings = bench_settings(epochs=2, batch_size=64, num_workers=1, sample=["naive_bs16", "naive"],
-                              sample_steps=3, sample_epochs=2, budget=True, target_accuracy={"tiny": 0.2},
-                              accuracy_seeds=2)
+                              sample_steps=3, sample_epochs=2, budget=True, target_accuracy={"tiny": [0.2, 0.3]},
+                              accuracy_seeds=2, tuned=TINY_RECIPE)
     doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
     assert list(doc["variants"]) == list(VARIANTS)
     assert doc["params"]["train_samples"] == 600 and doc["params"]["parameters"] == 206_922
@@ -79,12 +82,14 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
             assert len(measured["train_s"]) == len(measured["test_s"]) == 2
             assert entry["wall_s"] == pytest.approx(
                 entry["setup_s"] + sum(measured["train_s"]) + sum(measured["test_s"]), abs=2e-3)
-            reached = entry["time_to_accuracy"]
-            if reached["epoch"] is not None:  # the wall time up to the end of that epoch's test pass
-                n = reached["epoch"]
-                assert reached["seconds"] == pytest.approx(
-                    entry["setup_s"] + sum(measured["train_s"][:n]) + sum(measured["test_s"][:n]), abs=2e-3)
-                assert entry["accuracy_by_epoch"][n - 1] >= reached["target"] > max([0, *entry["accuracy_by_epoch"][:n - 1]])
+            assert [r["target"] for r in entry["time_to_accuracy"]] == [0.2, 0.3]  # one per target, in order
+            for reached in entry["time_to_accuracy"]:
+                if reached["epoch"] is not None:  # the wall time up to the end of that epoch's test pass
+                    n = reached["epoch"]
+                    assert reached["seconds"] == pytest.approx(
+                        entry["setup_s"] + sum(measured["train_s"][:n]) + sum(measured["test_s"][:n]), abs=2e-3)
+                    assert entry["accuracy_by_epoch"][n - 1] >= reached["target"] > max(
+                        [0, *entry["accuracy_by_epoch"][:n - 1]])
     assert doc["variants"]["naive"]["speedup"] == 1.0 == doc["variants"]["naive"]["wall_speedup"]
     # what the next run's estimate scales from: the calibration and the time of each part
     assert doc["calibration"]["step_s"] > 0 and all(v["bench_s"] > 0 for v in doc["variants"].values())
@@ -113,10 +118,17 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
         assert isinstance(entry["unstable"], bool) and (entry["unstable_reason"] is None) != entry["unstable"]
     assert doc["variants"]["naive"]["budget"]["data_wait_s"] > 0  # per-item pandas work, in the main process
     seeds = doc["seeds"]  # the first rung to 20% (an easy task: epoch 1), again from two fresh seeds
-    reached = {n: v["time_to_accuracy"]["seconds"] for n, v in doc["variants"].items()
-               if v["time_to_accuracy"] and v["time_to_accuracy"]["seconds"] is not None}
+    reached = {n: v["time_to_accuracy"][0]["seconds"] for n, v in doc["variants"].items()
+               if v["time_to_accuracy"] and v["time_to_accuracy"][0]["seconds"] is not None and n != "tuned"}
     assert seeds["variant"] == min(reached, key=reached.get) and seeds["seeds"] == [43, 44]
     assert seeds["reached"] == 2 and seeds["epochs"] == [1, 1] and seeds["min"] <= seeds["median"] <= seeds["max"]
+    # the tuned recipe: its own batch and schedule length, then whole runs from two fresh seeds
+    tuned = doc["variants"]["tuned"]
+    assert len(tuned["measured"]["train_s"]) == TINY_RECIPE["epochs"] and "accuracy_ok" not in tuned
+    over = doc["tuned"]
+    assert over["seeds"] == [43, 44] and len(over["accuracy"]) == 2 and over["recipe"]["max_lr"] == 0.01
+    assert over["accuracy_min"] <= over["accuracy_mean"] <= over["accuracy_max"]
+    assert [t["target"] for t in over["targets"]] == [0.2, 0.3] and all(len(t["seconds"]) == 2 for t in over["targets"])
 
 
 def test_summarise_scales_sampled_steps_and_adds_setup():
@@ -611,11 +623,12 @@ def test_time_to_accuracy_counts_setup_and_every_epoch_until_the_target():
     assert time_to_accuracy(timing, 0.98) == {"target": 0.98, "seconds": 7.0, "epoch": 2}  # 3 + 2.5 + 1.5
     assert time_to_accuracy(timing, 0.9) == {"target": 0.9, "seconds": 5.5, "epoch": 1}
     assert time_to_accuracy(timing, 0.995) == {"target": 0.995, "seconds": None, "epoch": None}
-    settings = bench_settings(target_accuracy={"tiny": 0.98})
-    summary = summarise(timing, 100, 20, settings, settings.target_accuracy.get("tiny"))
-    assert summary["time_to_accuracy"]["epoch"] == 2 and summary["accuracy_by_epoch"] == [0.95, 0.981, 0.99]
+    settings = bench_settings(target_accuracy={"tiny": [0.99, 0.98]})
+    assert settings.targets("tiny") == (0.98, 0.99) and bench_settings(target_accuracy={"tiny": 0.9}).targets("tiny") == (0.9,)
+    summary = summarise(timing, 100, 20, settings, settings.targets("tiny"))
+    assert [t["epoch"] for t in summary["time_to_accuracy"]] == [2, 3] and summary["accuracy_by_epoch"] == [0.95, 0.981, 0.99]
     sampled = dataclasses.replace(timing, sampled_steps=5)
-    assert summarise(sampled, 100, 20, settings, 0.98)["time_to_accuracy"] is None  # no accuracy measured
+    assert summarise(sampled, 100, 20, settings, (0.98,))["time_to_accuracy"] is None  # no accuracy measured
 
 
 def test_the_first_rung_to_reach_the_target_is_timed_again_from_fresh_seeds():
@@ -625,10 +638,10 @@ def test_the_first_rung_to_reach_the_target_is_timed_again_from_fresh_seeds():
     from pipeline.bench.ladder import over_seeds
 
     def entry(seconds, epoch):
-        return {"time_to_accuracy": {"target": 0.98, "seconds": seconds, "epoch": epoch}}
+        return {"time_to_accuracy": [{"target": 0.98, "seconds": seconds, "epoch": epoch}]}
 
     results = {"naive": {"time_to_accuracy": None}, "device": entry(9.0, 2), "compiled": entry(7.0, 2),
-               "batched": entry(None, None)}
+               "batched": entry(None, None), "tuned": entry(1.0, 1)}  # another recipe: not the ladder's to pick
     reach = {1: Timing(setup_s=1.0, train_s=[2.0], test_s=[0.5], accuracies=[0.99]),                   # 3.5 s
              2: Timing(setup_s=1.0, train_s=[2.0, 2.0], test_s=[0.5, 0.5], accuracies=[0.97, 0.985]),  # 6.0 s
              None: Timing(setup_s=1.0, train_s=[2.0] * 3, test_s=[0.5] * 3, accuracies=[0.9, 0.95, 0.97])}
@@ -658,8 +671,10 @@ def test_a_time_to_accuracy_run_stops_at_its_first_test_pass_at_the_target():
 
 
 def test_a_target_accuracy_outside_0_1_is_refused():
-    with pytest.raises(ParamsError, match=r"a target accuracy is a fraction in \(0, 1\]"):
+    with pytest.raises(ParamsError, match=r"target accuracies are 1 to 4 fractions in \(0, 1\]"):
         bench_settings(target_accuracy={"mnist": 98})
+    with pytest.raises(ParamsError, match=r"target accuracies are 1 to 4 fractions"):
+        bench_settings(target_accuracy={"mnist": [0.9, 1.5]})
 
 
 def test_the_floor_takes_an_epoch_after_each_fully_run_variant():

@@ -37,7 +37,8 @@ from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.shards.format import read_manifest
 from pipeline.bench.variants import STATIC_VARIANTS
 from pipeline.bench.hostmem import reuse_host_memory
-from pipeline.bench.runners import Execution, Floor, Timing, TrainConfig, cudnn_benchmark, train_eager, train_static
+from pipeline.bench.runners import (Execution, Floor, OneCycle, Timing, TrainConfig, cudnn_benchmark, train_eager,
+                                    train_static)
 from pipeline.budget.units import duration
 
 @dataclass(frozen=True)
@@ -68,9 +69,19 @@ class BenchSettings:
     max_spread: float
     budget: bool                         # profile `sample_steps` more steps per variant: its time budget
     quick: bool = False                  # a first answer: QUICK's settings, marked in every table
-    # The test accuracy each data set's time to accuracy is measured to (data set -> fraction).
+    # The test accuracies each data set's time to accuracy is measured to (data set -> the
+    # fractions, ascending; a single number is one target).
     target_accuracy: dict = dataclasses.field(default_factory=dict)
     accuracy_seeds: int = 0              # fresh seeds the fastest rung's time to accuracy is taken again over
+    # The `tuned` rung's recipe (`Recipe`); None: the rung is not configured.
+    tuned: Recipe | None = None
+
+    def targets(self, dataset: str) -> tuple[float, ...]:
+        """The data set's target accuracies, ascending; () when it has none."""
+        found = self.target_accuracy.get(dataset)
+        if found is None:
+            return ()
+        return tuple(sorted(found)) if isinstance(found, (list, tuple)) else (float(found),)
 
     def workers(self) -> int:
         return self.num_workers or min(4, os.cpu_count() or 1)
@@ -79,12 +90,20 @@ class BenchSettings:
         """The steps each variant's profiled pass covers: 0, none, when `budget` is off."""
         return self.sample_steps if self.budget else 0
 
-    def train_config(self) -> TrainConfig:
+    def train_config(self, variant: str = "") -> TrainConfig:
+        """The write-up's hyper-parameters; `tuned`'s recipe for that rung."""
+        if variant == "tuned" and self.tuned is not None:
+            return self.tuned.train_config(self.seed)
         return TrainConfig(batch_size=self.batch_size, lr=self.lr, seed=self.seed)
+
+    def epochs_of(self, variant: str) -> int:
+        """The epochs a fully run rung trains: the bench's; `tuned`'s schedule has its own length."""
+        return self.tuned.epochs if variant == "tuned" and self.tuned is not None else self.epochs
 
     def execution(self, variant: str, device: torch.device) -> Execution:
         """`graphed` is `device` with static steps in one CUDA graph (fp32, as `device`);
-        `compiled` adds what makes the model itself fast, per device type."""
+        `compiled` adds what makes the model itself fast, per device type; `tuned` runs as
+        `compiled` does."""
         if variant == "graphed":
             return Execution(cuda_graph=True)
         options = self.compiled.get(device.type) or {}
@@ -93,6 +112,24 @@ class BenchSettings:
                          autocast=native_bf16(device) if autocast == "auto" else bool(autocast),
                          channels_last=bool(options.get("channels_last")),
                          cuda_graph=bool(options.get("cuda_graph")))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """params.yaml's `bench.tuned`: the `tuned` rung's training recipe, and the fresh seeds
+    its accuracy and time to accuracy are measured over (a recipe is judged by its spread,
+    not by one lucky seed)."""
+
+    epochs: int
+    batch_size: int
+    max_lr: float
+    pct_start: float
+    betas: tuple[float, float]
+    seeds: int
+
+    def train_config(self, seed: int) -> TrainConfig:
+        return TrainConfig(batch_size=self.batch_size, lr=self.max_lr, seed=seed, betas=tuple(self.betas),
+                           schedule=OneCycle(max_lr=self.max_lr, pct_start=self.pct_start))
 
 
 # pragma: no mutate start (runs training and probes the device: exercised by test_bench, too slow per mutant)
@@ -119,11 +156,11 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
     The clock starts before anything of the variant is built, so `setup_s` is all a user
     waits for before its first step."""
     started = time.perf_counter()
-    config = settings.train_config()
+    config = settings.train_config(variant)
     if variant in STATIC_VARIANTS:
         data = Resident.load(shards, device, dataset)
         timing = train_static(data, device, config, settings.execution(variant, device),
-                              epochs=settings.epochs, started=started, progress=progress,
+                              epochs=settings.epochs_of(variant), started=started, progress=progress,
                               budget=settings.budget_steps(),
                               until=until)
         return timing, math.ceil(len(data.train_labels) / config.batch_size), \
@@ -167,17 +204,23 @@ def time_to_accuracy(timing: Timing, target: float) -> dict:
     return {"target": target, "seconds": None, "epoch": None}
 
 
+def times_to_accuracy(timing: Timing, targets: tuple[float, ...]) -> list[dict] | None:
+    """`time_to_accuracy` for each target, in order; None when there is none."""
+    return [time_to_accuracy(timing, target) for target in targets] or None
+
+
 def summarise(timing: Timing, train_steps: int, test_steps: int, settings: BenchSettings,
-              target: float | None = None) -> dict:
+              targets: tuple[float, ...] = (), epochs: int | None = None) -> dict:
     """Steady per-epoch figures and the whole cost of the configured epochs (`wall_s`); a
-    timing of sampled epochs (`timing.sampled_steps`) is scaled to whole ones. With `target`
-    and whole epochs, the time to that test accuracy (sampled ones measure no accuracy)."""
+    timing of sampled epochs (`timing.sampled_steps`) is scaled to `epochs` whole ones (the
+    bench's by default). With `targets` and whole epochs, the time to each test accuracy
+    (sampled ones measure no accuracy)."""
     sampled = timing.sampled_steps is not None
     if sampled:
-        train, first, train_all = _sampled_epochs(timing.train_s, train_steps / timing.sampled_steps,
-                                                  settings.epochs)
+        epochs = settings.epochs if epochs is None else epochs
+        train, first, train_all = _sampled_epochs(timing.train_s, train_steps / timing.sampled_steps, epochs)
         tested = timing.sampled_test_steps or min(timing.sampled_steps, test_steps)
-        test, _, test_all = _sampled_epochs(timing.test_s, test_steps / tested, settings.epochs)
+        test, _, test_all = _sampled_epochs(timing.test_s, test_steps / tested, epochs)
     else:
         train, test = statistics.median(timing.train_s), statistics.median(timing.test_s)
         first, train_all, test_all = timing.train_s[0], sum(timing.train_s), sum(timing.test_s)
@@ -197,7 +240,7 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
         "budget": None if timing.budget is None else with_epoch_step(
             timing.budget, steady_step(timing, train_steps)),
         "accuracy_by_epoch": None if sampled else [round(a, 4) for a in timing.accuracies],
-        "time_to_accuracy": None if sampled or target is None else time_to_accuracy(timing, target),
+        "time_to_accuracy": None if sampled else times_to_accuracy(timing, targets),
     }
 
 
@@ -318,13 +361,13 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         sampled = variant in settings.sample
         begun = time.perf_counter()
         what = (f"sampled: {settings.sample_epochs} epochs of {settings.sample_steps} steps, extrapolated"
-                if sampled else f"{settings.epochs} epochs")
+                if sampled else f"{settings.epochs_of(variant)} epochs")
         print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: {what}"
               f"{announced.left(done_parts, begun - started, done, len(settings.variants))}",
               file=sys.stderr, flush=True)
         timing, train_steps, test_steps = run_variant(variant, dataset, Path(parquet), Path(shards), device, settings,
                                                       progress=f"{dataset}/{variant}")
-        results[variant] = summarise(timing, train_steps, test_steps, settings, settings.target_accuracy.get(dataset))
+        results[variant] = summarise(timing, train_steps, test_steps, settings, settings.targets(dataset))
         # Free this variant's loaders now: their (persistent) worker processes must not
         # share the CPU with the next variant's timed epochs (nor with the floor's).
         gc.collect()
@@ -346,7 +389,8 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         document["floor"] = {**{key: round(run.seconds, 4) for key, run in floor_runs.items()},
                              "epochs": len(distinct_floors[0].train_s)}
     document["floor_s"] = round(floor_s, 1)
-    target = settings.target_accuracy.get(dataset)
+    targets = settings.targets(dataset)
+    target = targets[0] if targets else None
     seeds_started = time.perf_counter()
     if target is not None and settings.accuracy_seeds > 0:
         def again(variant: str, seed: int) -> Timing:
@@ -357,6 +401,15 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         print(f"{dataset}: time to {target:.0%} from {settings.accuracy_seeds} more seeds"
               f"{announced.left(done_parts, time.perf_counter() - started, 1, 1)}", file=sys.stderr, flush=True)
         document["seeds"] = over_seeds(results, settings, target, again)
+    if "tuned" in results and settings.tuned is not None and settings.tuned.seeds > 0:
+        def tuned(seed: int) -> Timing:
+            gc.collect()
+            reseeded = dataclasses.replace(settings, seed=seed, budget=False)
+            return run_variant("tuned", dataset, parquet, shards, device, reseeded,
+                               progress=f"{dataset}/tuned seed {seed}")[0]
+        print(f"{dataset}: the tuned recipe's accuracy and time to {', '.join(f'{t:.0%}' for t in targets)} over "
+              f"{settings.tuned.seeds} seeds", file=sys.stderr, flush=True)
+        document["tuned"] = tuned_over_seeds(settings, targets, tuned)
     document["seeds_s"] = round(time.perf_counter() - seeds_started, 1)
     finish(document, settings)
     return document
@@ -372,6 +425,33 @@ def floor_after(settings: BenchSettings, done: int) -> bool:
     return done == len(variants) - 1 and all(v in settings.sample for v in variants)
 
 
+def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...],
+                     run: Callable[[int], Timing]) -> dict:
+    """The `tuned` recipe from `settings.tuned.seeds` fresh seeds (seed + 1, ...), each its
+    whole schedule: the final test accuracy of each (mean, min, max) and, per target, the
+    seconds to it (`seconds_spread`); the rung's own ladder run is not one of them."""
+    recipe = settings.tuned
+    seeds = list(range(settings.seed + 1, settings.seed + 1 + recipe.seeds))
+    timings = [run(seed) for seed in seeds]
+    accuracies = [round(t.accuracy, 4) for t in timings]
+    return {"recipe": dataclasses.asdict(recipe), "seeds": seeds, "accuracy": accuracies,
+            "accuracy_mean": round(statistics.mean(accuracies), 4), "accuracy_min": min(accuracies),
+            "accuracy_max": max(accuracies),
+            "targets": [{"target": target, **seconds_spread([time_to_accuracy(t, target)["seconds"] for t in timings])}
+                        for target in targets]}
+
+
+def seconds_spread(seconds: list[float | None]) -> dict:
+    """Seconds to a target over seeds, a seed that never reached it (None) counted as slower
+    than every other: the median is None when half or more missed, the max when any did."""
+    ranked = sorted(seconds, key=lambda s: math.inf if s is None else s)
+    middle = ranked[(len(ranked) - 1) // 2: len(ranked) // 2 + 1]
+    done = [s for s in seconds if s is not None]
+    return {"seconds": seconds, "reached": len(done), "min": min(done) if done else None,
+            "median": None if None in middle else round(statistics.mean(middle), 3),
+            "max": None if len(done) < len(seconds) else max(done)}
+
+
 def over_seeds(results: dict, settings: BenchSettings, target: float,
                again: Callable[[str, int], Timing]) -> dict | None:
     """The time to `target` of the rung that reached it first in the ladder, taken again from
@@ -379,25 +459,21 @@ def over_seeds(results: dict, settings: BenchSettings, target: float,
     rung, is left out), each run stopped at its first test pass at the target. A seed that
     never reaches it counts as slower than every other: the median is None when half or more
     missed, and so is the max when any did. None when no rung reached the target."""
-    reached = {name: entry["time_to_accuracy"] for name, entry in results.items()
-               if entry.get("time_to_accuracy") and entry["time_to_accuracy"]["seconds"] is not None}
+    reached = {name: first["seconds"] for name, entry in results.items()
+               if name != "tuned" and entry.get("time_to_accuracy")
+               and (first := entry["time_to_accuracy"][0])["target"] == target and first["seconds"] is not None}
     if not reached:
         return None
-    rung = min(reached, key=lambda name: reached[name]["seconds"])
+    rung = min(reached, key=lambda name: reached[name])
     seeds = list(range(settings.seed + 1, settings.seed + 1 + settings.accuracy_seeds))
     found = [time_to_accuracy(again(rung, seed), target) for seed in seeds]
-    seconds = [f["seconds"] for f in found]
-    ranked = sorted(seconds, key=lambda s: math.inf if s is None else s)
-    middle = ranked[(len(ranked) - 1) // 2: len(ranked) // 2 + 1]
-    done = [s for s in seconds if s is not None]
-    return {"variant": rung, "target": target, "seeds": seeds, "seconds": seconds,
-            "epochs": [f["epoch"] for f in found], "reached": len(done),
-            "min": min(done) if done else None,
-            "median": None if None in middle else round(statistics.mean(middle), 3),
-            "max": None if len(done) < len(seconds) else max(done)}
+    return {"variant": rung, "target": target, "seeds": seeds, "epochs": [f["epoch"] for f in found],
+            **seconds_spread([f["seconds"] for f in found])}
 
 
-FLOOR_OF = {"graphed": "graphed", "compiled": "compiled"}  # every other rung runs plain eager steps
+# The floor each rung is bounded by; every other rung runs plain eager steps. `tuned` has none:
+# its batch and steps are its recipe's, not the floors'.
+FLOOR_OF = {"graphed": "graphed", "compiled": "compiled", "tuned": None}
 
 
 def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSettings) -> dict[str, Floor]:
@@ -408,7 +484,7 @@ def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSett
     config = settings.train_config()
     runs: dict[Execution, Floor] = {}
     out = {}
-    for key in dict.fromkeys(FLOOR_OF.get(v, "eager") for v in settings.variants):
+    for key in dict.fromkeys(k for v in settings.variants if (k := FLOOR_OF.get(v, "eager")) is not None):
         execution = Execution() if key == "eager" else settings.execution(key, device)
         same = replace(execution, cuda_graph=execution.cuda_graph and device.type == "cuda")
         if same not in runs:
@@ -427,14 +503,15 @@ def finish(document: dict, settings: BenchSettings) -> None:
     reference = variants.get("naive")
     anchor = variants.get("preprocessed") or next(
         (v for v in variants.values() if v["accuracy"] is not None), None)
-    for entry in variants.values():
+    for name, entry in variants.items():
         if reference:
             entry["speedup"] = round((reference["train_s"] + reference["test_s"])
                                      / (entry["train_s"] + entry["test_s"]), 2)
             entry["wall_speedup"] = round(reference["wall_s"] / entry["wall_s"], 2)
         if n_train:
             entry["samples_per_s"] = round(n_train / entry["train_s"])
-        if entry["accuracy"] is not None and anchor and anchor["accuracy"] is not None:
+        # `tuned` trains another recipe: its accuracy is its own claim, judged over seeds
+        if entry["accuracy"] is not None and anchor and anchor["accuracy"] is not None and name != "tuned":
             # Accuracies carry 4 decimals: compare the difference at that precision, so a
             # difference of exactly the tolerance passes (0.99 - 0.98 is 0.01000000000000001).
             entry["accuracy_ok"] = round(abs(entry["accuracy"] - anchor["accuracy"]), 6) <= settings.accuracy_tolerance
@@ -457,7 +534,8 @@ def flag_unstable(document: dict, max_spread: float) -> list[str]:
         low, mid, high = (entry["spread"][k] for k in ("min", "median", "max"))
         if mid > 0 and (high - low) / mid > max_spread:
             reasons[name].append(f"epochs spread {(high - low) / mid:.0%} of their median")
-        bound = floor_.get("train_s" if name not in FLOOR_OF else f"{FLOOR_OF[name]}_train_s")
+        bound = floor_.get("train_s" if name not in FLOOR_OF else f"{FLOOR_OF[name]}_train_s") \
+            if FLOOR_OF.get(name, "eager") is not None else None
         if bound and entry["train_s"] < bound * (1 - max_spread):
             reasons[name].append(f"{entry['train_s']:.3g} s/epoch is below its floor {bound:.3g} s")
             entry["below_floor"] = True
@@ -478,10 +556,17 @@ def flag_unstable(document: dict, max_spread: float) -> list[str]:
 # epoch: the shape of the answer in a few minutes. One warm-up epoch and one timed one, so no
 # spread (its tables say "n/a" and every one is marked quick).
 QUICK = {"epochs": 2, "sample_steps": 5, "sample_epochs": 2, "floor": False, "budget": False, "accuracy_seeds": 0}
+QUICK_TUNED_SEEDS = 0   # quick: the tuned rung runs once, no seeds
 
 
 def settings_from_params(block: dict) -> BenchSettings:
     """BenchSettings from params.yaml's `bench` block, already checked by the params schema
     (lists become tuples); with `quick`, QUICK's settings in place of the block's."""
-    settings = BenchSettings(**{**block, "variants": tuple(block["variants"]), "sample": tuple(block["sample"])})
-    return dataclasses.replace(settings, **QUICK) if settings.quick else settings
+    tuned = block.get("tuned")
+    recipe = None if tuned is None else Recipe(**{**tuned, "betas": tuple(tuned["betas"])})
+    settings = BenchSettings(**{**block, "variants": tuple(block["variants"]), "sample": tuple(block["sample"]),
+                                "tuned": recipe})
+    if not settings.quick:
+        return settings
+    quick_tuned = None if recipe is None else dataclasses.replace(recipe, seeds=QUICK_TUNED_SEEDS)
+    return dataclasses.replace(settings, **QUICK, tuned=quick_tuned)

@@ -42,12 +42,42 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class OneCycle:
+    """A one-cycle learning rate over a whole run (PyTorch's `OneCycleLR`, momentum held):
+    a warm-up to `max_lr` over `pct_start` of the steps, then a cosine fall far below it.
+    Why: it reaches a given accuracy in fewer epochs than a constant rate, and a run of fixed
+    length is what the `tuned` rung is timed over."""
+
+    max_lr: float
+    pct_start: float = 0.25
+    div_factor: float = 25.0
+    final_div_factor: float = 1e4
+
+    def rates(self, steps: int) -> list[float]:
+        """The rate of each of `steps` optimizer steps, as `OneCycleLR` sets them."""
+        param = torch.zeros(1, requires_grad=True)
+        optimizer = torch.optim.SGD([param], lr=self.max_lr)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, max_lr=self.max_lr, total_steps=max(steps, 2), pct_start=self.pct_start,
+            div_factor=self.div_factor, final_div_factor=self.final_div_factor, cycle_momentum=False)
+        rates = []
+        for _ in range(steps):
+            rates.append(float(optimizer.param_groups[0]["lr"]))
+            optimizer.step()
+            schedule.step()
+        return rates
+
+
+@dataclass(frozen=True)
 class TrainConfig:
-    """What every variant shares: the write-up's hyper-parameters."""
+    """What a run's training takes: the write-up's hyper-parameters by default; the `tuned`
+    rung's recipe sets its own batch, Adam betas and a one-cycle schedule."""
 
     batch_size: int = 512
     lr: float = 1e-3
     seed: int = 42
+    betas: tuple[float, float] = (0.9, 0.999)
+    schedule: OneCycle | None = None   # None: the constant `lr`
 
 
 @dataclass(frozen=True)
@@ -114,9 +144,11 @@ def build_model(device: torch.device, config: TrainConfig, execution: Execution,
     if execution.channels_last:
         model = model.to(memory_format=torch.channels_last)
     # fused + capturable: Adam's step count lives on the device and its update is one kernel,
-    # as a CUDA graph requires. Elsewhere the default (foreach) implementation.
+    # as a CUDA graph requires; a scheduled rate is then a device tensor the graph reads. Elsewhere
+    # the default (foreach) implementation, its rate a float set before each step.
     extra = {"fused": True, "capturable": True} if graph else {}
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, **extra)
+    lr = torch.tensor(config.lr, device=device) if graph and config.schedule is not None else config.lr
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=config.betas, **extra)
     if execution.compile_mode == "none":
         return model, model, optimizer
     # Forget what this process compiled before: each run pays its own compilation, as a
@@ -252,7 +284,7 @@ class StaticSteps:
     all (the floor every variant with these options is compared with)."""
 
     def __init__(self, data: Resident, device: torch.device, config: TrainConfig, execution: Execution,
-                 pregathered: bool = False) -> None:
+                 pregathered: bool = False, epochs: int = 1) -> None:
         self.device, self.execution, self.batch = device, execution, config.batch_size
         self.graph = execution.cuda_graph and device.type == "cuda"
         self.model, self.forward, self.optimizer = build_model(device, config, execution, self.graph)
@@ -273,6 +305,12 @@ class StaticSteps:
         self.correct = torch.zeros((), dtype=torch.long, device=device)
         self.train_graph: torch.cuda.CUDAGraph | None = None
         self.test_graph: torch.cuda.CUDAGraph | None = None
+        # A scheduled rate: every step's over `epochs` epochs, and this epoch's on the device
+        # (refilled off the clock, read by the step: a captured epoch replays with each epoch's).
+        self.rates = (None if config.schedule is None else
+                      torch.tensor(config.schedule.rates(epochs * self.train_steps)).view(epochs, self.train_steps))
+        self.epoch_rates = None if self.rates is None else self.rates[0].to(device)
+        self.epoch_rates_host: list[float] = [] if self.rates is None else self.rates[0].tolist()
 
     def _batch(self, images: torch.Tensor, labels: torch.Tensor, order: torch.Tensor, step: int):
         index = order[step * self.batch : (step + 1) * self.batch]
@@ -289,7 +327,19 @@ class StaticSteps:
 
     def train_step(self, step: int) -> None:
         """One train step on batch `step` of the epoch's order (what benchmarks time alone)."""
+        self._set_rate(step)
         self._update(*self._gather(step))
+
+    def _set_rate(self, step: int) -> None:
+        """The scheduled rate of this step of the epoch: copied on the device under a graph
+        (the captured step reads the tensor), set as a float otherwise."""
+        if self.rates is None:
+            return
+        group = self.optimizer.param_groups[0]
+        if torch.is_tensor(group["lr"]):
+            group["lr"].copy_(self.epoch_rates[step])
+        else:
+            group["lr"] = self.epoch_rates_host[step]
 
     def _update(self, x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> None:
         with _autocast(self.device, self.execution.autocast):
@@ -363,6 +413,10 @@ class StaticSteps:
         """Off the clock: this epoch's permutation (the `device` variant's, exactly) and,
         pregathered, its batches."""
         self.order[: len(self.data.train_labels)].copy_(torch.from_numpy(self.sampler.rank_order(epoch)))
+        if self.rates is not None:  # past the schedule's last epoch (a profiled pass): its last rates
+            rates = self.rates[min(epoch, len(self.rates) - 1)]
+            self.epoch_rates.copy_(rates)
+            self.epoch_rates_host = rates.tolist()
         if self.pregathered:
             self.xs.copy_(unit_float(self.data.train_images[self.order], add_channel=True))
             self.ys.copy_(self.data.train_labels[self.order].long())
@@ -419,7 +473,7 @@ def train_static(data: Resident, device: torch.device, config: TrainConfig, exec
     started = time.perf_counter() if started is None else started
     timing = Timing()
     with cudnn_benchmark(device):
-        run = StaticSteps(data, device, config, execution, pregathered=pregathered)
+        run = StaticSteps(data, device, config, execution, pregathered=pregathered, epochs=epochs)
         run.prepare(timing)
         timing.cuda_graph = run.train_graph is not None
         sync(device)

@@ -4,7 +4,7 @@ sampling, the floor, the time budget and the time to accuracy. The ladder
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
@@ -21,6 +21,25 @@ class Execution(Strict):
     autocast: Union[StrictBool, Literal["auto"]]
     channels_last: StrictBool
     cuda_graph: StrictBool
+
+
+class Tuned(Strict):
+    """The `tuned` rung's recipe: Adam with a one-cycle rate over `epochs` epochs at its own
+    batch, measured over `seeds` fresh seeds."""
+
+    epochs: StrictInt = epochs()
+    batch_size: StrictInt = Field(ge=1, le=1 << 16)
+    max_lr: Number = Field(gt=0, le=10)
+    pct_start: Number = Field(gt=0, lt=1)
+    betas: list[Number] = Field(min_length=2, max_length=2)
+    seeds: StrictInt = Field(ge=0, le=100)
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, betas: list) -> list:
+        if not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"Adam's betas are each in [0, 1): {betas}")
+        return betas
 
 
 class BenchParams(Strict):
@@ -44,15 +63,18 @@ class BenchParams(Strict):
     max_spread: Number = Field(gt=0, le=10)
     budget: StrictBool
     quick: StrictBool = False
-    target_accuracy: dict[StrictStr, Number] = Field(default_factory=dict)
+    target_accuracy: dict[StrictStr, Union[Number, list[Number]]] = Field(default_factory=dict)
     accuracy_seeds: StrictInt = Field(default=0, ge=0, le=100)
+    tuned: Optional[Tuned] = None
 
     @field_validator("target_accuracy")
     @classmethod
     def _targets(cls, targets: dict) -> dict:
-        bad = {name: value for name, value in targets.items() if not 0 < value <= 1}
+        listed = {name: value if isinstance(value, list) else [value] for name, value in targets.items()}
+        bad = {name: value for name, value in listed.items() if not value or len(value) > 4
+               or not all(0 < v <= 1 for v in value)}
         if bad:
-            raise ValueError(f"a target accuracy is a fraction in (0, 1]: {dict(list(bad.items())[:3])}")
+            raise ValueError(f"a data set's target accuracies are 1 to 4 fractions in (0, 1]: {dict(list(bad.items())[:3])}")
         return targets
 
     @model_validator(mode="after")
@@ -60,4 +82,6 @@ class BenchParams(Strict):
         static = [v for v in self.sample if v in STATIC_VARIANTS]
         if static:
             raise ValueError(f"sample: {static} run whole epochs as one graph and cannot be sampled")
+        if "tuned" in self.variants and self.tuned is None:
+            raise ValueError("variants: `tuned` needs its recipe, bench.tuned")
         return self

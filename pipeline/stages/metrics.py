@@ -13,7 +13,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StringConstraints, field_validator
 from pydantic import TypeAdapter, ValidationError
 
 from pipeline.core.bounded import short
@@ -82,7 +82,13 @@ class Variant(Loose):
     unstable_reason: Optional[Text] = None
     budget: Optional[Budget] = None
     measured: Optional[Measured] = None
-    time_to_accuracy: Optional[TimeToAccuracy] = None
+    # one per target accuracy, ascending (a document of one target may hold it bare)
+    time_to_accuracy: Optional[list[TimeToAccuracy]] = Field(default=None, max_length=4)
+
+    @field_validator("time_to_accuracy", mode="before")
+    @classmethod
+    def _listed(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
 
 
 class Machine(Loose):
@@ -133,6 +139,26 @@ class Seeds(Loose):
     max: Optional[Seconds] = None      # None: a seed did not reach it
 
 
+class TargetSeconds(Loose):
+    """Seconds to one target accuracy over seeds (`ladder.seconds_spread`)."""
+    target: Fraction
+    seconds: list[Optional[Seconds]] = Field(min_length=1, max_length=100)
+    reached: StrictInt = Field(ge=0, le=100)
+    min: Optional[Seconds] = None
+    median: Optional[Seconds] = None
+    max: Optional[Seconds] = None
+
+
+class TunedSeeds(Loose):
+    """The `tuned` recipe over fresh seeds (`ladder.tuned_over_seeds`)."""
+    seeds: list[StrictInt] = Field(min_length=1, max_length=100)
+    accuracy: list[Fraction] = Field(min_length=1, max_length=100)
+    accuracy_mean: Fraction
+    accuracy_min: Fraction
+    accuracy_max: Fraction
+    targets: list[TargetSeconds] = Field(max_length=4)
+
+
 class BenchDoc(Loose):
     dataset: Slug
     machine: Optional[Machine] = None
@@ -142,6 +168,7 @@ class BenchDoc(Loose):
     floor: Floor = Floor()
     variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
     seeds: Optional[Seeds] = None
+    tuned: Optional[TunedSeeds] = None
     wall_s: Optional[Seconds] = None   # the whole bench of this data set (`ladder.run_bench`)
 
 

@@ -8,7 +8,8 @@ import math
 from collections.abc import Callable
 
 from pipeline.stages.report import charts
-from pipeline.stages.metrics import CodecEntry, Seeds, Spread, TimeToAccuracy, Variant, fastest_full
+from pipeline.stages.metrics import (CodecEntry, Seeds, Spread, TargetSeconds, TimeToAccuracy, TunedSeeds, Variant,
+                                     fastest_full)
 from pipeline.stages.report.data import Run
 
 # --- text --------------------------------------------------------------------------------
@@ -73,15 +74,17 @@ def vs_naive(naive: float | None, row: float | None) -> str:
     return f"{num(naive / row)}x"
 
 
-def reached(time: TimeToAccuracy | None) -> str:
-    """The cell: "<seconds> s (epoch <n>) to <target>%", "not reached (<target>%)", or "n/a"
-    where not measured (a sampled rung)."""
-    if time is None:
+def reached(times: list[TimeToAccuracy] | None) -> str:
+    """The cell, per target: "<seconds> s to <target>% (epoch <n>)" or "not reached
+    (<target>%)", joined by "; "; "n/a" where not measured (a sampled rung)."""
+    if not times:
         return "n/a"
-    target = f"{100 * time.target:g}%"
-    if time.seconds is None:
-        return f"not reached ({target})"
-    return f"{num(time.seconds)} s to {target} (epoch {time.epoch})"
+    cells = []
+    for time in times:
+        target = f"{100 * time.target:g}%"
+        cells.append(f"not reached ({target})" if time.seconds is None
+                     else f"{num(time.seconds)} s to {target} (epoch {time.epoch})")
+    return "; ".join(cells)
 
 
 def ladder_table(run: Run) -> str:
@@ -109,6 +112,8 @@ def ladder_table(run: Run) -> str:
     if seeds is not None:
         lines += ["", f"Time to {100 * seeds.target:g}% of `{seeds.variant}` (the first rung to reach it) from "
                       f"{seeds_text(seeds.seeds)}: {seeds_spread(seeds)}."]
+    if run.doc.tuned is not None:
+        lines += ["", tuned_line(run.doc.tuned)]
     floor = run.doc.floor
     if floor.train_s is not None:
         extra = (f"; with `compiled`'s options {num(floor.compiled_train_s)} s/epoch"
@@ -146,28 +151,49 @@ def seeds_text(seeds: list[int]) -> str:
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
 
 
-def seeds_spread(seeds: Seeds) -> str:
+def tuned_line(tuned: TunedSeeds) -> str:
+    """The `tuned` recipe over its seeds: the final accuracy's mean and range, then the time
+    to each target with its spread."""
+    times = "; ".join(f"to {100 * t.target:g}%: {seeds_spread(t, len(tuned.seeds))}" for t in tuned.targets)
+    return (f"`tuned` from {seeds_text(tuned.seeds)}, each its whole schedule: test accuracy mean "
+            f"{100 * tuned.accuracy_mean:.2f}% ({100 * tuned.accuracy_min:.2f}-{100 * tuned.accuracy_max:.2f}%)"
+            + (f"; {times}." if times else "."))
+
+
+def seeds_spread(seeds: Seeds | TargetSeconds, count: int | None = None) -> str:
     """The median and range over the seeds, a seed that missed the target counted as slower
     than every other: "median <m> s (<min>-<max> s)", or "median <m> s, fastest <min> s; 1 of 3
     did not reach it"."""
     if seeds.min is None:
         return "no seed reached it"
-    missed = len(seeds.seeds) - seeds.reached
+    count = len(seeds.seconds) if count is None else count
+    missed = count - seeds.reached
     if not missed:
         return f"median {num(seeds.median)} s ({num(seeds.min)}-{num(seeds.max)} s)"
     median = "not reached by half or more" if seeds.median is None else f"median {num(seeds.median)} s"
-    return f"{median}, fastest {num(seeds.min)} s; {missed} of {len(seeds.seeds)} did not reach it"
+    return f"{median}, fastest {num(seeds.min)} s; {missed} of {count} did not reach it"
 
 
 def fastest_to_accuracy(run: Run) -> str:
     """The headline's cell: the median over fresh seeds when the bench took them, else the
-    least time to the target among the rungs, else "n/a"."""
+    least time to the first target among the rungs, else "n/a"; then the `tuned` recipe's
+    median to its last target, over its seeds."""
+    cells = [first_target(run)]
+    tuned = run.doc.tuned
+    if tuned is not None and tuned.targets:
+        last = tuned.targets[-1]
+        shown = "not reached" if last.median is None else f"{num(last.median)} s"
+        cells.append(f"{shown} to {100 * last.target:g}% (`tuned`, median of {len(tuned.seeds)} seeds)")
+    return "; ".join(c for c in cells if c != "n/a") or "n/a"
+
+
+def first_target(run: Run) -> str:
     seeds = run.doc.seeds
     if seeds is not None:
         shown = "not reached" if seeds.median is None else f"{num(seeds.median)} s"
         return f"{shown} to {100 * seeds.target:g}% (`{seeds.variant}`, median of {len(seeds.seeds)} seeds)"
-    reached = [(v.time_to_accuracy.seconds, n, v.time_to_accuracy.target) for n, v in run.doc.variants.items()
-               if v.time_to_accuracy is not None and v.time_to_accuracy.seconds is not None]
+    reached = [(v.time_to_accuracy[0].seconds, n, v.time_to_accuracy[0].target) for n, v in run.doc.variants.items()
+               if v.time_to_accuracy and v.time_to_accuracy[0].seconds is not None]
     if not reached:
         return "n/a"
     seconds, name, target = min(reached)
