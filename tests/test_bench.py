@@ -79,7 +79,8 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
         assert entry["cuda_graph"] is False  # no CUDA here: recorded as such
         measured = entry["measured"]
         if not entry["extrapolated"]:  # wall = setup + every timed epoch's train and test pass, exactly
-            assert len(measured["train_s"]) == len(measured["test_s"]) == 2
+            epochs = TINY_RECIPE["epochs"] if name == "tuned" else 2
+            assert len(measured["train_s"]) == len(measured["test_s"]) == epochs
             assert entry["wall_s"] == pytest.approx(
                 entry["setup_s"] + sum(measured["train_s"]) + sum(measured["test_s"]), abs=2e-3)
             assert [r["target"] for r in entry["time_to_accuracy"]] == [0.2, 0.3]  # one per target, in order
@@ -701,3 +702,25 @@ def test_the_timed_step_is_the_steady_epochs_median_over_the_steps_taken():
     assert steady_step(Timing(train_s=[9.0, 2.0, 4.0], sampled_steps=4), 10) == 0.75
     assert steady_step(Timing(train_s=[5.0]), 1) == 5.0
     assert steady_step(Timing(train_s=[5.0]), 0) == 5.0   # no step counted: not a division by zero
+
+
+def test_the_tuned_recipe_sets_each_steps_rate_from_the_one_cycle_schedule():
+    """Warm-up from max_lr / div_factor to max_lr over pct_start of the run's steps, then down
+    to far below it by the last step, across epochs: the rate each step trains with."""
+    from pipeline.bench.runners import OneCycle, StaticSteps
+
+    data = resident()
+    schedule = OneCycle(max_lr=0.02, pct_start=0.25)
+    config = TrainConfig(batch_size=32, lr=0.02, betas=(0.9, 0.99), schedule=schedule)
+    run = StaticSteps(data, CPU, config, Execution(), epochs=2)
+    seen = []
+    for epoch in range(2):
+        run.before_epoch(epoch)
+        for step in range(run.train_steps):
+            run.train_step(step)
+            seen.append(run.optimizer.param_groups[0]["lr"])
+    total = 2 * run.train_steps
+    assert seen == pytest.approx(schedule.rates(total))
+    assert seen[0] == pytest.approx(0.02 / 25) and max(seen) == pytest.approx(0.02, rel=1e-3)
+    assert seen.index(max(seen)) == pytest.approx(0.25 * total, abs=1)
+    assert seen[-1] < 0.02 / 1000 and run.optimizer.param_groups[0]["betas"] == (0.9, 0.99)

@@ -63,3 +63,17 @@ def test_a_graphed_epochs_budget_matches_its_kernels_to_the_graphs_launch():
     assert step["kernels_per_step"] > 10 and abs(step["vs_wall"] - 1) < 0.05, step
     assert step["host_wait_s"] is not None and step["launch_gap_s"] is not None, step
     assert step["host_wait_s"] + step["launch_gap_s"] == pytest.approx(step["overhead_s"], abs=2e-6), step
+
+
+def test_a_captured_epoch_follows_the_one_cycle_schedule_step_by_step():
+    """The tuned recipe's rate is a device tensor the captured step reads, refilled per epoch:
+    the graph replays train as the same schedule run step by step without a graph."""
+    from pipeline.bench.runners import OneCycle
+
+    data = resident(device="cuda")
+    config = TrainConfig(batch_size=32, lr=0.01, betas=(0.9, 0.99), schedule=OneCycle(max_lr=0.01))
+    plain = train_static(data, CUDA, config, Execution(), epochs=3)
+    graphed = train_static(data, CUDA, config, Execution(cuda_graph=True), epochs=3)
+    assert graphed.cuda_graph is True and plain.cuda_graph is False
+    assert graphed.loss == pytest.approx(plain.loss, rel=1e-3)
+    assert graphed.accuracies == pytest.approx(plain.accuracies, abs=0.02)

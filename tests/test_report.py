@@ -384,3 +384,33 @@ def test_the_readme_shows_this_machine_and_one_more_however_many_commit(tmp_path
     assert "2 more machines: [docs/results.md](docs/results.md#headline)." in headline
     page = (root / "docs/results.md").read_text()
     assert all(f"## `box-{c}`" in page for c in "abcd")
+
+
+def test_the_tuned_recipe_over_its_seeds_and_each_target_are_shown(tmp_path):
+    """Two targets per rung, one cell each; the tuned recipe's accuracy over its seeds under
+    the ladder, and its median to the last target in the headline beside the first's."""
+    doc = new_doc()
+    doc["variants"]["device"]["time_to_accuracy"] = [{"target": 0.98, "seconds": 12.34, "epoch": 2},
+                                                     {"target": 0.99, "seconds": None, "epoch": None}]
+    doc["variants"]["tuned"] = variant(3.0, time_to_accuracy=[{"target": 0.98, "seconds": 5.0, "epoch": 1},
+                                                              {"target": 0.99, "seconds": 8.5, "epoch": 2}])
+    doc["tuned"] = {"recipe": {"epochs": 2}, "seeds": [43, 44, 45], "accuracy": [0.9912, 0.9899, 0.9921],
+                    "accuracy_mean": 0.9911, "accuracy_min": 0.9899, "accuracy_max": 0.9921,
+                    "targets": [{"target": 0.98, "seconds": [5.0, 5.2, 4.9], "reached": 3, "min": 4.9, "median": 5.0,
+                                 "max": 5.2},
+                                {"target": 0.99, "seconds": [8.5, None, 8.1], "reached": 2, "min": 8.1, "median": 8.5,
+                                 "max": None}]}
+    root = tree(tmp_path, local={"tiny.json": doc})
+    result = run_report(root)
+    assert result.returncode == 0, result.stderr
+    page = (root / "docs/results.md").read_text()
+    assert "| 12.3 s to 98% (epoch 2); not reached (99%) |" in page
+    assert "| 5.00 s to 98% (epoch 1); 8.50 s to 99% (epoch 2) |" in page
+    assert ("`tuned` from seeds 43-45, each its whole schedule: test accuracy mean 99.11% (98.99-99.21%); to 98%: "
+            "median 5.00 s (4.90-5.20 s); to 99%: median 8.50 s, fastest 8.10 s; 1 of 3 did not reach it.") in page
+    readme = (root / "README.md").read_text()
+    assert "| 12.3 s to 98% (`device`); 8.50 s to 99% (`tuned`, median of 3 seeds) |" in readme
+    doc["tuned"]["accuracy_mean"] = 1.5  # out of range: the report stops with the key
+    root = tree(tmp_path / "bad", local={"tiny.json": doc})
+    failed = run_report(root)
+    assert failed.returncode == 2 and "tuned.accuracy_mean" in failed.stderr

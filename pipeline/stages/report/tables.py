@@ -188,12 +188,13 @@ def fastest_to_accuracy(run: Run) -> str:
 
 
 def first_target(run: Run) -> str:
+    """The ladder's time to its first target (the write-up's recipe; `tuned` has its own cell)."""
     seeds = run.doc.seeds
     if seeds is not None:
         shown = "not reached" if seeds.median is None else f"{num(seeds.median)} s"
         return f"{shown} to {100 * seeds.target:g}% (`{seeds.variant}`, median of {len(seeds.seeds)} seeds)"
     reached = [(v.time_to_accuracy[0].seconds, n, v.time_to_accuracy[0].target) for n, v in run.doc.variants.items()
-               if v.time_to_accuracy and v.time_to_accuracy[0].seconds is not None]
+               if v.time_to_accuracy and v.time_to_accuracy[0].seconds is not None and n != "tuned"]
     if not reached:
         return "n/a"
     seconds, name, target = min(reached)
