@@ -1,0 +1,127 @@
+"""Which training recipe reaches a target accuracy soonest? Each choice over many seeds.
+
+Trains the write-up's SimpleCNN with the `tuned` rung's runner (`compiled`'s execution for
+this device type, resident data, one batch shape) under several recipes, each from `--seeds`
+fresh seeds, and prints per recipe: the final test accuracy (mean, min, max over the seeds),
+and the seconds from the run's start (setup included) to each target accuracy (median and
+range, with how many seeds reached it). The first row is the write-up's recipe (constant
+rate, Adam's default betas, the bench's batch and epochs); the recipe `bench.tuned` in
+params.yaml is marked `*`. A recipe is judged by its spread: one lucky seed proves nothing.
+
+    python benchmarks/tuned_recipe.py --mirror <folder with mnist/> [--dataset mnist] [--seeds 10]
+    python benchmarks/tuned_recipe.py --shards data/shards/mnist --seeds 10 --only "bs 256"
+
+Builds its inputs with `pipeline.standalone` (IDX files, checked against sources.yaml) unless
+`--shards` names a shard folder the pipeline already wrote, so it runs with torch alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.bench.datapaths import Resident  # noqa: E402
+from pipeline.bench.ladder import Recipe, settings_from_params, time_to_accuracy  # noqa: E402
+from pipeline.bench.runners import TrainConfig, train_static  # noqa: E402
+from pipeline.core.params import load_params, section  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One recipe: its name, its training config for a seed, and its epochs."""
+
+    name: str
+    recipe: Recipe | None      # None: the write-up's recipe (constant rate)
+    epochs: int
+
+    def config(self, seed: int, write_up: TrainConfig) -> TrainConfig:
+        if self.recipe is None:
+            return TrainConfig(batch_size=write_up.batch_size, lr=write_up.lr, seed=seed)
+        return self.recipe.train_config(seed)
+
+
+def choices(write_up_epochs: int, tuned: Recipe) -> list[Choice]:
+    """The write-up's recipe, then one-cycle recipes around params.yaml's: batch, peak rate
+    and schedule length each moved one step from it."""
+    def recipe(**change) -> Recipe:
+        fields = {"epochs": tuned.epochs, "batch_size": tuned.batch_size, "max_lr": tuned.max_lr,
+                  "pct_start": tuned.pct_start, "betas": tuned.betas, "seeds": tuned.seeds, **change}
+        return Recipe(**fields)
+
+    def named(r: Recipe) -> str:
+        mark = " *" if r == tuned else ""
+        return f"one-cycle bs {r.batch_size} lr {r.max_lr:g} {r.epochs} ep betas {r.betas[0]:g},{r.betas[1]:g}{mark}"
+
+    variants = [tuned, recipe(batch_size=tuned.batch_size // 2), recipe(batch_size=tuned.batch_size * 2),
+                recipe(max_lr=tuned.max_lr / 2), recipe(max_lr=tuned.max_lr * 2),
+                recipe(epochs=tuned.epochs - 1), recipe(betas=(0.9, 0.999))]
+    unique = list(dict.fromkeys(r for r in variants if r.epochs >= 1))
+    return [Choice(f"write-up: Adam lr const, {write_up_epochs} ep", None, write_up_epochs)] + \
+        [Choice(named(r), r, r.epochs) for r in unique]
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def measure(choice: Choice, data: Resident, device: torch.device, execution, write_up: TrainConfig,
+            seeds: list[int], targets: list[float]) -> str:
+    """One row: accuracy over the seeds and the seconds to each target."""
+    accuracies, reached = [], {t: [] for t in targets}
+    for seed in seeds:
+        started = time.perf_counter()
+        timing = train_static(data, device, choice.config(seed, write_up), execution, epochs=choice.epochs,
+                              started=started)
+        accuracies.append(timing.accuracy)
+        for target in targets:
+            seconds = time_to_accuracy(timing, target)["seconds"]
+            if seconds is not None:
+                reached[target].append(seconds)
+    cells = [f"acc mean {100 * statistics.mean(accuracies):.2f}% ({100 * min(accuracies):.2f}-"
+             f"{100 * max(accuracies):.2f})"]
+    for target in targets:
+        got = reached[target]
+        cells.append(f"to {100 * target:g}%: {len(got)}/{len(seeds)}" + (f" {spread(got)} s" if got else ""))
+    return f"{choice.name:<48} " + " | ".join(cells)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--mirror", type=Path, help="a folder with <dataset>/ IDX files: inputs built here")
+    source.add_argument("--shards", type=Path, help="a shard folder the pipeline wrote (train/ and test/)")
+    parser.add_argument("--dataset", default="mnist")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/pipeline-tuned-recipe"))
+    parser.add_argument("--only", nargs="*", help="substrings of the recipes to run")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    settings = settings_from_params(section(load_params(Path("params.yaml")), "bench"))
+    if args.shards is not None:
+        shards = args.shards
+    else:
+        from pipeline.standalone import build_inputs
+
+        _, shards = build_inputs(args.dataset, args.mirror, args.work, Path("sources.yaml"), 32768)
+    data = Resident.load(shards, device, args.dataset)
+    execution = settings.execution("tuned", device)
+    targets = list(settings.targets(args.dataset))
+    seeds = list(range(settings.seed + 1, settings.seed + 1 + args.seeds))
+    print(f"{args.dataset} on {device.type} ({torch.get_num_threads()} threads), {execution}; "
+          f"seeds {seeds[0]}-{seeds[-1]}; medians (range) over the seeds that reached each target", flush=True)
+    for choice in choices(settings.epochs, settings.tuned):
+        if args.only and not any(part in choice.name for part in args.only):
+            continue
+        print(measure(choice, data, device, execution, settings.train_config(), seeds, targets), flush=True)
+
+
+if __name__ == "__main__":
+    main()
