@@ -18,6 +18,8 @@ Builds its inputs with `pipeline.standalone` (IDX files, checked against sources
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import statistics
 import sys
 import time
@@ -78,8 +80,9 @@ def measure(choice: Choice, data: Resident, device: torch.device, execution, wri
     accuracies, reached = [], {t: [] for t in targets}
     for seed in seeds:
         started = time.perf_counter()
-        timing = train_static(data, device, choice.config(seed, write_up), execution, epochs=choice.epochs,
-                              started=started)
+        with contextlib.redirect_stderr(io.StringIO()):  # the runner's line per epoch: one row per recipe here
+            timing = train_static(data, device, choice.config(seed, write_up), execution, epochs=choice.epochs,
+                                  started=started)
         accuracies.append(timing.accuracy)
         for target in targets:
             seconds = time_to_accuracy(timing, target)["seconds"]

@@ -221,7 +221,8 @@ def headline(machines: dict[str, dict[str, Run]]) -> str:
                          f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} | {fastest_to_accuracy(run)} |")
     return "\n".join(lines) + ("\n\nSeconds per train epoch (steady: the median of the timed epochs); "
                                + VS_NAIVE + "; time to accuracy: from the start of the rung, setup included, "
-                               "to its first test pass at `bench.target_accuracy`.")
+                               "to its first test pass at the data set's first `bench.target_accuracy` (the ladder's recipe), "
+                               "and the `tuned` recipe's median over its seeds to the last.")
 
 
 def codec_table(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> str:
@@ -241,8 +242,8 @@ NOTE = ("`*` sampled: timed over a fixed number of steps per epoch and scaled to
         "its floor. spread: (max - min) / median of the timed epochs. setup s: everything before the "
         "first timed step; wall s: setup plus every epoch, train and test (a sampled row's: scaled from its "
         "sampled steps, like its epochs). time to accuracy: from the rung's start, setup included, to "
-        "the end of the first test pass at or above `bench.target_accuracy` (a sampled rung measures "
-        "no accuracy). " + VS_NAIVE + "; " + WALL_VS_NAIVE + ".")
+        "the end of the first test pass at or above each of `bench.target_accuracy`'s accuracies (a "
+        "sampled rung measures no accuracy). `tuned`: `compiled` with its own recipe, `bench.tuned`. " + VS_NAIVE + "; " + WALL_VS_NAIVE + ".")
 
 
 def spent_s(run: Run) -> float | None:
