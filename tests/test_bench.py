@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import re
 import math
 
 import numpy as np
@@ -70,6 +71,9 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
                               accuracy_seeds=2, tuned=TINY_RECIPE)
     doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
     assert list(doc["variants"]) == list(VARIANTS)
+    from pipeline.stages.metrics import BenchDoc, undeclared, validate
+    validate("doc", doc, BenchDoc)
+    assert undeclared(doc, BenchDoc) == []  # every key the bench writes, its readers declare
     assert doc["params"]["train_samples"] == 600 and doc["params"]["parameters"] == 206_922
     assert {"device", "torch", "cpu_count", "threads", "cuda"} <= set(doc["env"])
     for name, entry in doc["variants"].items():
@@ -453,9 +457,31 @@ def test_resident_variants_train_shuffled(prepared, variant):
 
 def test_bench_document_is_written_readable_and_whole(tmp_path):
     """Indented JSON with a final newline: the bench file is reviewed in diffs."""
-    document = {"dataset": "d", "variants": {"naive": {"train_s": 1.5}}}
+    document = {"dataset": "d", "params": {"epochs": 2, "batch_size": 8},
+                "variants": {"naive": {"train_s": 1.5, "test_s": 0.5}}}
     write_bench(document, tmp_path / "out" / "d.json")
     assert (tmp_path / "out" / "d.json").read_text() == json.dumps(document, indent=2) + "\n"
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda d: d["variants"]["naive"].update(trian_s=1.0), "variants.naive.trian_s"),   # misspelt: a reader drops it
+    (lambda d: d["params"].update(epochs=0), "params.epochs"),                            # out of range
+    (lambda d: d.update(tuned={"seeds": [43], "accuracy": [0.9], "accuracy_mean": 0.9, "accuracy_min": 0.9,
+                               "accuracy_max": 0.9, "targets": [], "recipe": {"epochs": 2, "batch_size": 8,
+                               "max_lr": 0.01, "pct_start": 0.3, "betas": [0.9, 0.99], "seeds": 1, "lr": 1}}),
+     "tuned.recipe.lr"),
+])
+def test_a_bench_document_its_readers_would_misread_is_not_written(tmp_path, change, said):
+    """The writer checks its document against the readers' schema: one line naming the key,
+    and no file."""
+    from pipeline.core.errors import DataError
+
+    document = {"dataset": "d", "params": {"epochs": 2, "batch_size": 8},
+                "variants": {"naive": {"train_s": 1.5, "test_s": 0.5}}}
+    change(document)
+    with pytest.raises(DataError, match=re.escape(said)):
+        write_bench(document, tmp_path / "d.json")
+    assert not (tmp_path / "d.json").exists()
 
 
 def test_summary_keys_and_rounding():

@@ -100,7 +100,7 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/stages/ray_cluster.py", {"convert", "shard"}),
     ("pipeline/stages/ray_convert.py", {"convert"}), ("pipeline/stages/ray_shard.py", {"shard"}),
     ("pipeline/stages/bench.py", {"bench"}), ("pipeline/stages/train.py", {"train"}),
-    ("pipeline/stages/metrics.py", {"summary", "report"}), ("pipeline/stages/summary.py", {"summary"}),
+    ("pipeline/stages/metrics.py", {"summary", "report", "bench"}), ("pipeline/stages/summary.py", {"summary"}),
     ("pipeline/stages/report/", {"report"}),
     # The shard library: the sample schema for every stage that writes or checks samples,
     # the writer for the shard stage, the rest for the stages that read shards.

@@ -10,7 +10,7 @@ from pathlib import Path
 from pipeline.bench.ladder import BenchSettings, run_bench
 from pipeline.core.atomic import write_json
 from pipeline.core.bounded import read_json
-from pipeline.core.errors import InputError, reason
+from pipeline.core.errors import DataError, InputError, reason
 
 MACHINE_KEYS = {"name": str, "cpu": str, "cores": int, "memory_gb": float, "gpu": (str, type(None)),
                 "gpu_count": int, "torch": str, "cuda": (str, type(None)), "device": str, "python": str}
@@ -31,6 +31,21 @@ def read_machine(path: Path) -> dict:
 
 
 def write_bench(document: dict, out: Path) -> None:
+    """Write the bench document, first checked against the schema its readers use
+    (`metrics.BenchDoc`): a value out of range, or a key that schema does not declare (a
+    reader would drop it without a word), stops the stage with one line and writes nothing.
+    Where pydantic is not installed (a machine with torch alone), written unchecked: the
+    report checks it when the results come home."""
+    try:
+        from pipeline.stages.metrics import BenchDoc, undeclared, validate
+    except ImportError:
+        print(f"{out}: written unchecked (pydantic is not installed here)", file=sys.stderr)
+    else:
+        validate(out, document, BenchDoc)
+        extra = undeclared(document, BenchDoc)
+        if extra:
+            raise DataError(f"{out}: the bench wrote keys its schema does not declare: {', '.join(extra[:4])} "
+                            f"(pipeline/stages/metrics.py)")
     write_json(Path(out), document)
 
 

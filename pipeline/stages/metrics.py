@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StringConstraints, field_validator
 from pydantic import TypeAdapter, ValidationError
@@ -39,14 +39,20 @@ class Spread(Loose):
     max: Seconds
 
 
+Count = Annotated[int, Field(ge=0, le=1 << 40), Strict()]
+
+
 class Budget(Loose):
     step_s: Seconds
+    steps: Optional[Count] = None           # the profiled pass's steps
     data_wait_s: Seconds
     copy_s: Seconds
     compute_s: Seconds
     overhead_s: Seconds
     other_s: Seconds
     wall_s: Optional[Seconds] = None        # the profiled pass on a plain clock, per step
+    vs_wall: Optional[Ratio] = None         # step_s over wall_s: how much of the pass the events account for
+    vs_epoch: Optional[Ratio] = None        # step_s over epoch_step_s
     epoch_step_s: Optional[Seconds] = None  # the timed epochs' median, per step
     kernels_per_step: Optional[float] = Field(default=None, ge=0, le=1e7)  # device kernels (CUDA)
     host_wait_s: Optional[Seconds] = None   # the overhead's halves (CUDA): nothing queued on the device,
@@ -70,6 +76,12 @@ class Variant(Loose):
     test_s: Seconds
     first_epoch_train_s: Optional[Seconds] = None
     setup_s: Optional[Seconds] = None
+    warmup_s: Optional[Seconds] = None     # of the setup: warm-up steps (compiling, autotuning)
+    capture_s: Optional[Seconds] = None    # of the setup: capturing the CUDA graphs
+    bench_s: Optional[Seconds] = None      # what the rung cost the bench, its floor epoch included
+    samples_per_s: Optional[Ratio] = None
+    below_floor: StrictBool = False
+    accuracy_by_epoch: Optional[list[Fraction]] = Field(default=None, max_length=1 << 20)
     wall_s: Optional[Seconds] = None
     accuracy: Optional[Fraction] = None
     accuracy_ok: StrictBool = True
@@ -101,14 +113,20 @@ class Machine(Loose):
     torch: Text
     cuda: Optional[Text] = None
     device: Annotated[str, StringConstraints(pattern=r"^(cpu|cuda)$", strict=True)]
+    python: Optional[Text] = None
 
 
 class Env(Loose):
-    """The older documents' description of the machine (before "machine")."""
+    """The process's view of the device (older documents: the only description of the machine)."""
     device: Text
     device_type: Text
     torch: Text
     cpu_count: StrictInt = Field(ge=1, le=1 << 20)
+    cuda: Optional[Text] = None
+    threads: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
+    python: Optional[Text] = None
+    device_init_s: Optional[Seconds] = None   # the process's one-time device start, outside every rung
+    host_memory: Optional[Text] = None        # `hostmem.reuse_host_memory`: freed blocks kept or not
     commit: Optional[Text] = None
     date: Optional[IsoDate] = None
 
@@ -116,6 +134,10 @@ class Env(Loose):
 class RunParams(Loose):
     epochs: StrictInt = Field(ge=1, le=1 << 20)
     batch_size: StrictInt = Field(ge=1, le=1 << 30)
+    seed: Optional[StrictInt] = None
+    num_workers: Optional[Count] = None
+    parameters: Optional[Count] = None        # the model's
+    train_samples: Optional[Count] = None
     sample_steps: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 30)
     sample_epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
     quick: StrictBool = False
@@ -123,6 +145,7 @@ class RunParams(Loose):
 
 class Floor(Loose):
     train_s: Optional[Seconds] = None
+    graphed_train_s: Optional[Seconds] = None
     compiled_train_s: Optional[Seconds] = None
     epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)  # the fastest of this many
 
@@ -133,6 +156,7 @@ class Seeds(Loose):
     target: Fraction
     seeds: list[StrictInt] = Field(min_length=1, max_length=100)
     seconds: list[Optional[Seconds]] = Field(min_length=1, max_length=100)
+    epochs: Optional[list[Optional[StrictInt]]] = Field(default=None, max_length=100)  # the epoch each reached it
     reached: StrictInt = Field(ge=0, le=100)
     min: Optional[Seconds] = None      # None: no seed reached the target
     median: Optional[Seconds] = None   # None: half or more of the seeds did not reach it
@@ -149,14 +173,40 @@ class TargetSeconds(Loose):
     max: Optional[Seconds] = None
 
 
+class Recipe(Loose):
+    """params.yaml's `bench.tuned`, as the run used it."""
+    epochs: StrictInt = Field(ge=1, le=1 << 20)
+    batch_size: StrictInt = Field(ge=1, le=1 << 30)
+    max_lr: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)]
+    pct_start: Fraction
+    betas: list[Fraction] = Field(min_length=2, max_length=2)
+    seeds: Count
+
+
 class TunedSeeds(Loose):
     """The `tuned` recipe over fresh seeds (`ladder.tuned_over_seeds`)."""
+    recipe: Optional[Recipe] = None
     seeds: list[StrictInt] = Field(min_length=1, max_length=100)
     accuracy: list[Fraction] = Field(min_length=1, max_length=100)
     accuracy_mean: Fraction
     accuracy_min: Fraction
     accuracy_max: Fraction
     targets: list[TargetSeconds] = Field(max_length=4)
+
+
+class Calibration(Loose):
+    """The bench's first measure of this host (`estimate.calibrate`)."""
+    step_s: Seconds
+    spread: Ratio
+
+
+class CompiledOptions(Loose):
+    """What `compiled` ran with here (`runners.Execution`)."""
+    compile_mode: Text
+    autocast: StrictBool
+    channels_last: StrictBool
+    cuda_graph: StrictBool
+    backend: Text
 
 
 class BenchDoc(Loose):
@@ -169,6 +219,11 @@ class BenchDoc(Loose):
     variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
     seeds: Optional[Seeds] = None
     tuned: Optional[TunedSeeds] = None
+    calibration: Optional[Calibration] = None
+    compiled_options: Optional[CompiledOptions] = None
+    accuracy_tolerance: Optional[Fraction] = None
+    floor_s: Optional[Seconds] = None  # of wall_s: the floor's set-up and first epochs
+    seeds_s: Optional[Seconds] = None  # of wall_s: the runs over fresh seeds
     wall_s: Optional[Seconds] = None   # the whole bench of this data set (`ladder.run_bench`)
 
 
@@ -219,3 +274,29 @@ def validate(path: Path | str, data: Any, model: Any, error: type[InputError] = 
         got = first.get("input")
         shown = f" (got {short(got)})" if isinstance(got, (int, float, str, bool)) or got is None else ""
         raise error(f"{path}: {key}: {first['msg']}{shown}") from None
+
+
+def undeclared(data: Any, annotation: Any, where: str = "") -> list[str]:
+    """The keys of `data` that `annotation` (a model, or a type built of models) does not
+    declare, as dotted paths: a writer checks its document against the reader's schema so
+    that a key the reader would silently ignore (a misspelt one) cannot be written."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return undeclared(data, args[0], where)
+    if origin is Union:
+        fits = [a for a in args if a is not type(None)]
+        return min((undeclared(data, a, where) for a in fits), key=len, default=[])
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if not isinstance(data, dict):
+            return []
+        fields = annotation.model_fields
+        found = [f"{where}{key}" for key in data if key not in fields]
+        for key, value in data.items():
+            if key in fields:
+                found += undeclared(value, fields[key].annotation, f"{where}{key}.")
+        return found
+    if origin is list and isinstance(data, list) and args:
+        return [k for i, item in enumerate(data) for k in undeclared(item, args[0], f"{where}{i}.")]
+    if origin is dict and isinstance(data, dict) and len(args) == 2:
+        return [k for key, value in data.items() for k in undeclared(value, args[1], f"{where}{key}.")]
+    return []
