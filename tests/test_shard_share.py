@@ -268,3 +268,21 @@ def test_a_part_rerun_that_dies_leaves_no_record_of_its_earlier_run_to_merge():
 def test_int64_takes_an_empty_batch():
     empty = {"y": torch.from_numpy(np.zeros(0, np.uint64))}
     assert Int64("y")(empty)["y"].dtype == torch.int64 and Int64("y")(empty)["y"].numel() == 0
+
+
+def test_a_merge_while_a_part_is_being_written_is_refused_and_no_part_starts_under_a_merge(tmp_path):
+    """A writer holds its part's lock for its whole run: a merge meanwhile is one line naming
+    the part, and writes nothing; while a merge holds the parts, a writer of one is refused."""
+    folder, data = tmp_path / "p", columns(24, 0)
+    _parts(folder, data, [0, 8, 16, 24], total=24)
+    with ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, first_sample=8,
+                     total=24):  # a rerun of the middle part, under way
+        with pytest.raises(ShardError, match=r"p: the part from sample 8 is being written right now"):
+            merge_parts(folder)
+        assert not (folder / "manifest.json").exists()
+    _parts(folder, data, [8, 16], total=24)
+    with locked(folder / ".parts" / "000000000016"):  # as the merge holds it
+        with pytest.raises(BusyError, match=r"another run is writing it right now"):
+            write_part({k: v[16:24] for k, v in data.items()}, folder, first_sample=16, total=24, sample=SAMPLE,
+                       dataset="d", split="train", samples_per_shard=8)
+    assert torch.equal(read_split(folder if merge_parts(folder) else folder)["x"], torch.from_numpy(data["x"]))

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.atomic import atomic_dir, locked
+from pipeline.core.atomic import BusyError, atomic_dir, locked
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError, is_slug, reason
 from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MANIFEST_TMP, MAX_MANIFEST, Field, Sample,
@@ -517,11 +517,28 @@ def merge_parts(folder: Path, source: dict | None = None, *, total: int | None =
     shard file the one its samples' place numbers and holding samples_per_shard samples (the
     split's last shard at most that), and no shard file in the folder that no part lists.
     Holding the folder's lock, writes manifest.json (replacing it atomically), then removes
-    the parts' records; a second merge at the same time is refused in one line. A
-    ShardError names the first problem; nothing is written."""
+    the parts' records; a second merge at the same time is refused in one line, and so is a
+    merge while a part is still being written (its writer holds the part's lock; the merge
+    holds every part's, so no writer starts one under it). A ShardError names the first
+    problem; nothing is written."""
     folder = Path(folder)
-    with locked(folder):
+    with locked(folder), contextlib.ExitStack() as writers:
+        for key in _part_keys(folder):
+            try:
+                writers.enter_context(locked(folder / PARTS / key))
+            except BusyError:
+                raise ShardError(f"{folder}: the part from sample {int(key):,} is being written right now; merge "
+                                 f"once every writer has finished") from None
         return _merge(folder, source, total)
+
+
+def _part_keys(folder: Path) -> list[str]:
+    """The parts of `folder` on record or being written: each record's name and each held
+    or left lock's (`.<key>.lock`), keys of 12 digits."""
+    names = [p.name for p in (folder / PARTS).iterdir()] if (folder / PARTS).is_dir() else []
+    keys = {n[:-5] for n in names if n.endswith(".json")} | {n[1:-5] for n in names if n.startswith(".")
+                                                              and n.endswith(".lock")}
+    return sorted(k for k in keys if len(k) == 12 and k.isdigit())
 
 
 def _merge(folder: Path, source: dict | None, total: int | None) -> dict:
