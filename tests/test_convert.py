@@ -14,7 +14,7 @@ from pipeline.core.codec import Codec
 from pipeline.stages.convert import convert_dataset, iter_csv
 from pipeline.core.parquet import read_parquet_arrays
 from pipeline.stages.csvdata import DataError, write_csv
-from conftest import make_split
+from conftest import ROOT, make_split
 
 
 @pytest.fixture
@@ -392,3 +392,53 @@ def test_rows_are_counted_across_blocks_against_the_splits_count(csv_dir, tiny):
         _read_all(path, block_bytes=4096, rows=63)
     with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: 64 data rows, but the data set's split has 65"):
         _read_all(path, block_bytes=4096, rows=65)
+
+
+@pytest.mark.parametrize("layout", ["wide", "compact"])
+def test_the_read_back_by_row_group_gives_the_whole_files_values(tmp_path, layout):
+    """`iter_parquet_arrays`: row group after row group, the very rows `read_parquet_arrays`
+    reads whole, in order; a damaged group is one line naming the file."""
+    from pipeline.core.parquet import iter_parquet_arrays
+    from pipeline.stages.convert import write_compact, write_wide
+
+    images, labels = make_split(1000, 3)
+    write_csv(images, labels, tmp_path / "train.csv")
+    path = tmp_path / f"{layout}.parquet"
+    (write_wide if layout == "wide" else write_compact)(tmp_path / "train.csv", path, Codec.parse("snappy"), 300)
+    assert pq.ParquetFile(path).num_row_groups == 4
+    groups = list(iter_parquet_arrays(path))
+    assert [len(g[0]) for g in groups] == [300, 300, 300, 100]
+    whole_labels, whole_images = read_parquet_arrays(path)
+    assert np.array_equal(np.concatenate([g[0] for g in groups]), whole_labels)
+    assert np.array_equal(np.concatenate([g[1] for g in groups]), whole_images)
+    assert np.array_equal(whole_images.reshape(len(labels), -1), images.reshape(len(labels), -1))
+    assert np.array_equal(whole_labels, labels)
+    data = bytearray(path.read_bytes())
+    middle = pq.ParquetFile(path).metadata.row_group(2).column(0).file_offset
+    data[middle - 40: middle] = b"\xff" * 40
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=re.escape(str(path))):
+        list(iter_parquet_arrays(path))
+
+
+@pytest.mark.slow
+def test_the_convert_stages_read_back_holds_a_row_group_not_the_file(tmp_path):
+    """The stage's read-back of a split many row groups long: its peak memory grows by about
+    a row group's arrays, not by the split's (which would be the whole file decoded)."""
+    import subprocess
+    import sys
+
+    from pipeline.stages.convert import write_wide
+
+    write_csv(*make_split(40_000, 5), tmp_path / "train.csv")
+    write_wide(tmp_path / "train.csv", tmp_path / "wide.parquet", Codec.parse("none"), 2000)
+    whole_mb = 40_000 * 785 / 1e6
+    script = ("import resource, sys\nfrom pathlib import Path\nfrom pipeline.stages.convert import measure_reads\n"
+              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "figures = {'rows': 40000, 'wide': {}}\n"
+              "measure_reads({'wide': Path(sys.argv[1])}, figures)\n"
+              "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1e3, figures['wide']['read_s'])\n")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "wide.parquet")], capture_output=True,
+                         text=True, check=True, cwd=ROOT).stdout.split()
+    grown_mb, read_s = float(out[0]), float(out[1])
+    assert read_s > 0 and grown_mb < whole_mb / 2, (grown_mb, whole_mb)

@@ -11,6 +11,7 @@ uses this without polars.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,30 @@ def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"{path}: missing") from None
     except (pa.ArrowException, OSError) as err:
         raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason(err)})") from None
+    return _arrays(path, table)
+
+
+def iter_parquet_arrays(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """`read_parquet_arrays`, one row group at a time: the same checks and values, with
+    memory bounded by a row group, not the file (a split of any size reads back)."""
+    try:
+        open_regular(path).close()
+        parquet = pq.ParquetFile(path, page_checksum_verification=True)
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing") from None
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason(err)})") from None
+    with parquet:
+        for group in range(parquet.num_row_groups):
+            try:
+                table = parquet.read_row_group(group)
+            except (pa.ArrowException, OSError) as err:
+                raise DataError(f"{path}: row group {group} unreadable, damaged or cut? ({reason(err)})") from None
+            yield _arrays(path, table)
+
+
+def _arrays(path: Path, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """A table of either layout as (labels, images) uint8, its columns checked."""
     if "label" not in table.column_names:
         raise DataError(f"{path}: no 'label' column (columns: {table.column_names[:5]}...)")
     check_types(path, table.schema)

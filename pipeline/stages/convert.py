@@ -40,7 +40,7 @@ from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError, reason
 from pipeline.core.dataset import COLUMNS, CSV_LINE_MAX, CSV_ROW_MAX, CSV_ROW_MIN, NUM_CLASSES, PIXELS, SPLITS
 from pipeline.stages.sample import first_bad_label
-from pipeline.core.parquet import IMAGE_TYPE, LAYOUTS, compact_table, read_parquet_arrays, write_checksums
+from pipeline.core.parquet import IMAGE_TYPE, LAYOUTS, compact_table, iter_parquet_arrays, write_checksums
 
 
 
@@ -256,10 +256,13 @@ def convert_split(csv_path: Path, out_paths: dict[str, Path], codec: Codec, row_
 
 
 def measure_reads(out_paths: dict[str, Path], figures: dict) -> None:
-    """Add each file's size and the seconds to read it back into uint8 arrays."""
+    """Add each file's size and the seconds to read it back into uint8 arrays, a row group
+    at a time: the stage's memory stays bounded by a row group whatever the split's size."""
     for layout, path in out_paths.items():
         start = time.perf_counter()
-        read_parquet_arrays(path)
+        rows = sum(len(labels) for labels, _ in iter_parquet_arrays(path))
+        if rows != figures["rows"]:
+            raise DataError(f"{path}: read back {rows} rows, {figures['rows']} were written")
         figures[layout].update(bytes=path.stat().st_size, read_s=time.perf_counter() - start)
 
 
