@@ -31,8 +31,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.bench.datapaths import Resident  # noqa: E402
-from pipeline.bench.ladder import Recipe, settings_from_params, time_to_accuracy  # noqa: E402
+from pipeline.bench.figures import time_to_accuracy  # noqa: E402
 from pipeline.bench.runners import TrainConfig, train_static  # noqa: E402
+from pipeline.bench.settings import Recipe, settings_from_params  # noqa: E402
 from pipeline.core.params import load_params, section  # noqa: E402
 
 

@@ -291,7 +291,7 @@ def bench(dataset: str, parquet: Path, shards: Path, out: Path, machine_path: Pa
     left, goes to stderr; a variant whose epochs disagree is marked unstable and named in a
     warning at the end.
     """
-    from pipeline.bench.ladder import settings_from_params
+    from pipeline.bench.settings import settings_from_params
     from pipeline.core.params import read_section
     from pipeline.stages.bench import bench_dataset, read_machine
     from pipeline.stages.bench_settings import BenchParams

@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 import torch
 
 from pipeline.core.atomic import atomic_path
-from pipeline.bench.ladder import run_bench, settings_from_params
+from pipeline.bench.ladder import run_bench
+from pipeline.bench.settings import settings_from_params
 from pipeline.stages.bench import warn_unstable, write_bench
 from pipeline.budget.machine import fingerprint
 from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources

@@ -71,7 +71,7 @@ def pytest_collection_modifyitems(config, items):
 def bench_settings(**overrides):
     """The repository's params.yaml `bench` block, schema-checked, with `overrides`: tests
     state only what they change, and no default is written twice."""
-    from pipeline.bench.ladder import settings_from_params
+    from pipeline.bench.settings import settings_from_params
     from pipeline.core.params import load_params
     from pipeline.stages.params import validate_params
 

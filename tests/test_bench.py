@@ -8,8 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.bench.ladder import (finish, flag_unstable, floor_after, native_bf16, run_bench, run_variant, steady_epochs,
-                                   steady_step, summarise, time_to_accuracy, with_epoch_step)
+from pipeline.bench.figures import (finish, flag_unstable, steady_epochs, steady_step, summarise, time_to_accuracy,
+                                    with_epoch_step)
+from pipeline.bench.ladder import floor_after, run_bench, run_variant
+from pipeline.bench.settings import native_bf16
 from pipeline.bench.variants import VARIANTS
 from pipeline.core.params import ParamsError
 from pipeline.stages.bench import write_bench
@@ -509,7 +511,7 @@ def test_execution_per_variant_and_device(monkeypatch):
                                                              channels_last=True, cuda_graph=True)
     assert settings.execution("compiled", cpu) == Execution(compile_mode="none", autocast=native_bf16(cpu),
                                                             channels_last=True, cuda_graph=False)
-    monkeypatch.setattr("pipeline.bench.ladder.native_bf16", lambda device: True)  # a CPU with native bf16
+    monkeypatch.setattr("pipeline.bench.settings.native_bf16", lambda device: True)  # a CPU with native bf16
     assert settings.execution("compiled", cpu) == Execution(compile_mode="none", autocast=True,
                                                             channels_last=True, cuda_graph=False)
     sparse = bench_settings(compiled={"cpu": {"compile_mode": "max-autotune", "autocast": False, "channels_last": False, "cuda_graph": False}})
@@ -517,7 +519,7 @@ def test_execution_per_variant_and_device(monkeypatch):
     assert sparse.execution("compiled", cuda) == Execution()                           # no entry: eager fp32
     assert bench_settings(num_workers=3).workers() == 3
     for cores, workers in ((16, 4), (3, 3), (None, 1)):  # 0: at most 4, one where the count is unknown
-        monkeypatch.setattr("pipeline.bench.ladder.os.cpu_count", lambda cores=cores: cores)
+        monkeypatch.setattr("pipeline.bench.settings.os.cpu_count", lambda cores=cores: cores)
         assert settings.workers() == workers
     assert settings.train_config() == TrainConfig(batch_size=512, lr=1e-3, seed=42)
     assert bench_settings(batch_size=64, lr=0.01, seed=7).train_config() == TrainConfig(batch_size=64, lr=0.01, seed=7)
@@ -631,7 +633,7 @@ def test_a_sampled_epoch_tests_the_same_share_of_the_test_split():
 def test_quick_mode_sets_fewer_epochs_and_steps_and_says_so():
     """`bench.quick`: QUICK's settings in place of the block's, whatever the block says, and
     the flag itself carried to the metrics (`params.quick`)."""
-    from pipeline.bench.ladder import QUICK
+    from pipeline.bench.settings import QUICK
 
     full, quick = bench_settings(), bench_settings(quick=True)
     assert not full.quick and quick.quick
@@ -644,7 +646,7 @@ def test_quick_mode_sets_fewer_epochs_and_steps_and_says_so():
 def test_time_to_accuracy_counts_setup_and_every_epoch_until_the_target():
     """Setup, then each epoch's train and test pass, until the first test pass at or above
     the target; None when no timed epoch reached it."""
-    from pipeline.bench.ladder import time_to_accuracy
+    from pipeline.bench.figures import time_to_accuracy
 
     timing = Timing(train_s=[2.0, 1.0, 1.0], test_s=[0.5, 0.5, 0.5], accuracies=[0.95, 0.981, 0.99], setup_s=3.0)
     assert time_to_accuracy(timing, 0.98) == {"target": 0.98, "seconds": 7.0, "epoch": 2}  # 3 + 2.5 + 1.5

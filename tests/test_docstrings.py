@@ -36,6 +36,18 @@ def docstrings(path: Path) -> list[tuple[str, str]]:
     return out
 
 
+def parameters(path: Path) -> dict[str, set[str]]:
+    """{where: its parameters' names} of the functions `docstrings` names: in a function's
+    docstring `settings.deadline_s` is its parameter's field, not module `settings`'s."""
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a}
+            found.setdefault(f"{path.relative_to(ROOT)}:{node.name}", set()).update(names)
+    return found
+
+
 def project_modules() -> dict[str, list[str]]:
     """{short name: dotted names} of the package's modules (`budget` -> pipeline.bench.budget)."""
     found: dict[str, list[str]] = {}
@@ -71,13 +83,14 @@ def test_cited_names_and_files_exist():
     modules, keys, wrong = project_modules(), params_keys(), []
     files = {p.name for folder in (*FOLDERS, "tests") for p in (ROOT / folder).rglob("*.py")} | {"conftest.py"}
     for path in sources():
+        arguments = parameters(path)
         for where, text in docstrings(path):
             for name in TICKED.findall(text):
                 name = name.rstrip(".,:;()")
                 short = re.fullmatch(r"([a-z_]\w*)\.([A-Za-z_]\w*)", name)
                 if re.fullmatch(r"pipeline(\.\w+)+", name):
                     ok = resolves(name)
-                elif short and short[1] in modules and name not in keys:
+                elif short and short[1] in modules and name not in keys and short[1] not in arguments.get(where, ()):
                     ok = any(hasattr(importlib.import_module(m), short[2]) for m in modules[short[1]])
                 elif re.fullmatch(r"[\w.-]+(/[\w.-]+)+\.(py|md|yaml|json|txt|csv)", name):
                     ok = (ROOT / name).exists()

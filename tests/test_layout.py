@@ -112,6 +112,9 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/bench/__init__.py", {"bench", "train", "params"}), ("pipeline/bench/model.py", {"bench", "train"}),
     ("pipeline/bench/variants.py", {"bench", "params"}),
     ("pipeline/bench/findloop.py", set()),   # `python -m pipeline profile`, no stage
+    # The ladder's settings, its figures and the part that trains: the bench's alone.
+    ("pipeline/bench/settings.py", {"bench"}), ("pipeline/bench/figures.py", {"bench"}),
+    ("pipeline/bench/ladder.py", {"bench"}),
     ("pipeline/bench/", {"bench"}),
     # The time budget: the ladder profiles every rung with it; the machine's name is also the
     # machine stage's; the loop finder is `profile`'s, no stage's.

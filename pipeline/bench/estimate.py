@@ -211,7 +211,7 @@ def _number(entry: dict, key: str) -> float:
 
 
 def predict(document: dict, settings) -> dict[str, float]:
-    """Seconds per part of a bench with `settings` (a `ladder.BenchSettings`), at the speed
+    """Seconds per part of a bench with `settings` (a `settings.BenchSettings`), at the speed
     of the run `document` records: each rung from that run's setup and per-epoch figures and
     this run's epochs, sampled steps and profiled pass; a floor epoch after each full rung;
     the seeds at that run's median time to accuracy. A rung it did not run takes the mean."""
@@ -293,7 +293,7 @@ def settings_of(document: dict, settings):
 
 
 def pace_for(reference: dict, calibration: Calibration, settings) -> Pace:
-    """This run's expected parts (`settings`: a `ladder.BenchSettings`): the reference's
+    """This run's expected parts (`settings`: a `settings.BenchSettings`): the reference's
     recorded ones where it ran the same bench, else `predict`'s, corrected by how far
     `predict` missed the reference's own wall time (what it does not model: loading, worker
     starts); scaled by this machine's calibration step over the reference's."""

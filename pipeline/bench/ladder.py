@@ -2,13 +2,14 @@
 
 Every variant trains the same SimpleCNN from the same seed with Adam (lr 1e-3) and
 cross-entropy, testing after every epoch; only the data path (`datapaths`) and, on the last
-rungs, the way the steps run (`train`) change. Per variant the metrics hold the steady
-per-epoch figures and what a user pays in all: `setup_s` (building the data path,
-compiling, warming up, capturing) and `wall_s` (setup plus every epoch, train and test).
+rungs, the way the steps run (`runners`) change. This module builds and trains each
+variant, times the floor beside them, takes the fresh seeds and says what time is left: it
+is the part that trains, so the settings it runs with (`pipeline.bench.settings`) and the
+figures it reports (`pipeline.bench.figures`) live apart, testable without a step.
 
 Variants whose per-item pandas path would take many minutes per epoch on a small CPU can be
-timed over a fixed number of steps per epoch; their figures are then scaled to the full
-epoch and marked `extrapolated`, and their accuracy is not reported (not measured).
+timed over a fixed number of steps per epoch (`BenchSettings.sample`); `figures.summarise`
+scales them to the full epoch.
 
 This module imports only torch, numpy, pandas and pyarrow (plus the shards reader), so it
 runs on a machine with torch but without polars, dvc and zstandard (`standalone-bench`).
@@ -33,121 +34,17 @@ import torch
 from pipeline.bench.datapaths import Resident, data_path
 from pipeline.bench.estimate import (Calibration, Pace, announce, busy_processes, calibrate, find_reference,
                                      host_report, pace_for)
+from pipeline.bench.figures import FLOOR_OF, finish, seconds_spread, summarise, time_to_accuracy
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.shards.format import read_manifest
 from pipeline.bench.variants import STATIC_VARIANTS
 from pipeline.bench.hostmem import reuse_host_memory
-from pipeline.bench.runners import (Execution, Floor, OneCycle, Timing, TrainConfig, cudnn_benchmark, train_eager,
-                                    train_static)
+from pipeline.bench.runners import Execution, Floor, Timing, cudnn_benchmark, train_eager, train_static
+from pipeline.bench.settings import BenchSettings
 from pipeline.budget.units import duration
 
-@dataclass(frozen=True)
-class BenchSettings:
-    """params.yaml's `bench` block, as its settings model (`pipeline.stages.bench_settings`)
-    checked it: that model is the one place its keys, ranges and defaults are stated."""
 
-    parquet_codec: str                   # the naive rungs' Parquet codec (dvc.yaml picks the folder)
-    epochs: int
-    batch_size: int
-    lr: float
-    seed: int
-    num_workers: int                     # 0: min(4, CPU count)
-    variants: tuple[str, ...]
-    # Variants timed over the samples of `sample_steps` train steps at `batch_size` (and as many
-    # test samples) per epoch for `sample_epochs` epochs, then scaled to a full epoch. Empty:
-    # every variant runs in full.
-    sample: tuple[str, ...]
-    sample_steps: int
-    sample_epochs: int
-    accuracy_tolerance: float            # vs the `preprocessed` variant (the write-up's best)
-    # What `compiled` adds, per device type (see `runners.Execution`); chosen by measurement.
-    compiled: dict
-    floor: bool                          # also time the floor: the same steps with no data path
-    reuse_host_memory: bool              # keep freed host blocks in the heap (`hostmem`)
-    # A variant whose timed epochs spread more than this (max - min over the median), or
-    # whose twin doing identical work disagrees by more, is marked unstable.
-    max_spread: float
-    budget: bool                         # profile `sample_steps` more steps per variant: its time budget
-    quick: bool = False                  # a first answer: QUICK's settings, marked in every table
-    # The test accuracies each data set's time to accuracy is measured to (data set -> the
-    # fractions, ascending; a single number is one target).
-    target_accuracy: dict = dataclasses.field(default_factory=dict)
-    accuracy_seeds: int = 0              # fresh seeds the fastest rung's time to accuracy is taken again over
-    # The `tuned` rung's recipe (`Recipe`); None: the rung is not configured.
-    tuned: Recipe | None = None
-
-    def targets(self, dataset: str) -> tuple[float, ...]:
-        """The data set's target accuracies, ascending; () when it has none."""
-        found = self.target_accuracy.get(dataset)
-        if found is None:
-            return ()
-        return tuple(sorted(found)) if isinstance(found, (list, tuple)) else (float(found),)
-
-    def workers(self) -> int:
-        return self.num_workers or min(4, os.cpu_count() or 1)
-
-    def budget_steps(self) -> int:
-        """The steps each variant's profiled pass covers: 0, none, when `budget` is off."""
-        return self.sample_steps if self.budget else 0
-
-    def train_config(self, variant: str = "") -> TrainConfig:
-        """The write-up's hyper-parameters; `tuned`'s recipe for that rung."""
-        if variant == "tuned" and self.tuned is not None:
-            return self.tuned.train_config(self.seed)
-        return TrainConfig(batch_size=self.batch_size, lr=self.lr, seed=self.seed)
-
-    def epochs_of(self, variant: str) -> int:
-        """The epochs a fully run rung trains: the bench's; `tuned`'s schedule has its own length."""
-        return self.tuned.epochs if variant == "tuned" and self.tuned is not None else self.epochs
-
-    def execution(self, variant: str, device: torch.device) -> Execution:
-        """`graphed` is `device` with static steps in one CUDA graph (fp32, as `device`);
-        `compiled` adds what makes the model itself fast, per device type; `tuned` runs as
-        `compiled` does."""
-        if variant == "graphed":
-            return Execution(cuda_graph=True)
-        options = self.compiled.get(device.type) or {}
-        autocast = options.get("autocast")
-        return Execution(compile_mode=str(options.get("compile_mode", "none")),
-                         autocast=native_bf16(device) if autocast == "auto" else bool(autocast),
-                         channels_last=bool(options.get("channels_last")),
-                         cuda_graph=bool(options.get("cuda_graph")))
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """params.yaml's `bench.tuned`: the `tuned` rung's training recipe, and the fresh seeds
-    its accuracy and time to accuracy are measured over (a recipe is judged by its spread,
-    not by one lucky seed)."""
-
-    epochs: int
-    batch_size: int
-    max_lr: float
-    pct_start: float
-    betas: tuple[float, float]
-    seeds: int
-
-    def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(batch_size=self.batch_size, lr=self.max_lr, seed=seed, betas=tuple(self.betas),
-                           schedule=OneCycle(max_lr=self.max_lr, pct_start=self.pct_start))
-
-
-# pragma: no mutate start (runs training and probes the device: exercised by test_bench, too slow per mutant)
-def native_bf16(device: torch.device) -> bool:
-    """Whether bf16 autocast pays here: on CUDA, and on CPUs whose flags list AMX-BF16 or
-    AVX512-BF16 (Linux's /proc/cpuinfo; elsewhere fp32 is kept). On other CPUs bf16 is
-    emulated and slower per step than fp32, so `compiled` keeps fp32 there."""
-    if device.type == "cuda":
-        return True
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
-            text = info.read(1 << 22)
-    except OSError:
-        return False
-    flags = {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[-1].split()}
-    return bool(flags & {"amx_bf16", "avx512_bf16"})
-
-
+# pragma: no mutate start (runs training: exercised by test_bench, too slow per mutant)
 def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device: torch.device,
                 settings: BenchSettings, progress: str = "", until: float | None = None) -> tuple[Timing, int, int]:
     """Build one variant's inputs and train it; returns (timing, train steps, test steps).
@@ -177,101 +74,6 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
     return timing, path.train_steps, path.test_steps
 
 
-# pragma: no mutate end
-
-
-def _sampled_epochs(seconds: list[float], scale: float, epochs: int) -> tuple[float, float, float]:
-    """(steady epoch, first epoch, all `epochs`) from epochs timed over a sample of steps.
-
-    The steady epoch scales the median of the epochs after the first by the steps left out.
-    What the first epoch took beyond that is a one-time cost (worker start-up, CUDA
-    initialisation, cuDNN's first search): added once, not scaled with the steps."""
-    steady_sample = statistics.median(seconds[1:] or seconds)
-    steady = steady_sample * scale
-    first = steady + max(0.0, seconds[0] - steady_sample)
-    return steady, first, first + steady * (epochs - 1)
-
-
-def time_to_accuracy(timing: Timing, target: float) -> dict:
-    """From the variant's start (its setup included) to the end of the first test pass that
-    reached `target`: {"target", "seconds", "epoch"} (1-based), seconds and epoch None when
-    no timed epoch reached it. What the user waits for, beside seconds per epoch."""
-    elapsed = timing.setup_s
-    for epoch, (train, test, accuracy) in enumerate(zip(timing.train_s, timing.test_s, timing.accuracies), 1):
-        elapsed += train + test
-        if accuracy >= target:
-            return {"target": target, "seconds": round(elapsed, 3), "epoch": epoch}
-    return {"target": target, "seconds": None, "epoch": None}
-
-
-def times_to_accuracy(timing: Timing, targets: tuple[float, ...]) -> list[dict] | None:
-    """`time_to_accuracy` for each target, in order; None when there is none."""
-    return [time_to_accuracy(timing, target) for target in targets] or None
-
-
-def summarise(timing: Timing, train_steps: int, test_steps: int, settings: BenchSettings,
-              targets: tuple[float, ...] = (), epochs: int | None = None) -> dict:
-    """Steady per-epoch figures and the whole cost of the configured epochs (`wall_s`); a
-    timing of sampled epochs (`timing.sampled_steps`) is scaled to `epochs` whole ones (the
-    bench's by default). With `targets` and whole epochs, the time to each test accuracy
-    (sampled ones measure no accuracy)."""
-    sampled = timing.sampled_steps is not None
-    if sampled:
-        epochs = settings.epochs if epochs is None else epochs
-        train, first, train_all = _sampled_epochs(timing.train_s, train_steps / timing.sampled_steps, epochs)
-        tested = timing.sampled_test_steps or min(timing.sampled_steps, test_steps)
-        test, _, test_all = _sampled_epochs(timing.test_s, test_steps / tested, epochs)
-    else:
-        train, test = statistics.median(timing.train_s), statistics.median(timing.test_s)
-        first, train_all, test_all = timing.train_s[0], sum(timing.train_s), sum(timing.test_s)
-    return {
-        "train_s": round(train, 4),
-        "test_s": round(test, 4),
-        "first_epoch_train_s": round(first, 4),
-        "setup_s": round(timing.setup_s, 3),
-        "warmup_s": round(timing.warmup_s, 3),
-        "capture_s": round(timing.capture_s, 3),
-        "wall_s": round(timing.setup_s + train_all + test_all, 3),
-        "accuracy": None if sampled or timing.accuracy is None else round(timing.accuracy, 4),
-        "extrapolated": sampled,
-        "cuda_graph": timing.cuda_graph,
-        "measured": {"train_s": [round(s, 4) for s in timing.train_s], "test_s": [round(s, 4) for s in timing.test_s]},
-        "spread": spread(timing.train_s),
-        "budget": None if timing.budget is None else with_epoch_step(
-            timing.budget, steady_step(timing, train_steps)),
-        "accuracy_by_epoch": None if sampled else [round(a, 4) for a in timing.accuracies],
-        "time_to_accuracy": None if sampled else times_to_accuracy(timing, targets),
-    }
-
-
-def with_epoch_step(budget: dict, epoch_step_s: float) -> dict:
-    """The budget beside the timed epochs' seconds per step, and their ratio: the profiled
-    pass is steps of one more epoch of the same kind, so the two should agree within the noise."""
-    ratio = budget["step_s"] / epoch_step_s if epoch_step_s > 0 else None
-    return {**budget, "epoch_step_s": round(epoch_step_s, 6), "vs_epoch": None if ratio is None else round(ratio, 3)}
-
-
-def steady_epochs(seconds: list[float]) -> list[float]:
-    """The timed epochs that show the steady state: all but the first (worker start-up,
-    first cuDNN search, caches) when at least two others remain."""
-    return seconds[1:] if len(seconds) >= 3 else seconds
-
-
-def spread(seconds: list[float]) -> dict:
-    """min / median / max of the steady train epochs, in seconds per timed epoch (sampled
-    variants: per sampled epoch, which is what was measured)."""
-    steady = steady_epochs(seconds)
-    return {"min": round(min(steady), 4), "median": round(statistics.median(steady), 4),
-            "max": round(max(steady), 4)}
-
-
-def steady_step(timing: Timing, train_steps: int) -> float:
-    """Seconds per train step in the timed epochs, to set beside the profiled pass's."""
-    steps = train_steps if timing.sampled_steps is None else timing.sampled_steps
-    return statistics.median(steady_epochs(timing.train_s)) / max(steps, 1)
-
-
-# pragma: no mutate start (runs training: exercised by test_bench, too slow per mutant)
 def environment(device: torch.device) -> dict:
     return {"device": torch.cuda.get_device_name(device) if device.type == "cuda"
             else platform.processor() or platform.machine(),
@@ -441,17 +243,6 @@ def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...],
                         for target in targets]}
 
 
-def seconds_spread(seconds: list[float | None]) -> dict:
-    """Seconds to a target over seeds, a seed that never reached it (None) counted as slower
-    than every other: the median is None when half or more missed, the max when any did."""
-    ranked = sorted(seconds, key=lambda s: math.inf if s is None else s)
-    middle = ranked[(len(ranked) - 1) // 2: len(ranked) // 2 + 1]
-    done = [s for s in seconds if s is not None]
-    return {"seconds": seconds, "reached": len(done), "min": min(done) if done else None,
-            "median": None if None in middle else round(statistics.mean(middle), 3),
-            "max": None if len(done) < len(seconds) else max(done)}
-
-
 def over_seeds(results: dict, settings: BenchSettings, target: float,
                again: Callable[[str, int], Timing]) -> dict | None:
     """The time to `target` of the rung that reached it first in the ladder, taken again from
@@ -469,11 +260,6 @@ def over_seeds(results: dict, settings: BenchSettings, target: float,
     found = [time_to_accuracy(again(rung, seed), target) for seed in seeds]
     return {"variant": rung, "target": target, "seeds": seeds, "epochs": [f["epoch"] for f in found],
             **seconds_spread([f["seconds"] for f in found])}
-
-
-# The floor each rung is bounded by; every other rung runs plain eager steps. `tuned` has none:
-# its batch and steps are its recipe's, not the floors'.
-FLOOR_OF = {"graphed": "graphed", "compiled": "compiled", "tuned": None}
 
 
 def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSettings) -> dict[str, Floor]:
@@ -494,79 +280,3 @@ def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSett
 
 
 # pragma: no mutate end
-
-
-def finish(document: dict, settings: BenchSettings) -> None:
-    """Speed-ups against `naive` (steady epochs and wall time), samples/s, the accuracy check."""
-    variants = document["variants"]
-    n_train = document["params"]["train_samples"]
-    reference = variants.get("naive")
-    anchor = variants.get("preprocessed") or next(
-        (v for v in variants.values() if v["accuracy"] is not None), None)
-    for name, entry in variants.items():
-        if reference:
-            entry["speedup"] = round((reference["train_s"] + reference["test_s"])
-                                     / (entry["train_s"] + entry["test_s"]), 2)
-            entry["wall_speedup"] = round(reference["wall_s"] / entry["wall_s"], 2)
-        if n_train:
-            entry["samples_per_s"] = round(n_train / entry["train_s"])
-        # `tuned` trains another recipe: its accuracy is its own claim, judged over seeds
-        if entry["accuracy"] is not None and anchor and anchor["accuracy"] is not None and name != "tuned":
-            # Accuracies carry 4 decimals: compare the difference at that precision, so a
-            # difference of exactly the tolerance passes (0.99 - 0.98 is 0.01000000000000001).
-            entry["accuracy_ok"] = round(abs(entry["accuracy"] - anchor["accuracy"]), 6) <= settings.accuracy_tolerance
-    document["accuracy_tolerance"] = settings.accuracy_tolerance
-    flag_unstable(document, settings.max_spread)
-
-
-# On the CPU `pinned` does exactly what `persistent` does (pin_memory only pins for CUDA):
-# two timings of one piece of work, so their gap is the machine's noise.
-TWINS = {"cpu": [("persistent", "pinned")]}
-
-
-def flag_unstable(document: dict, max_spread: float) -> list[str]:
-    """Mark each variant `unstable` (with why) whose steady epochs spread more than
-    `max_spread` of their median, whose twin disagrees by more than that, or that beats the
-    floor of its own options by more than that; returns the names marked."""
-    variants, floor_ = document["variants"], document.get("floor") or {}
-    reasons: dict[str, list[str]] = {name: [] for name in variants}
-    for name, entry in variants.items():
-        low, mid, high = (entry["spread"][k] for k in ("min", "median", "max"))
-        if mid > 0 and (high - low) / mid > max_spread:
-            reasons[name].append(f"epochs spread {(high - low) / mid:.0%} of their median")
-        bound = floor_.get("train_s" if name not in FLOOR_OF else f"{FLOOR_OF[name]}_train_s") \
-            if FLOOR_OF.get(name, "eager") is not None else None
-        if bound and entry["train_s"] < bound * (1 - max_spread):
-            reasons[name].append(f"{entry['train_s']:.3g} s/epoch is below its floor {bound:.3g} s")
-            entry["below_floor"] = True
-    device_type = document.get("env", {}).get("device_type", "cpu")
-    for a, b in TWINS.get(device_type, []):
-        if a in variants and b in variants:
-            x, y = variants[a]["train_s"], variants[b]["train_s"]
-            if min(x, y) > 0 and abs(x - y) / min(x, y) > max_spread:
-                for name, twin in ((a, b), (b, a)):
-                    reasons[name].append(f"{abs(x - y) / min(x, y):.0%} apart from {twin}, which does the same work here")
-    for name, entry in variants.items():
-        entry["unstable"] = bool(reasons[name])
-        entry["unstable_reason"] = "; ".join(reasons[name]) or None
-    return [name for name, why in reasons.items() if why]
-
-
-# `bench.quick`: every rung, fewer epochs and fewer sampled steps, no floor and no profiled
-# epoch: the shape of the answer in a few minutes. One warm-up epoch and one timed one, so no
-# spread (its tables say "n/a" and every one is marked quick).
-QUICK = {"epochs": 2, "sample_steps": 5, "sample_epochs": 2, "floor": False, "budget": False, "accuracy_seeds": 0}
-QUICK_TUNED_SEEDS = 0   # quick: the tuned rung runs once, no seeds
-
-
-def settings_from_params(block: dict) -> BenchSettings:
-    """BenchSettings from params.yaml's `bench` block, already checked by the params schema
-    (lists become tuples); with `quick`, QUICK's settings in place of the block's."""
-    tuned = block.get("tuned")
-    recipe = None if tuned is None else Recipe(**{**tuned, "betas": tuple(tuned["betas"])})
-    settings = BenchSettings(**{**block, "variants": tuple(block["variants"]), "sample": tuple(block["sample"]),
-                                "tuned": recipe})
-    if not settings.quick:
-        return settings
-    quick_tuned = None if recipe is None else dataclasses.replace(recipe, seeds=QUICK_TUNED_SEEDS)
-    return dataclasses.replace(settings, **QUICK, tuned=quick_tuned)

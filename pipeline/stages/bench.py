@@ -7,7 +7,8 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from pipeline.bench.ladder import BenchSettings, run_bench
+from pipeline.bench.ladder import run_bench
+from pipeline.bench.settings import BenchSettings
 from pipeline.core.atomic import write_json
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import DataError, InputError, reason

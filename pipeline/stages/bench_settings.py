@@ -1,6 +1,6 @@
 """params.yaml's `bench` section, as the bench stage reads it: the ladder's rungs, epochs,
 sampling, the floor, the time budget and the time to accuracy. The ladder
-(`pipeline.bench.ladder.BenchSettings`) takes the section once this model has checked it."""
+(`pipeline.bench.settings.BenchSettings`) takes the section once this model has checked it."""
 
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ class Seeds(Loose):
 
 
 class TargetSeconds(Loose):
-    """Seconds to one target accuracy over seeds (`ladder.seconds_spread`)."""
+    """Seconds to one target accuracy over seeds (`figures.seconds_spread`)."""
     target: Fraction
     seconds: list[Optional[Seconds]] = Field(min_length=1, max_length=100)
     reached: StrictInt = Field(ge=0, le=100)
