@@ -394,7 +394,8 @@ def test_the_tuned_recipe_over_its_seeds_and_each_target_are_shown(tmp_path):
                                                      {"target": 0.99, "seconds": None, "epoch": None}]
     doc["variants"]["tuned"] = variant(3.0, time_to_accuracy=[{"target": 0.98, "seconds": 5.0, "epoch": 1},
                                                               {"target": 0.99, "seconds": 8.5, "epoch": 2}])
-    doc["tuned"] = {"recipe": {"epochs": 2}, "seeds": [43, 44, 45], "accuracy": [0.9912, 0.9899, 0.9921],
+    doc["tuned"] = {"recipe": {"epochs": 2, "batch_size": 256, "max_lr": 0.01, "pct_start": 0.25, "betas": [0.9, 0.99],
+                               "seeds": 3}, "seeds": [43, 44, 45], "accuracy": [0.9912, 0.9899, 0.9921],
                     "accuracy_mean": 0.9911, "accuracy_min": 0.9899, "accuracy_max": 0.9921,
                     "targets": [{"target": 0.98, "seconds": [5.0, 5.2, 4.9], "reached": 3, "min": 4.9, "median": 5.0,
                                  "max": 5.2},

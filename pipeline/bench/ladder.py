@@ -236,7 +236,7 @@ def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...],
     seeds = list(range(settings.seed + 1, settings.seed + 1 + recipe.seeds))
     timings = [run(seed) for seed in seeds]
     accuracies = [round(t.accuracy, 4) for t in timings]
-    return {"recipe": dataclasses.asdict(recipe), "seeds": seeds, "accuracy": accuracies,
+    return {"recipe": {**dataclasses.asdict(recipe), "betas": list(recipe.betas)}, "seeds": seeds, "accuracy": accuracies,
             "accuracy_mean": round(statistics.mean(accuracies), 4), "accuracy_min": min(accuracies),
             "accuracy_max": max(accuracies),
             "targets": [{"target": target, **seconds_spread([time_to_accuracy(t, target)["seconds"] for t in timings])}
