@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MIRROR = Path("/work/shared/datasets/mnist")
+MIRROR_ENV = "PIPELINE_MIRROR"   # the fetch stage's local mirror: a folder holding mnist/
 IDX = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
        "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
 CODEC, ROW_GROUP, SHARD = "zstd-3", 65536, 32768   # params.yaml's values
@@ -280,12 +280,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=int, default=100, help="MNIST's rows this many times (default 100)")
     parser.add_argument("--work", type=Path, help="scratch folder (default /tmp/ray-engine-x<scale>)")
-    parser.add_argument("--mirror", type=Path, default=MIRROR, help="folder of MNIST's gzip IDX files")
+    parser.add_argument("--mirror", type=Path,
+                        help="folder of MNIST's gzip IDX files (default: $PIPELINE_MIRROR/mnist)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--no-read-back", action="store_true",
-                        help="leave out the whole convert stage (its read-back holds each file whole: at 100x, "
-                             "more memory than a small machine has); convert-writes and shard still run")
+                        help="leave out the whole convert stage (its read-back, a row group at a time, reads "
+                             "every file once more); convert-writes and shard still run")
     args = parser.parse_args()
+    if args.mirror is None:
+        if not os.environ.get(MIRROR_ENV):
+            parser.error(f"--mirror: give MNIST's IDX folder, or set {MIRROR_ENV} to a folder holding mnist/")
+        args.mirror = Path(os.environ[MIRROR_ENV]) / "mnist"
     work = args.work or Path(f"/tmp/ray-engine-x{args.scale}")
     shutil.rmtree(work, ignore_errors=True)
     (work / "csv").mkdir(parents=True)
