@@ -97,6 +97,19 @@ def measure(choice: Choice, data: Resident, device: torch.device, execution, wri
     return f"{choice.name:<48} " + " | ".join(cells)
 
 
+def checked_settings(path: Path):
+    """params.yaml's bench block, checked against its schema where pydantic is installed,
+    with quick mode off: the write-up's row is its whole epochs, not quick mode's two."""
+    params = load_params(path)
+    try:
+        from pipeline.stages.params import validate_params
+    except ImportError:
+        print(f"{path}: not checked against its schema (pydantic is not installed here)", file=sys.stderr)
+    else:
+        params = validate_params(params, path)
+    return settings_from_params({**section(params, "bench"), "quick": False})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
@@ -106,9 +119,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--work", type=Path, default=Path("/tmp/pipeline-tuned-recipe"))
     parser.add_argument("--only", nargs="*", help="substrings of the recipes to run")
+    parser.add_argument("--params", default="params.yaml", help="the params file whose bench block is used")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    settings = settings_from_params(section(load_params(Path("params.yaml")), "bench"))
+    settings = checked_settings(Path(args.params))
+    if settings.tuned is None:
+        parser.error(f"{args.params}: bench.tuned is not set: no recipe to start from")
     if args.shards is not None:
         shards = args.shards
     else:

@@ -164,3 +164,19 @@ def test_a_committed_results_file_without_its_wall_time_still_scales(tmp_path):
     (tmp_path / "mnist.json").write_text(json.dumps(doc))
     found = find_reference("mnist", [tmp_path / "mnist.json"], "cpu", False, "a")
     assert found is not None and pace_for(found, Calibration(step_s=0.1, spread=0.0), RAN).total() > 0
+
+
+def test_the_tuned_rung_is_predicted_over_its_own_epochs_and_each_of_its_seeds():
+    """`tuned` runs its recipe's epochs, then its whole schedule once per seed: both parts of
+    the estimate, from the earlier run's setup and per-epoch figures."""
+    doc = document("a", recorded=False)
+    doc["variants"]["tuned"] = {"train_s": 3.0, "test_s": 0.5, "setup_s": 2.0, "first_epoch_train_s": 3.0,
+                                "wall_s": 12.5, "extrapolated": False}
+    recipe = {"epochs": 3, "batch_size": 256, "max_lr": 0.01, "pct_start": 0.25, "betas": [0.9, 0.99], "seeds": 10}
+    settings = bench_settings(variants=["naive", "device", "tuned"], sample=["naive"], epochs=5, floor=False,
+                              budget=False, accuracy_seeds=0, tuned=recipe)
+    parts_ = predict(doc, settings)
+    assert parts_["tuned"] == pytest.approx(2.0 + 3 * 3.5)  # its 3 epochs, not the bench's 5
+    assert parts_["tuned_seeds"] == pytest.approx(10 * (2.0 + 3 * 3.5))
+    assert "tuned_seeds" not in predict(doc, bench_settings(variants=["naive", "device", "tuned"], sample=["naive"],
+                                                            tuned={**recipe, "seeds": 0}))

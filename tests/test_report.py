@@ -415,3 +415,15 @@ def test_the_tuned_recipe_over_its_seeds_and_each_target_are_shown(tmp_path):
     root = tree(tmp_path / "bad", local={"tiny.json": doc})
     failed = run_report(root)
     assert failed.returncode == 2 and "tuned.accuracy_mean" in failed.stderr
+
+
+def test_another_recipe_is_never_the_best_here_nor_compared_by_its_wall_time(tmp_path):
+    """`tuned` at its own batch and epochs: not "best here" (the write-up's recipe is), and
+    its wall time is not set against naive's."""
+    doc = new_doc()
+    doc["variants"]["tuned"] = variant(1.0)  # faster per epoch than every other rung
+    root = tree(tmp_path, local={"tiny.json": doc})
+    assert run_report(root).returncode == 0
+    readme = (root / "README.md").read_text()
+    assert "| 2.00 (`device`) |" in readme and "(`tuned`)" not in readme.split("<!-- generated: headline -->")[1]
+    assert "| tuned | 1.00 | n/a | 0.100 | 0.100 | 5.00 | 0.9700 | n/a | 40.0x | n/a |" in (root / "docs/results.md").read_text()

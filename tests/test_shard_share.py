@@ -285,4 +285,23 @@ def test_a_merge_while_a_part_is_being_written_is_refused_and_no_part_starts_und
         with pytest.raises(BusyError, match=r"another run is writing it right now"):
             write_part({k: v[16:24] for k, v in data.items()}, folder, first_sample=16, total=24, sample=SAMPLE,
                        dataset="d", split="train", samples_per_shard=8)
-    assert torch.equal(read_split(folder if merge_parts(folder) else folder)["x"], torch.from_numpy(data["x"]))
+    assert merge_parts(folder)["count"] == 24
+    assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
+
+
+def test_a_part_writer_not_on_record_yet_stops_a_merge_and_a_merge_stops_a_new_writer(tmp_path):
+    """A writer of a part no record or lock names yet still holds the parts (shared): the
+    merge is one line; while a merge holds them (exclusive), a new part's writer is refused."""
+    from pipeline.shards.writer import PARTS, parts_held
+
+    folder, data = tmp_path / "p", columns(16, 0)
+    _parts(folder, data, [0, 8, 16], total=16)
+    with parts_held(folder, exclusive=False):  # as a writer between its start and its part's lock
+        with pytest.raises(ShardError, match=r"p: a part is being written right now"):
+            merge_parts(folder)
+    with parts_held(folder, exclusive=True):  # as a merge
+        with pytest.raises(BusyError, match=r"p: a merge of its parts is under way"):
+            write_part({k: v[8:16] for k, v in data.items()}, folder, first_sample=8, total=16, sample=SAMPLE,
+                       dataset="d", split="train", samples_per_shard=8)
+    assert merge_parts(folder)["count"] == 16 and not (folder / PARTS).exists()
+    assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))

@@ -15,6 +15,10 @@ commit=${2:?usage: OUT=... tools/gpu_session.sh MIRROR COMMIT [BENCH_ARGS...]}
 shift 2
 out=${OUT:?set OUT to the folder the results go to}
 mkdir -p "$out"
+# Scratch (Parquet, shards: hundreds of MB) outside $OUT, whose files come back whole: gone
+# however the script ends, a timeout's kill included where the shell gets to run its trap.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/gpu-session.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
 status=0
 part() {  # part NAME COMMAND...: run it, its output kept whole and its tail shown
     local name=$1
@@ -29,8 +33,7 @@ part() {  # part NAME COMMAND...: run it, its output kept whole and its tail sho
 python -c 'import torch; print(torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name(0))'
 part gpu_tests python -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py
 part bench python -m pipeline standalone-bench --mirror "$mirror" --out "$out/results" \
-    --work "$out/work" --commit "$commit" "$@"
-part tuned_recipe python benchmarks/tuned_recipe.py --mirror "$mirror" --work "$out/work-recipe" --seeds "${SEEDS:-10}" \
+    --work "$scratch/work" --commit "$commit" "$@"
+part tuned_recipe python benchmarks/tuned_recipe.py --mirror "$mirror" --work "$scratch/recipe" --seeds "${SEEDS:-10}" \
     ${RECIPES:+--only "$RECIPES"}
-rm -rf "$out/work" "$out/work-recipe"
 exit "$status"

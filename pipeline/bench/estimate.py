@@ -231,11 +231,17 @@ def predict(document: dict, settings) -> dict[str, float]:
             out[name] = once + (settings.sample_epochs + settings.budget) * share * epoch
         else:
             profiled = min(1.0, settings.sample_steps / steps) * _number(entry, "train_s") if settings.budget else 0.0
-            out[name] = once + settings.epochs * epoch + profiled + (floor_s if settings.floor else 0.0)
+            out[name] = once + settings.epochs_of(name) * epoch + profiled + (floor_s if settings.floor else 0.0)
     known = list(out.values()) or [0.0]
     out.update({name: statistics.mean(known) for name in settings.variants if name not in out})
     if settings.accuracy_seeds:
         out["seeds"] = settings.accuracy_seeds * _number(_mapping(document, "seeds"), "median")
+    tuned = variants.get("tuned")
+    if "tuned" in settings.variants and settings.tuned is not None and settings.tuned.seeds:
+        # each seed its whole schedule: the rung's setup and epochs, no profiled pass or floor
+        once = (_number(tuned, "setup_s") + settings.tuned.epochs * (_number(tuned, "train_s") + _number(tuned, "test_s"))
+                if isinstance(tuned, dict) else out["tuned"])
+        out["tuned_seeds"] = settings.tuned.seeds * once
     return out
 
 

@@ -2,7 +2,8 @@
 
 Every variant trains the same SimpleCNN from the same seed with Adam (lr 1e-3) and
 cross-entropy, testing after every epoch; only the data path (`datapaths`) and, on the last
-rungs, the way the steps run (`runners`) change. This module builds and trains each
+rungs, the way the steps run (`runners`) change. The last rung, `tuned`, keeps the model and
+`compiled`'s execution and changes the recipe (`settings.Recipe`), measured over its seeds. This module builds and trains each
 variant, times the floor beside them, takes the fresh seeds and says what time is left: it
 is the part that trains, so the settings it runs with (`pipeline.bench.settings`) and the
 figures it reports (`pipeline.bench.figures`) live apart, testable without a step.
@@ -184,7 +185,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
                            "seed": settings.seed, "num_workers": settings.workers(),
                            "parameters": parameter_count(SimpleCNN()), "train_samples": n_train,
                            "sample_steps": settings.sample_steps, "sample_epochs": settings.sample_epochs,
-                           "quick": settings.quick},
+                           "quick": settings.quick, **tuned_params(settings)},
                 "compiled_options": dataclasses.asdict(settings.execution("compiled", device)),
                 "variants": results}
     if floor_runs:
@@ -227,6 +228,14 @@ def floor_after(settings: BenchSettings, done: int) -> bool:
     return done == len(variants) - 1 and all(v in settings.sample for v in variants)
 
 
+def tuned_params(settings: BenchSettings) -> dict:
+    """The `tuned` recipe the run used, for the document's params (none where it did not run)."""
+    recipe = settings.tuned
+    if recipe is None or "tuned" not in settings.variants:
+        return {}
+    return {"tuned": {**dataclasses.asdict(recipe), "betas": list(recipe.betas)}}
+
+
 def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...],
                      run: Callable[[int], Timing]) -> dict:
     """The `tuned` recipe from `settings.tuned.seeds` fresh seeds (seed + 1, ...), each its
@@ -236,7 +245,7 @@ def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...],
     seeds = list(range(settings.seed + 1, settings.seed + 1 + recipe.seeds))
     timings = [run(seed) for seed in seeds]
     accuracies = [round(t.accuracy, 4) for t in timings]
-    return {"recipe": {**dataclasses.asdict(recipe), "betas": list(recipe.betas)}, "seeds": seeds, "accuracy": accuracies,
+    return {"recipe": tuned_params(settings)["tuned"], "seeds": seeds, "accuracy": accuracies,
             "accuracy_mean": round(statistics.mean(accuracies), 4), "accuracy_min": min(accuracies),
             "accuracy_max": max(accuracies),
             "targets": [{"target": target, **seconds_spread([time_to_accuracy(t, target)["seconds"] for t in timings])}

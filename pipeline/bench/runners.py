@@ -147,7 +147,8 @@ def build_model(device: torch.device, config: TrainConfig, execution: Execution,
     # as a CUDA graph requires; a scheduled rate is then a device tensor the graph reads. Elsewhere
     # the default (foreach) implementation, its rate a float set before each step.
     extra = {"fused": True, "capturable": True} if graph else {}
-    lr = torch.tensor(config.lr, device=device) if graph and config.schedule is not None else config.lr
+    lr = (torch.tensor(float(config.lr), dtype=torch.float32, device=device) if graph and config.schedule is not None
+          else config.lr)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=config.betas, **extra)
     if execution.compile_mode == "none":
         return model, model, optimizer

@@ -22,6 +22,7 @@ folder holds the same bytes as one writer's, whatever the number of writers.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import math
@@ -29,7 +30,7 @@ import numbers
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -304,6 +305,7 @@ class ShardWriter:
         else:
             self.folder = self.target
             (self.folder / PARTS).mkdir(parents=True, exist_ok=True)
+            self._stack.enter_context(parts_held(self.folder, exclusive=False))  # never beside a merge
             self._stack.enter_context(locked(self.folder / PARTS / self._key))  # one writer per part
             self.published = published(self.folder)
             # An earlier run of this part leaves its record; its shards are about to be replaced,
@@ -529,7 +531,35 @@ def merge_parts(folder: Path, source: dict | None = None, *, total: int | None =
             except BusyError:
                 raise ShardError(f"{folder}: the part from sample {int(key):,} is being written right now; merge "
                                  f"once every writer has finished") from None
+        if (folder / PARTS).is_dir():  # a writer of a part not on record yet: it holds the parts shared
+            writers.enter_context(parts_held(folder, exclusive=True))
         return _merge(folder, source, total)
+
+
+WRITERS = ".writers.lock"  # in PARTS: held shared by every part's writer, exclusively by a merge
+
+
+@contextlib.contextmanager
+def parts_held(folder: Path, exclusive: bool) -> Iterator[None]:
+    """A hold on `folder`'s parts: shared by each part's writer (any number at once) and
+    exclusive for a merge, so a merge never runs beside a writer and no writer starts under
+    a merge; either, when busy, is one line. The lock file goes with the parts' folder when
+    a merge removes it; a hold taken on a file already removed counts as busy."""
+    lock = Path(folder) / PARTS / WRITERS
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        if os.fstat(fd).st_ino != os.stat(lock).st_ino:
+            raise BlockingIOError
+    except (BlockingIOError, FileNotFoundError):
+        os.close(fd)
+        raise (ShardError(f"{folder}: a part is being written right now; merge once every writer has finished")
+               if exclusive else
+               BusyError(f"{folder}: a merge of its parts is under way; write the part once it has finished")) from None
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 def _part_keys(folder: Path) -> list[str]:

@@ -35,21 +35,37 @@ def read_machine(path: Path) -> dict:
 def write_bench(document: dict, out: Path) -> None:
     """Write the bench document, first checked against the schema its readers use
     (`metrics.BenchDoc`): a value out of range, or a key that schema does not declare (a
-    reader would drop it without a word), stops the stage with one line and writes nothing.
-    Where pydantic is not installed (a machine with torch alone), written unchecked: the
-    report checks it when the results come home."""
+    reader would drop it without a word), stops the stage with one line and leaves `out` as
+    it was; the refused document is kept in the system's temporary folder, named in that
+    line, so a long run is not lost. Where pydantic is not installed (a machine with torch
+    alone), written unchecked: the report checks it when the results come home."""
     try:
         from pipeline.stages.metrics import BenchDoc, undeclared, validate
     except ImportError:
         print(f"{out}: written unchecked (pydantic is not installed here)", file=sys.stderr)
     else:
         written = json.loads(json.dumps(document))  # what its readers will read
-        validate(out, written, BenchDoc)
-        extra = undeclared(written, BenchDoc)
-        if extra:
-            raise DataError(f"{out}: the bench wrote keys its schema does not declare: {', '.join(extra[:4])} "
-                            f"(pipeline/stages/metrics.py)")
+        try:
+            validate(out, written, BenchDoc)
+            extra = undeclared(written, BenchDoc)
+            if extra:
+                raise DataError(f"{out}: the bench wrote keys its schema does not declare: {', '.join(extra[:4])} "
+                                f"(pipeline/stages/metrics.py)")
+        except DataError as err:
+            raise DataError(f"{err}; the run's document is kept as {keep_rejected(document, out)}") from None
     write_json(Path(out), document)
+
+
+def keep_rejected(document: dict, out: Path) -> str:
+    """Write a refused bench document to a new file in the system's temporary folder (never
+    beside `out`, where readers would take it for a result); its path."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix=f"bench-{Path(out).stem}-refused-", suffix=".json")
+    with open(fd, "w", encoding="utf-8") as f:
+        json.dump(document, f, indent=2)
+        f.write("\n")
+    return path
 
 
 def warn_unstable(document: dict, stream=sys.stderr) -> None:

@@ -131,6 +131,16 @@ class Env(Loose):
     date: Optional[IsoDate] = None
 
 
+class Recipe(Loose):
+    """params.yaml's `bench.tuned`, as the run used it."""
+    epochs: StrictInt = Field(ge=1, le=1 << 20)
+    batch_size: StrictInt = Field(ge=1, le=1 << 30)
+    max_lr: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)]
+    pct_start: Fraction
+    betas: list[Fraction] = Field(min_length=2, max_length=2)
+    seeds: Count
+
+
 class RunParams(Loose):
     epochs: StrictInt = Field(ge=1, le=1 << 20)
     batch_size: StrictInt = Field(ge=1, le=1 << 30)
@@ -138,6 +148,7 @@ class RunParams(Loose):
     num_workers: Optional[Count] = None
     parameters: Optional[Count] = None        # the model's
     train_samples: Optional[Count] = None
+    tuned: Optional[Recipe] = None            # the `tuned` rung's recipe, where it ran
     sample_steps: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 30)
     sample_epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
     quick: StrictBool = False
@@ -171,16 +182,6 @@ class TargetSeconds(Loose):
     min: Optional[Seconds] = None
     median: Optional[Seconds] = None
     max: Optional[Seconds] = None
-
-
-class Recipe(Loose):
-    """params.yaml's `bench.tuned`, as the run used it."""
-    epochs: StrictInt = Field(ge=1, le=1 << 20)
-    batch_size: StrictInt = Field(ge=1, le=1 << 30)
-    max_lr: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)]
-    pct_start: Fraction
-    betas: list[Fraction] = Field(min_length=2, max_length=2)
-    seeds: Count
 
 
 class TunedSeeds(Loose):
@@ -256,8 +257,9 @@ class RaceDoc(Loose):
 
 def fastest_full(variants: dict[str, Variant]) -> tuple[str, Variant] | None:
     """The fully run variant (not extrapolated) with the fastest steady train epoch, or None
-    when every one was sampled: the summary's headline and the report's "best here"."""
-    full = {name: entry for name, entry in variants.items() if not entry.extrapolated}
+    when every one was sampled: the summary's headline and the report's "best here". The
+    write-up's recipe only: `tuned` trains another (its own batch and epochs)."""
+    full = {name: entry for name, entry in variants.items() if not entry.extrapolated and name != "tuned"}
     if not full:
         return None
     name = min(full, key=lambda n: full[n].train_s)

@@ -100,8 +100,8 @@ def ladder_table(run: Run) -> str:
         mark += " **unstable**" if v.unstable else ""
         spread = spread_text(v.spread)
         accuracy = opt(v.accuracy, lambda a: f"{a:.4f}") + ("" if v.accuracy_ok else " (outside tolerance)")
-        vs = (f"{vs_naive(naive and naive.train_s, v.train_s)} | "
-              f"{vs_naive(naive and naive.wall_s, v.wall_s)}")
+        vs = (f"{vs_naive(naive and naive.train_s, v.train_s)} | "  # tuned: another recipe, other epochs
+              f"{'n/a' if name == 'tuned' else vs_naive(naive and naive.wall_s, v.wall_s)}")
         lines.append(f"| {name}{mark} | {num(v.train_s)} | {spread} | {num(v.test_s)} | {opt(v.setup_s)} "
                      f"| {opt(v.wall_s)} | {accuracy} | {reached(v.time_to_accuracy)} | {vs} |")
     reasons = [f"`{n}`: {text(v.unstable_reason or 'no reason given')}"
