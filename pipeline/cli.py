@@ -39,8 +39,9 @@ PARAMS_OPTION = click.option(
 
 
 def stage_command(func: F) -> F:
-    """Bad input becomes one line on stderr and exit status 2, never a traceback (unless
-    `--debug`); any other exception is a bug and keeps its traceback."""
+    """Bad input, and a package missing from the environment, become one line on stderr and
+    exit status 2, never a traceback (unless `--debug`); any other exception is a bug and
+    keeps its traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -48,6 +49,15 @@ def stage_command(func: F) -> F:
 
         try:
             return func(*args, **kwargs)
+        except ModuleNotFoundError as err:  # an environment without one of the project's packages
+            if click.get_current_context().find_root().params.get("debug") or not err.name:
+                raise
+            top = err.name.split(".")[0]
+            if top == "pipeline":
+                raise
+            click.echo(f"Error: this command needs the Python package '{top}', which this environment lacks "
+                       f"(make setup installs every one)", err=True)
+            raise SystemExit(2) from None
         except (InputError, OSError) as err:
             if isinstance(err, InputError):
                 message = str(err)

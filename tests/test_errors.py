@@ -1,5 +1,7 @@
 """How a library's error is quoted inside ours."""
 
+from pathlib import Path
+
 from pipeline.core.errors import reason
 
 
@@ -9,3 +11,20 @@ def test_reason_is_the_first_line_cut_or_the_type_when_empty():
     assert reason(OSError("abcdef"), limit=3) == "abc"
     assert reason(KeyError()) == "KeyError"
     assert reason(OSError("\nsecond line only")) == "OSError"
+
+
+def test_a_package_missing_from_the_environment_is_one_line_naming_it(tmp_path):
+    """A machine set up by hand (torch alone, say) gets one line naming the package it lacks
+    and exit 2, not an ImportError traceback."""
+    import subprocess
+    import sys
+
+    (tmp_path / "mnist").mkdir()
+    blocked = ("import sys; sys.modules['pyarrow'] = None; sys.argv[0] = 'pipeline'; "
+               "from pipeline.cli import main; main()")
+    result = subprocess.run([sys.executable, "-c", blocked, "standalone-bench", "--mirror", str(tmp_path),
+                             "--out", str(tmp_path / "out"), "--dataset", "mnist"],
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == ("Error: this command needs the Python package 'pyarrow', which this environment "
+                                     "lacks (make setup installs every one)")

@@ -211,7 +211,7 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
             return run_variant("tuned", dataset, parquet, shards, device, reseeded,
                                progress=f"{dataset}/tuned seed {seed}")[0]
         print(f"{dataset}: the tuned recipe's accuracy and time to {', '.join(f'{t:.0%}' for t in targets)} over "
-              f"{settings.tuned.seeds} seeds", file=sys.stderr, flush=True)
+              f"{settings.tuned.seeds} seed{'s' if settings.tuned.seeds > 1 else ''}", file=sys.stderr, flush=True)
         document["tuned"] = tuned_over_seeds(settings, targets, tuned)
     document["seeds_s"] = round(time.perf_counter() - seeds_started, 1)
     finish(document, settings)
