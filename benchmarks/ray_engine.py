@@ -158,15 +158,15 @@ class Peaks:
 
 
 def sizes_only(out_paths: dict[str, Path], figures: dict) -> None:
-    """The convert stage's read-back measurement left out: sizes only, no split held whole."""
+    """The convert stage's read-back measurement left out: sizes only, no file read again."""
     for layout, path in out_paths.items():
         figures[layout].update(bytes=path.stat().st_size, read_s=0.0)
 
 
 def run_stage(stage: str, engine: str, work: Path) -> None:
     """The stage's function as its command calls it (no sources pins: the data set is made here);
-    `convert-writes`: the same without the stage's read-back measurement, which reads each
-    file whole into memory, so that what the writing itself holds shows."""
+    `convert-writes`: the same without the stage's read-back measurement (each file read again,
+    a row group at a time), so that what the writing itself takes and holds shows."""
     if stage.startswith("convert"):
         import pipeline.stages.convert as convert
 
@@ -262,8 +262,8 @@ def report(scale: int, rows: dict[str, int], sizes: dict, runs: dict, rest: dict
             lines.append(f"{head} {role} | {mem['processes']} | {mem['anon_mb']:.0f} | {mem['file_mb']:.0f} | "
                          f"{mem['shmem_mb']:.0f} |")
             first = False
-    lines += ["", "convert-writes: the convert stage without its read-back measurement (each file read whole "
-              "into memory to time it), so that what the writing holds shows.",
+    lines += ["", "convert-writes: the convert stage without its read-back measurement (each file read again, "
+              "a row group at a time, to time it), so that what the writing takes and holds shows.",
               "", f"MB/s: of the stage's input (convert: the CSVs, {sizes['csv'] / 1e6:,.0f} MB; shard: the compact "
               f"Parquet, {sizes['parquet'] / 1e6:,.0f} MB). Outputs identical between the engines: {same}.", "",
               "One process, one core each (what the estimate for more nodes rests on), and where the "
