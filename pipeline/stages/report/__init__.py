@@ -101,8 +101,8 @@ def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, image
             parts += [image("budget", "Where a train step's time goes, per rung", ""), ""]
         parts += [p for t in budgets for p in (t, "")]
     if codecs:
-        parts += ["## Parquet codecs", "", "Train split: Parquet size / seconds to read it back into a uint8 "
-                  "array (`metrics/codecs.json`).", "", codec_table(codecs), ""]
+        parts += ["## Parquet codecs", "", "Train split: Parquet size / seconds to read it back into uint8 "
+                  "arrays, a row group at a time (`metrics/codecs.json`).", "", codec_table(codecs), ""]
         if "codecs" in images:
             parts += [image("codecs", "Train split size by Parquet codec", ""), ""]
     if "race" in images:
