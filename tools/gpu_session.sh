@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One short call on a lent GPU machine: the `gpu` tests, then the bench of both data sets at
+# One call on a GPU machine: the `gpu` tests, then the bench of both data sets at
 # this checkout's code, then the tuned recipe's choices over ten seeds; everything under $OUT.
 #
 #   OUT=/tmp/gpu-out tools/gpu_session.sh MIRROR COMMIT [BENCH_ARGS...]
