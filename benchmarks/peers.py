@@ -19,10 +19,11 @@ What is measured (per system, where it has the feature; "-" where it does not):
 - epoch: one shuffled epoch of float batches of 512 ([b, 1, 28, 28] in 0..1 and int64
   labels), workers 0, 2 and 4, from the loader's first batch to its last; with 4 workers also
   the peak PSS summed over the process and its workers (the project: a plain DataLoader over
-  its ShardDataset, `freeze_inherited` its worker_init_fn), which counts a page shared by
-  several processes once, and apart its anonymous part (`Pss_Anon`: what the kernel cannot
-  drop) and its file-backed part (`Pss_File`: the page cache the maps read); the project's
-  workers start as `--start-method` says;
+  its ShardDataset, `freeze_inherited` its worker_init_fn, `preload_forkserver` called
+  first), which counts a page shared by several processes once, and apart its anonymous part
+  (`Pss_Anon`: what the kernel cannot drop) and its file-backed part (`Pss_File`: the page
+  cache the maps read); every system's workers start as `--start-method` says (the
+  process's default start method is set to it, as on a platform whose default it is);
 - first batch: from opening the data set to the first shuffled float batch of 512;
 - random batches: batches of 256 samples at random indices, samples per second;
 - ranks 2/4/8: per rank, the steps of one epoch (batch 64), samples dropped or repeated
@@ -160,9 +161,11 @@ class Project(System):
         from torch.utils.data import DataLoader
 
         context = {"multiprocessing_context": START_METHOD} if workers and START_METHOD else {}
-        if plain:  # what a user who keeps their DataLoader writes, with the helper docs/shards.md names
-            from pipeline.shards import freeze_inherited
+        if plain:  # what a user who keeps their DataLoader writes, with the helpers docs/shards.md names
+            from pipeline.shards import freeze_inherited, preload_forkserver
 
+            if workers:
+                preload_forkserver(START_METHOD)
             generator = torch.Generator().manual_seed(seed * 1000 + epoch)
             loader = DataLoader(dataset, batch_size=batch, shuffle=True, generator=generator, num_workers=workers,
                                 worker_init_fn=freeze_inherited if workers else None, **context)
@@ -526,13 +529,17 @@ class TreePss:
 
 
 START_ENV = "PEERS_START_METHOD"
-START_METHOD = os.environ.get(START_ENV) or None  # the project's workers' start method; None: the platform's
+START_METHOD = os.environ.get(START_ENV) or None  # every system's workers' start method; None: the platform's
 
 
 def child(system: str, task: str, work: Path, data_path: Path) -> dict:
+    import multiprocessing
+
     import torch
 
     torch.set_num_threads(1)
+    if START_METHOD:  # every system's workers start so, as on a platform whose default it is
+        multiprocessing.set_start_method(START_METHOD, force=True)
     root = work / system
     impl = SYSTEMS[system](root)
     for module in impl.imports:  # imported before any clock starts
@@ -705,7 +712,9 @@ def table(runs: dict[int, dict]) -> str:
         lines += [f"**MNIST train x{scale}** ({meta['samples']:,} samples): min / median of {meta['repeat']} runs, "
                   f"each its own process, one torch thread; {meta['host']}; torch {meta['torch']}"
                   + (f"; {versions}" if versions else "")
-                  + (f"; not installed: {', '.join(meta['missing'])}" if meta.get("missing") else "") + "."]
+                  + (f"; not installed: {', '.join(meta['missing'])}" if meta.get("missing") else "")
+                  + (f"; every system's workers started by {meta['start_method']}"
+                     if meta.get("start_method", "the platform's") != "the platform's" else "") + "."]
         if meta.get("remeasured"):
             lines += [f"Measured by `{runnable(meta['command'])}`, some tasks re-measured since (the commands: "
                       f"`results/peers/history.md`)."]
@@ -764,7 +773,7 @@ def main() -> None:
                         help="writes first, then each read task's runs taken in turn across the systems")
     parser.add_argument("--render", action="store_true", help="only render the table from <out>/scale-*.json")
     parser.add_argument("--start-method", choices=("fork", "spawn", "forkserver"),
-                        help="how the project's DataLoader workers start (default: the platform's)")
+                        help="how every system's DataLoader workers start (default: the platform's)")
     args = parser.parse_args()
     if args.start_method:
         os.environ[START_ENV] = args.start_method  # (the children read it)

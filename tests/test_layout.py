@@ -109,8 +109,10 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/shards/", {"bench", "train"}),
     # The ladder: the bench's; its model is also what train trains, its rung names what the
     # check reads.
-    ("pipeline/bench/__init__.py", {"bench", "train", "params"}), ("pipeline/bench/model.py", {"bench", "train"}),
-    ("pipeline/bench/variants.py", {"bench", "params"}),
+    ("pipeline/bench/__init__.py", {"bench", "train", "params", "summary", "report"}),
+    ("pipeline/bench/model.py", {"bench", "train"}),
+    # the rung names and which rungs train the write-up's recipe: read where results are judged
+    ("pipeline/bench/variants.py", {"bench", "params", "summary", "report"}),
     ("pipeline/bench/findloop.py", set()),   # `python -m pipeline profile`, no stage
     # The ladder's settings, its figures and the part that trains: the bench's alone.
     ("pipeline/bench/settings.py", {"bench"}), ("pipeline/bench/figures.py", {"bench"}),
@@ -161,7 +163,7 @@ def test_editing_a_module_of_one_stage_reruns_that_stage_alone():
     parser and one stage's settings model rerun no stage upstream of their own."""
     listing = {name: set(code_deps(stage)) for name, stage in stage_definitions().items()}
     users = {path: {name for name, deps in listing.items() if path in deps} for path in set().union(*listing.values())}
-    assert users["pipeline/bench/variants.py"] == {"params", "bench"}
+    assert users["pipeline/bench/variants.py"] == {"params", "bench", "summary", "report"}
     assert users["pipeline/core/codec.py"] == {"params", "convert", "codecs", "summary"}
     assert users["pipeline/stages/shard_settings.py"] == {"params", "shard"}
 

@@ -377,6 +377,51 @@ def test_freeze_inherited_is_a_worker_init_fn_for_your_own_dataloader(tmp_path):
     assert (frozen == before).all(), "the main process froze its objects"
 
 
+FORKSERVER_PROBE = """
+import os, sys
+from pathlib import Path
+import numpy as np
+from pipeline.shards import Field, Sample, ShardDataset, write_split
+root, preload = Path(sys.argv[1]), sys.argv[2] == "1"
+write_split({"x": np.arange(40, dtype=np.int32)}, root, sample=Sample((Field("x", "int32", ()),)), dataset="d",
+            split="train", samples_per_shard=16)
+loader = ShardDataset(root).loader(8, num_workers=1, multiprocessing_context="forkserver", preload=preload)
+assert sorted(int(v) for (x,) in loader for v in x) == list(range(40))
+def parent(pid):
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+[server] = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and parent(p.name) == os.getpid()
+            and b"forkserver" in (p / "cmdline").read_bytes()]
+print("torch in the fork server:", "libtorch_cpu" in Path(f"/proc/{server}/maps").read_text())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preload", [True, False])
+def test_workers_started_by_forkserver_share_the_servers_torch_unless_told_not_to(tmp_path, preload):
+    """Under forkserver the loader asks the fork server to import it (torch with it) before
+    the server starts, so that every worker shares that one import instead of holding its
+    own; `preload=False` leaves the server as Python starts it, without torch."""
+    done = subprocess.run([sys.executable, "-c", FORKSERVER_PROBE, str(tmp_path / "s"), str(int(preload))],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"torch in the fork server: {preload}" in done.stdout
+
+
+def test_the_forkserver_preload_is_asked_for_only_where_workers_start_by_forkserver(monkeypatch):
+    import multiprocessing
+
+    from pipeline.shards import preload_forkserver
+    from pipeline.shards.dataset import FORKSERVER_PRELOAD, start_method
+
+    asked = []
+    monkeypatch.setattr(multiprocessing, "set_forkserver_preload", asked.append)
+    assert not preload_forkserver("fork") and not preload_forkserver(multiprocessing.get_context("spawn"))
+    assert asked == []
+    assert preload_forkserver(multiprocessing.get_context("forkserver")) and asked == [FORKSERVER_PRELOAD]
+    assert "pipeline.shards.dataset" in FORKSERVER_PRELOAD and "__main__" in FORKSERVER_PRELOAD
+    assert start_method(None) == multiprocessing.get_start_method()
+
+
 def _file_pages() -> int:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[2]) * os.sysconf("SC_PAGE_SIZE")

@@ -15,6 +15,7 @@ import statistics
 
 from pipeline.bench.runners import Timing
 from pipeline.bench.settings import BenchSettings
+from pipeline.bench.variants import writeup_recipe
 
 
 def _sampled_epochs(seconds: list[float], scale: float, epochs: int) -> tuple[float, float, float]:
@@ -126,23 +127,23 @@ FLOOR_OF = {"graphed": "graphed", "compiled": "compiled", "tuned": None}
 
 def finish(document: dict, settings: BenchSettings) -> None:
     """Speed-ups against `naive` (steady epochs and wall time), samples/s, the accuracy check.
-    `tuned` trains another recipe for other epochs: its epoch is set beside naive's (the same
-    data once), its wall time and accuracy are not (they are its seeds' claim)."""
+    A rung of its own recipe (`variants.writeup_recipe`) trains other epochs: its epoch is set
+    beside naive's (the same data once), its wall time and accuracy are not (they are its
+    seeds' claim)."""
     variants = document["variants"]
     n_train = document["params"]["train_samples"]
     reference = variants.get("naive")
     anchor = variants.get("preprocessed") or next(
-        (v for name, v in variants.items() if v["accuracy"] is not None and name != "tuned"), None)
+        (v for name, v in variants.items() if v["accuracy"] is not None and writeup_recipe(name)), None)
     for name, entry in variants.items():
         if reference:
             entry["speedup"] = round((reference["train_s"] + reference["test_s"])
                                      / (entry["train_s"] + entry["test_s"]), 2)
-            if name != "tuned":
+            if writeup_recipe(name):
                 entry["wall_speedup"] = round(reference["wall_s"] / entry["wall_s"], 2)
         if n_train:
             entry["samples_per_s"] = round(n_train / entry["train_s"])
-        # `tuned` trains another recipe: its accuracy is its own claim, judged over seeds
-        if entry["accuracy"] is not None and anchor and anchor["accuracy"] is not None and name != "tuned":
+        if entry["accuracy"] is not None and anchor and anchor["accuracy"] is not None and writeup_recipe(name):
             # Accuracies carry 4 decimals: compare the difference at that precision, so a
             # difference of exactly the tolerance passes (0.99 - 0.98 is 0.01000000000000001).
             entry["accuracy_ok"] = round(abs(entry["accuracy"] - anchor["accuracy"]), 6) <= settings.accuracy_tolerance

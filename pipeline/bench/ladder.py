@@ -19,6 +19,7 @@ runs on a machine with torch but without polars, dvc and zstandard (`standalone-
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import math
 import os
@@ -38,7 +39,7 @@ from pipeline.bench.estimate import (Calibration, Pace, announce, busy_processes
 from pipeline.bench.figures import FLOOR_OF, finish, seconds_spread, summarise, time_to_accuracy
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.shards.format import read_manifest
-from pipeline.bench.variants import STATIC_VARIANTS
+from pipeline.bench.variants import STATIC_VARIANTS, writeup_recipe
 from pipeline.bench.hostmem import reuse_host_memory
 from pipeline.bench.runners import Execution, Floor, Timing, cudnn_benchmark, train_eager, train_static
 from pipeline.bench.settings import BenchSettings
@@ -195,24 +196,23 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
     targets = settings.targets(dataset)
     target = targets[0] if targets else None
     seeds_started = time.perf_counter()
+
+    def rerun(variant: str, seed: int, until: float | None = None) -> Timing:
+        """`variant` trained again from `seed` (stopped at its first test pass at `until`, when
+        given), outside the epoch budget."""
+        gc.collect()  # the last run's loader workers must not share the CPU with this one
+        reseeded = dataclasses.replace(settings, seed=seed, budget=False)
+        return run_variant(variant, dataset, parquet, shards, device, reseeded,
+                           progress=f"{dataset}/{variant} seed {seed}", until=until)[0]
+
     if target is not None and settings.accuracy_seeds > 0:
-        def again(variant: str, seed: int) -> Timing:
-            gc.collect()  # the last run's loader workers must not share the CPU with this one
-            reseeded = dataclasses.replace(settings, seed=seed, budget=False)
-            return run_variant(variant, dataset, parquet, shards, device, reseeded,
-                               progress=f"{dataset}/{variant} seed {seed}", until=target)[0]
         print(f"{dataset}: time to {target:.0%} from {settings.accuracy_seeds} more seeds"
               f"{announced.left(done_parts, time.perf_counter() - started, 1, 1)}", file=sys.stderr, flush=True)
-        document["seeds"] = over_seeds(results, settings, target, again)
+        document["seeds"] = over_seeds(results, settings, target, functools.partial(rerun, until=target))
     if "tuned" in results and settings.tuned is not None and settings.tuned.seeds > 0:
-        def tuned(seed: int) -> Timing:
-            gc.collect()
-            reseeded = dataclasses.replace(settings, seed=seed, budget=False)
-            return run_variant("tuned", dataset, parquet, shards, device, reseeded,
-                               progress=f"{dataset}/tuned seed {seed}")[0]
         print(f"{dataset}: the tuned recipe's accuracy and time to {', '.join(f'{t:.0%}' for t in targets)} over "
               f"{settings.tuned.seeds} seed{'s' if settings.tuned.seeds > 1 else ''}", file=sys.stderr, flush=True)
-        document["tuned"] = tuned_over_seeds(settings, targets, tuned)
+        document["tuned"] = tuned_over_seeds(settings, targets, functools.partial(rerun, "tuned"))
     document["seeds_s"] = round(time.perf_counter() - seeds_started, 1)
     finish(document, settings)
     return document
@@ -260,7 +260,7 @@ def over_seeds(results: dict, settings: BenchSettings, target: float,
     never reaches it counts as slower than every other: the median is None when half or more
     missed, and so is the max when any did. None when no rung reached the target."""
     reached = {name: first["seconds"] for name, entry in results.items()
-               if name != "tuned" and entry.get("time_to_accuracy")
+               if writeup_recipe(name) and entry.get("time_to_accuracy")
                and (first := entry["time_to_accuracy"][0])["target"] == target and first["seconds"] is not None}
     if not reached:
         return None

@@ -14,5 +14,13 @@ EAGER_VARIANTS = LOADER_VARIANTS + ("batched", "device")
 # different recipe, so it is timed to accuracy over many seeds, not only per epoch.
 STATIC_VARIANTS = ("graphed", "compiled", "tuned")
 VARIANTS = EAGER_VARIANTS + STATIC_VARIANTS
+OWN_RECIPE = ("tuned",)
+
+
+def writeup_recipe(name: str) -> bool:
+    """Whether rung `name` trains the write-up's recipe (its batch, rate and epochs): only
+    such rungs compare with one another on accuracy and wall time, anchor the accuracy check,
+    or stand as the ladder's best; a rung of its own recipe makes its claim over its seeds."""
+    return name not in OWN_RECIPE
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

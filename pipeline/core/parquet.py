@@ -56,29 +56,27 @@ def _present(path: Path, table: pa.Table, name: str) -> pa.ChunkedArray:
 
 
 def read_parquet_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(labels [n], images [n, *IMAGE_SHAPE]) uint8 from either layout, page checksums verified
-    where the writer stored them; a damaged file is a DataError naming it."""
-    try:
-        open_regular(path).close()  # a FIFO or a device is refused, not read
-        table = pq.read_table(path, page_checksum_verification=True)
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing") from None
-    except (pa.ArrowException, OSError) as err:
-        raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason(err)})") from None
-    return _arrays(path, table)
+    """(labels [n], images [n, *IMAGE_SHAPE]) uint8 of the whole file, from either layout:
+    `iter_parquet_arrays`' row groups joined, with its checks."""
+    labels, images = zip(*iter_parquet_arrays(path), strict=True)
+    return np.concatenate(labels), np.concatenate(images)
 
 
 def iter_parquet_arrays(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """`read_parquet_arrays`, one row group at a time: the same checks and values, with
-    memory bounded by a row group, not the file (a split of any size reads back)."""
+    """(labels, images) uint8 one row group at a time, from either layout, page checksums
+    verified where the writer stored them: memory bounded by a row group, not the file (a
+    split of any size reads back). A damaged file is a DataError naming it; a file of no row
+    groups gives its schema's checks and no rows."""
     try:
-        open_regular(path).close()
+        open_regular(path).close()  # a FIFO or a device is refused, not read
         parquet = pq.ParquetFile(path, page_checksum_verification=True)
     except FileNotFoundError:
         raise DataError(f"{path}: missing") from None
     except (pa.ArrowException, OSError) as err:
         raise DataError(f"{path}: not a readable Parquet file, damaged or cut? ({reason(err)})") from None
     with parquet:
+        if parquet.num_row_groups == 0:
+            yield _arrays(path, parquet.schema_arrow.empty_table())
         for group in range(parquet.num_row_groups):
             try:
                 table = parquet.read_row_group(group)

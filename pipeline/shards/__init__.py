@@ -25,7 +25,7 @@ _WHERE = {
     "MappedSplit": "mapped",
     "SHUFFLES": "order", "ShardSampler": "order",
     "ShardDataset": "dataset", "ShardLoader": "dataset", "DeviceBatches": "dataset",
-    "freeze_inherited": "dataset",
+    "freeze_inherited": "dataset", "preload_forkserver": "dataset",
     "UnitFloat": "transforms", "Int64": "transforms", "unit_float": "transforms",
     "RemoteShards": "remote",
 }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import multiprocessing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -86,14 +87,15 @@ class ShardDataset(Dataset):
                             drop_last=drop_last, shard_counts=self.shard_counts)
 
     def loader(self, batch_size: int, *, shuffle: bool | str = False, seed: int = 0, rank: int = 0,
-               world_size: int = 1, drop_last: bool = False, freeze: bool = True,
+               world_size: int = 1, drop_last: bool = False, freeze: bool = True, preload: bool = True,
                **dataloader_options) -> ShardLoader:
         """The batched path: a `ShardLoader` over this dataset (see `order` for the rules of
         `shuffle`, ranks and resuming). Other keyword arguments (num_workers, pin_memory, ...)
-        go to the DataLoader underneath; `freeze=False` leaves the workers' gc as it is."""
+        go to the DataLoader underneath; `freeze=False` leaves the workers' gc as it is,
+        `preload=False` the fork server's preload list (see `ShardLoader`)."""
         sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
                                drop_last=drop_last)
-        return ShardLoader(self, sampler, freeze=freeze, **dataloader_options)
+        return ShardLoader(self, sampler, freeze=freeze, preload=preload, **dataloader_options)
 
 
 def freeze_inherited(worker_id: int = 0) -> None:
@@ -102,6 +104,29 @@ def freeze_inherited(worker_id: int = 0) -> None:
     write to them and the pages holding them stay shared with the parent instead of being
     copied into every worker, as Python's gc documentation describes for forked children."""
     gc.freeze()
+
+
+FORKSERVER_PRELOAD = ["__main__", "pipeline.shards.dataset"]  # Python's default, and this loader with torch
+
+
+def start_method(context) -> str:
+    """The start method of the workers of a DataLoader given `multiprocessing_context=context`
+    (None: the process's default, which this call fixes, as starting the workers would)."""
+    if context is None:
+        return multiprocessing.get_start_method()
+    return context if isinstance(context, str) else context.get_start_method()
+
+
+def preload_forkserver(context=None) -> bool:
+    """Ask the fork server to import this loader (and torch with it) before it forks any
+    worker, when workers given `context` start by forkserver: each worker then shares the
+    server's copy of those modules instead of importing its own. Replaces the preload list
+    (`multiprocessing.set_forkserver_preload`) with Python's default plus this library;
+    a fork server already running keeps the list it started with. True when set."""
+    if start_method(context) != "forkserver":
+        return False
+    multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
+    return True
 
 
 class _FreezeThen:
@@ -190,15 +215,17 @@ class ShardLoader(_Resumable):
     pinned memory, prefetching: any DataLoader option): each batch a tuple of the fields.
     `indices` holds the sample indices of the batch just yielded; `state_dict()` counts the
     batches the loop took, not those the DataLoader fetched ahead. With workers, they are
-    persistent unless `persistent_workers=False` is given, and (unless `freeze=False`) the
+    persistent unless `persistent_workers=False` is given; unless `freeze=False`, the
     parent's objects are frozen while they start and each freezes what it inherited
-    (`freeze_inherited`)."""
+    (`freeze_inherited`); unless `preload=False`, workers started by forkserver share the
+    fork server's import of this loader (`preload_forkserver`)."""
 
-    def __init__(self, dataset: ShardDataset, sampler: ShardSampler, *, freeze: bool = True,
+    def __init__(self, dataset: ShardDataset, sampler: ShardSampler, *, freeze: bool = True, preload: bool = True,
                  **dataloader_options) -> None:
         self.dataset, self.sampler = dataset, sampler
         self.indices = None
         self.freeze = freeze and dataloader_options.get("num_workers", 0) > 0
+        self.preload = preload and dataloader_options.get("num_workers", 0) > 0
         if dataloader_options.get("num_workers", 0) > 0:
             dataloader_options.setdefault("persistent_workers", True)  # workers keep their maps across epochs
             if freeze:
@@ -207,6 +234,9 @@ class ShardLoader(_Resumable):
 
     def __iter__(self) -> Iterator[tuple]:
         self._begin()
+        if self.preload:  # before the first workers start (the fork server starts with them)
+            preload_forkserver(self.dataloader.multiprocessing_context)
+            self.preload = False
         with _parent_frozen(self.freeze):  # (the workers start here, the first time)
             batches = iter(self.dataloader)
         for indices, fields in batches:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StringConstraints, field_validator
 from pydantic import TypeAdapter, ValidationError
 
+from pipeline.bench.variants import writeup_recipe
 from pipeline.core.bounded import short
 from pipeline.core.errors import SLUG, DataError, InputError
 
@@ -258,8 +259,8 @@ class RaceDoc(Loose):
 def fastest_full(variants: dict[str, Variant]) -> tuple[str, Variant] | None:
     """The fully run variant (not extrapolated) with the fastest steady train epoch, or None
     when every one was sampled: the summary's headline and the report's "best here". The
-    write-up's recipe only: `tuned` trains another (its own batch and epochs)."""
-    full = {name: entry for name, entry in variants.items() if not entry.extrapolated and name != "tuned"}
+    write-up's recipe only (`variants.writeup_recipe`)."""
+    full = {name: entry for name, entry in variants.items() if not entry.extrapolated and writeup_recipe(name)}
     if not full:
         return None
     name = min(full, key=lambda n: full[n].train_s)

@@ -7,6 +7,7 @@ import html
 import math
 from collections.abc import Callable
 
+from pipeline.bench.variants import writeup_recipe
 from pipeline.stages.report import charts
 from pipeline.stages.metrics import (CodecEntry, Seeds, Spread, TargetSeconds, TimeToAccuracy, TunedSeeds, Variant,
                                      fastest_full)
@@ -100,8 +101,8 @@ def ladder_table(run: Run) -> str:
         mark += " **unstable**" if v.unstable else ""
         spread = spread_text(v.spread)
         accuracy = opt(v.accuracy, lambda a: f"{a:.4f}") + ("" if v.accuracy_ok else " (outside tolerance)")
-        vs = (f"{vs_naive(naive and naive.train_s, v.train_s)} | "  # tuned: another recipe, other epochs
-              f"{'n/a' if name == 'tuned' else vs_naive(naive and naive.wall_s, v.wall_s)}")
+        vs = (f"{vs_naive(naive and naive.train_s, v.train_s)} | "  # another recipe: other epochs
+              f"{vs_naive(naive and naive.wall_s, v.wall_s) if writeup_recipe(name) else 'n/a'}")
         lines.append(f"| {name}{mark} | {num(v.train_s)} | {spread} | {num(v.test_s)} | {opt(v.setup_s)} "
                      f"| {opt(v.wall_s)} | {accuracy} | {reached(v.time_to_accuracy)} | {vs} |")
     reasons = [f"`{n}`: {text(v.unstable_reason or 'no reason given')}"
@@ -194,7 +195,7 @@ def first_target(run: Run) -> str:
         shown = "not reached" if seeds.median is None else f"{num(seeds.median)} s"
         return f"{shown} to {100 * seeds.target:g}% (`{seeds.variant}`, median of {len(seeds.seeds)} seeds)"
     reached = [(v.time_to_accuracy[0].seconds, n, v.time_to_accuracy[0].target) for n, v in run.doc.variants.items()
-               if v.time_to_accuracy and v.time_to_accuracy[0].seconds is not None and n != "tuned"]
+               if v.time_to_accuracy and v.time_to_accuracy[0].seconds is not None and writeup_recipe(n)]
     if not reached:
         return "n/a"
     seconds, name, target = min(reached)
