@@ -247,6 +247,46 @@ def parts(work: Path, rows: dict[str, int]) -> dict:
             "digest_rows_per_s": rows["train"] / digest_s, "train_rows": rows["train"]}
 
 
+NODES, CORES = (10, 100), 8            # the clusters on paper: nodes of 8 cores
+SHARED_FS_BYTES_S = 1e9                # assumption: the file system every node mounts, 1 GB/s
+NODE_HOUR_USD = 0.40                   # assumption: an on-demand 8-vCPU general-purpose instance
+
+
+def on_paper(rows: dict[str, int], sizes: dict, rest: dict) -> list[str]:
+    """The same job on 10 and 100 nodes, from this run's rates per core (`parts`) and the
+    local convert's own figures: what stays in one process (convert: the compact encoding,
+    the wide layout by polars, both read-backs; shard: the split's digest pass) plus what
+    spreads over the cores (CSV parsing; one wave of shard blocks per round of cores), and the
+    shards copied onto the shared file system."""
+    total = rows["train"] + rows["test"]
+    wide_s = rest.get("convert local: wide write s (both splits)")
+    if wide_s is None:
+        return []
+    convert_serial = (total / rest["encode_rows_per_s"] + wide_s + rest["convert local: compact read-back s (both splits)"]
+                      + rest["convert local: wide read-back s (both splits)"])
+    parse_core_s = total / rest["parse_rows_per_s"]
+    blocks = sum(-(-rows[split] // rest["shard_block_rows"]) for split in ("train", "test"))
+    block_s = rest["shard_block_rows"] / rest["write_block_rows_per_s"]
+    shard_serial = total / rest["digest_rows_per_s"]
+    copy_s = sizes["shards"] / SHARED_FS_BYTES_S
+    lines = ["", f"On paper: the same job on nodes of {CORES} cores, at this run's rates per core; the shared file "
+             f"system at {SHARED_FS_BYTES_S / 1e9:g} GB/s and ${NODE_HOUR_USD:.2f} per node-hour are assumptions; "
+             "cluster start-up not counted. convert: its own process encodes the compact file, writes the wide one "
+             f"and reads both back (this run's local figures, on {os.cpu_count()} CPUs: polars' wide write would use "
+             "a larger node's cores), while the CSV's parsing spreads over the cores; "
+             f"shard: one task digests the split, {blocks} blocks are written in waves of one per core, and "
+             f"{sizes['shards'] / 1e9:.1f} GB of shards go onto the shared file system.", "",
+             "| stage | nodes | seconds | of which in one process | node-hours | cost |", "|---|---:|---:|---:|---:|---:|"]
+    for stage, serial, spread in (("convert", convert_serial, lambda cores: parse_core_s / cores),
+                                  ("shard", shard_serial, lambda cores: -(-blocks // cores) * block_s + copy_s)):
+        for nodes in NODES:
+            seconds = serial + spread(nodes * CORES)
+            hours = nodes * seconds / 3600
+            lines.append(f"| {stage} | {nodes} | {seconds:,.0f} | {serial:,.0f} | {hours:.2f} | "
+                         f"${hours * NODE_HOUR_USD:.2f} |")
+    return lines
+
+
 def report(scale: int, rows: dict[str, int], sizes: dict, runs: dict, rest: dict, same: dict) -> str:
     lines = [f"# convert and shard, local vs ray: MNIST x{scale} ({rows['train']:,} train + {rows['test']:,} test "
              f"rows), {os.cpu_count()} CPUs", "",
@@ -270,6 +310,7 @@ def report(scale: int, rows: dict[str, int], sizes: dict, runs: dict, rest: dict
               "convert stage's time goes:", ""]
     lines += [f"- {key}: {value:,.1f}" if isinstance(value, float) and value < 1000 else f"- {key}: {value:,.0f}"
               for key, value in rest.items()]
+    lines += on_paper(rows, sizes, rest)
     return "\n".join(lines)
 
 
@@ -303,7 +344,8 @@ def main() -> None:
     same = {"parquet": tree_digest(work / "pq-local-writes") == tree_digest(work / "pq-ray-writes"),
             "shards": tree_digest(work / "shards-local") == tree_digest(work / "shards-ray")}
     sizes = {"csv": sum(p.stat().st_size for p in (work / "csv").glob("*.csv")),
-             "parquet": sum(p.stat().st_size for p in (work / "pq-local-writes" / "compact").glob("*.parquet"))}
+             "parquet": sum(p.stat().st_size for p in (work / "pq-local-writes" / "compact").glob("*.parquet")),
+             "shards": sum(p.stat().st_size for p in (work / "shards-local").rglob("*") if p.is_file())}
     rest = parts(work, rows)
     for engine in ("local", "ray") if not args.no_read_back else ():
         figures = json.loads((work / f"figures-convert-{engine}.json").read_text())
