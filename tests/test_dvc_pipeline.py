@@ -125,7 +125,8 @@ CONVERTS = {f"convert@{name}-{codec}" for name in ("tiny", "tiny-b") for codec i
     ("pipeline/shards/writer.py", {"shard@tiny", "shard@tiny-b"}),
     # a stage's settings model: that stage and the params check, nothing upstream
     ("pipeline/stages/shard_settings.py", {"params", "shard@tiny", "shard@tiny-b"}),
-    ("pipeline/bench/variants.py", {"params", "bench@tiny", "bench@tiny-b"}),   # the rung names
+    # the rung names, and which train the write-up's recipe (read where results are judged)
+    ("pipeline/bench/variants.py", {"params", "bench@tiny", "bench@tiny-b", "summary", "report"}),
     ("pipeline/core/codec.py", {"params", "codecs", "summary"} | CONVERTS),        # the codec parser
 ])
 def test_an_edit_makes_stale_only_the_stages_that_run_it(repo, path, stages):

@@ -338,7 +338,8 @@ def test_damaged_parquet_is_refused_by_the_reader_itself(parquet, where):
     at = where(len(data))
     data = data[: len(data) // 2] if at is None else data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
     path.write_bytes(bytes(data))
-    with pytest.raises(DataError, match=r"train.parquet: not a readable Parquet file"):
+    with pytest.raises(DataError, match=r"train.parquet: (not a readable Parquet file|row group \d+ unreadable), "
+                                        r"damaged or cut\?"):
         read_parquet_arrays(path)
 
 

@@ -164,7 +164,11 @@ def test_the_examples_run_and_give_a_verdict(tmp_path):
                     cwd=ROOT)
     assert plain.returncode == 0, plain.stderr[-2000:]
     for out in (own.stdout, plain.stdout):
-        assert "(20 steps on cpu, " in out and "-BOUND: " in out and "\nWhy: " in out
+        assert "(20 steps on cpu, " in out, out
+        # On a busy host the profiled window may run far slower than the plain clock: then the
+        # command gives no verdict and says why, which is the right answer there.
+        disturbed = "x the plain clock's" in out
+        assert disturbed or ("-BOUND: " in out and "\nWhy: " in out), out
     for err in (own.stderr, plain.stderr):  # Kineto's own log lines never reach the user
         assert "USDT:" not in err and "profiler_start" not in err, err
     assert "epoch 1:" not in plain.stdout  # stopped after the window, before the epoch's end

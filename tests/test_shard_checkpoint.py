@@ -24,25 +24,36 @@ HOLD = PRELUDE + """
 with checkpoints.held():
     print("holding", flush=True)
     sys.stdin.readline()
+dist.destroy_process_group()
 """
 
+# As the train stage does, the process group is destroyed before the process exits (gloo's
+# threads left running at exit can abort the interpreter on a busy host).
 SECOND = PRELUDE + """
+code = 0
 try:
     with checkpoints.held():
         print("ran")
 except InputError as err:
     print(err, file=sys.stderr)
-    sys.exit(2)
+    code = 2
+finally:
+    dist.destroy_process_group()
+sys.exit(code)
 """
 
 FULL = PRELUDE + """
 import resource
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))  # (Python ignores SIGXFSZ)
+code = 0
 try:
     checkpoints.save({"weights": list(range(100_000))})
 except InputError as err:
     print(err, file=sys.stderr)
-    sys.exit(2)
+    code = 2
+finally:
+    dist.destroy_process_group()
+sys.exit(code)
 """
 
 
