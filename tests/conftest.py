@@ -333,6 +333,9 @@ def dvc_repo(root: Path, names: list[str]) -> tuple[Path, dict[str, str]]:
     run(["git", "init", "-q", "-b", "main"], root, env)
     # .dvc without its cache, its temporaries and the user's config.local (their remotes)
     shutil.copytree(ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
+    # Its own cache, whatever cache the user's config names (`dvc cache dir` writes it into the
+    # project's .dvc/config, or the global one): the local config outranks both.
+    run([sys.executable, "-m", "dvc", "cache", "dir", "--local", str(root / ".dvc" / "cache")], root, env)
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-qm", "init"], root, env)
     return root, env
