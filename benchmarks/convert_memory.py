@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -91,6 +90,7 @@ def main() -> None:
         return
     if not (args.mirror / "mnist").is_dir():
         parser.error("--mirror: give a folder holding mnist/ (MNIST's IDX files), or set PIPELINE_MIRROR")
+    from child import child_figures
     from ray_engine import make_csv
 
     print(f"convert's steps alone, MNIST train repeated; codec {CODEC}, row groups of {ROW_GROUP:,} rows; "
@@ -103,11 +103,7 @@ def main() -> None:
             rows = make_csv(args.mirror / "mnist", work, scale)["train"]
             (work / "test.csv").unlink()
             for name in STEPS:
-                done = subprocess.run([sys.executable, __file__, "--step", name, str(work)], capture_output=True,
-                                      text=True, cwd=ROOT)
-                if done.returncode:
-                    raise SystemExit(f"{name} at x{scale}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
-                got = json.loads(done.stdout.splitlines()[-1])
+                got = child_figures(__file__, ["--step", name, str(work)], ROOT, f"{name} at x{scale}")
                 print(f"| {rows:,} | {name} | {got['row_groups']} | {got['seconds']:.1f} | {got['base_mb']} "
                       f"| {got['peak_mb']} |", flush=True)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 BATCH = 512
 
@@ -75,6 +75,8 @@ def main() -> None:
     if args.read:
         print(json.dumps(read(Path(args.read[0]), int(args.read[1]), args.read[2])))
         return
+    from child import child_figures
+
     with tempfile.TemporaryDirectory(prefix="many-shards-") as tmp:
         folder = Path(tmp) / "split"
         n = write(folder, args.shards, args.per_shard)
@@ -84,11 +86,7 @@ def main() -> None:
         print("|---|---:|---:|---:|---:|")
         for shuffle in ("samples", "shards"):
             for limit in args.limits:
-                done = subprocess.run([sys.executable, __file__, "--read", str(folder), str(limit), shuffle],
-                                      capture_output=True, text=True, cwd=ROOT)
-                if done.returncode:
-                    raise SystemExit(f"limit {limit}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
-                got = json.loads(done.stdout.splitlines()[-1])
+                got = child_figures(__file__, ["--read", str(folder), str(limit), shuffle], ROOT, f"limit {limit}")
                 print(f"| {shuffle} | {limit:,} | {got['seconds']:.2f} | {got['samples_per_s']:,} "
                       f"| {got['most_mapped']} |", flush=True)
 
