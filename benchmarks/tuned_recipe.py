@@ -130,7 +130,7 @@ def main() -> None:
     else:
         from pipeline.standalone import build_inputs
 
-        _, shards = build_inputs(args.dataset, args.mirror, args.work, Path("sources.yaml"), 32768)
+        _, shards = build_inputs(args.dataset, args.mirror, args.work, Path("sources.yaml"), 32768, settings.parquet_codec)
     data = Resident.load(shards, device, args.dataset)
     execution = settings.execution("tuned", device)
     targets = list(settings.targets(args.dataset))

@@ -9,8 +9,9 @@ bench as `dvc repro`:
 
 - fetch: the pipeline's own download code, with the folder as the only mirror, so every
   file is checked against its pinned content sha256 (sources.yaml);
-- Parquet: the wide layout (the naive rungs' input) written by pyarrow, zstd as in
-  params.yaml's default codec; same rows and values as the convert stage writes;
+- Parquet: the wide layout (the naive rungs' input) written by pyarrow in the codec the
+  pipeline's bench reads (params.yaml's bench.parquet_codec); same rows and values as the
+  convert stage writes;
 - shards: `writer.write_split`, the shard stage's own writer fed from memory;
 - bench: `bench.run_bench` with params.yaml's `bench` block.
 
@@ -43,22 +44,23 @@ from pipeline.core.params import load_params, section
 from pipeline.shards.writer import write_split
 
 
-def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path) -> None:
-    """The write-up's layout (label + pixel1..pixel784, uint8) with pyarrow, zstd."""
+def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path, codec: str) -> None:
+    """The write-up's layout (label + pixel1..pixel784, uint8) with pyarrow, in `codec`."""
     flat = images.reshape(len(images), -1)
     columns = [pa.array(labels)] + [pa.array(np.ascontiguousarray(flat[:, i])) for i in range(flat.shape[1])]
     with atomic_path(dest) as tmp:
-        pq.write_table(pa.Table.from_arrays(columns, names=COLUMNS), tmp, compression="zstd")
+        pq.write_table(pa.Table.from_arrays(columns, names=COLUMNS), tmp, compression=codec)
 
 
-def build_inputs(dataset: str, mirror: Path, work: Path, sources: Path, samples_per_shard: int) -> tuple[Path, Path]:
+def build_inputs(dataset: str, mirror: Path, work: Path, sources: Path, samples_per_shard: int,
+                 codec: str) -> tuple[Path, Path]:
     """Verified raw files -> wide Parquet and uncompressed shards under `work/<dataset>`."""
     files, _ = load_sources(sources, dataset)
     raw, parquet, shards = (work / dataset / part for part in ("raw", "parquet", "shards"))
     fetch_dataset(dataset, files, [], raw, FetchSettings(retries=0), env={MIRROR_ENV: str(mirror)})
     for split in SPLITS:
         images, labels = read_split(raw, split)
-        write_wide_parquet(images, labels, parquet / "wide" / f"{split}.parquet")
+        write_wide_parquet(images, labels, parquet / "wide" / f"{split}.parquet", codec)
         write_split({"images": images, "labels": labels}, shards / split, sample=MNIST, dataset=dataset,
                     split=split, samples_per_shard=samples_per_shard, compression="none")
     write_checksums(parquet, layouts=("wide",))  # the bench checks the Parquet against it, as in the pipeline
@@ -88,7 +90,8 @@ def run_standalone(mirror: Path, out_root: Path, work: Path, datasets: list[str]
     device_ = torch.device(device)
     written = []
     for dataset in datasets:
-        parquet, shards = build_inputs(dataset, Path(mirror), Path(work), Path(sources), samples_per_shard)
+        parquet, shards = build_inputs(dataset, Path(mirror), Path(work), Path(sources), samples_per_shard,
+                                       settings.parquet_codec)
         machine = fingerprint(device)
         document = run_bench(dataset, parquet, shards, device_, settings, sorted(Path(out_root).glob("*/*.json")),
                              machine["name"])
