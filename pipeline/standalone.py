@@ -80,6 +80,13 @@ def checked(params: dict, path: Path) -> dict:
     return validate_params(params, path)
 
 
+def earlier_runs(out_root: Path, params_path: Path) -> list[Path]:
+    """The bench documents a run can take its time estimate from: those under `out_root` and
+    the project's own `results/` beside params.yaml (a fresh `--out` folder holds none)."""
+    roots = {Path(out_root).resolve(), Path(params_path).resolve().parent / "results"}
+    return sorted({doc for root in roots for doc in root.glob("*/*.json")})
+
+
 def run_standalone(mirror: Path, out_root: Path, work: Path, datasets: list[str], params_path: Path,
                    sources: Path, device: str, commit: str, overrides: dict) -> list[Path]:
     params = load_params(params_path)
@@ -93,7 +100,7 @@ def run_standalone(mirror: Path, out_root: Path, work: Path, datasets: list[str]
         parquet, shards = build_inputs(dataset, Path(mirror), Path(work), Path(sources), samples_per_shard,
                                        settings.parquet_codec)
         machine = fingerprint(device)
-        document = run_bench(dataset, parquet, shards, device_, settings, sorted(Path(out_root).glob("*/*.json")),
+        document = run_bench(dataset, parquet, shards, device_, settings, earlier_runs(out_root, params_path),
                              machine["name"])
         document.update(machine=machine, date=dt.date.today().isoformat())
         document["env"].update(commit=commit)

@@ -349,6 +349,24 @@ def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
     assert doc["env"]["commit"] == "abc1234" and doc["date"] and doc["machine"] == fingerprint("cpu")
     assert doc["params"]["train_samples"] == 64 and list(doc["variants"]) == ["naive", "device", "graphed"]
     assert math.isfinite(doc["variants"]["graphed"]["wall_s"])
+    import pyarrow.parquet as pq  # the naive rungs read the codec the pipeline's bench reads
+
+    wide = pq.ParquetFile(tmp_path / "work" / "tiny" / "parquet" / "wide" / "train.parquet").metadata
+    assert wide.row_group(0).column(0).compression.lower() == params["bench"]["parquet_codec"]
+
+
+def test_a_standalone_run_estimates_from_the_projects_results_as_well_as_its_out_folder(tmp_path):
+    from pipeline.standalone import earlier_runs
+
+    project, out = tmp_path / "project", tmp_path / "out"
+    for doc in (project / "results" / "h100" / "mnist.json", out / "a100" / "mnist.json",
+                project / "results" / "benchmarks" / "x" / "y" / "deep.json"):
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        doc.write_text("{}")
+    (project / "params.yaml").write_text("")
+    assert earlier_runs(out, project / "params.yaml") == sorted(
+        [project / "results" / "h100" / "mnist.json", out / "a100" / "mnist.json"])
+    assert earlier_runs(project / "results", project / "params.yaml") == [project / "results" / "h100" / "mnist.json"]
 
 
 def test_machine_fingerprint_names_the_gpu_and_is_stable(monkeypatch, tmp_path):
