@@ -10,6 +10,10 @@ params.yaml is marked `*`. A recipe is judged by its spread: one lucky seed prov
 
     python benchmarks/tuned_recipe.py --mirror <folder with mnist/> [--dataset mnist] [--seeds 10]
     python benchmarks/tuned_recipe.py --shards data/shards/mnist --seeds 10 --only "bs 256"
+    python benchmarks/tuned_recipe.py --shards data/shards/mnist --seeds 10 --only "*" --graph step
+
+`--graph` sets what one CUDA graph holds (params.yaml's `bench.graph`: a whole epoch, or one
+step replayed per step), so the two can be set side by side for the recipe that matters.
 
 Builds its inputs with `pipeline.standalone` (IDX files, checked against sources.yaml) unless
 `--shards` names a shard folder the pipeline already wrote, so it runs with torch alone.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import statistics
 import sys
@@ -34,6 +39,7 @@ from pipeline.bench.datapaths import Resident  # noqa: E402
 from pipeline.bench.figures import time_to_accuracy  # noqa: E402
 from pipeline.bench.runners import TrainConfig, train_static  # noqa: E402
 from pipeline.bench.settings import Recipe, settings_from_params  # noqa: E402
+from pipeline.bench.variants import GRAPH_SCOPES  # noqa: E402
 from pipeline.core.params import load_params, section  # noqa: E402
 
 
@@ -120,9 +126,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/pipeline-tuned-recipe"))
     parser.add_argument("--only", nargs="*", help="substrings of the recipes to run")
     parser.add_argument("--params", default="params.yaml", help="the params file whose bench block is used")
+    parser.add_argument("--graph", choices=GRAPH_SCOPES, help="what one CUDA graph holds; default: params.yaml's")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     settings = checked_settings(Path(args.params))
+    if args.graph is not None:
+        settings = dataclasses.replace(settings, graph=args.graph)
     if settings.tuned is None:
         parser.error(f"{args.params}: bench.tuned is not set: no recipe to start from")
     if args.shards is not None:

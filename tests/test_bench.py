@@ -315,6 +315,38 @@ def test_the_floor_is_the_same_training_without_a_data_path(monkeypatch):
     assert again.run.total_loss.item() / again.run.train_steps == pytest.approx(pregathered.loss, rel=1e-6)
 
 
+@pytest.mark.parametrize("pregathered", [False, True])
+def test_a_step_chosen_by_the_counter_on_the_device_trains_as_the_epochs_own_step(pregathered):
+    """`graph_scope="step"`: each step reads its batch, loss weights and rate where a counter on
+    the device points, so one captured step replayed per step is the epoch. Run eagerly here
+    (a CPU), the counter's steps train exactly as the epoch's own: the same batches in the same
+    order, the padded last one included, and the one-cycle rate of each step."""
+    from pipeline.bench.runners import OneCycle, StaticSteps
+
+    data = resident(n_train=100)  # batch 32: 4 steps, the last padded from 4 samples
+    config = TrainConfig(batch_size=32, lr=0.01, betas=(0.9, 0.99), schedule=OneCycle(max_lr=0.01))
+    runs = {scope: StaticSteps(data, CPU, config, Execution(graph_scope=scope), pregathered=pregathered, epochs=2)
+            for scope in ("epoch", "step")}
+    losses = {scope: [] for scope in runs}
+    for scope, run in runs.items():
+        for epoch in range(2):
+            run.before_epoch(epoch)
+            run.train_epoch(epoch)
+            losses[scope].append(run.total_loss.item())
+    assert runs["step"].step_index.item() == runs["step"].train_steps == 4  # the counter walked the epoch
+    assert losses["step"] == losses["epoch"]
+    for a, b in zip(runs["step"].model.parameters(), runs["epoch"].model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    # a step run on its own (a benchmark's) is the step it names, whatever the counter held
+    by_counter, by_slice = runs["step"], runs["epoch"]
+    for step in (2, 0, 3):
+        by_counter._seek(step)
+        for mine, theirs in zip(by_counter._gather(step), by_slice._gather(step)):
+            assert torch.equal(mine, theirs)
+    by_counter.train_step(1)
+    assert by_counter.step_index.item() == 2
+
+
 def test_bench_settings_are_checked_once_by_the_params_schema():
     settings = bench_settings(epochs=2, variants=["device", "graphed"], sample=[])
     assert settings.variants == ("device", "graphed") and settings.epochs == 2 and settings.sample == ()
@@ -322,9 +354,12 @@ def test_bench_settings_are_checked_once_by_the_params_schema():
                                ({"variants": ["fast"]}, "bench.variants.0: Input should be"),
                                ({"sample": ["graphed"]}, "cannot be sampled"),
                                ({"compiled": {"cpu": {"compile_mode": "turbo", "autocast": False, "channels_last": False,
-                                                      "cuda_graph": False}}}, "bench.compiled.cpu.compile_mode")):
+                                                      "cuda_graph": False}}}, "bench.compiled.cpu.compile_mode"),
+                               ({"graph": "batch"}, "bench.graph: Input should be 'epoch' or 'step'")):
         with pytest.raises(ParamsError, match=message):
             bench_settings(**overrides)
+    with pytest.raises(ValueError, match="graph_scope 'batch' is not one of epoch, step"):
+        Execution(graph_scope="batch")
 
 
 @pytest.mark.slow
@@ -538,6 +573,9 @@ def test_execution_per_variant_and_device(monkeypatch):
     monkeypatch.setattr("pipeline.bench.settings.native_bf16", lambda device: True)  # a CPU with native bf16
     assert settings.execution("compiled", cpu) == Execution(compile_mode="none", autocast=True,
                                                             channels_last=True, cuda_graph=False)
+    by_step = bench_settings(graph="step")  # what one graph holds: graphed, compiled and tuned alike
+    assert [by_step.execution(v, cuda).graph_scope for v in ("graphed", "compiled", "tuned")] == ["step"] * 3
+    assert settings.execution("graphed", cuda).graph_scope == settings.execution("tuned", cuda).graph_scope == "epoch"
     sparse = bench_settings(compiled={"cpu": {"compile_mode": "max-autotune", "autocast": False, "channels_last": False, "cuda_graph": False}})
     assert sparse.execution("compiled", cpu) == Execution(compile_mode="max-autotune")  # the rest: defaults
     assert sparse.execution("compiled", cuda) == Execution()                           # no entry: eager fp32

@@ -77,3 +77,21 @@ def test_a_captured_epoch_follows_the_one_cycle_schedule_step_by_step():
     assert graphed.cuda_graph is True and plain.cuda_graph is False
     assert graphed.loss == pytest.approx(plain.loss, rel=1e-3)
     assert graphed.accuracies == pytest.approx(plain.accuracies, abs=0.02)
+
+
+def test_one_captured_step_replayed_per_step_trains_as_the_captured_epoch():
+    """`graph_scope="step"`: one step's graph, a counter on the device choosing each step's
+    batch and rate, replayed once per step: the captured epoch's training (eager and compiled
+    steps alike; a compiled one compiles nothing after its warm-up)."""
+    from pipeline.bench.runners import OneCycle
+
+    data = resident(n_train=70, n_test=40, device="cuda")
+    config = TrainConfig(batch_size=32, lr=0.01, betas=(0.9, 0.99), schedule=OneCycle(max_lr=0.01))
+    for options in ({}, {"compile_mode": "default", "autocast": True, "channels_last": True}):
+        epoch = train_static(data, CUDA, config, Execution(cuda_graph=True, **options), epochs=3, budget=3)
+        step = train_static(data, CUDA, config, Execution(cuda_graph=True, graph_scope="step", **options),
+                            epochs=3, budget=3)
+        assert step.cuda_graph is True and step.budget["kernels_per_step"] > 10, options
+        assert step.loss == pytest.approx(epoch.loss, rel=1e-2), options
+        assert step.accuracies == pytest.approx(epoch.accuracies, abs=0.03), options
+

@@ -51,6 +51,7 @@ class BenchSettings:
     accuracy_seeds: int = 0              # fresh seeds the fastest rung's time to accuracy is taken again over
     # The `tuned` rung's recipe (`Recipe`); None: the rung is not configured.
     tuned: Recipe | None = None
+    graph: str = "epoch"                 # what one CUDA graph holds (`runners.GRAPH_SCOPES`)
 
     def targets(self, dataset: str) -> tuple[float, ...]:
         """The data set's target accuracies, ascending; () when it has none."""
@@ -77,17 +78,17 @@ class BenchSettings:
         return self.tuned.epochs if variant == "tuned" and self.tuned is not None else self.epochs
 
     def execution(self, variant: str, device: torch.device) -> Execution:
-        """`graphed` is `device` with static steps in one CUDA graph (fp32, as `device`);
-        `compiled` adds what makes the model itself fast, per device type; `tuned` runs as
+        """`graphed` is `device` with static steps in CUDA graphs (fp32, as `device`), each
+        holding `graph`'s scope; `compiled` adds what makes the model itself fast, per device type; `tuned` runs as
         `compiled` does."""
         if variant == "graphed":
-            return Execution(cuda_graph=True)
+            return Execution(cuda_graph=True, graph_scope=self.graph)
         options = self.compiled.get(device.type) or {}
         autocast = options.get("autocast")
         return Execution(compile_mode=str(options.get("compile_mode", "none")),
                          autocast=native_bf16(device) if autocast == "auto" else bool(autocast),
                          channels_last=bool(options.get("channels_last")),
-                         cuda_graph=bool(options.get("cuda_graph")))
+                         cuda_graph=bool(options.get("cuda_graph")), graph_scope=self.graph)
 
 
 @dataclass(frozen=True)

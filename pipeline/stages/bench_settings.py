@@ -8,7 +8,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
-from pipeline.bench.variants import COMPILE_MODES, STATIC_VARIANTS, VARIANTS
+from pipeline.bench.variants import COMPILE_MODES, GRAPH_SCOPES, STATIC_VARIANTS, VARIANTS
 from pipeline.core.strict import Number, Strict, epochs, seed
 
 Variant = Literal[VARIANTS]  # type: ignore[valid-type]
@@ -66,6 +66,7 @@ class BenchParams(Strict):
     target_accuracy: dict[StrictStr, Union[Number, list[Number]]] = Field(default_factory=dict)
     accuracy_seeds: StrictInt = Field(default=0, ge=0, le=100)
     tuned: Optional[Tuned] = None
+    graph: Literal[GRAPH_SCOPES] = "epoch"  # type: ignore[valid-type]
 
     @field_validator("target_accuracy")
     @classmethod

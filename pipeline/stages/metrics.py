@@ -209,6 +209,7 @@ class CompiledOptions(Loose):
     channels_last: StrictBool
     cuda_graph: StrictBool
     backend: Text
+    graph_scope: Optional[Text] = None   # absent from documents older than the option
 
 
 class BenchDoc(Loose):
