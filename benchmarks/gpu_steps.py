@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="substrings of the candidates to run")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    _, shards = build_inputs(args.dataset, args.mirror, args.work, Path("sources.yaml"), 32768, "snappy")
+    _, shards = build_inputs(args.dataset, args.mirror, args.work, Path("sources.yaml"), 32768, None)
     data = Resident.load(shards, device, args.dataset)
     config = TrainConfig()
     torch.zeros(1, device=device)  # CUDA context outside every row

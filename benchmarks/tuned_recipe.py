@@ -139,7 +139,7 @@ def main() -> None:
     else:
         from pipeline.standalone import build_inputs
 
-        _, shards = build_inputs(args.dataset, args.mirror, args.work, Path("sources.yaml"), 32768, settings.parquet_codec)
+        _, shards = build_inputs(args.dataset, args.mirror, args.work, Path("sources.yaml"), 32768, None)
     data = Resident.load(shards, device, args.dataset)
     execution = settings.execution("tuned", device)
     targets = list(settings.targets(args.dataset))

@@ -53,16 +53,21 @@ def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path, codec
 
 
 def build_inputs(dataset: str, mirror: Path, work: Path, sources: Path, samples_per_shard: int,
-                 codec: str) -> tuple[Path, Path]:
-    """Verified raw files -> wide Parquet and uncompressed shards under `work/<dataset>`."""
+                 codec: str | None) -> tuple[Path | None, Path]:
+    """Verified raw files -> wide Parquet in `codec` and uncompressed shards under
+    `work/<dataset>`; `codec` None writes the shards alone (a benchmark that reads no Parquet),
+    and returns None for the Parquet."""
     files, _ = load_sources(sources, dataset)
     raw, parquet, shards = (work / dataset / part for part in ("raw", "parquet", "shards"))
     fetch_dataset(dataset, files, [], raw, FetchSettings(retries=0), env={MIRROR_ENV: str(mirror)})
     for split in SPLITS:
         images, labels = read_split(raw, split)
-        write_wide_parquet(images, labels, parquet / "wide" / f"{split}.parquet", codec)
+        if codec is not None:
+            write_wide_parquet(images, labels, parquet / "wide" / f"{split}.parquet", codec)
         write_split({"images": images, "labels": labels}, shards / split, sample=MNIST, dataset=dataset,
                     split=split, samples_per_shard=samples_per_shard, compression="none")
+    if codec is None:
+        return None, shards
     write_checksums(parquet, layouts=("wide",))  # the bench checks the Parquet against it, as in the pipeline
     return parquet / "wide", shards
 

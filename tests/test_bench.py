@@ -390,6 +390,19 @@ def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
     assert wide.row_group(0).column(0).compression.lower() == params["bench"]["parquet_codec"]
 
 
+def test_inputs_for_a_benchmark_that_reads_no_parquet_are_the_shards_alone(tmp_path, tiny):
+    import yaml
+
+    from pipeline.shards import ShardDataset
+    from pipeline.standalone import build_inputs
+
+    tiny.write_mirror(tmp_path / "mirror" / "tiny")
+    (tmp_path / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"files": tiny.files}}))
+    parquet, shards = build_inputs("tiny", tmp_path / "mirror", tmp_path / "work", tmp_path / "sources.yaml", 40, None)
+    assert parquet is None and not (tmp_path / "work" / "tiny" / "parquet").exists()
+    assert len(ShardDataset(shards / "train")) == 64
+
+
 def test_a_standalone_run_estimates_from_the_projects_results_as_well_as_its_out_folder(tmp_path):
     from pipeline.standalone import earlier_runs
 

@@ -391,17 +391,21 @@ class StaticSteps:
         if self.by_counter:
             self.step_index.fill_(step)
 
-    def _train_epoch(self) -> None:
+    def _begin_epoch(self) -> None:
+        """An epoch's loss sum and counter back to zero (inside the epoch's graph, or before a
+        step graph's replays)."""
         self.total_loss.zero_()
         self._seek(0)
+
+    def _train_epoch(self) -> None:
+        self._begin_epoch()
         for step in range(self.train_steps):
             self._step(step)
 
     def _replay_epoch(self) -> None:
         """The captured epoch: replayed once, or (step scope) its step once per step."""
         if self.by_counter:
-            self.total_loss.zero_()
-            self._seek(0)
+            self._begin_epoch()
             for _ in range(self.train_steps):
                 self.train_graph.replay()
         else:
