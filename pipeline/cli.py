@@ -38,6 +38,20 @@ PARAMS_OPTION = click.option(
 )
 
 
+def missing_package(top: str) -> str:
+    """The one line for a package this interpreter lacks: which interpreter ran, and how to run
+    the command in the project's environment instead (DVC runs `python` from PATH, so a shell
+    without the project's venv on PATH runs the system's)."""
+    import sys
+
+    venv = Path(__file__).resolve().parents[1] / ".venv"
+    here = Path(sys.prefix).resolve() == venv.resolve()
+    fix = ("make setup installs every one" if here or not (venv / "bin" / "python").exists() else
+           f"the project's environment has it: run `. {venv}/bin/activate` first, or use make")
+    return (f"Error: this command needs the Python package '{top}', which {sys.executable} lacks "
+            f"({fix})")
+
+
 def stage_command(func: F) -> F:
     """Bad input, and a package missing from the environment, become one line on stderr and
     exit status 2, never a traceback (unless `--debug`); any other exception is a bug and
@@ -55,8 +69,7 @@ def stage_command(func: F) -> F:
             top = err.name.split(".")[0]
             if top == "pipeline":
                 raise
-            click.echo(f"Error: this command needs the Python package '{top}', which this environment lacks "
-                       f"(make setup installs every one)", err=True)
+            click.echo(missing_package(top), err=True)
             raise SystemExit(2) from None
         except (InputError, OSError) as err:
             if isinstance(err, InputError):
@@ -332,17 +345,18 @@ def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> Non
 @click.option("--codecs", "codecs_path", type=click.Path(path_type=Path), help="The codecs metrics JSON.")
 @click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("results"),
               show_default=True, help="Committed bench results of other machines, one folder each.")
-@click.option("--readme", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
-              help="README whose generated and embed blocks are rewritten (the prose around them is kept).")
-@output_path("--page", "The results page to write whole (docs/results.md).")
+@click.option("--readme", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="README whose generated and embed blocks are rewritten (the prose around them is kept); "
+                   "left out, no README is touched (the pipeline's own run).")
+@output_path("--page", "The results page to write whole (data/report/results.md; docs/results.md to publish).")
 @output_path("--images", "Folder of the charts to write (SVG and the Vega-Lite spec of each).")
 @output_path("--ladder-plot", "Ladder plot data CSV (this machine) for `dvc plots show`.")
 @output_path("--budget-plot", "Time budget plot data CSV (this machine) for `dvc plots show`.")
 @stage_command
-def report(bench_dir: Path, codecs_path: Path | None, results_dir: Path, readme: Path, page: Path, images: Path,
-           ladder_plot: Path, budget_plot: Path) -> None:
-    """Render the README's generated blocks, the results page, the charts and the plot data
-    from metrics/ and results/."""
+def report(bench_dir: Path, codecs_path: Path | None, results_dir: Path, readme: Path | None, page: Path,
+           images: Path, ladder_plot: Path, budget_plot: Path) -> None:
+    """Render the results page, the charts and the plot data from metrics/ and results/ (and,
+    with --readme, the README's generated blocks: `make publish`)."""
     from pipeline.stages.report import write_report
 
     write_report(sorted(bench_dir.glob("*.json")), codecs_path, readme, results_dir, page, images,
@@ -414,7 +428,7 @@ def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[s
 
     Builds the wide Parquet and the shards with pyarrow and the shard writer, checks every
     raw file against sources.yaml, runs params.yaml's bench, and writes
-    results/<machine>/<dataset>.json for `dvc repro report` to render in the README.
+    results/<machine>/<dataset>.json for `make publish` to render in the README.
     """
     from pipeline.core.params import load_params, section
     from pipeline.standalone import run_standalone
