@@ -430,7 +430,35 @@ def test_machine_fingerprint_names_the_gpu_and_is_stable(monkeypatch, tmp_path):
     gpu = fingerprint()
     assert (gpu["name"], gpu["gpu"], gpu["gpu_count"], gpu["device"]) == ("h100-80gb-hbm3", "NVIDIA H100 80GB HBM3",
                                                                           8, "cuda")
-    assert fingerprint("cpu")["name"].endswith(f"-{gpu['cores']}c")  # the same box benched on its CPU
+    cpu = fingerprint("cpu")  # the same box benched on its CPU: cores, then its best instruction set
+    assert cpu["name"].split("-")[-1] in ("", "amx", "avx512bf16", "avx512", "avx2", "sve2", "sve", "neon")
+    assert f"-{gpu['cores']}c" in cpu["name"]
+
+
+AVX2_ONLY = "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2 bmi2\n"
+BF16 = "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2 avx512f avx512_vnni avx512_bf16 bmi2\n"
+
+
+def test_two_cpus_sold_under_one_name_whose_peaks_differ_are_two_machines(monkeypatch):
+    """'AMD EPYC' with AVX2 alone and with AVX-512 BF16 compute bf16 a hundred times apart: the
+    fingerprint (and so DVC, which reruns the bench on a changed fingerprint) and the name
+    (the label of every figure) tell them apart; the bench's bf16 choice follows the flags."""
+    from pipeline.bench.settings import native_bf16
+    from pipeline.budget import machine
+
+    seen = {}
+    for label, text in (("avx2", AVX2_ONLY), ("bf16", BF16)):
+        monkeypatch.setattr(machine, "cpu_info", lambda text=text: text)
+        seen[label] = machine.fingerprint("cpu")
+        seen[label + "_native"] = native_bf16(torch.device("cpu"))
+    assert seen["avx2"]["cpu"] == seen["bf16"]["cpu"] == "AMD EPYC"
+    assert seen["avx2"]["isa"] == ["avx2", "fma"]
+    assert seen["bf16"]["isa"] == ["avx2", "avx512_bf16", "avx512_vnni", "avx512f", "fma"]
+    cores = seen["avx2"]["cores"]
+    assert (seen["avx2"]["name"], seen["bf16"]["name"]) == (f"amd-epyc-{cores}c-avx2", f"amd-epyc-{cores}c-avx512bf16")
+    assert (seen["avx2_native"], seen["bf16_native"]) == (False, True)
+    monkeypatch.setattr(machine, "cpu_info", lambda: "")  # no /proc/cpuinfo: no tier, no flags
+    assert machine.fingerprint("cpu")["isa"] == [] and machine.fingerprint("cpu")["name"].endswith(f"-{cores}c")
 
 
 def _entry(train_s: float, test_s: float, wall_s: float, accuracy: float | None, spread: float = 0.0) -> dict:

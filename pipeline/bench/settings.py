@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pipeline.budget import machine
 from pipeline.bench.runners import Execution, OneCycle, TrainConfig
 
 
@@ -114,15 +115,7 @@ def native_bf16(device: torch.device) -> bool:
     """Whether bf16 autocast pays here: on CUDA, and on CPUs whose flags list AMX-BF16 or
     AVX512-BF16 (Linux's /proc/cpuinfo; elsewhere fp32 is kept). On other CPUs bf16 is
     emulated and slower per step than fp32, so `compiled` keeps fp32 there."""
-    if device.type == "cuda":
-        return True
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
-            text = info.read(1 << 22)
-    except OSError:
-        return False
-    flags = {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[-1].split()}
-    return bool(flags & {"amx_bf16", "avx512_bf16"})
+    return device.type == "cuda" or machine.native_bf16(machine.cpu_flags())
 
 
 # pragma: no mutate end

@@ -1,10 +1,12 @@
 """Which machine this is, in the words every figure carries: a fingerprint and its name.
 
-The name (`amd-epyc-2c`, `h100-80gb-hbm3`) labels every figure the project prints or
-writes, so that another machine's figures are never read as this one's. The fingerprint
-holds what the figures depend on (CPU model and cores, memory, GPU model and count, torch
-and CUDA versions, the device used) and nothing that varies between two runs on one
-machine (time, load, free memory).
+The name (`amd-epyc-2c-avx512bf16`, `h100-80gb-hbm3`) labels every figure the project prints
+or writes, so that another machine's figures are never read as this one's. The fingerprint
+holds what the figures depend on (CPU model, the instruction sets that set its peaks, cores,
+memory, GPU model and count, torch and CUDA versions, the device used) and nothing that
+varies between two runs on one machine (time, load, free memory). Two CPUs sold under one
+name differ in what they compute natively (AVX2 alone, or AVX-512 with bf16: peaks a hundred
+times apart in bf16), so the best of those instruction sets is in the name too.
 """
 
 from __future__ import annotations
@@ -14,17 +16,54 @@ import platform
 import re
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name (Linux: /proc/cpuinfo), else what `platform` knows."""
+# The CPU flags that set a peak (x86: vector width, FMA, bf16/fp16 and AMX; Arm: NEON, SVE,
+# bf16, int8 matrix), best first where they name a tier of the machine's name.
+TIERS = (("amx_bf16", "amx"), ("avx512_bf16", "avx512bf16"), ("avx512f", "avx512"), ("avx2", "avx2"),
+         ("sve2", "sve2"), ("sve", "sve"), ("asimd", "neon"))
+PEAK_FLAGS = frozenset({"fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16",
+                        "amx_tile", "amx_int8", "asimd", "sve", "sve2", "bf16", "i8mm", "fphp", "asimdhp"})
+
+
+def cpu_info() -> str:
+    """/proc/cpuinfo's text (Linux), or '' where there is none."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
-            for line in info.read(1 << 20).splitlines():
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
-                    return " ".join(value.split())[:120]
+            return info.read(1 << 22)
     except OSError:
-        pass
+        return ""
+
+
+def cpu_model(text: str | None = None) -> str:
+    """The CPU's marketing name (Linux: /proc/cpuinfo), else what `platform` knows."""
+    for line in (cpu_info() if text is None else text).splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+            return " ".join(value.split())[:120]
     return (platform.processor() or platform.machine() or "unknown")[:120]
+
+
+def cpu_flags(text: str | None = None) -> frozenset[str]:
+    """The first CPU's flags (x86 `flags`, Arm `Features`), empty where the system does not say."""
+    for line in (cpu_info() if text is None else text).splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def isa(flags: frozenset[str]) -> list[str]:
+    """The instruction sets among `flags` that set this CPU's peaks, sorted."""
+    return sorted(flags & PEAK_FLAGS)
+
+
+def tier(flags: frozenset[str]) -> str:
+    """The best instruction set of the CPU ('avx512bf16', 'avx2', 'neon'), '' where unknown."""
+    return next((name for flag, name in TIERS if flag in flags), "")
+
+
+def native_bf16(flags: frozenset[str]) -> bool:
+    """Whether the CPU computes bf16 natively (AMX-BF16, AVX512-BF16); elsewhere it is emulated."""
+    return bool(flags & {"amx_bf16", "avx512_bf16"})
 
 
 def physical_memory() -> int | None:
@@ -56,7 +95,10 @@ def fingerprint(device: str = "auto") -> dict:
     chosen = ("cuda" if cuda else "cpu") if device == "auto" else device.split(":")[0]
     gpu = torch.cuda.get_device_name(0) if cuda else None
     cores = os.cpu_count() or 1
-    name = slug(gpu) if chosen == "cuda" and gpu else f"{slug(cpu_model())}-{cores}c"
-    return {"name": name, "cpu": cpu_model(), "cores": cores, "memory_gb": memory_gb(), "gpu": gpu,
-            "gpu_count": torch.cuda.device_count() if cuda else 0, "torch": torch.__version__,
+    text = cpu_info()
+    flags = cpu_flags(text)
+    best = tier(flags)
+    name = slug(gpu) if chosen == "cuda" and gpu else f"{slug(cpu_model(text))}-{cores}c" + (f"-{best}" if best else "")
+    return {"name": name, "cpu": cpu_model(text), "isa": isa(flags), "cores": cores, "memory_gb": memory_gb(),
+            "gpu": gpu, "gpu_count": torch.cuda.device_count() if cuda else 0, "torch": torch.__version__,
             "cuda": torch.version.cuda, "device": chosen, "python": platform.python_version()}

@@ -107,6 +107,7 @@ class Variant(Loose):
 class Machine(Loose):
     name: Slug
     cpu: Text
+    isa: Optional[list[Slug]] = None  # the CPU's peak-setting instruction sets (older documents: none)
     cores: StrictInt = Field(ge=1, le=1 << 20)
     memory_gb: Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]
     gpu: Optional[Text] = None
