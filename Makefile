@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 # holding <dataset>/ with the raw files, tried before the internet mirrors of sources.yaml.
 export PIPELINE_MIRROR
 
-.PHONY: setup repro bench bench-quick recover test test-fast check-docs mutants plots plots-template clean peers peers-setup
+.PHONY: setup data repro bench bench-quick publish recover test test-fast check-docs mutants plots plots-template clean peers peers-setup
 
 setup: $(VENV)/.installed
 
@@ -23,13 +23,26 @@ repro: setup
 	PATH="$(abspath $(BIN)):$$PATH" dvc repro
 	PATH="$(abspath $(BIN)):$$PATH" dvc metrics show
 
+# The data stages alone (fetch, CSV, Parquet, shards): the pipeline up to the bench.
+data: setup
+	PATH="$(abspath $(BIN)):$$PATH" dvc repro shard@mnist shard@fashion-mnist
+
 # Re-measure on purpose: the bench of both data sets reruns on this machine even where its
-# fingerprint matches the committed figures; the summary and report follow. Then commit
-# dvc.lock, metrics/, results/, docs/ and README.md together.
+# fingerprint matches the committed figures; the summary and report follow, then `publish`.
+# Then commit dvc.lock, metrics/, results/, docs/ and README.md together.
 bench: setup
 	PATH="$(abspath $(BIN)):$$PATH" dvc repro -f -s bench@mnist bench@fashion-mnist
 	PATH="$(abspath $(BIN)):$$PATH" dvc repro
+	$(MAKE) publish
 	PATH="$(abspath $(BIN)):$$PATH" dvc metrics show
+
+# Maintainers: the pages a reader sees (the README's generated blocks, docs/results.md and
+# docs/img) rendered from the committed metrics/ and results/. The pipeline's own `report`
+# stage writes only data/report/, so a user's run never changes a tracked page.
+publish: setup
+	$(BIN)/python -m pipeline report --bench metrics/bench --codecs metrics/codecs.json --results results \
+		--readme README.md --page docs/results.md --images docs/img \
+		--ladder-plot metrics/ladder.csv --budget-plot metrics/budget.csv
 
 # The shape of the answer in minutes (`bench.quick`), run as an experiment in a scratch copy
 # (.dvc/tmp/exps/tmp*): the workspace and the committed figures stay as they are; `dvc exp show`
@@ -60,7 +73,7 @@ test-fast: setup
 
 # The project's own documents against its committed files (generated blocks, recorded
 # outputs, prose rules): a CI step on a clean clone; on a workspace where the pipeline
-# re-measured something, `dvc repro report` first.
+# re-measured something, `make publish` first.
 check-docs: setup
 	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q -m docs $(PYTEST_ARGS)
 
@@ -68,7 +81,7 @@ check-docs: setup
 # [tool.mutmut] in pyproject.toml. Starts fresh: mutmut keeps a mutant's verdict until its
 # function changes, so after new tests old survivors would be reported unchecked (resume a
 # stopped run with `mutmut run`). The score table goes to results/mutation/score.md, which
-# docs/results.md embeds (`dvc repro report` refreshes it).
+# docs/results.md embeds (`make publish` refreshes it).
 # MUTANTS="pipeline.shards.mapped*" runs only the mutants whose names match; the table keeps
 # the earlier table's rows for the modules left out, marked with that run's commit and with "same code"
 # or "code changed since" (git, the module's file).

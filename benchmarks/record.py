@@ -3,7 +3,7 @@
     python benchmarks/record.py scale -- python benchmarks/scale.py data/csv/mnist/train.csv --scale 10
 
 writes results/benchmarks/<machine>/scale.txt: the command, the machine (CPU model, cores,
-memory) and the benchmark's output, exactly as printed. `dvc repro report` copies each such
+memory) and the benchmark's output, exactly as printed. `make publish` copies each such
 file into docs/results.md (and into any README block that names it), and a test fails while
 they differ, so such a figure is always one a command printed, on the machine it names.
 """

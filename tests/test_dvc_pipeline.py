@@ -82,9 +82,11 @@ def test_full_pipeline_then_codec_change_reruns_no_training(repo):
     assert {"setup_s", "wall_s"} <= set(bench["variants"]["graphed"])
     codecs = json.loads((root / "metrics/codecs.json").read_text())
     assert set(codecs["tiny-b"]["compact"]) == {"snappy", "zstd-3", "gzip", "none"}
-    readme = (root / "README.md").read_text()
-    assert "| tiny |" in readme and "| `h100-80gb-hbm3` | mnist |" in readme  # this machine's and committed runs
-    assert "## `h100-80gb-hbm3`" in (root / "docs/results.md").read_text() and (root / "docs/img/ladder.svg").is_file()
+    # this machine's report beside its data, with the committed runs; no tracked page changed
+    report = (root / "data/report/results.md").read_text()
+    assert "| tiny |" in report and "| `h100-80gb-hbm3` | mnist |" in report and "## `h100-80gb-hbm3`" in report
+    assert (root / "data/report/img/ladder.svg").is_file() and "](../../docs/bench.md)" in report
+    assert run(["git", "status", "--porcelain", "--", "README.md", "docs"], root, env).stdout == ""
     summary = json.loads((root / "metrics/summary.json").read_text())
     assert summary["tiny"]["MB"] == round(codecs["tiny"]["compact"]["zstd-3"]["train"]["MB"], 3)
     assert summary["tiny"]["epoch_s"] == min(v["train_s"] for v in bench["variants"].values() if not v["extrapolated"])
@@ -108,6 +110,31 @@ def test_full_pipeline_then_codec_change_reruns_no_training(repo):
     assert len(size) == 1 and widest(diff) <= 120, diff  # the size change: one row per data set
     run(["git", "checkout", "--", "params.yaml", "dvc.lock", "metrics"], root, env)
     dvc(repo, "checkout")
+
+
+DATA_STAGES = ["shard@tiny", "shard@tiny-b"]
+
+
+def test_the_committed_state_comes_back_whole_with_no_rerun_of_the_data_stages(repo):
+    """This machine's convert timings are git-tracked metrics, not cached outputs: after the data
+    stages ran with other timings than the committed ones, `git checkout -- . && dvc checkout`
+    brings every output back (the Parquet from the cache, byte-identical on any machine, the
+    timings from git), and a repro of the data stages runs nothing."""
+    root, env = repo
+    dvc(repo, "repro", *DATA_STAGES)
+    run(["git", "add", "-A"], root, env)
+    run(["git", "commit", "-qm", "data", "--allow-empty"], root, env)
+    figures = root / "metrics/convert/tiny/gzip.json"
+    committed = figures.read_text()
+    dvc(repo, "repro", "-f", "-s", "convert@tiny-gzip")  # new timings: another machine's, or a noisier hour
+    assert run(["git", "status", "--porcelain", "--", "dvc.lock"], root, env).stdout != ""
+    assert json.loads(figures.read_text())["train"]["rows"] == json.loads(committed)["train"]["rows"]
+    run(["git", "checkout", "--", "."], root, env)
+    dvc(repo, "checkout")
+    assert figures.read_text() == committed
+    again = dvc(repo, "repro", *DATA_STAGES).stdout
+    assert ran(again) == set(), again
+    assert run(["git", "status", "--porcelain"], root, env).stdout == ""
 
 
 def stale(repo) -> set[str]:

@@ -1,5 +1,5 @@
 """The README and docs/ against the repository: short, every link and image resolves, and
-every generated block is what `dvc repro report` renders from the committed files.
+every generated block is what `make publish` renders from the committed files.
 
 No test here compares a sentence with a measurement: figures appear only inside generated
 blocks, so re-measuring on another machine changes the blocks (and `report` rewrites them),
@@ -79,11 +79,11 @@ def test_links_and_images_resolve_inside_the_repository(page):
 
 
 def test_generated_blocks_are_current():
-    """`dvc repro report` would write exactly what is committed: the README's blocks, the
+    """`make publish` would write exactly what is committed: the README's blocks, the
     results page and each chart's spec (the SVG is drawn from it)."""
     out, _ = rendered()
     stale = [line for line in out.readme.splitlines() if line not in README.read_text().splitlines()]
-    assert out.readme == README.read_text(), f"README is stale (run `dvc repro report`): {stale[:5]}"
+    assert out.readme == README.read_text(), f"README is stale (run `make publish`): {stale[:5]}"
     assert out.results == (ROOT / "docs" / "results.md").read_text(), "docs/results.md is stale"
     images = ROOT / "docs" / "img"
     from pipeline.core.atomic import MARKER

@@ -14,7 +14,7 @@ from pipeline.core.atomic import write_json
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import DataError, InputError, reason
 
-MACHINE_KEYS = {"name": str, "cpu": str, "cores": int, "memory_gb": float, "gpu": (str, type(None)),
+MACHINE_KEYS = {"name": str, "cpu": str, "isa": list, "cores": int, "memory_gb": float, "gpu": (str, type(None)),
                 "gpu_count": int, "torch": str, "cuda": (str, type(None)), "device": str, "python": str}
 
 

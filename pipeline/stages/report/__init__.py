@@ -24,6 +24,7 @@ specs, SVG), `blocks` (the marked blocks of a page); this one renders and writes
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,13 +77,14 @@ def benchmark_outputs(root: Path, folders: set[Path]) -> list[Path]:
 
 
 def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, images: set[str], root: Path,
-                 folders: set[Path]) -> str:
-    """docs/results.md, whole."""
+                 folders: set[Path], docs: str = "") -> str:
+    """The results page, whole: docs/results.md, or this machine's report (`docs`: the path from
+    the page's folder to docs/, for its links)."""
     parts = ["# Results", "",
-             "<!-- Written by `dvc repro report` from metrics/ and results/; edits here are overwritten. -->", "",
+             "<!-- Written by `python -m pipeline report` from metrics/ and results/; edits here are overwritten. -->", "",
              "Every figure on this page comes from a file: `metrics/bench/<dataset>.json` (this machine's "
              "`dvc repro`) and `results/<machine>/<dataset>.json` (runs committed from other machines; the "
-             "newest run of each machine is shown). How they are measured: [the bench](bench.md).", ""]
+             f"newest run of each machine is shown). How they are measured: [the bench]({docs}bench.md).", ""]
     if machines:
         parts += ["## Headline", "", headline(machines), ""]
     if "ladder" in images:
@@ -96,7 +98,7 @@ def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, image
     if budgets:
         parts += ["## Where a train step's time goes", "",
                   "A profiled pass outside the timed epochs splits each train step into parts that add up to "
-                  "the step ([how](bench.md#the-time-budget)).", ""]
+                  f"the step ([how]({docs}bench.md#the-time-budget)).", ""]
         if "budget" in images:
             parts += [image("budget", "Where a train step's time goes, per rung", ""), ""]
         parts += [p for t in budgets for p in (t, "")]
@@ -107,7 +109,7 @@ def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, image
             parts += [image("codecs", "Train split size by Parquet codec", ""), ""]
     if "race" in images:
         parts += ["## The loader race", "", "The project's shards against the loaders users pick, from "
-                  "`results/peers/` ([every measure, and how](shards.md#the-race)).", "",
+                  f"`results/peers/` ([every measure, and how]({docs}shards.md#the-race)).", "",
                   image("race", "The loader race: median seconds per system", ""), ""]
     outputs = benchmark_outputs(root, folders)
     if outputs:
@@ -125,7 +127,7 @@ def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, image
             name = path.relative_to(root).as_posix()
             parts += [f"<!-- embed: {name} -->", "```json", "```", "<!-- /embed -->", ""]
     if (root / "results" / "mutation" / "score.md").is_file():
-        parts += ["## Mutation score", "", "What it means: [testing](testing.md#mutation-testing).", "",
+        parts += ["## Mutation score", "", f"What it means: [testing]({docs}testing.md#mutation-testing).", "",
                   "<!-- include: results/mutation/score.md -->", "<!-- /include -->", ""]
     return embed("\n".join(parts).rstrip("\n") + "\n", root)
 
@@ -135,7 +137,7 @@ def results_page(machines: dict[str, dict[str, Run]], codecs: dict | None, image
 @dataclass
 class Rendered:
     """Everything the stage writes, as text, keyed by what it is."""
-    readme: str
+    readme: str | None
     results: str
     ladder_csv: str
     budget_csv: str
@@ -143,8 +145,9 @@ class Rendered:
 
 
 def render_all(bench_paths: list[Path], codecs_path: Path | None, results_dir: Path | None,
-               readme_text: str, root: Path) -> tuple[Rendered, dict[str, charts.Spec]]:
-    """What the stage writes, but the SVGs (see `write_report`), computed from the inputs alone."""
+               readme_text: str | None, root: Path, docs: str = "") -> tuple[Rendered, dict[str, charts.Spec]]:
+    """What the stage writes, but the SVGs (see `write_report`), computed from the inputs alone
+    (`readme_text` None: no README; `docs`: the path from the results page's folder to docs/)."""
     runs = collect_runs(bench_paths, results_dir)
     machines = newest(runs)
     codecs = None
@@ -153,21 +156,29 @@ def render_all(bench_paths: list[Path], codecs_path: Path | None, results_dir: P
                   for d, layouts in checked(codecs_path, read_json(codecs_path), CodecTable).items()}
     specs = chart_specs(machines, codecs, race_rows(race_docs(results_dir)))
     local = [r for r in runs if r.local]
-    readme = embed(splice(readme_text, blocks(machines, codecs, set(specs))), root)
+    readme = None if readme_text is None else embed(splice(readme_text, blocks(machines, codecs, set(specs))), root)
     inside = root.resolve()
     folders = {r.path.parent.resolve() for r in runs if not r.local and r.path.resolve().is_relative_to(inside)}
-    rendered = Rendered(readme=readme, results=results_page(machines, codecs, set(specs), root, folders),
+    rendered = Rendered(readme=readme, results=results_page(machines, codecs, set(specs), root, folders, docs),
                         ladder_csv=ladder_csv(local), budget_csv=budget_csv(local),
                         specs={name: charts.spec_text(s) for name, s in specs.items()})
     return rendered, specs
 
 
-def write_report(bench_paths: list[Path], codecs_path: Path | None, readme: Path, results_dir: Path | None,
-                 results_page_path: Path, images: Path, ladder_plot: Path, budget_plot: Path) -> None:
-    """Render everything from the inputs, then write it; a bad input changes no output."""
-    readme = Path(readme)
-    root = readme.resolve().parent
-    rendered, specs = render_all(bench_paths, codecs_path, results_dir, readme.read_text(), root)
+def write_report(bench_paths: list[Path], codecs_path: Path | None, readme: Path | None, results_dir: Path | None,
+                 results_page_path: Path, images: Path, ladder_plot: Path, budget_plot: Path,
+                 root: Path | None = None) -> None:
+    """Render everything from the inputs, then write it; a bad input changes no output.
+
+    Without `readme`, the README is left alone: the pipeline's own run writes this machine's
+    report beside its data, and only `make publish` (a maintainer's step) rewrites the pages
+    under docs/ and the README's blocks."""
+    root = (Path(readme).resolve().parent if readme is not None else Path.cwd()) if root is None else Path(root)
+    page = Path(results_page_path)
+    docs = Path(os.path.relpath(root.resolve() / "docs", page.resolve().parent)).as_posix() + "/"
+    rendered, specs = render_all(bench_paths, codecs_path, results_dir,
+                                 None if readme is None else Path(readme).read_text(), root,
+                                 "" if docs == "./" else docs)
     svgs = {name: charts.to_svg(spec) for name, spec in specs.items()}
     write_text(Path(ladder_plot), rendered.ladder_csv)
     write_text(Path(budget_plot), rendered.budget_csv)
@@ -175,5 +186,6 @@ def write_report(bench_paths: list[Path], codecs_path: Path | None, readme: Path
         for name, spec in rendered.specs.items():
             (tmp / f"{name}.vl.json").write_text(spec)
             (tmp / f"{name}.svg").write_text(svgs[name])
-    write_text(Path(results_page_path), rendered.results)
-    write_text(readme, rendered.readme)
+    write_text(page, rendered.results)
+    if readme is not None and rendered.readme is not None:
+        write_text(Path(readme), rendered.readme)

@@ -134,10 +134,12 @@ def spec_text(spec: Spec) -> str:
 
 
 def to_svg(spec: Spec) -> str:
-    """The chart as SVG text, rendered by vl-convert: no browser, no network."""
+    """The chart as SVG text, rendered by vl-convert (no browser, no network), one element a
+    line so that a re-render reads as a diff; the charts hold no text beside an element, so
+    the line breaks are whitespace the renderer ignores."""
     import vl_convert
 
-    return vl_convert.vegalite_to_svg(spec, allowed_base_urls=[])
+    return vl_convert.vegalite_to_svg(spec, allowed_base_urls=[]).replace("><", ">\n<") + "\n"
 
 
 # --- plot data ----------------------------------------------------------------------------
