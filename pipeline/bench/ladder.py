@@ -35,13 +35,14 @@ import torch
 
 from pipeline.bench.datapaths import Resident, data_path
 from pipeline.bench.estimate import (Calibration, Pace, announce, busy_processes, calibrate, find_reference,
-                                     host_report, pace_for)
+                                     host_report, pace_for, predict, reference_step_s)
 from pipeline.bench.figures import FLOOR_OF, finish, seconds_spread, summarise, time_to_accuracy
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.shards.format import read_manifest
 from pipeline.bench.variants import STATIC_VARIANTS, writeup_recipe
 from pipeline.bench.hostmem import reuse_host_memory
 from pipeline.bench.runners import Execution, Floor, Timing, cudnn_benchmark, train_eager, train_static
+from pipeline.bench.quickplan import Plan, Pricer, plan_rest
 from pipeline.bench.settings import BenchSettings
 from pipeline.budget.units import duration
 
@@ -110,6 +111,7 @@ class Announced:
 
     calibration: Calibration
     pace: Pace | None
+    reference: dict | None = None   # the earlier run the pace scales from
 
     def left(self, done: dict[str, float], elapsed: float, variants_done: int, variants: int) -> str:
         """'; 2 min so far, about 12 min left' (the earlier run's parts, at this run's pace,
@@ -131,6 +133,7 @@ def announce_bench(dataset: str, device: torch.device, settings: BenchSettings, 
     and the others `earlier` holds) and, on a busy host, what runs beside the bench."""
     busy = busy_processes(exclude=(os.getppid(),))
     calibration = calibrate(device, settings.batch_size)
+    reference = None
     try:
         reference = find_reference(dataset, earlier, device.type, settings.quick, machine)
         pace = pace_for(reference, calibration, settings) if reference else None
@@ -147,7 +150,54 @@ def announce_bench(dataset: str, device: torch.device, settings: BenchSettings, 
     warning = host_report(calibration, settings.max_spread, busy)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    return Announced(calibration, pace)
+    announced = Announced(calibration, pace, reference if pace is not None else None)
+    if settings.quick:
+        plan = plan_quick(announced, settings, settings.variants, {}, settings.quick_minutes * 60)
+        print(f"bench {dataset}, quick: {settings.quick_minutes:g} min for it; {plan.said}", file=sys.stderr,
+              flush=True)
+    return announced
+
+
+@dataclass(frozen=True)
+class QuickStep:
+    """The quick bench's plan for the rungs left, with its price and what it says of it."""
+
+    plan: Plan
+    priced_s: dict[str, float]
+
+    @property
+    def said(self) -> str:
+        total = sum(self.priced_s.values())
+        cut = f" ({'; '.join(self.plan.cuts)})" if self.plan.cuts else ""
+        return f"planned: about {duration(total)} for the rungs left{cut}" if self.priced_s else "no rung fits"
+
+
+def pricer(announced: Announced, took: dict[str, tuple[float, float]]) -> Pricer:
+    """Each rung's seconds here: the earlier run's (`estimate.predict`) scaled by the two
+    calibrations, then by how this run's rungs so far took against their price (`took`: rung
+    -> (seconds taken, seconds priced)); with no earlier run, the mean rung so far."""
+    taken = sum(t for t, _ in took.values())
+    priced = sum(p for _, p in took.values())
+    behind = min(8.0, max(0.25, taken / priced)) if priced > 0 and taken > 0 else 1.0
+    reference = announced.reference
+
+    def price(settings: BenchSettings, rest: tuple[str, ...]) -> dict[str, float]:
+        if reference is None:
+            mean = taken / len(took) if took else 0.0
+            return {rung: mean for rung in rest}
+        scale = announced.calibration.step_s / reference_step_s(reference) * behind
+        expected = predict(reference, dataclasses.replace(settings, variants=rest))
+        return {rung: expected[rung] * scale for rung in rest}
+    return price
+
+
+def plan_quick(announced: Announced, settings: BenchSettings, rest: tuple[str, ...],
+               took: dict[str, tuple[float, float]], left_s: float) -> QuickStep:
+    """The rungs `rest` planned to fit in `left_s` (`quickplan.plan_rest`), and their price."""
+    price = pricer(announced, took)
+    plan = plan_rest(settings, rest, price, left_s)
+    kept = tuple(r for r in rest if r not in plan.skipped)
+    return QuickStep(plan, price(plan.settings, kept) if kept else {})
 
 
 def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, settings: BenchSettings,
@@ -161,17 +211,35 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
     floor_s = time.perf_counter() - start
     distinct_floors = list({id(run): run for run in floor_runs.values()}.values())  # shared options: one run
     done_parts = {"floor": floor_s}
+    planned = settings  # quick: the rungs left re-planned before each one to end within the budget
+    took: dict[str, tuple[float, float]] = {}
+    quick_plan = {"budget_s": round(settings.quick_minutes * 60, 1), "cuts": [], "skipped": []}
     for done, variant in enumerate(settings.variants):
-        sampled = variant in settings.sample
+        priced = 0.0
+        if settings.quick:
+            rest = tuple(v for v in settings.variants[done:] if v not in quick_plan["skipped"])
+            if variant not in rest:
+                continue
+            step = plan_quick(announced, planned, rest, took, settings.quick_minutes * 60 - (time.perf_counter() - started))
+            if step.plan.cuts and "; ".join(step.plan.cuts) not in quick_plan["cuts"][-1:]:
+                print(f"{dataset}: {duration(settings.quick_minutes * 60 - (time.perf_counter() - started))} of the "
+                      f"quick budget left; {step.said}", file=sys.stderr, flush=True)
+                quick_plan["cuts"].append("; ".join(step.plan.cuts))
+            planned = step.plan.settings
+            quick_plan["skipped"] += [v for v in step.plan.skipped if v not in quick_plan["skipped"]]
+            if variant in step.plan.skipped:
+                continue
+            priced = step.priced_s.get(variant, 0.0)
+        sampled = variant in planned.sample
         begun = time.perf_counter()
-        what = (f"sampled: {settings.sample_epochs} epochs of {settings.sample_steps} steps, extrapolated"
-                if sampled else f"{settings.epochs_of(variant)} epochs")
+        what = (f"sampled: {planned.sample_epochs} epochs of {planned.sample_steps} steps, extrapolated"
+                if sampled else f"{planned.epochs_of(variant)} epochs")
         print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: {what}"
               f"{announced.left(done_parts, begun - started, done, len(settings.variants))}",
               file=sys.stderr, flush=True)
-        timing, train_steps, test_steps = run_variant(variant, dataset, Path(parquet), Path(shards), device, settings,
+        timing, train_steps, test_steps = run_variant(variant, dataset, Path(parquet), Path(shards), device, planned,
                                                       progress=f"{dataset}/{variant}")
-        results[variant] = summarise(timing, train_steps, test_steps, settings, settings.targets(dataset))
+        results[variant] = summarise(timing, train_steps, test_steps, planned, settings.targets(dataset))
         # Free this variant's loaders now: their (persistent) worker processes must not
         # share the CPU with the next variant's timed epochs (nor with the floor's).
         gc.collect()
@@ -180,6 +248,8 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
                 run.epoch()
         results[variant]["bench_s"] = round(time.perf_counter() - begun, 1)  # its floor epoch included
         done_parts[variant] = results[variant]["bench_s"]
+        if priced > 0:
+            took[variant] = (time.perf_counter() - begun, priced)
     n_train = read_manifest(Path(shards) / "train")["count"]
     document = {"dataset": dataset, "env": {**environment(device), "device_init_s": round(init_s, 3)},
                 "params": {"epochs": settings.epochs, "batch_size": settings.batch_size,
@@ -189,6 +259,8 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
                            "quick": settings.quick, **tuned_params(settings)},
                 "compiled_options": dataclasses.asdict(settings.execution("compiled", device)),
                 "variants": results}
+    if settings.quick:
+        document["quick_plan"] = quick_plan
     if floor_runs:
         document["floor"] = {**{key: round(run.seconds, 4) for key, run in floor_runs.items()},
                              "epochs": len(distinct_floors[0].train_s)}

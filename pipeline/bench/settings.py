@@ -46,6 +46,7 @@ class BenchSettings:
     max_spread: float
     budget: bool                         # profile `sample_steps` more steps per variant: its time budget
     quick: bool = False                  # a first answer: QUICK's settings, marked in every table
+    quick_minutes: float = 5.0           # quick: this data set's time budget, the rungs re-planned to fit
     # The test accuracies each data set's time to accuracy is measured to (data set -> the
     # fractions, ascending; a single number is one target).
     target_accuracy: dict = dataclasses.field(default_factory=dict)

@@ -63,6 +63,7 @@ class BenchParams(Strict):
     max_spread: Number = Field(gt=0, le=10)
     budget: StrictBool
     quick: StrictBool = False
+    quick_minutes: Number = Field(default=5, gt=0, le=24 * 60)
     target_accuracy: dict[StrictStr, Union[Number, list[Number]]] = Field(default_factory=dict)
     accuracy_seeds: StrictInt = Field(default=0, ge=0, le=100)
     tuned: Optional[Tuned] = None

@@ -213,6 +213,13 @@ class CompiledOptions(Loose):
     graph_scope: Optional[Text] = None   # absent from documents older than the option
 
 
+class QuickPlan(Loose):
+    """What a quick bench cut to end within its budget (`ladder._run_bench`)."""
+    budget_s: Seconds
+    cuts: list[Text] = Field(default_factory=list, max_length=64)
+    skipped: list[Slug] = Field(default_factory=list, max_length=64)
+
+
 class BenchDoc(Loose):
     dataset: Slug
     machine: Optional[Machine] = None
@@ -229,6 +236,7 @@ class BenchDoc(Loose):
     floor_s: Optional[Seconds] = None  # of wall_s: the floor's set-up and first epochs
     seeds_s: Optional[Seconds] = None  # of wall_s: the runs over fresh seeds
     wall_s: Optional[Seconds] = None   # the whole bench of this data set (`ladder.run_bench`)
+    quick_plan: Optional[QuickPlan] = None
 
 
 class Split(Loose):

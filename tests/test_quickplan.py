@@ -1,0 +1,105 @@
+"""The quick bench's plan: the rungs left re-planned to fit the time left, one lever at a time.
+
+Prices here are made up (seconds per rung as a function of the plan), so every assert is
+about the planning rule, never about a measured time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import bench_settings
+from pipeline.bench.quickplan import FILL, MIN_SAMPLE_STEPS, plan_rest
+
+RUNGS = ("naive", "preprocessed", "device", "compiled", "tuned")
+
+
+def pricer(sampled_step_s: float = 1.0, epoch_s: float = 10.0):
+    """A sampled rung costs its steps x `sampled_step_s` x 2 epochs; a whole rung 2 epochs."""
+    def price(settings, rest):
+        return {r: (settings.sample_epochs * settings.sample_steps * sampled_step_s if r in settings.sample
+                    else 2 * epoch_s) for r in rest}
+    return price
+
+
+def settings():
+    return bench_settings(quick=True, variants=list(RUNGS), sample=["naive"])
+
+
+def test_a_plan_that_fits_is_kept_as_it_is():
+    plan = plan_rest(settings(), RUNGS, pricer(), left_s=1000)
+    assert plan.settings == settings() and plan.skipped == () and plan.cuts == ()
+
+
+def test_fewer_sampled_steps_come_first_then_eager_rungs_sampled():
+    s = settings()
+    price = pricer(sampled_step_s=3.0, epoch_s=50.0)  # naive 2 x 5 x 3 = 30 s; a whole rung 100 s: 430 s
+    assert sum(price(s, RUNGS).values()) == 430
+    assert plan_rest(s, RUNGS, price, left_s=420 / FILL).settings.sample_steps == 3  # naive 18 s: 418 s
+    fewer = plan_rest(s, RUNGS, price, left_s=415 / FILL)  # 2 steps: naive 12 s, 412 s in all
+    assert fewer.settings.sample_steps == MIN_SAMPLE_STEPS and fewer.skipped == ()
+    assert fewer.cuts == (f"{MIN_SAMPLE_STEPS} sampled steps an epoch",)
+    tight = plan_rest(s, RUNGS, price, left_s=300 / FILL)  # the eager rungs sampled: 236 s
+    assert set(tight.settings.sample) == {"naive", "preprocessed", "device"} and tight.skipped == ()
+    assert "compiled" not in tight.settings.sample  # a static rung is never sampled
+    assert tight.cuts[-1] == "preprocessed, device timed on sampled steps (no accuracy)"
+
+
+def test_where_nothing_cheaper_fits_the_dearest_rungs_are_left_out_never_the_next_one_first():
+    s = settings()
+    price = pricer(sampled_step_s=1.0, epoch_s=50.0)  # compiled and tuned: 100 s each
+    plan = plan_rest(s, RUNGS, price, left_s=120 / FILL)
+    assert plan.skipped and "naive" not in plan.skipped
+    kept = [r for r in RUNGS if r not in plan.skipped]
+    assert sum(price(plan.settings, tuple(kept)).values()) <= 120
+    assert plan.cuts[-1] == f"{', '.join(plan.skipped)} left out"
+    alone = plan_rest(s, ("tuned",), price, left_s=10)  # the only rung does not fit: it goes too
+    assert alone.skipped == ("tuned",)
+
+
+def test_quick_minutes_is_checked_with_the_bench_block():
+    from pipeline.core.errors import InputError
+
+    assert bench_settings(quick=True, quick_minutes=2.5).quick_minutes == 2.5
+    for bad in (0, -1, "5", True):
+        with pytest.raises((InputError, ValueError)):
+            bench_settings(quick_minutes=bad)
+
+
+@pytest.mark.slow
+def test_a_quick_bench_with_too_little_time_cuts_and_records_what_it_cut(tmp_path, capsys):
+    """A real (tiny) quick bench given almost no time left: it says what it cut, records it in
+    the document, and every rung it ran is in the document."""
+    from conftest import make_split
+    from pipeline.bench.ladder import run_bench
+    from pipeline.stages.convert import convert_dataset
+    from pipeline.stages.csvdata import write_csv
+    from pipeline.stages.shard import shard_dataset
+
+    data = tmp_path / "data"
+    for split, (n, seed) in {"train": (192, 0), "test": (64, 1)}.items():
+        write_csv(*make_split(n, seed), data / "csv" / f"{split}.csv")
+    convert_dataset(data / "csv", data / "pq", data / "fig.json", "snappy", 65536)
+    shard_dataset(data / "pq" / "compact", data / "shards", "tiny", 128, "none", 3)
+    reference = tmp_path / "results" / "earlier" / "tiny.json"
+    s = bench_settings(quick=True, quick_minutes=0.05, batch_size=64, num_workers=1,
+                       variants=["naive", "preprocessed", "device", "compiled"], sample=["naive"])
+    first = run_bench("tiny", data / "pq" / "wide", data / "shards", "cpu", bench_settings(
+        quick=True, quick_minutes=60, batch_size=64, num_workers=1,
+        variants=["naive", "preprocessed", "device", "compiled"], sample=["naive"]))
+    reference.parent.mkdir(parents=True)
+    reference.write_text(json.dumps(first))
+    assert first["quick_plan"]["cuts"] == [] and first["quick_plan"]["skipped"] == []
+    capsys.readouterr()
+    doc = run_bench("tiny", data / "pq" / "wide", data / "shards", "cpu", s, [reference])
+    said = capsys.readouterr().err
+    plan = doc["quick_plan"]
+    assert plan["budget_s"] == 3.0 and plan["cuts"], said
+    assert "of the quick budget left" in said or "bench tiny, quick: 0.05 min for it; planned" in said
+    assert set(doc["variants"]) | set(plan["skipped"]) == set(s.variants)
+    assert all(name not in doc["variants"] for name in plan["skipped"])
