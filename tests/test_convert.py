@@ -182,8 +182,12 @@ def test_empty_file_rejected(tmp_path, csv_dir):
 
 
 def test_codec_table(tmp_path, csv_dir):
+    import time
+
     for codec in ("none", "zstd-3"):
+        start = time.perf_counter()
         convert_dataset(csv_dir, tmp_path / "pq" / codec, tmp_path / "fig" / "tiny" / f"{codec}.json", codec)
+        elapsed = time.perf_counter() - start  # zstd-3's, the last: its read and write lie inside it
     table = write_codecs(tmp_path / "fig", ["tiny"], ["none", "zstd-3"], tmp_path / "m.json", tmp_path / "p.csv")
     entry = table["tiny"]["compact"]["zstd-3"]["train"]
     size = (tmp_path / "pq/zstd-3/compact/train.parquet").stat().st_size
@@ -191,7 +195,7 @@ def test_codec_table(tmp_path, csv_dir):
     figures = json.loads((tmp_path / "fig/tiny/zstd-3.json").read_text())["train"]
     assert entry["ratio"] == pytest.approx(figures["csv_bytes"] / size, rel=0.01)
     assert figures["csv_bytes"] == (csv_dir / "train.csv").stat().st_size
-    assert 0 < figures["compact"]["read_s"] < 5 and 0 < figures["compact"]["write_s"] < 5
+    assert 0 < figures["compact"]["read_s"] < elapsed and 0 < figures["compact"]["write_s"] < elapsed
     assert json.loads((tmp_path / "m.json").read_text()) == table
     header, *rows = (tmp_path / "p.csv").read_text().splitlines()
     assert header == "codec,tiny wide,tiny compact" and [r.split(",")[0] for r in rows] == ["none", "zstd-3"]

@@ -47,7 +47,7 @@ def test_the_budget_on_cuda_counts_kernels_and_adds_up():
             optimizer.step()
     result = budget.result
     step = result.per_step
-    assert abs(step["vs_wall"] - 1) < 0.05, step
+    assert 0 < step["step_s"] <= step["wall_s"] + 1e-5, step  # the events lie inside the plain clock's window
     assert result.kernels_per_step > 10 and result.peak_device_bytes > 0
     assert step["compute_s"] > 0 and step["copy_s"] > 0, step  # the kernels, and the memcpys found in the trace
     # every kernel matched to its launch call, and the overhead split into its two halves
@@ -60,7 +60,7 @@ def test_a_graphed_epochs_budget_matches_its_kernels_to_the_graphs_launch():
     device's idle time splits into host wait and launch gaps that sum to the overhead."""
     data, config = resident(device="cuda"), TrainConfig(batch_size=32)
     step = train_static(data, CUDA, config, Execution(cuda_graph=True), epochs=2, budget=4).budget
-    assert step["kernels_per_step"] > 10 and abs(step["vs_wall"] - 1) < 0.05, step
+    assert step["kernels_per_step"] > 10 and 0 < step["step_s"] <= step["wall_s"] + 1e-5, step
     assert step["host_wait_s"] is not None and step["launch_gap_s"] is not None, step
     assert step["host_wait_s"] + step["launch_gap_s"] == pytest.approx(step["overhead_s"], abs=2e-6), step
 

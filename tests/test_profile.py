@@ -69,7 +69,8 @@ def test_a_script_is_profiled_unchanged_and_stopped_after_the_window(tmp_path):
     assert "DATA WAIT-BOUND" in done.stdout and "(6 steps on cpu, " in done.stdout
     budget = json.loads((tmp_path / "budget.json").read_text())
     assert budget["script"] == "train.py" and budget["steps"] == 6 and budget["bound"] == "data_wait"
-    assert budget["partial"] is False and budget["share"]["data_wait"] > 0.5
+    # each wait for a batch holds its four items' 20 ms sleeps (a loaded host wakes late, never early)
+    assert budget["partial"] is False and budget["data_wait_s"] >= 0.08 - 1e-5
     parts = [budget[f"{part}_s"] for part in ("data_wait", "copy", "compute", "overhead", "other")]
     assert sum(parts) == pytest.approx(budget["step_s"], abs=1e-5)
     names = {event.get("name") for event in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]}

@@ -1,18 +1,24 @@
 """The time budget for any loop (`pipeline.budget.TimeBudget`): on loops built to be
 bound by each part, on the CPU, the verdict names that part, and claims compute only with
 the FLOP/s to show for it; the parts add up to the profiled window; the thread check runs
-its steps at the thread counts it says; outside the window the loop runs as it would."""
+its steps at the thread counts it says; outside the window the loop runs as it would.
+
+Every assert here holds on a loaded host: counts, flags, messages, the arithmetic of the
+parts, lower bounds that a sleep sets (a loaded host wakes a sleeper late, never early), and
+verdicts on loops whose bound part takes a hundred times the rest by construction. No
+assert reads a measured share or ratio: `benchmarks/verdicts.py` prints those."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 
 import pytest
 import torch
 
 from pipeline.budget import Peak, TimeBudget
-from pipeline.budget.verdict import rule_for, verdict
+from pipeline.budget.verdict import diagnose, rule_for, verdict
 
 # A float32 peak far below what any CPU reaches: every counted FLOP is "a meaningful fraction".
 LOW_PEAK = Peak(rates={"float32": 1e6}, machine="test-machine", device="cpu", threads=1)
@@ -23,6 +29,7 @@ def _loop(kind: str, budget: TimeBudget, steps: int = 9) -> None:
     the work that part stands for and little else."""
     w = torch.randn(8, 8, requires_grad=True)
     big = torch.ones(8 << 20)  # 32 MB: a copy of it takes milliseconds
+    into = torch.empty_like(big)  # copied into the same buffer each time: no allocation in the step's way
     square = torch.randn(640, 640)
 
     def loader():
@@ -35,7 +42,7 @@ def _loop(kind: str, budget: TimeBudget, steps: int = 9) -> None:
         if kind == "copy":
             with budget.copy():
                 for _ in range(4):
-                    big.clone()
+                    into.copy_(big)
         with budget.step():
             if kind == "compute":
                 for _ in range(4):
@@ -53,20 +60,25 @@ def test_the_verdict_names_the_part_a_loop_is_built_to_be_bound_by(kind):
     _loop(kind, budget)
     result = budget.result
     assert result is not None and result.per_step["steps"] == 6
+    # Built so: the bound part takes a hundred times or more the next one (20 ms sleeps,
+    # 128 MB copied, four 640 x 640 products or 200,000 Python multiplications a step, against
+    # one 4 x 8 product). The thread check is off and the peak given: nothing else decides.
     assert result.bound() == kind, str(result)
-    assert result.shares()[kind] > 0.5, str(result)
     said = verdict(result)
     assert said.startswith(kind.replace("_", " ").upper() + "-BOUND: ") and rule_for(kind, "cpu").try_next in said
 
 
-def test_the_profiled_window_is_the_window_a_plain_clock_measured():
-    """The parts sum to the span of the window's events by construction; that span is the
-    window as a plain clock around it measured, within 5%: nothing lost, nothing counted twice."""
+def test_the_profiled_window_lies_inside_the_window_a_plain_clock_measured():
+    """The parts sum to the span of the window's events by construction; that span lies
+    inside the window a plain clock around it measured (nothing counted twice) and holds
+    every wait the loop was built with (nothing lost): each of the 6 steps waits for a batch
+    that sleeps 20 ms. How close the span comes to the clock's window is a measurement, which
+    load moves: `benchmarks/verdicts.py` prints the budgets."""
     budget = TimeBudget("cpu", steps=6, skip=1, flops=False, threads_check=0)
     _loop("data_wait", budget)
     step = budget.result.per_step
-    assert 0 < step["vs_wall"] <= 1.001, step  # the events lie inside the clock's window: nothing counted twice
-    assert step["wall_s"] >= 0.02  # each step sleeps 20 ms (a loaded host wakes it late, never early)
+    assert 0 < step["step_s"] <= step["wall_s"] + ROUNDING, step  # the events lie inside the clock's window
+    assert step["wall_s"] >= 0.02 and step["data_wait_s"] >= 0.02 - ROUNDING, step  # every sleep in its wait
 
 
 def test_an_annotation_inside_the_step_is_looked_through():
@@ -81,10 +93,19 @@ def test_an_annotation_inside_the_step_is_looked_through():
     assert budget.result.bound() == "overhead", str(budget.result)
 
 
+def _ends_slowly(count: int) -> Iterator[int]:
+    """`count` items at once, then an end that takes 50 ms to come."""
+    yield from range(count)
+    time.sleep(0.05)
+
+
 def test_a_loop_left_early_or_a_loader_that_ends_gives_the_steps_finished_marked_partial():
+    """The window ends with the last step finished: the wait for a batch that never came
+    (a loader's end that takes 50 ms here) is no step's, so the events still lie inside the
+    plain clock's window, which ends with that step."""
     for leave in ("break", "exception", "end"):
         budget = TimeBudget("cpu", steps=10, skip=1, flops=False)
-        items = range(5 if leave == "end" else 100)
+        items = _ends_slowly(5) if leave == "end" else range(100)
         with pytest.raises(RuntimeError) if leave == "exception" else _nothing():
             for i in budget.batches(items):
                 with budget.step():
@@ -97,8 +118,13 @@ def test_a_loop_left_early_or_a_loader_that_ends_gives_the_steps_finished_marked
         result = budget.result
         assert result is not None and result.partial, leave
         assert result.per_step["steps"] == (4 if leave == "end" else 3), leave  # items 1.. after the skipped 0
-        assert result.shares()["data_wait"] < 0.2, (leave, str(result))  # the loader's end is no step's wait
+        step = result.per_step
+        assert step["step_s"] <= step["wall_s"] + ROUNDING, (leave, step)  # the loader's end is no step's wait
         assert not budget.profiling
+
+
+# Six figures rounded to a microsecond each, and the profiler's own microsecond ticks.
+ROUNDING = 1e-5
 
 
 class _nothing:
@@ -110,7 +136,7 @@ class _nothing:
 
 
 def test_the_verdict_quotes_this_machines_ladder_when_given():
-    budget = TimeBudget("cpu", steps=4, skip=1, flops=False)
+    budget = TimeBudget("cpu", steps=4, skip=1, flops=False, threads_check=0)
     _loop("data_wait", budget, steps=6)
     ladder = {"dataset": "mnist", "variants": {"naive": {"train_s": 76.8}, "preprocessed": {"train_s": 15.5},
                                                "workers": {"train_s": 50.0}}}
@@ -134,7 +160,8 @@ def test_a_trace_and_a_summary_a_user_can_keep(tmp_path):
     """The window as a Chrome trace with the marked ranges, and a JSON summary of plain
     numbers (what `dvc metrics show` reads)."""
     trace = tmp_path / "trace.json"
-    budget = TimeBudget("cpu", steps=3, skip=1, trace=str(trace))
+    # no thread check and a given peak: on a loaded host the check may find contention, a verdict of its own
+    budget = TimeBudget("cpu", steps=3, skip=1, trace=str(trace), threads_check=0, peak=LOW_PEAK)
     _loop("compute", budget, steps=5)
     events = json.loads(trace.read_text())["traceEvents"]
     names = {e.get("name") for e in events}
@@ -193,3 +220,17 @@ def test_a_cpu_budget_claims_nothing_of_a_device():
     assert (result.kernels_per_step, result.peak_device_bytes, result.flop_per_step) == (None, None, None)
     assert (result.per_step["host_wait_s"], result.per_step["launch_gap_s"]) == (None, None)
     assert result.to_json()["device"] == "cpu"
+
+
+def test_two_runs_of_one_loop_agree_on_what_is_counted_and_on_the_verdict():
+    """What a budget counts (steps, ops per step, FLOPs, partial) is the same from one run of
+    a loop to the next, and so is the verdict's bound on a loop built to be bound by it."""
+    def once():
+        budget = TimeBudget("cpu", steps=4, skip=1, threads_check=0, peak=LOW_PEAK)
+        _loop("data_wait", budget, steps=6)
+        result = budget.result
+        return (result.per_step["steps"], result.ops_per_step, result.flop_per_step, result.partial,
+                diagnose(result).label)
+
+    first = once()
+    assert first == once() and first[-1] == "DATA WAIT", first
