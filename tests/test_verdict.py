@@ -1,7 +1,9 @@
 """The verdict is a claim backed by evidence: compute only with FLOP/s to show against this
 device's measured peak, thread contention said first when one thread is faster, close parts
-both named; the thread check really runs its steps at the counts it reports; a device this
-machine lacks is refused at construction; Kineto's log lines never reach the user."""
+both named, a lever only where this machine's evidence says it pays (bf16 where bfloat16
+measured faster, channels_last where the trace shows convolutions); the thread check really
+runs its steps at the counts it reports; a device this machine lacks is refused at
+construction; Kineto's log lines never reach the user."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pipeline.budget import Peak, TimeBudget
 from pipeline.budget.peak import device_peak
 from pipeline.budget.threads import ThreadCheck, plan
 from pipeline.budget.timebudget import Budget
-from pipeline.budget.trace import kineto_lines_dropped
+from pipeline.budget.trace import CONVOLUTION, RANGE, QuietProfiler, kineto_lines_dropped, window_parts
 from pipeline.budget.units import duration
 from pipeline.budget.verdict import diagnose, verdict
 from pipeline.core.errors import InputError
@@ -268,3 +270,74 @@ def test_a_window_much_slower_than_the_plain_clock_is_said_to_be_weak_evidence()
     steady = budget({"data_wait": 0.7, "compute": 0.3}, step_s=0.004,
                     threads=ThreadCheck(threads=2, step_s=0.0033, one_thread_s=0.0031, steps=6, cores=2, load=0.1))
     assert "weak evidence" not in verdict(steady) and "plain clock's" not in verdict(steady)
+
+
+# Advice from this machine's evidence (issue 60): each lever is named only where the evidence
+# given says it pays. The budgets are fabricated: what is held is the rule, not a timing.
+AVX2 = Peak(rates={"float32": 146e9, "bfloat16": 1.37e9}, machine="avx2-cpu", device="cpu", threads=2)
+
+
+def compute_bound(peak: Peak | None = PEAK, convolutions: bool | None = None) -> Budget:
+    """A compute-bound CPU step at 40% of `peak`'s float32 rate (of PEAK's where `peak` is None)."""
+    rate = (peak or PEAK).float32
+    loop = budget({"compute": 0.9, "data_wait": 0.05, "overhead": 0.05}, step_s=0.2, flop_per_step=0.4 * rate * 0.2,
+                  peak=peak)
+    loop.convolutions = convolutions  # what the trace said (`trace.step_convolutions`); None: not looked
+    return loop
+
+
+def advice(said: str) -> str:
+    """The verdict's `Try:` sentence."""
+    return said.split("Try: ", 1)[1].split("\nWhy: ")[0]
+
+
+def test_bf16_autocast_is_advised_only_where_bfloat16_measured_faster_than_float32():
+    faster = advice(verdict(compute_bound(PEAK)))
+    assert faster.startswith("bf16 autocast (bfloat16 matmuls measured 4.0x float32's rate on this CPU)"), faster
+    slower = verdict(compute_bound(AVX2))  # the issue's CPU: AVX2 only, bf16 emulated
+    assert "bf16 autocast (" not in slower and advice(slower).startswith(
+        "a smaller model or a faster device: the step computes at 40% of this CPU's measured float32 peak, and no "
+        "lever measured to pay here (bfloat16 matmuls measured 1.37 GFLOP/s against float32's 146 GFLOP/s: bf16 "
+        "autocast would slow the step)"), slower
+    barely = Peak(rates={"float32": 1e11, "bfloat16": 1.1e11}, machine="m", device="cpu", threads=2)
+    assert "bf16 autocast (" not in verdict(compute_bound(barely))
+    assert "would gain too little to pay for its casts" in verdict(compute_bound(barely))
+    untested = Peak(rates={"float32": 1e11}, machine="m", device="cpu", threads=2)
+    for peak in (untested, None):
+        said = verdict(compute_bound(peak))
+        assert "bf16 autocast (" not in said and "no bfloat16 peak was measured here" in said, said
+
+
+def test_channels_last_is_advised_only_for_a_step_the_trace_shows_running_convolutions():
+    conv = advice(verdict(compute_bound(PEAK, convolutions=True)))
+    assert "channels_last (the step runs convolutions)" in conv, conv
+    assert "channels_last (" in advice(verdict(compute_bound(AVX2, convolutions=True)))  # whatever bf16 does
+    linear = advice(verdict(compute_bound(AVX2, convolutions=False)))
+    assert "channels_last (" not in linear and "the step runs no convolution, so channels_last has nothing" in linear
+    assert "channels_last" not in verdict(compute_bound(PEAK, convolutions=None))  # not looked: not named
+
+
+def test_torch_compile_is_named_as_something_to_measure_never_as_a_claim():
+    for loop in (compute_bound(PEAK, True), compute_bound(AVX2, False)):
+        said = advice(verdict(loop))
+        assert said.count("torch.compile") == 1 and said.endswith(
+            "torch.compile is unmeasured here: time the loop with it before counting on it."), said
+
+
+def profiled_step(model: torch.nn.Module, x: torch.Tensor):
+    """One marked step of `model` on `x` under the profiler, read as a window."""
+    with QuietProfiler(torch.device("cpu")) as profiler:
+        with torch.profiler.record_function(RANGE + "step"):
+            model(x).sum().backward()
+    return window_parts(list(profiler.events()), 1, None, torch.device("cpu"), flops=False)
+
+
+def test_the_trace_says_whether_the_step_ran_convolutions():
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))
+    assert profiled_step(conv, torch.randn(2, 3, 8, 8)).convolutions
+    assert not profiled_step(torch.nn.Linear(8, 2), torch.randn(2, 8)).convolutions
+    names = ("conv1d", "conv2d", "convolution", "_convolution", "mkldnn_convolution", "cudnn_convolution",
+             "_slow_conv2d_forward", "conv_transpose2d", "convolution_backward", "_conv_depthwise2d")
+    assert all(CONVOLUTION.match("aten::" + name) for name in names)
+    assert not any(CONVOLUTION.match("aten::" + name) for name in ("_convert_indices_from_coo_to_csr", "addmm",
+                                                                    "conj", "contiguous"))

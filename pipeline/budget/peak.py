@@ -2,13 +2,14 @@
 
 A verdict of "compute-bound" is a claim about arithmetic, so it needs the device's own
 ceiling beside the step's achieved FLOP/s. The probe multiplies square matrices in float32
-(the ceiling the verdict weighs a step against) and bfloat16 (the headroom it names) sized so that one
+(the ceiling the verdict weighs a step against) and bfloat16 (whether bf16 autocast pays
+here: the verdict advises it only where bfloat16 measured clearly faster), sized so that one
 product takes a few milliseconds, on the CPU with one thread per usable core, and keeps the
-best of a few repeats: a busy moment only
-lowers a repeat, never raises it. The result is kept in a small JSON file under the user's
-cache folder (`$XDG_CACHE_HOME/trainpath/peak.json`, else `~/.cache/...`), keyed by the
-machine's name, device, usable cores and torch version, so a second run on the same machine
-costs nothing; a probe taken on a busy host is taken again next time and the larger kept.
+best of a few repeats: a busy moment only lowers a repeat, never raises it. The result is
+kept in a small JSON file under the user's cache folder
+(`$XDG_CACHE_HOME/trainpath/peak.json`, else `~/.cache/...`), keyed by the machine's name,
+device, usable cores and torch version, so a second run on the same machine costs nothing; a
+probe taken on a busy host is taken again next time and the larger kept.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ class Peak:
     def float32(self) -> float:
         """The rate of float32 products: the dtype a loop computes in unless told otherwise."""
         return self.rates["float32"]
+
+    def over_float32(self, dtype: str) -> float | None:
+        """`dtype`'s measured rate over float32's (above 1: faster here); None where `dtype`
+        was not measured."""
+        other = self.rates.get(dtype)
+        return other / self.float32 if other else None
 
     def describe(self) -> str:
         """Each dtype's rate, float32 first, the threads and the machine, in words."""

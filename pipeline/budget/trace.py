@@ -3,7 +3,7 @@
 `trace_intervals` finds the marked ranges, the step's own ops and the device's kernels and
 copies; `window_parts` turns a finished window into seconds per step by part
 (`intervals`), with the device's idle time split and what the profiler counted (ops,
-kernels, FLOPs). Kineto writes a line to the process's stderr each time a profiler starts
+kernels, FLOPs, whether a convolution ran). Kineto writes a line to the process's stderr each time a profiler starts
 or stops; `quiet_profiler` keeps those lines out of the user's output and passes every
 other line through.
 """
@@ -134,6 +134,20 @@ def step_flops(events: Iterable[Any], steps: list[Interval]) -> float:
                and in_step(event.time_range.start / 1e6))
 
 
+# The ATen ops a convolution runs as, whatever the backend: conv1d/2d/3d, convolution,
+# _convolution, mkldnn_convolution, cudnn_convolution, slow_conv2d_forward, conv_transpose2d,
+# convolution_backward, ... (not `_convert_*`: "conv" must be followed by what names a convolution).
+CONVOLUTION = re.compile(r"^aten::\w*conv(olution|\d?d|_transpose|_depthwise|_tbc)")
+
+
+def step_convolutions(events: Iterable[Any], steps: list[Interval]) -> bool:
+    """Whether a host op that starts inside a marked step is a convolution (CONVOLUTION):
+    evidence that the model has convolution layers, read from the trace rather than asked."""
+    in_step = inside(steps)
+    return any(CONVOLUTION.match(event.name) and event.device_type == torch.autograd.DeviceType.CPU
+               and in_step(event.time_range.start / 1e6) for event in events)
+
+
 def activities(device: torch.device) -> list:
     """What the profiler records: the host's ops, and the device's work on CUDA."""
     return [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA]
@@ -154,6 +168,7 @@ class Window:
     ops_per_step: float                  # top-level torch ops the step called
     kernels_per_step: float | None       # device kernels launched (CUDA; None elsewhere)
     flop_per_step: float | None          # what the profiler counts for matmuls, convolutions, ... (None: not counted)
+    convolutions: bool = False           # a convolution op ran inside a step (`step_convolutions`)
 
 
 def window_parts(events: list[Any], steps: int, wall: float | None, device: torch.device,
@@ -168,7 +183,8 @@ def window_parts(events: list[Any], steps: int, wall: float | None, device: torc
     return Window(per_step={**per_step(parts, steps, wall), **idle},
                   ops_per_step=round(sum(map(inside(ranges.get("step", [])), (start for start, _ in ops))) / steps, 1),
                   kernels_per_step=round(len(kernels) / steps, 1) if cuda else None,
-                  flop_per_step=flop / steps if flop else None)
+                  flop_per_step=flop / steps if flop else None,
+                  convolutions=step_convolutions(events, ranges.get("step", [])))
 
 
 # Kineto's own log lines: "USDT:2026-01-01 10:00:00 123:123 File.cpp:52] profiler_start".

@@ -12,7 +12,11 @@ A verdict is a claim, so it rests on evidence, not on the largest share alone:
 - a profiled window DISTURBED times slower than the same steps on a plain clock (the thread
   check's) is said to be so: its shares describe that stretch, not the loop;
 - without counted FLOPs or a peak, a compute claim says its evidence is weak, unless the
-  device's kernels average under SMALL_KERNEL_S: kernels that short cannot fill a GPU.
+  device's kernels average under SMALL_KERNEL_S: kernels that short cannot fill a GPU;
+- a lever is advised only where this machine's evidence says it pays: bf16 autocast where the
+  measured bfloat16 peak beats float32's by PAYS, channels_last where the trace shows
+  convolutions (`Budget.convolutions`), and torch.compile only as something to measure; where
+  none pays, the verdict says so, and why.
 
 Each part's rule ties its change to the rungs of the ladder that measured that very change
 (before -> after), so that given a bench metrics document (`metrics/bench/<dataset>.json`)
@@ -32,6 +36,7 @@ NEGLIGIBLE = 0.01     # of the float32 peak: below it, time in ops is dispatch, 
 CLOSE = 0.10          # two shares this close (fraction of the step) are both named
 SMALL_KERNEL_S = 20e-6  # a device kernel shorter than this on average cannot fill the device
 DISTURBED = 2.0       # profiled steps this many times the plain clock's: the window does not show the loop
+PAYS = 1.25           # bfloat16's measured matmul rate over float32's from which bf16 autocast is advised
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ RULES = {
                  "and gather each batch there",
                  (("persistent", "pinned"), ("batched", "device"))),
     "compute": Rule("the model's own arithmetic is the bound: the data path keeps up",
-                    "bf16 autocast, channels_last and torch.compile; past that, a smaller model or faster device",
+                    "a smaller model or a faster device",  # after the levers this machine measured to pay
                     (("device", "compiled"),)),
     "overhead": Rule("Python and kernel launches are the bound: the device idles while the host issues work",
                      "capture the step as a CUDA graph, torch.compile it, or do more per op (a larger batch)",
@@ -98,7 +103,8 @@ IDLE_RULES = {
 
 
 def rule_for(part: str, device: str) -> Rule:
-    """The rule for `part` on a device of that type ("cpu", "cuda", "cuda:0", ...)."""
+    """The rule for `part` on a device of that type ("cpu", "cuda", "cuda:0", ...), before
+    this budget's evidence fits it (`_rule`): its `try_next` is said whatever the evidence."""
     return (CPU_RULES.get(part) if device.startswith("cpu") else None) or RULES[part]
 
 
@@ -228,11 +234,51 @@ def evidence(rule: Rule, ladder: dict | None, machine: str | None = None) -> str
             f"{_figure(before, variants[before])} -> {_figure(after, variants[after])} s/epoch.")
 
 
+def _device_word(budget) -> str:
+    return "CPU" if budget.device.startswith("cpu") else "GPU"
+
+
+def _compute_rule(budget) -> Rule:
+    """The compute rule with the levers this machine's evidence says pay: bf16 autocast where
+    the measured bfloat16 peak beats float32's by PAYS, channels_last where the trace shows
+    convolutions; torch.compile is named as a measurement, never as a claim. Where no lever
+    pays, the rule says so with the evidence against each."""
+    base = rule_for("compute", budget.device)
+    levers, against = [], []
+    peak = budget.peak
+    speedup = peak.over_float32("bfloat16") if peak is not None else None
+    if speedup is None:
+        against.append("no bfloat16 peak was measured here, so bf16 autocast is untested")
+    elif speedup >= PAYS:
+        levers.append(f"bf16 autocast (bfloat16 matmuls measured {speedup:.1f}x float32's rate on this "
+                      f"{_device_word(budget)})")
+    else:
+        slower = "would slow the step" if speedup < 1 else "would gain too little to pay for its casts"
+        against.append(f"bfloat16 matmuls measured {rate(peak.rates['bfloat16'])} against float32's "
+                       f"{rate(peak.float32)}: bf16 autocast {slower}")
+    convolutions = getattr(budget, "convolutions", None)  # None: a budget that did not look
+    if convolutions:
+        levers.append("channels_last (the step runs convolutions)")
+    elif convolutions is not None:
+        against.append("the step runs no convolution, so channels_last has nothing to reorder")
+    compile_ = "torch.compile is unmeasured here: time the loop with it before counting on it"
+    if levers:
+        return Rule(base.meaning, f"{' and '.join(levers)}; past that, {base.try_next}; {compile_}", base.rungs)
+    fraction = compute_fraction(budget)
+    at = (f"the step computes at {percent(fraction)} of this {_device_word(budget)}'s measured float32 peak, and "
+          if fraction is not None else "")
+    return Rule(base.meaning, f"{base.try_next}: {at}no lever measured to pay here ({'; '.join(against)}); "
+                              f"{compile_}", base.rungs)
+
+
 def _rule(part: str, budget) -> Rule:
+    """The rule for `part`, fitted to the evidence `budget` holds."""
     if part == "overhead":
         halves = budget.idle_shares()
         if halves:
             return IDLE_RULES[max(halves, key=halves.__getitem__)]
+    if part == "compute":
+        return _compute_rule(budget)
     return rule_for(part, budget.device)
 
 
