@@ -1,9 +1,9 @@
 """The verdict is a claim backed by evidence: compute only with FLOP/s to show against this
 device's measured peak, thread contention said first when one thread is faster, close parts
 both named, a lever only where this machine's evidence says it pays (bf16 where bfloat16
-measured faster, channels_last where the trace shows convolutions); the thread check really
-runs its steps at the counts it reports; a device this machine lacks is refused at
-construction; Kineto's log lines never reach the user."""
+measured faster, channels_last where the trace shows convolutions, Dataset advice fitted to
+the Dataset seen); the thread check really runs its steps at the counts it reports; a device
+this machine lacks is refused at construction; Kineto's log lines never reach the user."""
 
 from __future__ import annotations
 
@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
 
 from pipeline.budget import Peak, TimeBudget
+from pipeline.budget.findloop import profile_script
 from pipeline.budget.peak import device_peak
 from pipeline.budget.threads import ThreadCheck, plan
 from pipeline.budget.timebudget import Budget
 from pipeline.budget.trace import CONVOLUTION, RANGE, QuietProfiler, kineto_lines_dropped, window_parts
 from pipeline.budget.units import duration
-from pipeline.budget.verdict import diagnose, verdict
+from pipeline.budget.verdict import LoaderSeen, diagnose, loader_seen, rule_for, verdict
 from pipeline.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -324,6 +325,51 @@ def test_torch_compile_is_named_as_something_to_measure_never_as_a_claim():
             "torch.compile is unmeasured here: time the loop with it before counting on it."), said
 
 
+def data_bound(loader: object, device: str = "cpu") -> Budget:
+    loop = budget({"data_wait": 0.8, "compute": 0.15, "overhead": 0.05})
+    loop.device = device
+    loop.loader = loader_seen(loader)
+    return loop
+
+
+class PerItem(Dataset):
+    """Each item built in __getitem__, as a first Dataset does."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int):
+        return torch.tensor([float(i)] * 4), i % 2
+
+
+TENSORS = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+
+
+def test_a_tensor_dataset_is_told_to_hand_out_whole_batches_not_to_convert_in_init():
+    said = verdict(data_bound(DataLoader(TENSORS, batch_size=8, shuffle=True)))
+    assert said.startswith("DATA WAIT-BOUND: ") and "__init__" not in said and "convert the split" not in said, said
+    assert "the DataLoader fetches the TensorDataset's items one by one" in said
+    assert advice(said).startswith("hand out whole batches by index instead of item by item: a BatchSampler")
+    assert "workers" not in advice(said) and "on the device" not in said  # no per-item work; no device on the CPU
+    split = torch.utils.data.random_split(TENSORS, [48, 16])[0]  # a Subset is looked through
+    assert "__init__" not in verdict(data_bound(DataLoader(split, batch_size=8)))
+    on_gpu = verdict(data_bound(DataLoader(TENSORS, batch_size=8), device="cuda:0"))
+    assert "keep the tensors on the device and gather each batch there" in on_gpu and "__init__" not in on_gpu
+    batched = DataLoader(TENSORS, sampler=BatchSampler(RandomSampler(TENSORS), 8, False), batch_size=None)
+    whole = advice(verdict(data_bound(batched)))
+    assert "hand out whole batches" not in whole and "without a DataLoader" in whole and "__init__" not in whole
+
+
+def test_a_dataset_doing_per_item_work_is_told_to_do_it_once_in_init():
+    said = advice(verdict(data_bound(DataLoader(PerItem(), batch_size=8))))
+    assert said == ("do the per-item work once (convert the split in the Dataset's __init__), hand out whole batches "
+                    "by index instead of item by item, or add DataLoader workers."), said
+    two = advice(verdict(data_bound(DataLoader(PerItem(), batch_size=8, num_workers=2))))
+    assert "more DataLoader workers than its 2" in two and "add DataLoader workers" not in two
+    unseen = verdict(data_bound(iter(range(3))))  # not a DataLoader: the general rule
+    assert advice(unseen) == rule_for("data_wait", "cpu").try_next + "."
+
+
 def profiled_step(model: torch.nn.Module, x: torch.Tensor):
     """One marked step of `model` on `x` under the profiler, read as a window."""
     with QuietProfiler(torch.device("cpu")) as profiler:
@@ -341,3 +387,18 @@ def test_the_trace_says_whether_the_step_ran_convolutions():
     assert all(CONVOLUTION.match("aten::" + name) for name in names)
     assert not any(CONVOLUTION.match("aten::" + name) for name in ("_convert_indices_from_coo_to_csr", "addmm",
                                                                     "conj", "contiguous"))
+
+
+def test_a_script_over_a_tensor_dataset_is_seen_as_one_and_never_told_to_convert(tmp_path):
+    """`python -m pipeline profile`'s path: the DataLoader is found by the command, not given."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "data = TensorDataset(torch.randn(512, 8), torch.randint(0, 2, (512,)))\n"
+        "model = torch.nn.Linear(8, 2)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in DataLoader(data, batch_size=16, shuffle=True):\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n")
+    result = profile_script(script, [], "cpu", steps=4, skip=1)
+    assert result.loader == LoaderSeen(dataset="TensorDataset", kind="tensors", by_item=True, workers=0)
+    assert "__init__" not in verdict(result)  # whatever bound this host's load gives it

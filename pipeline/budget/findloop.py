@@ -29,6 +29,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 
 from pipeline.budget.timebudget import Budget, TimeBudget
+from pipeline.budget.verdict import loader_seen
 from pipeline.core.errors import InputError
 
 
@@ -158,4 +159,6 @@ def profile_script(script: Path, args: list[str], device: str | torch.device | N
     if watch.budget.result is None:
         raise ProfileError(f"{script}: its training loop ended after {watch.found_at + watch.budget.seen} batches, "
                            f"before the profiled window's first step (skip {skip}); lower --skip")
-    return watch.budget.result
+    result = watch.budget.result
+    result.loader = loader_seen(watch.loader)  # the budget took the loader's iterator, not the DataLoader
+    return result

@@ -16,7 +16,9 @@ A verdict is a claim, so it rests on evidence, not on the largest share alone:
 - a lever is advised only where this machine's evidence says it pays: bf16 autocast where the
   measured bfloat16 peak beats float32's by PAYS, channels_last where the trace shows
   convolutions (`Budget.convolutions`), and torch.compile only as something to measure; where
-  none pays, the verdict says so, and why.
+  none pays, the verdict says so, and why;
+- Dataset advice fits the loader seen (`loader_seen`, `Budget.loader`): a TensorDataset's
+  items are tensors already, so it is told to hand out whole batches, not to convert anything.
 
 Each part's rule ties its change to the rungs of the ladder that measured that very change
 (before -> after), so that given a bench metrics document (`metrics/bench/<dataset>.json`)
@@ -26,6 +28,8 @@ the verdict quotes what the change did there, naming the machine that measured i
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from torch.utils.data import DataLoader, IterableDataset, Subset, TensorDataset
 
 from pipeline.budget.units import duration, rate
 
@@ -106,6 +110,36 @@ def rule_for(part: str, device: str) -> Rule:
     """The rule for `part` on a device of that type ("cpu", "cuda", "cuda:0", ...), before
     this budget's evidence fits it (`_rule`): its `try_next` is said whatever the evidence."""
     return (CPU_RULES.get(part) if device.startswith("cpu") else None) or RULES[part]
+
+
+@dataclass(frozen=True)
+class LoaderSeen:
+    """What the verdict knows of the loop's DataLoader (`loader_seen`): what its Dataset is
+    and how it makes a batch."""
+
+    dataset: str     # the Dataset's class name, looked through Subsets (random_split's)
+    kind: str        # "tensors" (a TensorDataset: its items are tensor rows already), "items", "iterable"
+    by_item: bool    # a batch is fetched item by item (dataset[i] for each index) and collated
+    workers: int     # the DataLoader's num_workers
+
+
+def loader_seen(loader: object) -> LoaderSeen | None:
+    """What `loader` is, for the verdict's Dataset advice: None where it is not a
+    torch.utils.data.DataLoader (a generator, a DataLoader's iterator), whose Dataset the
+    verdict then cannot see."""
+    if not isinstance(loader, DataLoader):
+        return None
+    dataset = loader.dataset
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    kind = ("iterable" if isinstance(dataset, IterableDataset) else
+            "tensors" if isinstance(dataset, TensorDataset) else "items")
+    # With a batch sampler the DataLoader asks for each index of a batch in turn, unless the
+    # Dataset takes the whole batch (`__getitems__`); without one it hands the sampler's
+    # index (a list, from a BatchSampler given as the sampler) to the Dataset as it is.
+    by_item = loader.batch_sampler is not None and not callable(getattr(dataset, "__getitems__", None))
+    return LoaderSeen(dataset=type(dataset).__name__, kind=kind, by_item=by_item and kind != "iterable",
+                      workers=loader.num_workers)
 
 
 @dataclass(frozen=True)
@@ -271,6 +305,37 @@ def _compute_rule(budget) -> Rule:
                               f"{compile_}", base.rungs)
 
 
+def _data_rule(budget) -> Rule:
+    """The data-wait rule fitted to the loader seen (`Budget.loader`): a TensorDataset has
+    nothing left to convert and no per-item work for workers to share, so it is told to hand
+    out whole batches (and on a GPU to keep the tensors there); a Dataset of its own gets the
+    general rule, with what its loader already does left out. No loader seen: the general rule."""
+    base = rule_for("data_wait", budget.device)
+    seen = getattr(budget, "loader", None)  # None: a budget that did not look, or not a DataLoader
+    if seen is None or seen.kind == "iterable":
+        return base
+    gpu = not budget.device.startswith("cpu")
+    if seen.kind == "tensors":
+        device = ", or keep the tensors on the device and gather each batch there" if gpu else ""
+        device_rung = (("batched", "device"),) if gpu else ()
+        if seen.by_item:
+            return Rule(f"the step waits for its batch: the DataLoader fetches the {seen.dataset}'s items one by "
+                        f"one and collates them (they are tensors already: nothing is left to convert)",
+                        "hand out whole batches by index instead of item by item: a BatchSampler as the "
+                        "DataLoader's sampler with batch_size=None, or index the tensors with each batch's "
+                        "shuffled indices in the loop" + device,
+                        (("preprocessed", "batched"),) + device_rung)
+        return Rule(f"the step waits for its batch, which the DataLoader already gathers by index from the "
+                    f"{seen.dataset}'s tensors: the DataLoader's own machinery is the bound",
+                    "index the tensors with each batch's shuffled indices in the loop, without a DataLoader" + device,
+                    device_rung)
+    batches = "hand out whole batches by index instead of item by item, " if seen.by_item else ""
+    workers = ("add DataLoader workers" if seen.workers == 0
+               else f"more DataLoader workers than its {seen.workers}, where cores are free")
+    return Rule(base.meaning, f"do the per-item work once (convert the split in the Dataset's __init__), {batches}"
+                              f"or {workers}", base.rungs)
+
+
 def _rule(part: str, budget) -> Rule:
     """The rule for `part`, fitted to the evidence `budget` holds."""
     if part == "overhead":
@@ -279,6 +344,8 @@ def _rule(part: str, budget) -> Rule:
             return IDLE_RULES[max(halves, key=halves.__getitem__)]
     if part == "compute":
         return _compute_rule(budget)
+    if part == "data_wait":
+        return _data_rule(budget)
     return rule_for(part, budget.device)
 
 
