@@ -32,7 +32,7 @@ def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Call
             step(batch)
         if budget.done:
             break
-    if budget.result is None or budget.result.partial:
+    if not budget.done or budget.result.partial:
         raise ValueError(f"the loader gave {budget.seen} batches, fewer than the {warmup} + {steps} to profile")
     return {**budget.result.per_step, "kernels_per_step": budget.result.kernels_per_step}
 

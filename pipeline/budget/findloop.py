@@ -142,7 +142,7 @@ def profile_script(script: Path, args: list[str], device: str | torch.device | N
     except WindowDone:
         pass
     except SystemExit as end:  # `sys.exit(main())`: the script's end, after the window or before it
-        if watch.budget is None or watch.budget.result is None:
+        if watch.budget is None or not watch.budget.done:
             if end.code not in (None, 0):
                 raise ProfileError(f"{script}: exited with status {end.code} before its loop was profiled") from None
     finally:
@@ -156,7 +156,7 @@ def profile_script(script: Path, args: list[str], device: str | torch.device | N
         raise ProfileError(f"{script}: found no training loop ({seen}); the command finds the loop as a "
                            "torch.utils.data.DataLoader whose batches a torch.optim optimizer steps between. "
                            "Otherwise wrap the loop in TimeBudget (docs/budget.md)")
-    if watch.budget.result is None:
+    if not watch.budget.done:
         raise ProfileError(f"{script}: its training loop ended after {watch.found_at + watch.budget.seen} batches, "
                            f"before the profiled window's first step (skip {skip}); lower --skip")
     result = watch.budget.result

@@ -10,6 +10,7 @@ ops or kernels per step, the FLOPs the profiler counted against this device's me
 from __future__ import annotations
 
 import contextlib
+import os
 import textwrap
 import time
 from collections.abc import Iterable, Iterator
@@ -46,6 +47,12 @@ def checked_device(device: str | torch.device, what: str = "device", auto: bool 
     elif chosen.type != "cpu":
         raise InputError(f"{what} {device}: only cpu and cuda devices are supported")
     return chosen
+
+
+class BudgetError(InputError):
+    """The own-loop API used in a way it cannot measure (a nested step, two windows at once,
+    a loader that is not iterable), or `result` read before anything was measured: one line
+    that says what the loop did and what to change."""
 
 
 @dataclass
@@ -133,6 +140,12 @@ class Budget:
         return self.report()
 
 
+class _Windows:
+    """The budget whose window is open in this process, if any: one at a time."""
+
+    open: TimeBudget | None = None
+
+
 class TimeBudget:
     """Where any training loop's step time goes: wrap its loader, mark its step.
 
@@ -143,6 +156,13 @@ class TimeBudget:
             if budget.done:
                 break
         print(budget.result)                        # parts per step, the bound and what to try
+
+    `result` is the budget once `done`; read before it (nothing measured yet, or a loop that
+    ended before its window's first step) it raises `BudgetError`, one line saying how many
+    batches and steps it saw and how many a budget needs. A loop that ends inside the window
+    gives the steps it finished, marked `partial`. One step at a time (a `step()` inside a
+    `step()` is refused), and one window at a time in a process (a window that would open
+    while another budget's is open is refused where it starts).
 
     The first `skip` steps run untouched (warm-up, compilation, workers starting); the next
     `steps` run under `torch.profiler`, and the window's parts (see `intervals`) add up to
@@ -164,10 +184,17 @@ class TimeBudget:
                              f"skip={skip!r}, threads_check={threads_check!r}")
         if not (peak is None or peak == "measure" or isinstance(peak, Peak)):
             raise InputError(f"peak must be 'measure', a Peak or None, got {peak!r:.40}")
+        if not (trace is None or (isinstance(trace, (str, os.PathLike)) and str(trace))):
+            raise BudgetError(f"trace must be a file path (a str or a Path) or None, got {type(trace).__name__} "
+                              f"{trace!r:.40}")
         self.device = checked_device(device)
         self.steps, self.skip, self.trace, self.flops, self.peak = steps, skip, trace, flops, peak
         self.seen = 0                       # batches handed out so far
-        self.result: Budget | None = None
+        self._result: Budget | None = None
+        self._steps_run = 0                 # steps entered, inside the window or not
+        self._in_step = False               # inside a step now (a step inside it is refused)
+        self._loops = 0                     # iterations of batches() started
+        self._iterating = 0                 # iterations of batches() under way
         self._profiler: QuietProfiler | None = None
         self._started = 0.0
         self._stepped = 0                   # steps finished inside the window
@@ -187,18 +214,69 @@ class TimeBudget:
     @property
     def done(self) -> bool:
         """The window is profiled, the thread check run, and `result` holds the budget."""
-        return self.result is not None
+        return self._result is not None
+
+    @property
+    def result(self) -> Budget:
+        """The budget, once `done` (partial where the loop ended inside the window); before
+        that, BudgetError: what the loop did so far and what a budget needs. Never None."""
+        if self._result is None:
+            raise BudgetError(self._missing())
+        return self._result
+
+    def _missing(self) -> str:
+        """Why there is no budget (yet): what the loop did, and what it needs to do."""
+        if self.profiling:
+            return (f"no budget yet: the profiled window has {self._stepped} of its {self.steps} steps; read "
+                    "`result` once `budget.done` is true or the loop has ended")
+        if self._measured is not None:
+            planned = len(self._timed) + len(self._plan)
+            return (f"no budget yet: the window is profiled and the thread check has re-timed {len(self._timed)} of "
+                    f"its {planned} steps; read `result` once `budget.done` is true or the loop has ended")
+        needs = (f"a budget needs at least skip + 1 = {self.skip + 1} batches with a step each "
+                 f"(skip + steps = {self.skip + self.steps} for a full window)")
+        if not self._loops:
+            if self._steps_run:
+                return (f"no budget: budget.step() ran {self._steps_run} time(s) but no batch came through "
+                        "budget.batches(), where the window opens; wrap the loader: "
+                        "`for batch in budget.batches(loader):`")
+            return ("no budget: nothing ran through this budget; wrap the loader (`for batch in "
+                    "budget.batches(loader):`) and mark the step (`with budget.step():`)")
+        if self._iterating and self.seen <= self.skip:
+            return (f"no budget yet: {self.seen} of the {self.skip} warm-up batches taken; the window of "
+                    f"{self.steps} steps opens after them")
+        if not self.seen:
+            return f"no budget: the loader gave no batch; {needs}"
+        if not self._steps_run:
+            return (f"no budget: the loop took {self.seen} batch(es) from budget.batches() but never entered "
+                    "budget.step(); mark the step: `with budget.step():` around forward, backward and the "
+                    "optimizer's step")
+        if self.seen <= self.skip:
+            return (f"no budget: the loader ended after {self.seen} batch(es) and {self._steps_run} step(s), all "
+                    f"in the warm-up (skip={self.skip}); {needs}: give a longer loader or a lower skip")
+        return (f"no budget: the loop took {self.seen} batches and ran {self._steps_run} steps, none of them "
+                f"finished inside the profiled window (it opens at batch {self.skip + 1}); end each step before "
+                "taking the next batch")
 
     def batches(self, loader: Iterable) -> Iterator:
         """`loader`'s items, unchanged; inside the window each wait for one is marked. The
         generator that opened the window closes it if the loader ends or the loop leaves
-        first: the budget then covers the steps finished, marked `partial`."""
+        first: the budget then covers the steps finished, marked `partial`. A `loader` that
+        cannot be iterated is refused here, before the loop starts."""
+        if not isinstance(loader, Iterable) and not hasattr(type(loader), "__getitem__"):
+            raise BudgetError(f"budget.batches(loader): loader must be iterable (a DataLoader, a list of batches, a "
+                              f"generator), got {type(loader).__name__} {loader!r:.40}")
+        return self._batches(loader)
+
+    def _batches(self, loader: Iterable) -> Iterator:
         items = iter(loader)
         opened = False
+        self._loops += 1
+        self._iterating += 1
         try:
             while True:
                 self._retimed()
-                if self.seen == self.skip and self.result is None and self._measured is None and not self.profiling:
+                if self.seen == self.skip and self._result is None and self._measured is None and not self.profiling:
                     self._start()
                     opened = True
                 if self._plan:
@@ -216,6 +294,7 @@ class TimeBudget:
                 self.seen += 1
                 yield item
         finally:
+            self._iterating -= 1
             if opened and self._profiler is not None:
                 if self.device.type == "cuda" and self._stepped:
                     with torch.profiler.record_function(RANGE + "step"):  # the last step's queued work
@@ -227,7 +306,22 @@ class TimeBudget:
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
-        """Marks one train step; the window's last one waits for the device inside it."""
+        """Marks one train step; the window's last one waits for the device inside it. A
+        step inside a step is refused where the inner one starts (BudgetError)."""
+        if self._in_step:
+            raise BudgetError("budget.step() inside budget.step(): one step at a time; mark each step once, "
+                              "around forward, backward and the optimizer's step (budget.copy() marks a copy "
+                              "inside it)")
+        self._in_step = True
+        self._steps_run += 1
+        try:
+            with self._marked_step():
+                yield
+        finally:
+            self._in_step = False
+
+    @contextlib.contextmanager
+    def _marked_step(self) -> Iterator[None]:
         if self._profiler is None:
             try:
                 yield
@@ -256,17 +350,27 @@ class TimeBudget:
             yield
 
     def _start(self) -> None:
+        """Opens the window; refused (BudgetError) while another budget's window is open in
+        this process: torch runs one profiler at a time, and each would lose the other's events."""
+        other = _Windows.open
+        if other is not None and other is not self:
+            raise BudgetError(f"another TimeBudget's window is open (a window of {other.steps} steps on "
+                              f"{other.device}): one window at a time; let it finish (its `done`) before this "
+                              "budget's window opens, or give this one a larger skip")
         self._threads = torch.get_num_threads()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         sync(self.device)
         self._profiler = QuietProfiler(self.device, flops=self.flops)
         self._profiler.__enter__()
+        _Windows.open = self
         self._started = time.perf_counter()
 
     def _stop(self, steps: int, partial: bool = False) -> None:
         wall = self._ended - self._started  # to the end of the last step finished
         quiet, self._profiler = self._profiler, None
+        if _Windows.open is self:
+            _Windows.open = None
         quiet.__exit__(None, None, None)
         if steps < 1:
             return
@@ -307,7 +411,7 @@ class TimeBudget:
 
     def _finish(self) -> None:
         """The budget, with its evidence, once the window and the thread check are over."""
-        if self.result is not None or self._measured is None:
+        if self._result is not None or self._measured is None:
             return
         self._plan = []
         self._restore_threads()
@@ -322,4 +426,4 @@ class TimeBudget:
                 budget.peak = device_peak(self.device)
             except (RuntimeError, MemoryError):  # no room to probe (a full GPU): no peak, and the verdict says so
                 budget.peak = None
-        self.result = budget
+        self._result = budget
