@@ -188,14 +188,24 @@ def test_values_that_do_not_fit_are_refused_with_field_and_sample(tmp_path, fiel
     ("int64", np.array([True, False]), True), ("uint8", np.array([True]), True),
     ("uint8", np.array([-1, 255], np.int16), False), ("uint16", np.array([65535], np.int64), True),
     ("bool", np.array([0, 1], np.int64), True), ("bool", np.array([2.0, 0.0]), False),
-    ("float16", np.array([65519, -65519], np.int64), True), ("float16", np.array([-65520], np.int32), False),
-    ("float16", np.array([65520], np.uint32), False), ("float32", np.array([3.0e38]), True),
+    ("float16", np.array([2048, 65504, -65504], np.int64), True), ("float16", np.array([2049], np.int64), False),
+    ("float16", np.array([65519], np.int64), False), ("float16", np.array([-65520], np.int32), False),
+    ("float16", np.array([65520], np.uint32), False), ("float16", np.array([255, -128], np.int16), True),
+    ("float32", np.array([2**24, -(2**24), 2**31], np.int64), True), ("float32", np.array([2**24 + 1]), False),
+    ("float32", np.array([-(2**24) - 1], np.int32), False), ("float32", np.array([2**63 - 1], np.int64), False),
+    ("float32", np.array([-(2**63)], np.int64), True), ("float32", np.array([32767], np.int16), True),
+    ("float64", np.array([2**53, 2**63, 2**64 - 2**11], np.uint64), True), ("float64", np.array([2**53 + 1]), False),
+    ("float64", np.array([2**64 - 1], np.uint64), False), ("float64", np.array([-(2**63) + 1]), False),
+    ("float64", np.array([2**31 - 1, -(2**31)], np.int32), True), ("float64", np.array([0, 1], np.uint8), True),
+    ("float32", np.array([3.0e38]), True),
     ("float32", np.array(["1.0"]), False), ("float64", np.array([1 + 1j]), False),
 ])
 def test_a_value_fits_its_field_exactly_at_the_edges(dtype, values, fits):
     """Each value either has its own exact counterpart in the field's dtype (a bool as 0/1,
-    a whole float within the integer range, an integer below float16's overflow, which
-    begins at 65520) and is stored as that, or the batch is refused naming it."""
+    a whole float within the integer range, an integer the float type holds exactly: at most
+    its significand's bits between its lowest and highest set bit, 11 for float16, 24 for
+    float32, 53 for float64, and within float16's 65,504) and is stored as that, or the batch
+    is refused naming it."""
     from pipeline.shards.writer import fit
 
     field = Field("x", dtype)
@@ -206,6 +216,75 @@ def test_a_value_fits_its_field_exactly_at_the_edges(dtype, values, fits):
     got = fit(field, values, "w", 7)
     assert got.dtype == np.dtype(dtype) and got.flags.c_contiguous
     np.testing.assert_array_equal(got, values.astype(dtype))
+
+
+F32, F64 = Sample((Field("x", "float32"),)), Sample((Field("x", "float64"),))
+
+
+@pytest.mark.parametrize(("sample", "values", "shown", "given"), [
+    (F32, np.array([0, 16_777_217]), "16777217", "int64"),            # float32 holds 2**24, not 2**24 + 1
+    (F32, [0, 16_777_217], "16777217", "int64"),                      # a Python list of ints
+    (F32, torch.tensor([0, 16_777_217]), "16777217", "int64"),        # a tensor
+    (F32, np.array([0, 16_777_217], object), "16777217", "object"),   # a mixed pandas frame's .values
+    (F32, [0.5, 16_777_217], "16777217", "list"),                     # numpy would make it 16777216.0 first
+    (F64, np.array([0, 2**53 + 1]), "9007199254740993", "int64"),
+    (F64, np.array([0, 2**64 - 1], np.uint64), "18446744073709551615", "uint64"),
+    (F64, [0, 2**64 - 1], "18446744073709551615", "list"),           # numpy: float64, 2**64 - 1 rounded
+    (F64, [0.5, 2**53 + 1], "9007199254740993", "list"),
+    (F64, np.array([0, 2**70], object), "1180591620717411303424", None),  # 2**70: exact in float64, stored
+    (F64, np.array([0, 2**70 + 1], object), "1180591620717411303425", "object"),
+])
+def test_an_integer_a_float_field_cannot_hold_exactly_is_refused(tmp_path, sample, values, shown, given):
+    """Issue 61: 16,777,217 written into float32 became 16,777,216, and 2**53 + 1 and 2**64 - 1
+    into float64 changed, without a word. Now refused with the field, the value and the
+    sample, however the integers are handed over; an integer the float holds is stored."""
+    if given is None:
+        write_split({"x": values}, tmp_path / "s", sample=sample, dataset="d", split="s", samples_per_shard=4)
+        assert [int(v) for v in read_split(tmp_path / "s")["x"].tolist()] == [int(v) for v in values]
+        return
+    with pytest.raises(ShardError, match=rf"^d/s: field 'x': value {shown} at sample 1 does not fit "
+                                         rf"{sample['x'].dtype} \({given} given\)$"):
+        write_split({"x": values}, tmp_path / "s", sample=sample, dataset="d", split="s", samples_per_shard=4)
+    assert not (tmp_path / "s").exists()
+
+
+def test_an_integer_field_takes_a_list_of_ints_and_whole_floats_exactly(tmp_path):
+    """numpy makes [2**53 + 1, 2.0] float64 (2**53 + 1 rounded); the writer reads such a list
+    number by number, so an int64 field stores 2**53 + 1 itself, and a fraction is refused."""
+    sample = Sample((Field("x", "int64"),))
+    write_split({"x": [2**53 + 1, 2.0, -3]}, tmp_path / "s", sample=sample, dataset="d", split="s",
+                samples_per_shard=4)
+    assert read_split(tmp_path / "s")["x"].tolist() == [2**53 + 1, 2, -3]
+    with pytest.raises(ShardError, match=r"^d/s: field 'x': value 2\.5 at sample 1 does not fit int64 \(list given\)$"):
+        write_split({"x": [2**53 + 1, 2.5]}, tmp_path / "t", sample=sample, dataset="d", split="s",
+                    samples_per_shard=4)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_special_floats_round_trip_bit_exact_and_floats_narrow_as_before(tmp_path, dtype):
+    """NaN payloads, infinities, -0 and subnormals of the field's own dtype come back bit for
+    bit; a float64 array into a narrower float field is rounded as before (only an overflow
+    to inf is refused), and a Python float too."""
+    kind = np.dtype(dtype)
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[kind.itemsize]
+    info = np.finfo(kind)
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, info.smallest_subnormal,
+                        -info.smallest_subnormal, info.max, info.min], kind)
+    payload = special.view(bits).copy()
+    payload[0] |= bits(1)  # a NaN with a payload bit set
+    values = payload.view(kind)
+    sample = Sample((Field("x", dtype),))
+    for name, given in (("same", values), ("tensor", torch.from_numpy(values))):
+        write_split({"x": given}, tmp_path / name, sample=sample, dataset="d", split="s", samples_per_shard=4)
+        for got in (read_split(tmp_path / name)["x"].numpy(), ShardDataset(tmp_path / name).batch(range(10))[0].numpy()):
+            assert got.view(bits).tolist() == payload.tolist()
+    if dtype != "float64":
+        wide = np.array([0.1, 1 / 3, 65504.0, 1e-8])
+        write_split({"x": wide}, tmp_path / "narrowed", sample=sample, dataset="d", split="s", samples_per_shard=4)
+        assert read_split(tmp_path / "narrowed")["x"].numpy().tobytes() == wide.astype(kind).tobytes()
+        write_split({"x": [0.1, 1 / 3]}, tmp_path / "listed", sample=sample, dataset="d", split="s",
+                    samples_per_shard=4)
+        assert read_split(tmp_path / "listed")["x"].numpy().tobytes() == np.array([0.1, 1 / 3]).astype(kind).tobytes()
 
 
 def test_a_batch_that_is_not_a_mapping_is_named_by_its_type(tmp_path):

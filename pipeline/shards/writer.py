@@ -171,9 +171,52 @@ def _misfit(field: Field, array: np.ndarray) -> np.ndarray | None:
     if kind == "f" and array.dtype.itemsize > target.itemsize:  # float narrowing: rounds, must not overflow
         with np.errstate(over="ignore"):
             return np.isfinite(array) & ~np.isfinite(array.astype(target))
-    if kind in "iu" and target.itemsize == 2:  # int -> float16: 65520 and up become inf
-        return np.abs(array.astype(np.float64)) >= 65520
+    if kind in "iu":  # integer -> float: only the integers the float type holds exactly
+        return _inexact_integers(array, target)
     return None
+
+
+def _float_bits(target: np.dtype) -> tuple[int, int]:
+    """(significand bits, largest finite value as an integer) of a float dtype: an integer is
+    held exactly when its odd part has at most that many bits and it is at most that value."""
+    info = np.finfo(target)
+    return info.nmant + 1, int(info.max)
+
+
+def _inexact_integers(array: np.ndarray, target: np.dtype) -> np.ndarray | None:
+    """Where an integer array holds values the float dtype `target` would round (16,777,217
+    in float32, 2**53 + 1 in float64) or overflow (65,520 in float16), as a mask; None when
+    its dtype's every value is exact there (int16 in float32, int32 in float64). Integer
+    arithmetic throughout: a float comparison would round the very values it checks."""
+    bits, top = _float_bits(target)
+    signed = array.dtype.kind == "i"
+    if array.dtype.itemsize * 8 - signed <= bits:
+        return None
+    if signed:
+        wide = array.astype(np.int64)
+        magnitude = wide.view(np.uint64).copy()
+        negative = wide < 0
+        magnitude[negative] = ~magnitude[negative] + np.uint64(1)  # two's complement: |-2**63| is 2**63
+    else:
+        magnitude = array.astype(np.uint64)
+    lowest = magnitude & (~magnitude + np.uint64(1))  # the lowest set bit (0 for 0)
+    odd = magnitude // np.where(lowest == 0, np.uint64(1), lowest)
+    inexact = odd >= np.uint64(1 << bits)
+    if top < 1 << 64:
+        inexact |= magnitude > np.uint64(top)
+    return inexact
+
+
+def _exact_integer(value: int, dtype: str) -> bool:
+    """Whether the field dtype `dtype` holds the Python integer `value` exactly."""
+    if dtype == "bool":
+        return value in (0, 1)
+    if dtype in INTEGER:
+        info = np.iinfo(np.dtype(dtype))
+        return info.min <= value <= info.max
+    bits, top = _float_bits(np.dtype(dtype))
+    magnitude = abs(value)
+    return magnitude <= top and (magnitude >> max(0, (magnitude & -magnitude).bit_length() - 1)) < 1 << bits
 
 
 def _shown(value) -> str:
@@ -186,30 +229,63 @@ def _as_array(field: Field, values, where: str, first_id: int) -> np.ndarray:
     """`values` as a numpy array of numbers: a torch tensor of a dtype numpy lacks (bfloat16,
     ...) refused naming the field; an object array (a mixed pandas frame's `.values`) of
     numbers given its numbers' dtype, of anything else refused naming the field, the value
-    and its sample."""
+    and its sample. A list numpy makes floats of is read as an object array, so that an
+    integer in it is held exactly or refused, never rounded on the way."""
     try:
         array = np.asarray(values)
+        listed = np.asarray(values, dtype=object) if isinstance(values, list | tuple) and array.dtype.kind == "f" \
+            else None
     except (TypeError, ValueError, RuntimeError) as err:
         kind = getattr(values, "dtype", type(values).__name__)
         raise ShardError(f"{where}: field {field.name!r}: {kind} values cannot be written as {field.dtype} "
                          f"({reason(err)}); convert them to {field.dtype} first") from None
+    if listed is not None:
+        return _from_objects(field, listed, where, first_id, "list", bools=True)
     if array.dtype != object:
         return array
-    flat = array.reshape(-1)
+    return _from_objects(field, array, where, first_id, "object", bools=False)
+
+
+def _from_objects(field: Field, array: np.ndarray, where: str, first_id: int, given: str,
+                  bools: bool) -> np.ndarray:
+    """An object array of numbers as a numeric array that holds each exactly: integers as
+    integers (into a float field only those the float type holds exactly), other numbers as
+    float64 (into an integer field only whole ones). Anything else, or a value the field
+    cannot hold, is refused naming the field, the value and its sample; bools are numbers
+    only where `bools` says so (a list), not in an object array."""
+    flat = array.reshape(-1).tolist()
     per_sample = max(1, math.prod(array.shape[1:]))
-    for at, value in enumerate(flat.tolist()):
-        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-            raise ShardError(f"{where}: field {field.name!r}: value {_shown(value)} ({type(value).__name__}) at "
-                             f"sample {first_id + at // per_sample} is not a number")
-    if all(isinstance(value, numbers.Integral) for value in flat.tolist()):
-        wide = np.asarray(flat.tolist())  # int64 or uint64; object when a value fits neither
-        if wide.dtype != object:
-            return wide.reshape(array.shape)
-        info = np.iinfo(np.dtype(field.dtype)) if field.dtype in INTEGER else np.iinfo(np.uint64)
-        at = next(i for i, value in enumerate(flat.tolist()) if not info.min <= value <= info.max)
-        raise ShardError(f"{where}: field {field.name!r}: value {_shown(flat[at])} at sample "
-                         f"{first_id + at // per_sample} does not fit {field.dtype} (object given)")
-    return np.asarray(flat.tolist(), dtype=np.float64).reshape(array.shape)
+
+    def refuse(at: int, problem: str, kind: str = "") -> ShardError:
+        return ShardError(f"{where}: field {field.name!r}: value {_shown(flat[at])}{kind} at sample "
+                          f"{first_id + at // per_sample} {problem}")
+
+    for at, value in enumerate(flat):
+        if isinstance(value, bool | np.bool_) and not bools or not isinstance(value, numbers.Real | np.bool_):
+            raise refuse(at, "is not a number", f" ({type(value).__name__})")
+    whole = field.dtype == "bool" or field.dtype in INTEGER
+    converted = []
+    for at, value in enumerate(flat):
+        if isinstance(value, numbers.Integral | np.bool_):
+            value = int(value)
+            if not _exact_integer(value, field.dtype):
+                raise refuse(at, f"does not fit {field.dtype} ({given} given)")
+        elif whole:  # a fraction, NaN or inf for an integer field
+            number = float(value)
+            if not math.isfinite(number) or number != math.trunc(number):
+                raise refuse(at, f"does not fit {field.dtype} ({given} given)")
+            value = int(number)
+            if not _exact_integer(value, field.dtype):
+                raise refuse(at, f"does not fit {field.dtype} ({given} given)")
+        else:
+            value = float(value)
+        converted.append(value)
+    if whole or all(type(value) is int for value in converted):
+        if not whole:  # integers, each exact in the float field: as float64 (exact too)
+            return np.asarray(converted, dtype=np.float64).reshape(array.shape)
+        numeric = np.asarray(converted)  # int64, or uint64 for values past int64's
+        return numeric.reshape(array.shape)
+    return np.asarray(converted, dtype=np.float64).reshape(array.shape)
 
 
 def fit(field: Field, values, where: str, first_id: int) -> np.ndarray:
