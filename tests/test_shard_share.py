@@ -3,13 +3,16 @@ never new bytes under an old manifest, never a short split, one line for each re
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
 from pipeline.core.atomic import BusyError, locked
-from pipeline.shards import (Field, Int64, Sample, ShardDataset, ShardError, ShardWriter, merge_parts, read_split,
-                             write_part, write_split)
+from pipeline.shards import (DeviceBatches, Field, Int64, Sample, ShardBusyError, ShardDataset, ShardError, ShardWriter,
+                             UnitFloat, merge_parts, read_split, write_part, write_split)
+from pipeline.shards.watched import Deadlines
 
 SAMPLE = Sample((Field("x", "float64", (4,)), Field("y", "int64", ())))
 
@@ -53,7 +56,7 @@ def test_a_second_writer_of_one_folder_is_refused_up_front(tmp_path):
     folder = tmp_path / "split"
     first = ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8)
     first.add(columns(8, 0))
-    with pytest.raises(BusyError, match=r"split: another run is writing it right now"):
+    with pytest.raises(ShardBusyError, match=r"split: another run is writing it right now"):
         ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8)
     first.add(columns(8, 1))
     first.finish()
@@ -282,7 +285,7 @@ def test_a_merge_while_a_part_is_being_written_is_refused_and_no_part_starts_und
         assert not (folder / "manifest.json").exists()
     _parts(folder, data, [8, 16], total=24)
     with locked(folder / ".parts" / "000000000016"):  # as the merge holds it
-        with pytest.raises(BusyError, match=r"another run is writing it right now"):
+        with pytest.raises(ShardBusyError, match=r"another run is writing it right now"):
             write_part({k: v[16:24] for k, v in data.items()}, folder, first_sample=16, total=24, sample=SAMPLE,
                        dataset="d", split="train", samples_per_shard=8)
     assert merge_parts(folder)["count"] == 24
@@ -300,8 +303,146 @@ def test_a_part_writer_not_on_record_yet_stops_a_merge_and_a_merge_stops_a_new_w
         with pytest.raises(ShardError, match=r"p: a part is being written right now"):
             merge_parts(folder)
     with parts_held(folder, exclusive=True):  # as a merge
-        with pytest.raises(BusyError, match=r"p: a merge of its parts is under way"):
+        with pytest.raises(ShardBusyError, match=r"p: a merge of its parts is under way"):
             write_part({k: v[8:16] for k, v in data.items()}, folder, first_sample=8, total=16, sample=SAMPLE,
                        dataset="d", split="train", samples_per_shard=8)
     assert merge_parts(folder)["count"] == 16 and not (folder / PARTS).exists()
     assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
+
+
+# ---- issue 61: nothing changed or removed without a word; every error one line, a ShardError ----
+
+
+def test_a_bool_is_not_a_sample_index(tmp_path):
+    """Issue 61: `dataset[True]` returned sample 1. Indices are integers: a bool (Python's
+    or numpy's) is refused in one line, a ShardTypeError (a TypeError too); a uint64 index
+    past int64 is out of range, not wrapped to a negative one."""
+    from pipeline.shards import ShardIndexError, ShardTypeError
+
+    folder = tmp_path / "split"
+    write(folder, columns(16, 0))
+    data = ShardDataset(folder)
+    for index, shown in ((True, "bool True"), (np.True_, "bool np.True_"), (1.0, "float 1.0"), ("1", "str '1'")):
+        with pytest.raises(ShardTypeError, match=rf"^a sample index is an integer, got {re.escape(shown)}$") as caught:
+            data[index]
+        assert isinstance(caught.value, TypeError)
+    for indices in (np.array([2**64 - 1], np.uint64), [16], [-17]):
+        with pytest.raises(ShardIndexError, match=r"^sample index out of range 0\.\.15$") as caught:
+            data.batch(indices)
+        assert isinstance(caught.value, IndexError)
+    with pytest.raises(ShardIndexError, match=r"^expected a 1-D sequence of integer sample indices, got bool \[2\]$"):
+        data.batch([True, False])
+    assert torch.equal(data[np.int64(3)][0], data[3][0]) and len(list(data)) == 16  # iteration ends at the index error
+
+
+def test_read_split_names_a_device_torch_does_not_know(tmp_path):
+    """Issue 61: `read_split(path, "gpu")` was torch's raw RuntimeError listing every device
+    type over several lines; now one line naming the argument."""
+    folder = tmp_path / "split"
+    write(folder, columns(8, 0))
+    with pytest.raises(ShardError, match=r"^device 'gpu' is not a torch device \(such as 'cpu', 'cuda' or "
+                                         r"'cuda:1'\)$"):
+        read_split(folder, "gpu")
+    with pytest.raises(ShardError, match=r"^device must be a torch device or its name \(such as 'cpu' or "
+                                         r"'cuda:0'\), got float 1.5$"):
+        read_split(folder, 1.5)
+    assert read_split(folder, torch.device("cpu"))["x"].shape == (8, 4)
+
+
+def _folder(tmp_path):
+    folder = tmp_path / "split"
+    if not folder.exists():
+        write(folder, columns(8, 0))
+    return folder
+
+
+def _writer(**changed):
+    arguments = {"sample": SAMPLE, "dataset": "d", "split": "train", "samples_per_shard": 8, **changed}
+    return lambda tmp_path: write_split(columns(8, 0), arguments.pop("folder", tmp_path / "new"), **arguments)
+
+
+ARGUMENTS = [  # (call, the one line it gives): every argument of the public API, refused naming it
+    (_writer(level=3.5, compression="zstd"), r"level must be a zstd level, an integer in -131072\.\.22, got 3\.5"),
+    (_writer(level=True), r"level must be a zstd level, an integer in -131072\.\.22, got True"),
+    (_writer(level=23, compression="zstd"), r"level must be a zstd level, an integer in -131072\.\.22, got 23"),
+    (_writer(level="3"), r"level must be a zstd level, an integer in -131072\.\.22, got '3'"),
+    (_writer(compression=["zstd"]), r"shard compression must be one of \('none', 'zstd'\), got \['zstd'\]"),
+    (_writer(samples_per_shard=2.5), r"samples_per_shard must be at least 1 \(an integer\), got 2\.5"),
+    (_writer(sample="x"), r"sample must be a Sample of Fields \(pipeline.shards.Sample\), got str"),
+    (_writer(folder=None), r"folder must be a path \(str or pathlib.Path\), got NoneType"),
+    (_writer(source=["a"]), r"source must be a dict \(recorded in manifest.json\), got list"),
+    (_writer(source={"at": {1}}), r"source must hold only what JSON holds \(it is recorded in manifest.json\): "
+                                  r"Object of type set is not JSON serializable"),
+    (_writer(source={"x": float("nan")}), r"source must hold only what JSON holds .*: Out of range float values"),
+    (lambda p: write_part(columns(8, 0), p / "q", first_sample=4, sample=SAMPLE, dataset="d", split="train",
+                          samples_per_shard=8), r"first_sample must be a multiple of samples_per_shard \(8\), got 4"),
+    (lambda p: merge_parts(p / "q", total=2.0), r"total must be the split's sample count \(an integer, 1 or more\), "
+                                                r"got 2\.0"),
+    (lambda p: merge_parts(p / "q", source=5), r"source must be a dict \(recorded in manifest.json\), got int"),
+    (lambda p: Sample("xy"), r"a sample's fields are a tuple of Field, got str"),
+    (lambda p: Sample((Field("x", "uint8"), "y")), r"a sample's fields are a tuple of Field: fields\[1\] is str 'y'"),
+    (lambda p: read_split(_folder(p), verify="md5"), r"verify must be one of \('xxh3', 'sha256', 'none'\), got 'md5'"),
+    (lambda p: read_split(3), r"path must be a shard folder \(str or pathlib.Path\), got int"),
+    (lambda p: ShardDataset(None), r"location must be a folder or a URL \(str or pathlib.Path\), got NoneType"),
+    (lambda p: ShardDataset(_folder(p), dataset=1), r"dataset must be a name \(str\) or None, got int"),
+    (lambda p: ShardDataset(_folder(p), cache_bytes=0), r"cache_bytes must be a number of bytes \(1 or more\), got 0"),
+    (lambda p: ShardDataset(_folder(p), storage_options=[1]), r"storage_options must be a dict, got list"),
+    (lambda p: ShardDataset(_folder(p), transform=5), r"a transform must be callable, got int \(transform= takes a "
+                                                      r"callable of a batch dict, or a list of them\)"),
+    (lambda p: ShardDataset(_folder(p)).loader(2, drop_last="yes"), r"drop_last must be True or False, got 'yes'"),
+    (lambda p: ShardDataset(_folder(p)).loader(2, num_workers="2"), r"num_workers must be an integer \(0 or more\), "
+                                                                    r"got '2'"),
+    (lambda p: ShardDataset(_folder(p)).loader(2, prefetch_factor=2), r"loader: prefetch_factor option could only be "
+                                                                      r"specified in multiprocessing"),
+    (lambda p: ShardDataset(_folder(p)).loader(2, freeze=1), r"freeze must be True or False, got 1"),
+    (lambda p: ShardDataset(_folder(p)).sampler(2, shuffle="random"), r"shuffle must be True, False or one of "
+                                                                      r"\('none', 'samples', 'shards'\), got 'random'"),
+    (lambda p: ShardDataset(_folder(p)).sampler(2, rank=1), r"rank 1 is outside 0\.\.0"),
+    (lambda p: Int64(3), r"Int64: field must be a field's name \(str\), got int"),
+    (lambda p: UnitFloat("x", mean=0.5, std=0.0), r"UnitFloat\('x'\): std must be above 0, got 0\.0"),
+    (lambda p: UnitFloat("x", mean="0.5", std=1.0), r"UnitFloat\('x'\): mean must be a finite number, got '0\.5'"),
+    (lambda p: UnitFloat("x", dtype=torch.int32), r"UnitFloat\('x'\): dtype must be a torch float dtype "),
+    (lambda p: UnitFloat("x", add_channel=1), r"UnitFloat\('x'\): add_channel must be True or False, got 1"),
+    (lambda p: DeviceBatches({"x": [1, 2]}, 2), r"DeviceBatches: columns must map field names to tensors, got "
+                                                r"\{'x': 'list'\}"),
+    (lambda p: DeviceBatches({"x": torch.zeros(4)}, 0), r"batch_size must be an integer of at least 1, got 0"),
+    (lambda p: Deadlines(connect_s=-1), r"Deadlines.connect_s must be a positive number, got -1"),
+]
+
+
+@pytest.mark.parametrize(("call", "message"), ARGUMENTS)
+def test_every_argument_error_is_one_shard_error_line_naming_the_argument(tmp_path, call, message):
+    """Issue 61: `level=3.5` was zstandard's raw TypeError, which named no argument. Every
+    argument of the public API is checked where it is given: one line, a ShardError (a
+    ValueError too, as the library's argument errors always were), naming the argument and
+    the value; nothing is written."""
+    with pytest.raises(ShardError, match=rf"^{message}") as caught:
+        call(tmp_path)
+    assert "\n" not in str(caught.value) and isinstance(caught.value, ValueError)
+    assert not (tmp_path / "new").exists() and not (tmp_path / "q" / "manifest.json").exists()
+
+
+def test_a_full_disk_is_a_shard_error_naming_the_folder(tmp_path, monkeypatch):
+    """An OS failure while writing (here ENOSPC, as a full disk gives it) is a ShardSystemError:
+    a ShardError and the project's SystemFailure, one line naming the folder the caller gave
+    (never the writer's temporary), for a whole split and for a part; nothing is published."""
+    import errno
+    import os
+
+    from pipeline.core.errors import SystemFailure
+    from pipeline.shards import ShardSystemError
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ShardWriter, "_write", full)
+    for name, call in (("whole", lambda f: write(f, columns(16, 0))),
+                       ("part", lambda f: write_part(columns(8, 0), f, first_sample=0, total=16, sample=SAMPLE,
+                                                     dataset="d", split="train", samples_per_shard=8))):
+        folder = tmp_path / name
+        with pytest.raises(ShardSystemError, match=rf"^{re.escape(str(folder))}: No space left on device \(ENOSPC\); "
+                                                   rf"the disk is full") as caught:
+            call(folder)
+        assert isinstance(caught.value, SystemFailure) and "\n" not in str(caught.value)
+        assert ".tmp" not in str(caught.value) and not (folder / "manifest.json").exists()
+

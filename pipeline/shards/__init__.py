@@ -19,8 +19,9 @@ import importlib
 
 _WHERE = {
     "FORMAT_VERSION": "format", "Field": "format", "Sample": "format", "ShardError": "format",
-    "check_manifest": "format", "read_manifest": "format",
+    "ShardIndexError": "format", "ShardTypeError": "format", "check_manifest": "format", "read_manifest": "format",
     "ShardWriter": "writer", "write_split": "writer", "write_part": "writer", "merge_parts": "writer",
+    "ShardBusyError": "writer", "ShardSystemError": "writer",
     "VERIFY": "reader", "read_split": "reader",
     "MappedSplit": "mapped",
     "SHUFFLES": "order", "ShardSampler": "order",

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from pipeline.core.errors import reason
+from pipeline.shards.format import ShardError, ShardTypeError
 from pipeline.shards.mapped import MappedSplit
 from pipeline.shards.order import ShardSampler
 from pipeline.shards.transforms import Transform, compose
@@ -62,15 +64,15 @@ class ShardDataset(Dataset):
     def batch(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> tuple:
         """The samples at `indices` as one batch: a tuple of [b, *shape] tensors in field order."""
         if isinstance(indices, torch.Tensor):
-            indices = indices.numpy()
+            indices = indices.cpu().numpy()
         columns = {name: torch.from_numpy(values) for name, values in self.split.take(indices).items()}
         if self.transform is not None:
             columns = self.transform(columns)
         return tuple(columns.values())
 
     def __getitem__(self, index: int) -> tuple:
-        if not isinstance(index, int | np.integer):
-            raise TypeError(f"a sample index is an integer, got {type(index).__name__}")
+        if isinstance(index, bool | np.bool_) or not isinstance(index, int | np.integer):
+            raise ShardTypeError(f"a sample index is an integer, got {type(index).__name__} {index!r:.40}")
         return tuple(column[0] for column in self.batch([int(index)]))
 
     def __getitems__(self, indices: list[int]) -> list[tuple]:
@@ -222,6 +224,12 @@ class ShardLoader(_Resumable):
 
     def __init__(self, dataset: ShardDataset, sampler: ShardSampler, *, freeze: bool = True, preload: bool = True,
                  **dataloader_options) -> None:
+        for name, value in (("freeze", freeze), ("preload", preload)):
+            if not isinstance(value, bool):
+                raise ShardError(f"{name} must be True or False, got {value!r:.40}")
+        workers = dataloader_options.get("num_workers", 0)
+        if type(workers) is not int or workers < 0:
+            raise ShardError(f"num_workers must be an integer (0 or more), got {workers!r:.40}")
         self.dataset, self.sampler = dataset, sampler
         self.indices = None
         self.freeze = freeze and dataloader_options.get("num_workers", 0) > 0
@@ -230,7 +238,10 @@ class ShardLoader(_Resumable):
             dataloader_options.setdefault("persistent_workers", True)  # workers keep their maps across epochs
             if freeze:
                 dataloader_options["worker_init_fn"] = _FreezeThen(dataloader_options.get("worker_init_fn"))
-        self.dataloader = DataLoader(_Batches(dataset), batch_size=None, sampler=sampler, **dataloader_options)
+        try:
+            self.dataloader = DataLoader(_Batches(dataset), batch_size=None, sampler=sampler, **dataloader_options)
+        except (TypeError, ValueError) as err:  # an option DataLoader refuses (num_workers=-1, an unknown one)
+            raise ShardError(f"loader: {reason(err)}") from None
 
     def __iter__(self) -> Iterator[tuple]:
         self._begin()
@@ -256,13 +267,16 @@ class DeviceBatches(_Resumable):
                  transform: Transform | Sequence[Transform] | None = None,
                  shard_counts: Sequence[int] | None = None) -> None:
         if not isinstance(columns, Mapping) or not columns:
-            raise ValueError("DeviceBatches: columns must map field names to tensors")
+            raise ShardError("DeviceBatches: columns must map field names to tensors")
+        kinds = {name: type(t).__name__ for name, t in columns.items() if not isinstance(t, torch.Tensor)}
+        if kinds:
+            raise ShardError(f"DeviceBatches: columns must map field names to tensors, got {kinds!r:.80}")
         lengths = {name: len(t) for name, t in columns.items()}
         if len(set(lengths.values())) != 1:
-            raise ValueError(f"DeviceBatches: fields differ in length: {lengths}")
+            raise ShardError(f"DeviceBatches: fields differ in length: {lengths}")
         devices = {str(t.device) for t in columns.values()}
         if len(devices) != 1:
-            raise ValueError(f"DeviceBatches: fields on several devices: {sorted(devices)}")
+            raise ShardError(f"DeviceBatches: fields on several devices: {sorted(devices)}")
         self.columns = dict(columns)
         self.device = next(iter(columns.values())).device
         self.transform = compose(transform, {n: str(t.dtype).removeprefix("torch.") for n, t in columns.items()})

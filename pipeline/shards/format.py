@@ -56,8 +56,20 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a Python identifier: a ten
 
 
 class ShardError(InputError):
-    """A shard folder that does not match its manifest, or data that do not match the sample
-    schema; the message names the file (or data set) and the check."""
+    """A shard folder that does not match its manifest, data that do not match the sample
+    schema, or an argument the library cannot take; the message, one line, names the file
+    (or data set, or argument) and the check. Every error the library raises is one (a
+    ValueError too), or one of the subclasses below."""
+
+
+class ShardIndexError(ShardError, IndexError):
+    """A sample index outside the split: an IndexError too, so that iterating over a dataset
+    by its indices ends there."""
+
+
+class ShardTypeError(ShardError, TypeError):
+    """A sample index that is not an integer (a float, a bool, a string): a TypeError too, as
+    Python's own sequences raise."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ class Field:
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
         problem = field_problem(self)
         if problem:
-            raise ValueError(f"field {self.name!r}: {problem}")
+            raise ShardError(f"field {self.name!r:.80}: {problem}")
 
     @property
     def row_bytes(self) -> int:
@@ -162,13 +174,20 @@ class Sample:
     fields: tuple[Field, ...]
 
     def __post_init__(self) -> None:
+        if isinstance(self.fields, str | bytes) or not hasattr(self.fields, "__iter__"):
+            raise ShardError(f"a sample's fields are a tuple of Field, got {type(self.fields).__name__}")
+        object.__setattr__(self, "fields", tuple(self.fields))
+        for number, field in enumerate(self.fields):
+            if not isinstance(field, Field):
+                raise ShardError(f"a sample's fields are a tuple of Field: fields[{number}] is "
+                                 f"{type(field).__name__} {field!r:.40}")
         names = [f.name for f in self.fields]
         if not 1 <= len(names) <= MAX_FIELDS:
-            raise ValueError(f"a sample has 1..{MAX_FIELDS} fields, got {len(names)}")
+            raise ShardError(f"a sample has 1..{MAX_FIELDS} fields, got {len(names)}")
         if len(set(names)) != len(names):
-            raise ValueError(f"field names must be distinct, got {names}")
+            raise ShardError(f"field names must be distinct, got {names}")
         if self.row_bytes > MAX_SAMPLE_BYTES:
-            raise ValueError(f"one sample takes {self.row_bytes:,} bytes, over {MAX_SAMPLE_BYTES:,}")
+            raise ShardError(f"one sample takes {self.row_bytes:,} bytes, over {MAX_SAMPLE_BYTES:,}")
 
     @property
     def names(self) -> list[str]:

@@ -40,7 +40,7 @@ import numpy as np
 
 from pipeline.core.bounded import UnsafeFileError, plain_descriptor
 from pipeline.core.errors import reason
-from pipeline.shards.format import (MAX_HEADER, ShardError, blocks_in, check_identity, manifest_sample,
+from pipeline.shards.format import (MAX_HEADER, ShardError, ShardIndexError, blocks_in, check_identity, manifest_sample,
                                     read_manifest)
 from pipeline.shards.reader import (VERIFY, allocate, check_classes, open_shard, read_header, read_shard_into,
                                     verify_shard)
@@ -285,14 +285,25 @@ class MappedSplit:
                  max_resident: int | None = None, max_open: int | None = None, pread: bool = False,
                  cache: Path | str | None = None, cache_bytes: int = 1 << 40, storage_options: dict | None = None,
                  deadlines=None) -> None:
-        if verify not in VERIFY:
-            raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
+        if not isinstance(location, str | os.PathLike):
+            raise ShardError(f"location must be a folder or a URL (str or pathlib.Path), got {type(location).__name__}")
+        if not isinstance(verify, str) or verify not in VERIFY:
+            raise ShardError(f"verify must be one of {VERIFY}, got {verify!r:.40}")
         if max_resident is not None and (type(max_resident) is not int or max_resident < 0):
-            raise ValueError(f"max_resident must be a number of bytes (0 or more), got {max_resident!r}")
+            raise ShardError(f"max_resident must be a number of bytes (0 or more), got {max_resident!r:.40}")
         if max_open is not None and (type(max_open) is not int or max_open < 1):
-            raise ValueError(f"max_open must be a number of maps (1 or more), got {max_open!r}")
+            raise ShardError(f"max_open must be a number of maps (1 or more), got {max_open!r:.40}")
         if type(pread) is not bool:
-            raise ValueError(f"pread must be True or False, got {pread!r}")
+            raise ShardError(f"pread must be True or False, got {pread!r:.40}")
+        for key, value in (("dataset", dataset), ("split", split)):
+            if value is not None and not isinstance(value, str):
+                raise ShardError(f"{key} must be a name (str) or None, got {type(value).__name__}")
+        if cache is not None and not isinstance(cache, str | os.PathLike):
+            raise ShardError(f"cache must be a folder (str or pathlib.Path), got {type(cache).__name__}")
+        if type(cache_bytes) is not int or cache_bytes < 1:
+            raise ShardError(f"cache_bytes must be a number of bytes (1 or more), got {cache_bytes!r:.40}")
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise ShardError(f"storage_options must be a dict, got {type(storage_options).__name__}")
         self._args = {"location": location, "dataset": dataset, "split": split, "verify": verify,
                       "max_resident": max_resident, "max_open": max_open, "pread": pread, "cache": cache,
                       "cache_bytes": cache_bytes, "storage_options": storage_options, "deadlines": deadlines}
@@ -478,13 +489,18 @@ class MappedSplit:
     def take(self, indices) -> dict[str, np.ndarray]:
         """The samples at `indices` (ints, negative from the end): one new array per field,
         [b, *shape] of its declared dtype, in the manifest's field order."""
-        index = np.asarray(indices)
+        try:
+            index = np.asarray(indices)
+        except (TypeError, ValueError) as err:  # ragged lists, objects numpy cannot take
+            raise ShardIndexError(f"expected a 1-D sequence of integer sample indices, got "
+                                  f"{type(indices).__name__} ({reason(err)})") from None
         if index.ndim != 1 or (len(index) and index.dtype.kind not in "iu"):
-            raise IndexError(f"expected a 1-D sequence of integer sample indices, got {index.dtype} "
-                             f"{list(index.shape)}")
+            raise ShardIndexError(f"expected a 1-D sequence of integer sample indices, got {index.dtype} "
+                                  f"{list(index.shape)}")
+        # (compared before the cast: a uint64 of 2**63 or more would wrap to a negative index)
+        if len(index) and (index.max() >= self.count or index.dtype.kind == "i" and index.min() < -self.count):
+            raise ShardIndexError(f"sample index out of range 0..{self.count - 1}")
         index = index.astype(np.int64, copy=False)
-        if len(index) and (index.min() < -self.count or index.max() >= self.count):
-            raise IndexError(f"sample index out of range 0..{self.count - 1}")
         index = np.where(index < 0, index + self.count, index)
         out = {f.name: np.empty((len(index), *f.shape), f.dtype) for f in self.sample.fields}
         if len(self.counts) == 1:

@@ -54,7 +54,7 @@ def shuffle_mode(shuffle: bool | str) -> str:
     if shuffle is False:
         return "none"
     if shuffle not in SHUFFLES:
-        raise ValueError(f"shuffle must be True, False or one of {SHUFFLES}, got {shuffle!r}")
+        raise ShardError(f"shuffle must be True, False or one of {SHUFFLES}, got {shuffle!r:.40}")
     return shuffle
 
 
@@ -127,14 +127,19 @@ class ShardSampler(Sampler[np.ndarray]):
         for name, value, low in (("count", count, 0), ("batch_size", batch_size, 1), ("world_size", world_size, 1),
                                  ("seed", seed, 0)):
             if type(value) is not int or value < low:
-                raise ValueError(f"{name} must be an integer of at least {low}, got {value!r}")
+                raise ShardError(f"{name} must be an integer of at least {low}, got {value!r:.40}")
         if type(rank) is not int or not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank!r} is outside 0..{world_size - 1}")
+            raise ShardError(f"rank {rank!r:.40} is outside 0..{world_size - 1}")
+        if not isinstance(drop_last, bool | np.bool_):
+            raise ShardError(f"drop_last must be True or False, got {drop_last!r:.40}")
         self.shuffle = shuffle_mode(shuffle)
-        if shard_counts is not None and (sum(shard_counts) != count or min(shard_counts, default=1) < 1):
-            raise ValueError(f"shard_counts must be positive and add up to count {count}")
+        if shard_counts is not None and (not isinstance(shard_counts, Sequence | np.ndarray)
+                                         or not all(isinstance(n, int | np.integer) and not isinstance(n, bool)
+                                                    for n in shard_counts)
+                                         or sum(shard_counts) != count or min(shard_counts, default=1) < 1):
+            raise ShardError(f"shard_counts must be positive and add up to count {count} (integers, one per shard)")
         if self.shuffle == "shards" and shard_counts is None:
-            raise ValueError('shuffle "shards" needs the shard_counts of the split')
+            raise ShardError('shuffle "shards" needs the shard_counts of the split')
         self.count, self.batch_size, self.seed = count, batch_size, seed
         self.rank, self.world_size, self.drop_last = rank, world_size, bool(drop_last)
         self.shard_counts = list(shard_counts) if shard_counts is not None else None
@@ -150,7 +155,7 @@ class ShardSampler(Sampler[np.ndarray]):
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its beginning at the next iteration."""
         if type(epoch) is not int or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+            raise ShardError(f"epoch must be a non-negative integer, got {epoch!r:.40}")
         self.epoch, self.due, self.plan = epoch, self._whole(), None
 
     def _runs(self, due: list[Interval]) -> list[list[Interval]]:
@@ -198,7 +203,7 @@ class ShardSampler(Sampler[np.ndarray]):
         """(epoch, positions still due) once every rank took `steps` batches of the plan."""
         total = self.steps(due)
         if type(steps) is not int or not 0 <= steps <= total:
-            raise ValueError(f"steps must be 0..{total} for this epoch, got {steps!r}")
+            raise ShardError(f"steps must be 0..{total} for this epoch, got {steps!r:.40}")
         if steps == total:
             return epoch + 1, self._whole()
         left = []
@@ -217,7 +222,7 @@ class ShardSampler(Sampler[np.ndarray]):
         if steps is None:
             epoch, due = self.epoch, self.due
         elif self.plan is None:
-            raise ValueError("no iteration was started: state_dict(steps) counts the batches taken of one")
+            raise ShardError("no iteration was started: state_dict(steps) counts the batches taken of one")
         else:
             epoch, due = self.after(*self.plan, steps)
         return self.state(epoch, due)

@@ -44,7 +44,7 @@ def hasher(verify: str):
         return "xxh3_128", xxhash.xxh3_128()
     if verify == "sha256":
         return "sha256", hashlib.sha256()
-    raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
+    raise ShardError(f"verify must be one of {VERIFY}, got {verify!r:.40}")
 
 
 _OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -229,7 +229,7 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
     count = entry["count"]
     first, stop = rows or (0, count)
     if not 0 <= first <= stop <= count:
-        raise ValueError(f"rows {first}..{stop} are outside the shard's 0..{count}")
+        raise ShardError(f"rows {first}..{stop} are outside the shard's 0..{count}")
     path, fd, size = open_shard(folder, entry, dir_fd)
     with open(fd, "rb", buffering=0) as file:
         if compression == "zstd":
@@ -273,6 +273,23 @@ def check_classes(sample: Sample, columns: dict[str, torch.Tensor], where: str, 
             field.check_classes(columns[field.name][index : index + 1], where, sample_id)
 
 
+def checked_device(device) -> torch.device:
+    """`device` (a torch.device, a name such as "cpu", "cuda" or "cuda:1", or an accelerator's
+    index, as torch takes it) as a torch.device, or a ShardError naming the argument: "gpu"
+    is not a device torch knows."""
+    if isinstance(device, torch.device):
+        return device
+    if type(device) is int and device >= 0:
+        return torch.device(device)
+    if not isinstance(device, str):
+        raise ShardError(f"device must be a torch device or its name (such as 'cpu' or 'cuda:0'), "
+                         f"got {type(device).__name__} {device!r:.40}")
+    try:
+        return torch.device(device)
+    except RuntimeError:  # torch's list of every device type it knows, over several lines
+        raise ShardError(f"device {device!r:.40} is not a torch device (such as 'cpu', 'cuda' or 'cuda:1')") from None
+
+
 def read_split(path: Path, device: str | torch.device = "cpu", *, dataset: str | None = None,
                split: str | None = None, verify: str = "xxh3") -> dict[str, torch.Tensor]:
     """The whole split as {field: tensor [n, *shape] of its dtype} on `device`, in the
@@ -283,13 +300,15 @@ def read_split(path: Path, device: str | torch.device = "cpu", *, dataset: str |
     shapes, counts and class labels are always checked. For CUDA the split is read straight
     into pinned memory, then copied to the device asynchronously.
     """
-    if verify not in VERIFY:
-        raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
+    if not isinstance(path, str | os.PathLike):
+        raise ShardError(f"path must be a shard folder (str or pathlib.Path), got {type(path).__name__}")
+    if not isinstance(verify, str) or verify not in VERIFY:
+        raise ShardError(f"verify must be one of {VERIFY}, got {verify!r:.40}")
+    device = checked_device(device)
     folder = Path(path)
     manifest = read_manifest(folder, dataset, split)
     sample = manifest_sample(manifest)
     compression = manifest["compression"]["codec"]
-    device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ShardError(f"{folder}: device {device} asked for, but torch sees no CUDA device here")
     pin = device.type == "cuda"

@@ -86,10 +86,14 @@ class RemoteShards:
 
     def __init__(self, url: str, cache: Path, max_bytes: int, *, verify: str = "xxh3", retries: int = 2,
                  storage_options: dict | None = None, deadlines: Deadlines | None = None) -> None:
-        if verify not in VERIFY:
-            raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
-        if max_bytes < 1 or retries < 0:
-            raise ValueError(f"max_bytes must be positive and retries not negative (got {max_bytes}, {retries})")
+        if not isinstance(verify, str) or verify not in VERIFY:
+            raise ShardError(f"verify must be one of {VERIFY}, got {verify!r:.40}")
+        if type(max_bytes) is not int or max_bytes < 1:
+            raise ShardError(f"max_bytes must be a number of bytes (1 or more), got {max_bytes!r:.40}")
+        if type(retries) is not int or retries < 0:
+            raise ShardError(f"retries must be an integer (0 or more), got {retries!r:.40}")
+        if deadlines is not None and not isinstance(deadlines, Deadlines):
+            raise ShardError(f"deadlines must be a Deadlines (pipeline.shards.watched), got {type(deadlines).__name__}")
         try:
             import fsspec  # lazily: only remote splits need it
         except ImportError:

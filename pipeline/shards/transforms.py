@@ -3,7 +3,7 @@
 A transform maps a batch ({field name: tensor [b, *shape]}, in the manifest's field order) to
 a batch. The two here are what an image classifier usually wants; each checks, when the
 reader is built, that the field it names exists and has a dtype it fits, and refuses it
-otherwise with a ValueError naming the field:
+otherwise with a ShardError (a ValueError) naming the field:
 
     ShardDataset(path, transform=[UnitFloat("images", add_channel=True), Int64("labels")])
 
@@ -12,6 +12,8 @@ Any other callable of a batch dict works too (it is not checked in advance).
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -32,9 +34,8 @@ def unit_float(images: torch.Tensor, *, mean: float | None = None, std: float | 
     `add_channel` inserts a channel axis of 1 after the batch axis ([b, H, W] -> [b, 1, H, W]).
     On its device; on the CPU the same values computed with numpy."""
     if images.dtype != torch.uint8:
-        raise ValueError(f"unit_float: expected uint8 values, got {images.dtype}")
-    if (mean is None) != (std is None):
-        raise ValueError(f"unit_float: mean and std go together (got mean={mean}, std={std})")
+        raise ShardError(f"unit_float: expected uint8 values, got {images.dtype}")
+    _check_unit_float("unit_float", mean, std, dtype, add_channel)
     if images.device.type == "cpu" and dtype in _HOST_FLOATS:
         kind = _HOST_FLOATS[dtype]
         x = images.numpy().astype(kind)
@@ -50,21 +51,41 @@ def unit_float(images: torch.Tensor, *, mean: float | None = None, std: float | 
     return out.unsqueeze(1) if add_channel else out
 
 
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_unit_float(who: str, mean, std, dtype, add_channel) -> None:
+    """unit_float's arguments, each refused in one line naming it."""
+    if (mean is None) != (std is None):
+        raise ShardError(f"{who}: mean and std go together (got mean={mean!r:.40}, std={std!r:.40})")
+    for name, value in (("mean", mean), ("std", std)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                  or not math.isfinite(value)):
+            raise ShardError(f"{who}: {name} must be a finite number, got {value!r:.40}")
+    if std is not None and std <= 0:
+        raise ShardError(f"{who}: std must be above 0, got {std!r:.40}")
+    if dtype not in _FLOATS:
+        raise ShardError(f"{who}: dtype must be a torch float dtype ({', '.join(map(str, _FLOATS))}), got {dtype!r:.40}")
+    if not isinstance(add_channel, bool):
+        raise ShardError(f"{who}: add_channel must be True or False, got {add_channel!r:.40}")
+
+
 class UnitFloat:
     """A uint8 field as floats in 0..1 (optionally normalised, optionally with a channel axis):
     `unit_float` of that field. Refuses a field that is not uint8."""
 
     def __init__(self, field: str, *, mean: float | None = None, std: float | None = None,
                  dtype: torch.dtype = torch.float32, add_channel: bool = False) -> None:
-        if (mean is None) != (std is None):
-            raise ValueError(f"UnitFloat({field!r}): mean and std go together")
+        if not isinstance(field, str):
+            raise ShardError(f"UnitFloat: field must be a field's name (str), got {type(field).__name__}")
+        _check_unit_float(f"UnitFloat({field!r:.40})", mean, std, dtype, add_channel)
         self.field, self.mean, self.std, self.dtype, self.add_channel = field, mean, std, dtype, add_channel
 
     def check(self, dtypes: Mapping[str, str]) -> None:
         if self.field not in dtypes:
-            raise ValueError(f"UnitFloat: no field {self.field!r} (fields: {list(dtypes)})")
+            raise ShardError(f"UnitFloat: no field {self.field!r} (fields: {list(dtypes)})")
         if dtypes[self.field] != "uint8":
-            raise ValueError(f"UnitFloat: field {self.field!r} is {dtypes[self.field]}, not uint8 (0..255)")
+            raise ShardError(f"UnitFloat: field {self.field!r} is {dtypes[self.field]}, not uint8 (0..255)")
 
     def __call__(self, batch: Batch) -> Batch:
         return {**batch, self.field: unit_float(batch[self.field], mean=self.mean, std=self.std, dtype=self.dtype,
@@ -76,13 +97,15 @@ class Int64:
     field that is not an integer one."""
 
     def __init__(self, field: str) -> None:
+        if not isinstance(field, str):
+            raise ShardError(f"Int64: field must be a field's name (str), got {type(field).__name__}")
         self.field = field
 
     def check(self, dtypes: Mapping[str, str]) -> None:
         if self.field not in dtypes:
-            raise ValueError(f"Int64: no field {self.field!r} (fields: {list(dtypes)})")
+            raise ShardError(f"Int64: no field {self.field!r} (fields: {list(dtypes)})")
         if not dtypes[self.field].startswith(("int", "uint")):
-            raise ValueError(f"Int64: field {self.field!r} is {dtypes[self.field]}, not an integer field")
+            raise ShardError(f"Int64: field {self.field!r} is {dtypes[self.field]}, not an integer field")
 
     def __call__(self, batch: Batch) -> Batch:
         values = batch[self.field]
@@ -107,7 +130,8 @@ def compose(transform: Transform | Sequence[Transform] | None, dtypes: Mapping[s
     steps = list(transform) if isinstance(transform, list | tuple) else [transform]
     for step in steps:
         if not callable(step):
-            raise ValueError(f"a transform must be callable, got {type(step).__name__}")
+            raise ShardError(f"a transform must be callable, got {type(step).__name__} (transform= takes a "
+                             f"callable of a batch dict, or a list of them)")
         if hasattr(step, "check"):
             step.check(dtypes)
     return steps[0] if len(steps) == 1 else Compose(steps)

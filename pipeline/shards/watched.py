@@ -33,7 +33,7 @@ class Deadlines:
         for name in ("connect_s", "first_byte_s", "min_rate", "window_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e12:
-                raise ValueError(f"Deadlines.{name} must be a positive number, got {value!r}")
+                raise ShardError(f"Deadlines.{name} must be a positive number, got {value!r:.40}")
 
     def total(self, size: int) -> float:
         """The most one object of `size` bytes may take, tries apart."""

@@ -38,7 +38,7 @@ import numpy as np
 
 from pipeline.core.atomic import BusyError, atomic_dir, locked
 from pipeline.core.bounded import read_json
-from pipeline.core.errors import InputError, is_slug, reason
+from pipeline.core.errors import InputError, SystemFailure, is_slug, reason, system_failure
 from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MANIFEST_TMP, MAX_MANIFEST, Field, Sample,
                                     ShardError, block_bytes, check_manifest, new_manifest, parse_fields, shard_file,
                                     write_manifest, zstd)
@@ -98,7 +98,7 @@ def shard_parts(columns: Mapping[str, np.ndarray], compression: str, level: int,
         return [_header(tensors, {"xxh3_64_blocks": block_digests(data, block)}, DATA_ALIGN), *data]
     if compression == "zstd":
         return [memoryview(zstd().ZstdCompressor(level=level).compress(b"".join(safetensors_parts(columns))))]
-    raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
+    raise ShardError(f"shard compression must be one of {CODECS}, got {compression!r:.40}")
 
 
 def shard_bytes(columns: Mapping[str, np.ndarray], compression: str, level: int, block: int | None = None) -> bytes:
@@ -322,6 +322,88 @@ def check_names(dataset: str, split: str) -> None:
                              f"at most 64 characters)")
 
 
+class ShardBusyError(ShardError, BusyError):
+    """Another writer (or merge) holds the folder, or the part, right now: one line naming it
+    and its lock. A `pipeline.core.atomic.BusyError` too."""
+
+
+class ShardSystemError(ShardError, SystemFailure):
+    """The operating system refused a write (disk full, file too large, read-only, no
+    permission): one line naming the path and what to do; nothing published changed. A
+    `pipeline.core.errors.SystemFailure` too."""
+
+
+@contextlib.contextmanager
+def _shard_errors(where: Path, temporary: Path | None = None) -> Iterator[None]:
+    """What the writer's locks, folders and files raise, as the library's errors: a busy lock
+    as a ShardBusyError, a disk-full or permission error as a ShardSystemError naming the
+    path (`where` when it names none), a folder not the library's to replace as a ShardError,
+    any other OS error as a ShardError naming its file. A path inside `temporary` (a whole
+    split's new folder) is named as the same path in `where`, the folder the caller gave."""
+    def named(message: str) -> str:
+        return message.replace(str(temporary), str(where)) if temporary is not None else message
+
+    try:
+        yield
+    except ShardError:
+        raise
+    except BusyError as err:
+        raise ShardBusyError(str(err)) from None
+    except SystemFailure as err:
+        raise ShardSystemError(named(str(err))) from None
+    except InputError as err:  # atomic_dir's check: a file, or a folder of someone else's
+        raise ShardError(str(err)) from None
+    except OSError as err:
+        path = getattr(err, "filename", None) or where
+        failure = system_failure(err, path)
+        if failure is not None:
+            raise ShardSystemError(named(str(failure))) from None
+        raise ShardError(named(f"{path}: {err.strerror or reason(err)}")) from None
+
+
+ZSTD_LEVELS = (-(1 << 17), 22)   # zstd's levels: negative ones faster, 1..22 smaller (0: its default, 3)
+
+
+def _check_arguments(folder, sample, samples_per_shard, compression, level, origin, first_sample, total) -> None:
+    """A writer's arguments, each refused in one line naming it, before any folder is touched."""
+    if not isinstance(folder, str | os.PathLike):
+        raise ShardError(f"folder must be a path (str or pathlib.Path), got {type(folder).__name__}")
+    if not isinstance(sample, Sample):
+        raise ShardError(f"sample must be a Sample of Fields (pipeline.shards.Sample), got {type(sample).__name__}")
+    if type(samples_per_shard) is not int or samples_per_shard < 1:
+        raise ShardError(f"samples_per_shard must be at least 1 (an integer), got {samples_per_shard!r:.40}")
+    if first_sample is not None and (type(first_sample) is not int or first_sample < 0
+                                     or first_sample % samples_per_shard):
+        raise ShardError(f"first_sample must be a multiple of samples_per_shard ({samples_per_shard}), "
+                         f"got {first_sample!r:.40}")
+    if total is not None and (type(total) is not int or total < 0 or first_sample is None
+                              or first_sample >= max(total, 1)):
+        raise ShardError(f"total must be the split's sample count, past first_sample, and only for a part "
+                         f"(first_sample {first_sample!r:.40}), got {total!r:.40}")
+    if not isinstance(compression, str) or compression not in CODECS:
+        raise ShardError(f"shard compression must be one of {CODECS}, got {compression!r:.40}")
+    low, high = ZSTD_LEVELS
+    if isinstance(level, bool) or not isinstance(level, numbers.Integral) or not low <= level <= high:
+        raise ShardError(f"level must be a zstd level, an integer in {low}..{high}, got {level!r:.40}")
+    if origin is not None and not isinstance(origin, str):
+        raise ShardError(f"origin must be a string (what error messages name), got {type(origin).__name__}")
+
+
+def _checked_source(source) -> dict:
+    """`source` (what the manifest records of where the split came from): a dict that JSON
+    holds as it is, or None ({}); anything else refused in one line naming it."""
+    if source is None:
+        return {}
+    if not isinstance(source, dict):
+        raise ShardError(f"source must be a dict (recorded in manifest.json), got {type(source).__name__}")
+    try:
+        json.dumps(source, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ShardError(f"source must hold only what JSON holds (it is recorded in manifest.json): "
+                         f"{reason(err)}") from None
+    return source
+
+
 def published(folder: Path) -> set[str]:
     """The shard files the folder's manifest.json lists now (none without one): files a
     reader may hold open, which no writer replaces."""
@@ -344,28 +426,20 @@ class ShardWriter:
     published is rewritten in place. A part (`first_sample`) writes each shard to a temporary
     file and renames it into `folder`, refusing a name the folder's manifest lists; `total`,
     the split's sample count, goes into the part's record so that `merge_parts` can tell a
-    missing part. Use it as a context manager, or call `finish` (or `abort`)."""
+    missing part. Use it as a context manager, or call `finish` (or `abort`).
+
+    Every error it raises is a ShardError: a busy folder or part a ShardBusyError, a write
+    the operating system refuses a ShardSystemError naming the folder given."""
 
     def __init__(self, folder: Path, *, sample: Sample, dataset: str, split: str, samples_per_shard: int,
                  compression: str = "none", level: int = 3, origin: str | None = None,
                  first_sample: int | None = None, total: int | None = None) -> None:
-        if type(samples_per_shard) is not int or samples_per_shard < 1:
-            raise ValueError("samples_per_shard must be at least 1")
-        if first_sample is not None and (type(first_sample) is not int or first_sample < 0
-                                         or first_sample % samples_per_shard):
-            raise ValueError(f"first_sample must be a multiple of samples_per_shard ({samples_per_shard}), "
-                             f"got {first_sample!r}")
-        if total is not None and (type(total) is not int or total < 0 or first_sample is None
-                                  or first_sample >= max(total, 1)):
-            raise ValueError(f"total must be the split's sample count, past first_sample, and only for a part "
-                             f"(first_sample {first_sample!r}), got {total!r}")
-        if compression not in CODECS:
-            raise ValueError(f"shard compression must be one of {CODECS}, got {compression!r}")
+        _check_arguments(folder, sample, samples_per_shard, compression, level, origin, first_sample, total)
         check_names(dataset, split)
         self.first_sample, self.total = first_sample, total  # first_sample None: the whole split
         self.dataset, self.split = dataset, split
         self.origin = origin or f"{dataset}/{split}"  # what error messages name
-        self.size, self.compression, self.level = samples_per_shard, compression, level
+        self.size, self.compression, self.level = samples_per_shard, compression, int(level)
         self.block = block_bytes(compression, samples_per_shard * sample.row_bytes)
         self.sample = sample
         self.buffers: dict[str, np.ndarray] = {}  # allocated on the first partial shard
@@ -374,20 +448,29 @@ class ShardWriter:
         self.entries: list[dict] = []
         self.target = Path(folder)
         self._stack = contextlib.ExitStack()
-        if first_sample is None:
-            self.folder = self._stack.enter_context(atomic_dir(self.target, marker="manifest.json",
-                                                               owns=is_split_folder))
-            self.published: set[str] = set()
-        else:
-            self.folder = self.target
-            (self.folder / PARTS).mkdir(parents=True, exist_ok=True)
-            self._stack.enter_context(parts_held(self.folder, exclusive=False))  # never beside a merge
-            self._stack.enter_context(locked(self.folder / PARTS / self._key))  # one writer per part
-            self.published = published(self.folder)
-            # An earlier run of this part leaves its record; its shards are about to be replaced,
-            # so the record goes first: a merge never pairs it with this run's files.
-            (self.folder / PARTS / f"{self._key}.json").unlink(missing_ok=True)
+        try:
+            with _shard_errors(self.target):
+                if first_sample is None:
+                    self.folder = self._stack.enter_context(atomic_dir(self.target, marker="manifest.json",
+                                                                       owns=is_split_folder))
+                    self.published: set[str] = set()
+                else:
+                    self.folder = self.target
+                    (self.folder / PARTS).mkdir(parents=True, exist_ok=True)
+                    self._stack.enter_context(parts_held(self.folder, exclusive=False))  # never beside a merge
+                    self._stack.enter_context(locked(self.folder / PARTS / self._key))  # one writer per part
+                    self.published = published(self.folder)
+                    # An earlier run of this part leaves its record; its shards are about to be replaced,
+                    # so the record goes first: a merge never pairs it with this run's files.
+                    (self.folder / PARTS / f"{self._key}.json").unlink(missing_ok=True)
+        except BaseException:
+            self._stack.close()  # a lock taken before the refusal is let go now, not when collected
+            raise
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="shard-sha256")
+
+    def _errors(self):
+        """`_shard_errors` for this writer: its paths named as the folder the caller gave."""
+        return _shard_errors(self.target, self.folder if self.folder != self.target else None)
 
     @property
     def _key(self) -> str:
@@ -454,6 +537,10 @@ class ShardWriter:
         if self.pool is None:
             raise ShardError(f"{self.origin}: this writer is finished or aborted")
         columns = self._checked(batch)
+        with self._errors():
+            self._add(columns)
+
+    def _add(self, columns: dict[str, np.ndarray]) -> None:
         n = len(next(iter(columns.values())))
         if self.total is not None and self.first_sample + self.count + n > self.total:
             raise ShardError(f"{self.origin}: the part from sample {self.first_sample:,} goes past the split's "
@@ -480,11 +567,16 @@ class ShardWriter:
         swap the new split in (a part: let its lock go)."""
         if self.pool is None:
             raise ShardError(f"{self.origin}: this writer is finished or aborted")
+        with self._errors():
+            return self._finish(source)
+
+    def _finish(self, source: dict | None) -> dict:
         try:
+            source = _checked_source(source)
             self._flush()
             self.pool.shutdown()
             manifest = new_manifest(sample=self.sample, dataset=self.dataset, split=self.split, count=self.count,
-                                    codec=self.compression, level=self.level, source=source or {},
+                                    codec=self.compression, level=self.level, source=source,
                                     shards=self.entries, block=self.block)
             if self.first_sample is None:
                 write_manifest(self.folder, manifest)
@@ -506,7 +598,8 @@ class ShardWriter:
         """Stop without publishing anything: a whole split's new folder is removed, `folder`
         left as it was; a part leaves its complete shards and no record."""
         if self.pool is not None:
-            self._close(ShardError(f"{self.origin}: aborted"))
+            with self._errors():
+                self._close(ShardError(f"{self.origin}: aborted"))
 
     def _close(self, err: BaseException | None) -> None:
         pool, self.pool = self.pool, None
@@ -523,10 +616,11 @@ class ShardWriter:
         return self
 
     def __exit__(self, kind, err, trace) -> None:
-        if err is not None:
-            self._close(err)  # (a full disk comes back worded, naming the folder)
-        else:
-            self.abort()  # left without finish(): nothing published
+        with self._errors():
+            if err is not None:
+                self._close(err)  # (a full disk comes back worded, naming the folder)
+            else:
+                self.abort()  # left without finish(): nothing published
 
     def __del__(self) -> None:
         if getattr(self, "pool", None) is not None:
@@ -570,8 +664,6 @@ def _read_part(record: Path, folder: Path) -> dict:
 def _split_total(folder: Path, records: list[Path], parts: list[dict], total: int | None) -> int:
     """The split's sample count: the one the parts record (all alike) or the caller gives."""
     recorded = {part["total"] for part in parts if part["total"] is not None}
-    if total is not None and (type(total) is not int or total < 1):
-        raise ValueError(f"total must be the split's sample count (1 or more), got {total!r}")
     if len(recorded | ({total} if total is not None else set())) > 1:
         said = {record.name: part["total"] for record, part in zip(records, parts)}
         raise ShardError(f"{folder / PARTS}: the parts disagree on the split's total: {said}"
@@ -599,8 +691,12 @@ def merge_parts(folder: Path, source: dict | None = None, *, total: int | None =
     merge while a part is still being written (its writer holds the part's lock; the merge
     holds every part's, so no writer starts one under it). A ShardError names the first
     problem; nothing is written."""
-    folder = Path(folder)
-    with locked(folder), contextlib.ExitStack() as writers:
+    if not isinstance(folder, str | os.PathLike):
+        raise ShardError(f"folder must be a path (str or pathlib.Path), got {type(folder).__name__}")
+    if total is not None and (type(total) is not int or total < 1):
+        raise ShardError(f"total must be the split's sample count (an integer, 1 or more), got {total!r:.40}")
+    folder, source = Path(folder), _checked_source(source)
+    with _shard_errors(folder), locked(folder), contextlib.ExitStack() as writers:
         for key in _part_keys(folder):
             try:
                 writers.enter_context(locked(folder / PARTS / key))
@@ -631,7 +727,8 @@ def parts_held(folder: Path, exclusive: bool) -> Iterator[None]:
         os.close(fd)
         raise (ShardError(f"{folder}: a part is being written right now; merge once every writer has finished")
                if exclusive else
-               BusyError(f"{folder}: a merge of its parts is under way; write the part once it has finished")) from None
+               ShardBusyError(f"{folder}: a merge of its parts is under way; write the part once it has finished")) \
+            from None
     try:
         yield
     finally:
@@ -647,7 +744,7 @@ def _part_keys(folder: Path) -> list[str]:
     return sorted(k for k in keys if len(k) == 12 and k.isdigit())
 
 
-def _merge(folder: Path, source: dict | None, total: int | None) -> dict:
+def _merge(folder: Path, source: dict, total: int | None) -> dict:
     records = sorted((folder / PARTS).glob("*.json"))  # none where there is no such folder
     if not records:
         raise ShardError(f"{folder}: no parts to merge (expected {PARTS}/*.json written by write_part)")
@@ -692,7 +789,7 @@ def _merge(folder: Path, source: dict | None, total: int | None) -> dict:
     manifest = new_manifest(sample=parse_fields(first["fields"], records[0]), dataset=first["dataset"],
                             split=first["split"], count=expected, codec=compression["codec"],
                             level=compression["level"] if compression["codec"] == "zstd" else 3,
-                            source=source or {}, shards=entries, block=first["block_bytes"])
+                            source=source, shards=entries, block=first["block_bytes"])
     check_manifest(json.loads(json.dumps(manifest)), folder / "manifest.json")
     write_manifest(folder, manifest)
     shutil.rmtree(folder / PARTS)  # the records, and temporaries of writers killed mid-shard
@@ -718,6 +815,7 @@ def write_split(columns: Mapping[str, object], out_dir: Path, *, sample: Sample,
                 source: dict | None = None) -> dict:
     """Write one split held in memory ({field name: array-like [n, *shape]}) as shards plus
     manifest.json into `out_dir` (replaced whole: on any error nothing is left behind)."""
+    _checked_source(source)
     with ShardWriter(out_dir, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
                      compression=compression, level=level) as writer:
         writer.add(columns)
