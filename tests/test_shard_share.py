@@ -4,6 +4,7 @@ never new bytes under an old manifest, never a short split, one line for each re
 from __future__ import annotations
 
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -311,6 +312,48 @@ def test_a_part_writer_not_on_record_yet_stops_a_merge_and_a_merge_stops_a_new_w
 
 
 # ---- issue 61: nothing changed or removed without a word; every error one line, a ShardError ----
+
+
+def test_write_split_over_a_split_never_removes_a_file_its_manifest_does_not_list(tmp_path):
+    """Issue 61: a user's `shard-notes.txt` in a split's folder was deleted by the next
+    write_split (any name starting "shard-" passed for the library's). Only the files the
+    manifest lists are the split's: the write is refused naming the file, and the folder
+    (split and file) is left as it was; so for a folder named like a shard, and for a shard
+    file the manifest does not list."""
+    folder, old, new = tmp_path / "split", columns(16, 0), columns(16, 1)
+    write(folder, old)
+    for name, make in (("shard-notes.txt", lambda p: p.write_text("my notes\n")),
+                       ("shard-00000.safetensors.bak", lambda p: p.write_bytes(b"a copy")),
+                       ("shard-00007.safetensors", lambda p: p.write_bytes(b"not listed")),
+                       ("shard-extra", lambda p: (p.mkdir(), (p / "inside.txt").write_text("mine\n")))):
+        make(folder / name)
+        before = {p.name: p.read_bytes() if p.is_file() else None for p in folder.iterdir()}
+        with pytest.raises(ShardError, match=rf"^{re.escape(str(folder))}: holds '{re.escape(name)}', which its "
+                                             rf"manifest.json does not list: a folder this project did not write "
+                                             rf"alone; refusing to replace it \(only the files a split's manifest "
+                                             rf"lists are ever removed: move that one out, or choose another folder\)$"):
+            write(folder, new)
+        assert {p.name: p.read_bytes() if p.is_file() else None for p in folder.iterdir()} == before
+        assert torch.equal(read_split(folder)["x"], torch.from_numpy(old["x"]))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["split"]  # no lock, no temporary
+        shutil.rmtree(folder / name) if (folder / name).is_dir() else (folder / name).unlink()
+    write(folder, new)  # the split alone again: replaced
+    assert torch.equal(read_split(folder)["x"], torch.from_numpy(new["x"]))
+
+
+def test_a_file_put_into_the_folder_while_the_split_is_written_is_kept(tmp_path):
+    """The folder is looked at again just before the new split is swapped in: a file put in
+    meanwhile stops the swap (one line naming it), and the old split and the file stay."""
+    folder, old = tmp_path / "split", columns(16, 0)
+    write(folder, old)
+    writer = ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8)
+    writer.add(columns(16, 1))
+    (folder / "shard-notes.txt").write_text("written meanwhile\n")
+    with pytest.raises(ShardError, match=r"split: holds 'shard-notes.txt', which its manifest.json does not list"):
+        writer.finish()
+    assert (folder / "shard-notes.txt").read_text() == "written meanwhile\n"
+    assert torch.equal(read_split(folder)["x"], torch.from_numpy(old["x"]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["split"]
 
 
 def test_a_bool_is_not_a_sample_index(tmp_path):

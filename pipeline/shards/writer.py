@@ -28,6 +28,7 @@ import json
 import math
 import numbers
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -451,6 +452,7 @@ class ShardWriter:
         try:
             with _shard_errors(self.target):
                 if first_sample is None:
+                    check_replaceable(self.target)  # (atomic_dir refuses a folder without a manifest)
                     self.folder = self._stack.enter_context(atomic_dir(self.target, marker="manifest.json",
                                                                        owns=is_split_folder))
                     self.published: set[str] = set()
@@ -580,6 +582,7 @@ class ShardWriter:
                                     shards=self.entries, block=self.block)
             if self.first_sample is None:
                 write_manifest(self.folder, manifest)
+                check_replaceable(self.target)  # again, just before the swap: a file put in since is kept
             else:
                 part = {**manifest, "first_sample": self.first_sample, "samples_per_shard": self.size}
                 if self.total is not None:
@@ -796,18 +799,57 @@ def _merge(folder: Path, source: dict, total: int | None) -> dict:
     return manifest
 
 
+_PARTS_FILES = re.compile(r"\d{12}\.json|\.\d{12}\.lock|\.\d{12}\.(record|[a-z0-9_]{8})\.tmp|" + re.escape(WRITERS))
+
+
 def is_split_folder(folder: Path) -> bool:
-    """A folder this library wrote: a manifest of the shard format, and nothing else but shard
-    files and the writer's temporaries (what `write_split` may replace)."""
-    names = [p.name for p in Path(folder).iterdir()]
-    if "manifest.json" not in names or not all(
-            n == "manifest.json" or n.startswith("shard-") or n in (MANIFEST_TMP, PARTS) for n in names):
-        return False
+    """A folder this library wrote, which `write_split` may replace: a manifest of the shard
+    format, and nothing else but the plain files that manifest lists, the writer's manifest
+    temporary and the parts' own folder (records, locks and temporaries only)."""
+    manifest = _own_manifest(Path(folder))
+    return manifest is not None and _stranger(Path(folder), manifest) is None
+
+
+def _own_manifest(folder: Path) -> dict | None:
+    """The folder's manifest.json where it is one of the shard format's (a plain file inside,
+    a JSON object with an integer format_version and a list of shards), else None."""
     try:
-        manifest = read_json(Path(folder) / "manifest.json", MAX_MANIFEST, "manifest", within=Path(folder))
-    except (OSError, InputError):  # not ours to replace: a special file, a link out, not JSON
-        return False
-    return isinstance(manifest, dict) and isinstance(manifest.get("format_version"), int) and "shards" in manifest
+        manifest = read_json(folder / "manifest.json", MAX_MANIFEST, "manifest", within=folder)
+    except (OSError, InputError):  # none, a special file, a link out, not JSON
+        return None
+    if not (isinstance(manifest, dict) and isinstance(manifest.get("format_version"), int)
+            and isinstance(manifest.get("shards"), list)):
+        return None
+    return manifest
+
+
+def _stranger(folder: Path, manifest: dict) -> str | None:
+    """The first entry of `folder` that is not the split's own (`manifest.json`, a plain file
+    the manifest lists, the writer's manifest temporary, the parts' folder holding only
+    records, locks and temporaries), or None. `shard-notes.txt` is as much a stranger as
+    `notes.txt`: only what the manifest names is ever removed."""
+    listed = {entry.get("file") for entry in manifest["shards"] if isinstance(entry, dict)}
+    for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+        if entry.name == PARTS and entry.is_dir(follow_symlinks=False):
+            for part in sorted(os.scandir(entry.path), key=lambda part: part.name):
+                if not (_PARTS_FILES.fullmatch(part.name) and part.is_file(follow_symlinks=False)):
+                    return f"{PARTS}/{part.name}"
+        elif not (entry.name in listed or entry.name in ("manifest.json", MANIFEST_TMP)) \
+                or not entry.is_file(follow_symlinks=False):
+            return entry.name
+    return None
+
+
+def check_replaceable(folder: Path) -> None:
+    """A ShardError naming the entry when `folder` holds a split (a manifest of the format)
+    beside files that split's manifest does not list: `write_split` never removes those."""
+    folder = Path(folder)
+    manifest = _own_manifest(folder) if folder.is_dir() and not folder.is_symlink() else None
+    stranger = _stranger(folder, manifest) if manifest is not None else None
+    if stranger is not None:
+        raise ShardError(f"{folder}: holds {stranger!r:.80}, which its manifest.json does not list: a folder this "
+                         f"project did not write alone; refusing to replace it (only the files a split's manifest "
+                         f"lists are ever removed: move that one out, or choose another folder)")
 
 
 def write_split(columns: Mapping[str, object], out_dir: Path, *, sample: Sample, dataset: str, split: str,
