@@ -146,15 +146,15 @@ def announce_bench(dataset: str, device: torch.device, settings: BenchSettings, 
     except Exception as err:  # an earlier run's file is a hint: a malformed one never stops a bench
         pace = None
         said = f"bench {dataset}: no estimate (an earlier run's file could not be read: {type(err).__name__})"
+    announced = Announced(calibration, pace, reference if pace is not None else None)
+    if settings.quick:  # the estimate is the plan for the budget
+        plan = plan_quick(announced, settings, settings.variants, {}, settings.quick_minutes * 60)
+        step = f"a training step of the write-up's model takes {duration(calibration.step_s)} here"
+        said = f"bench {dataset}, quick: {settings.quick_minutes:g} min for it; {plan.said} ({step})"
     print(said, file=sys.stderr, flush=True)
     warning = host_report(calibration, settings.max_spread, busy)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    announced = Announced(calibration, pace, reference if pace is not None else None)
-    if settings.quick:
-        plan = plan_quick(announced, settings, settings.variants, {}, settings.quick_minutes * 60)
-        print(f"bench {dataset}, quick: {settings.quick_minutes:g} min for it; {plan.said}", file=sys.stderr,
-              flush=True)
     return announced
 
 
@@ -169,22 +169,26 @@ class QuickStep:
     def said(self) -> str:
         total = sum(self.priced_s.values())
         cut = f" ({'; '.join(self.plan.cuts)})" if self.plan.cuts else ""
-        return f"planned: about {duration(total)} for the rungs left{cut}" if self.priced_s else "no rung fits"
+        if not self.priced_s:
+            return f"no rung fits{cut}"
+        if total <= 0:
+            return "no earlier run here to price the rungs from: each is planned from the ones before it"
+        return f"planned: about {duration(total)} for the rungs left{cut}"
 
 
 def pricer(announced: Announced, took: dict[str, tuple[float, float]]) -> Pricer:
     """Each rung's seconds here: the earlier run's (`estimate.predict`) scaled by the two
     calibrations, then by how this run's rungs so far took against their price (`took`: rung
-    -> (seconds taken, seconds priced)); with no earlier run, the mean rung so far."""
-    taken = sum(t for t, _ in took.values())
-    priced = sum(p for _, p in took.values())
-    behind = min(8.0, max(0.25, taken / priced)) if priced > 0 and taken > 0 else 1.0
+    -> (seconds taken, seconds priced); the median rung's ratio, so one rung's one-time cost,
+    a cold disk say, does not reprice the rest); with no earlier run, the median rung so far."""
+    ratios = [t / p for t, p in took.values() if p > 0 and t > 0]
+    behind = min(8.0, max(0.25, statistics.median(ratios))) if ratios else 1.0
     reference = announced.reference
 
     def price(settings: BenchSettings, rest: tuple[str, ...]) -> dict[str, float]:
         if reference is None:
-            mean = taken / len(took) if took else 0.0
-            return {rung: mean for rung in rest}
+            typical = statistics.median(t for t, _ in took.values()) if took else 0.0
+            return {rung: typical for rung in rest}
         scale = announced.calibration.step_s / reference_step_s(reference) * behind
         expected = predict(reference, dataclasses.replace(settings, variants=rest))
         return {rung: expected[rung] * scale for rung in rest}
@@ -211,31 +215,35 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
     floor_s = time.perf_counter() - start
     distinct_floors = list({id(run): run for run in floor_runs.values()}.values())  # shared options: one run
     done_parts = {"floor": floor_s}
-    planned = settings  # quick: the rungs left re-planned before each one to end within the budget
+    # quick: before each rung, the rungs left planned afresh from the settings to end within the
+    # budget (a cut made while behind is undone once the run catches up)
+    planned = settings
     took: dict[str, tuple[float, float]] = {}
     quick_plan = {"budget_s": round(settings.quick_minutes * 60, 1), "cuts": [], "skipped": []}
     for done, variant in enumerate(settings.variants):
         priced = 0.0
+        left = announced.left(done_parts, time.perf_counter() - started, done, len(settings.variants))
         if settings.quick:
-            rest = tuple(v for v in settings.variants[done:] if v not in quick_plan["skipped"])
-            if variant not in rest:
-                continue
-            step = plan_quick(announced, planned, rest, took, settings.quick_minutes * 60 - (time.perf_counter() - started))
-            if step.plan.cuts and "; ".join(step.plan.cuts) not in quick_plan["cuts"][-1:]:
-                print(f"{dataset}: {duration(settings.quick_minutes * 60 - (time.perf_counter() - started))} of the "
-                      f"quick budget left; {step.said}", file=sys.stderr, flush=True)
-                quick_plan["cuts"].append("; ".join(step.plan.cuts))
+            budget_left = settings.quick_minutes * 60 - (time.perf_counter() - started)
+            step = plan_quick(announced, settings, settings.variants[done:], took, budget_left)
+            cuts = "; ".join(step.plan.cuts)
+            if cuts and cuts not in quick_plan["cuts"][-1:]:
+                print(f"{dataset}: {duration(max(0.0, budget_left))} of the quick budget left; {step.said}",
+                      file=sys.stderr, flush=True)
+                quick_plan["cuts"].append(cuts)
             planned = step.plan.settings
-            quick_plan["skipped"] += [v for v in step.plan.skipped if v not in quick_plan["skipped"]]
-            if variant in step.plan.skipped:
+            if variant in step.plan.skipped and results:  # the first rung runs whatever: a document has one
+                quick_plan["skipped"].append(variant)
+                print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: left out (the quick budget)",
+                      file=sys.stderr, flush=True)
                 continue
             priced = step.priced_s.get(variant, 0.0)
+            left = f"; {duration(time.perf_counter() - started)} so far, about {duration(sum(step.priced_s.values()))} left"
         sampled = variant in planned.sample
         begun = time.perf_counter()
         what = (f"sampled: {planned.sample_epochs} epochs of {planned.sample_steps} steps, extrapolated"
                 if sampled else f"{planned.epochs_of(variant)} epochs")
-        print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: {what}"
-              f"{announced.left(done_parts, begun - started, done, len(settings.variants))}",
+        print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: {what}{left}",
               file=sys.stderr, flush=True)
         timing, train_steps, test_steps = run_variant(variant, dataset, Path(parquet), Path(shards), device, planned,
                                                       progress=f"{dataset}/{variant}")
