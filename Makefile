@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 # holding <dataset>/ with the raw files, tried before the internet mirrors of sources.yaml.
 export PIPELINE_MIRROR
 
-.PHONY: setup data repro bench bench-quick publish recover test test-fast check-docs mutants plots plots-template clean peers peers-setup
+.PHONY: setup data repro bench bench-quick publish recover test test-fast check-docs readme-walk mutants plots plots-template clean peers peers-setup
 
 setup: $(VENV)/.installed
 
@@ -72,6 +72,11 @@ test-fast: setup
 # re-measured something, `make publish` first.
 check-docs: setup
 	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q -m docs $(PYTEST_ARGS)
+
+# The README's commands as a newcomer types them, in a fresh clone and a new shell with no venv
+# (tools/readme_walk.py): a CI step. BUDGET_MIN=3 keeps its quick bench short.
+readme-walk:
+	$(PYTHON) tools/readme_walk.py
 
 # Mutation testing (not part of CI: hours on 2 cores for every module). Which modules and tests:
 # [tool.mutmut] in pyproject.toml. Starts fresh: mutmut keeps a mutant's verdict until its
