@@ -60,6 +60,19 @@ def test_compute_is_claimed_with_its_fraction_of_the_peak_and_weak_below_a_tenth
     assert "Try: bf16 autocast" in said and f"{fraction * 100:.2g}% of this CPU's float32 peak" in said
 
 
+def test_a_step_faster_than_the_probed_peak_claims_no_share_of_it():
+    """A peak probed in a busy moment came out below what the step computed: 22 times the
+    peak is not a share, it is a wrong probe. The claim is weak, quotes no percentage, no
+    precision lever is advised on that probe, and it says how to probe again."""
+    step = 0.01
+    loop = budget({"compute": 0.9, "overhead": 0.1}, step_s=step, flop_per_step=22 * PEAK.float32 * step)
+    said = verdict(loop)
+    assert said.startswith("COMPUTE-BOUND (weak evidence): "), said
+    assert "above the float32 peak probed here" in said and "peak.json" in said
+    assert "% of this CPU's float32 peak" not in said and "2.2e+03%" not in said
+    assert "bf16 autocast (" not in said and "so bf16 autocast is untested" in said  # not on that probe's word
+
+
 def test_compute_without_counted_flops_says_its_evidence_is_weak():
     said = verdict(budget({"compute": 0.9, "overhead": 0.1}, flop_per_step=None))
     assert said.startswith("COMPUTE-BOUND (weak evidence): ") and "the profiler counted no FLOPs" in said

@@ -31,12 +31,14 @@ from dataclasses import dataclass
 
 from torch.utils.data import DataLoader, IterableDataset, Subset, TensorDataset
 
+from pipeline.budget.peak import cache_file as peak_cache_file
 from pipeline.budget.units import duration, rate
 
 LABELS = {"data_wait": "data wait", "copy": "copy", "compute": "compute", "overhead": "overhead", "other": "other",
           "dispatch": "dispatch", "threads": "thread contention"}
 MEANINGFUL = 0.10     # of the float32 peak: below it, compute is claimed as weak
 NEGLIGIBLE = 0.01     # of the float32 peak: below it, time in ops is dispatch, not arithmetic
+PLAUSIBLE = 1.5       # of the float32 peak: above it, the probe, not the step, is wrong
 CLOSE = 0.10          # two shares this close (fraction of the step) are both named
 SMALL_KERNEL_S = 20e-6  # a device kernel shorter than this on average cannot fill the device
 DISTURBED = 2.0       # profiled steps this many times the plain clock's: the window does not show the loop
@@ -157,11 +159,18 @@ class Diagnosis:
         return " + ".join(LABELS[b].upper() for b in self.bounds)
 
 
-def compute_fraction(budget) -> float | None:
+def raw_fraction(budget) -> float | None:
     """The step's achieved FLOP/s over this device's measured float32 peak at the loop's own
     intra-op threads; None where either is unknown."""
     achieved = budget.achieved_flop_s()
     return achieved / budget.peak.float32_at(budget.intra_threads) if achieved and budget.peak else None
+
+
+def compute_fraction(budget) -> float | None:
+    """`raw_fraction`, or None where it exceeds PLAUSIBLE: a step cannot outrun the device's
+    ceiling, so the probe measured a busy moment and no share of it is claimed."""
+    fraction = raw_fraction(budget)
+    return None if fraction is None or fraction > PLAUSIBLE else fraction
 
 
 def percent(fraction: float) -> str:
@@ -183,6 +192,10 @@ def _compute_evidence(budget) -> tuple[str, str, bool]:
                                 f"short to fill the device{each}"), False
         why = ("the profiler counted no FLOPs for these ops" if not budget.flop_per_step
                else "no peak of this device to set them against")
+        if raw_fraction(budget) is not None:  # above the ceiling: the probe ran on a busy moment
+            why = (f"the step computes at {rate(budget.achieved_flop_s())}, above the float32 peak probed here "
+                   f"({rate(budget.peak.float32)}): that probe ran in a busy moment (a new one is taken on a quiet "
+                   f"host: delete {peak_cache_file()})")
         return "compute", f"{why}, so how hard they compute is unknown{each}", True
     gpu = budget.kernels_per_step is not None
     at = "" if gpu or not budget.intra_threads else f" at {budget.intra_threads} thread{'s' if budget.intra_threads != 1 else ''}"
@@ -280,8 +293,11 @@ def _compute_rule(budget) -> Rule:
     base = rule_for("compute", budget.device)
     levers, against = [], []
     peak = budget.peak
-    speedup = peak.over_float32("bfloat16") if peak is not None else None
-    if speedup is None:
+    probed_busy = (raw_fraction(budget) or 0.0) > PLAUSIBLE  # the step outran the probe: not to be trusted
+    speedup = peak.over_float32("bfloat16") if peak is not None and not probed_busy else None
+    if probed_busy:
+        against.append("the peak probe ran in a busy moment, so bf16 autocast is untested")
+    elif speedup is None:
         against.append("no bfloat16 peak was measured here, so bf16 autocast is untested")
     elif speedup >= PAYS:
         levers.append(f"bf16 autocast (bfloat16 matmuls measured {speedup:.1f}x float32's rate on this "
