@@ -3,8 +3,10 @@ never new bytes under an old manifest, never a short split, one line for each re
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ import torch
 
 from pipeline.core.atomic import BusyError, locked
 from pipeline.shards import (DeviceBatches, Field, Int64, Sample, ShardBusyError, ShardDataset, ShardError, ShardWriter,
-                             UnitFloat, merge_parts, read_split, write_part, write_split)
+                             UnitFloat, merge_parts, read_manifest, read_split, write_part, write_split)
 from pipeline.shards.watched import Deadlines
 
 SAMPLE = Sample((Field("x", "float64", (4,)), Field("y", "int64", ())))
@@ -143,45 +145,127 @@ def test_a_shard_file_no_part_lists_is_refused_by_name(tmp_path):
     assert not (folder / "manifest.json").exists()
 
 
-def test_a_second_merge_at_once_is_one_line(tmp_path):
-    """While one merge holds the folder's lock, another is refused in one line; once it is
-    done, a late one finds nothing to merge (one line too)."""
+def test_a_merge_while_the_split_is_written_whole_is_one_line_and_a_late_merge_says_it_is_merged(tmp_path):
+    """While a writer of the whole split holds the folder's lock, a merge is refused in one
+    line (a ShardBusyError: a ShardError and a BusyError); once a merge is done, a later one
+    finds nothing to merge and says that a merge did it (one line too)."""
     folder, data = tmp_path / "p", columns(16, 0)
     _parts(folder, data, [0, 8, 16], total=16)
     with locked(folder):
-        with pytest.raises(BusyError, match=r"p: another run is writing it right now"):
+        with pytest.raises(ShardBusyError, match=r"p: another run is writing it right now") as caught:
             merge_parts(folder)
+    assert isinstance(caught.value, BusyError) and "\n" not in str(caught.value)
     assert merge_parts(folder)["count"] == 16
-    with pytest.raises(ShardError, match=r"no parts to merge"):
+    with pytest.raises(ShardError, match=rf"^{re.escape(str(folder))}: no parts to merge: another merge_parts "
+                                         rf"merged them already \(its manifest.json holds the split, 16 samples\)$"):
         merge_parts(folder)
 
 
 MERGE = """
-import sys
-from pipeline.core.errors import InputError
-from pipeline.shards import merge_parts
+import json, os, sys, time
+from pipeline.shards import ShardError, merge_parts
+while not os.path.exists(sys.argv[2]):  # every process imported and waiting: then all merge at once
+    time.sleep(0.001)
 try:
-    merge_parts(sys.argv[1])
-except InputError as err:
-    print(err, file=sys.stderr)
+    print(json.dumps(merge_parts(sys.argv[1])))
+except ShardError as err:
+    print(f"{type(err).__name__}: {err}", file=sys.stderr)
     sys.exit(2)
 """
 
 
-def test_concurrent_merges_one_wins_the_other_gets_one_line(tmp_path):
-    """Two processes merge one folder at once: one writes the manifest, the other stops with
-    one InputError line (busy, or nothing left to merge), never another exception."""
+def _merge_outcomes(folder, outcomes: list, manifest: dict) -> None:
+    """Each outcome of merges run at once is the merged split's manifest (one merged, the
+    others waited for it) or one ShardError line saying another merge did it; at least one
+    merged, and the split reads back whole with no part, lock or temporary left."""
+    said = f"{folder}: no parts to merge: another merge_parts merged them already"
+    assert any(outcome == manifest for outcome in outcomes), outcomes
+    assert all(outcome == manifest or isinstance(outcome, str) and outcome.startswith(f"ShardError: {said}")
+               and "\n" not in outcome.strip() for outcome in outcomes), outcomes
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"] + [
+        f"shard-{i:05d}.safetensors" for i in range(manifest["count"] // 8)]
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]
+
+
+def test_merges_at_once_in_processes_one_merges_the_others_wait_and_return_its_manifest(tmp_path):
+    """Three processes merge one folder at the same instant, five times over: one merges;
+    each other one waits for it and returns the manifest it wrote (or, where it began after
+    that merge had ended, says in one line that another merge did it). Never a BusyError,
+    never a traceback, never a split left unreadable."""
     import subprocess
     import sys
 
-    folder, data = tmp_path / "p", columns(64, 0)
-    _parts(folder, data, [0, 8, 16, 24, 32, 40, 48, 56, 64], total=64)
-    runs = [subprocess.Popen([sys.executable, "-c", MERGE, str(folder)], stderr=subprocess.PIPE, text=True)
-            for _ in range(2)]
-    errors = [run.communicate()[1] for run in runs]
-    assert sorted(run.returncode for run in runs) == [0, 2], errors
-    assert all(err.count("\n") <= 1 and "Traceback" not in err for err in errors), errors
-    assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
+    data = columns(64, 0)
+    for trial in range(5):
+        folder, go = tmp_path / f"t{trial}" / "p", tmp_path / f"go{trial}"
+        _parts(folder, data, list(range(0, 72, 8)), total=64)
+        runs = [subprocess.Popen([sys.executable, "-c", MERGE, str(folder), str(go)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(3)]
+        go.touch()
+        outputs = [run.communicate(timeout=120) for run in runs]
+        outcomes = [json.loads(out) if run.returncode == 0 else err.strip() if run.returncode == 2 else (out, err)
+                    for run, (out, err) in zip(runs, outputs)]
+        manifest = json.loads((folder / "manifest.json").read_text())
+        _merge_outcomes(folder, outcomes, manifest)
+        assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
+
+
+def test_merges_at_once_in_threads_while_one_is_slow_the_others_wait_for_it(tmp_path, monkeypatch):
+    """Four threads merge one folder at once, the manifest's write slowed so that the others
+    surely arrive while the first one merges: they wait for it and return its manifest."""
+    import threading
+
+    import pipeline.shards.writer as writer
+
+    slow, wrote = writer.write_manifest, []
+
+    def write_manifest(folder, manifest):
+        time.sleep(0.3)
+        wrote.append(folder)
+        slow(folder, manifest)
+
+    monkeypatch.setattr(writer, "write_manifest", write_manifest)
+    data = columns(64, 0)
+    for trial in range(3):
+        folder = tmp_path / f"t{trial}" / "p"
+        _parts(folder, data, list(range(0, 72, 8)), total=64)
+        start, outcomes = threading.Barrier(4), []
+
+        def merge():
+            start.wait()
+            try:
+                outcomes.append(merge_parts(folder))
+            except ShardError as err:
+                outcomes.append(f"{type(err).__name__}: {err}")
+
+        threads = [threading.Thread(target=merge) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        manifest = read_manifest(folder)
+        assert outcomes == [manifest] * 4 and wrote.count(folder) == 1
+        _merge_outcomes(folder, outcomes, manifest)
+        assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
+
+
+def test_a_merge_waits_for_another_merge_a_bounded_time(tmp_path, monkeypatch):
+    """A merge holding the parts past MERGE_WAIT_S: the waiting one stops with one line
+    naming the folder and the lock, then merges once that one has let go."""
+    import pipeline.shards.writer as writer
+    from pipeline.shards.writer import parts_held
+
+    monkeypatch.setattr(writer, "MERGE_WAIT_S", 0.3)
+    folder, data = tmp_path / "p", columns(16, 0)
+    _parts(folder, data, [0, 8, 16], total=16)
+    began = time.monotonic()
+    with parts_held(folder, exclusive=True):  # as another merge holds them
+        with pytest.raises(ShardBusyError, match=rf"^{re.escape(str(folder))}: another merge of its parts has held "
+                                                 rf"them for over 0.3 s \(lock .*\.writers\.lock\); try again once "
+                                                 rf"it has ended$"):
+            merge_parts(folder)
+    assert 0.3 <= time.monotonic() - began < 5
+    assert merge_parts(folder)["count"] == 16
 
 
 # ---- inputs the boundary checks ----------------------------------------------------------------

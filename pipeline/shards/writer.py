@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,8 +42,8 @@ from pipeline.core.atomic import BusyError, atomic_dir, locked
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError, SystemFailure, is_slug, reason, system_failure
 from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MANIFEST_TMP, MAX_MANIFEST, Field, Sample,
-                                    ShardError, block_bytes, check_manifest, new_manifest, parse_fields, shard_file,
-                                    write_manifest, zstd)
+                                    ShardError, block_bytes, check_manifest, new_manifest, parse_fields, read_manifest,
+                                    shard_file, write_manifest, zstd)
 
 
 # safetensors' `Dtype` enum order: it lays tensors out by dtype, later in this order first, then
@@ -683,32 +684,129 @@ def _stray(folder: Path, listed: set[str]) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith("shard-") and p.name not in listed)
 
 
+MERGE_WAIT_S = 300.0   # how long a merge waits for another merge of the same parts to end
+
+
 def merge_parts(folder: Path, source: dict | None = None, *, total: int | None = None) -> dict:
     """One manifest for the parts written into `folder`: every part's schema and settings the
     same, parts tiling the split from sample 0 to its total (recorded by the parts, or
     `total`) with no gap or overlap, every part but the last a whole number of shards, each
     shard file the one its samples' place numbers and holding samples_per_shard samples (the
     split's last shard at most that), and no shard file in the folder that no part lists.
-    Holding the folder's lock, writes manifest.json (replacing it atomically), then removes
-    the parts' records; a second merge at the same time is refused in one line, and so is a
-    merge while a part is still being written (its writer holds the part's lock; the merge
-    holds every part's, so no writer starts one under it). A ShardError names the first
-    problem; nothing is written."""
+    Holding the parts alone and the folder's lock, writes manifest.json (replacing it
+    atomically), then removes the parts' records and folder. A merge while a part is still
+    being written is refused in one line (naming the part where it can), and no writer
+    starts one under a merge. Of two merges at once, one merges; the other waits for it (at
+    most MERGE_WAIT_S) and returns the manifest it wrote, or, where that merge failed,
+    merges itself and meets the same problem. A ShardError names the first problem;
+    nothing is written then."""
     if not isinstance(folder, str | os.PathLike):
         raise ShardError(f"folder must be a path (str or pathlib.Path), got {type(folder).__name__}")
     if total is not None and (type(total) is not int or total < 1):
         raise ShardError(f"total must be the split's sample count (an integer, 1 or more), got {total!r:.40}")
     folder, source = Path(folder), _checked_source(source)
-    with _shard_errors(folder), locked(folder), contextlib.ExitStack() as writers:
-        for key in _part_keys(folder):
-            try:
-                writers.enter_context(locked(folder / PARTS / key))
-            except BusyError:
-                raise ShardError(f"{folder}: the part from sample {int(key):,} is being written right now; merge "
-                                 f"once every writer has finished") from None
-        if (folder / PARTS).is_dir():  # a writer of a part not on record yet: it holds the parts shared
-            writers.enter_context(parts_held(folder, exclusive=True))
-        return _merge(folder, source, total)
+    with _shard_errors(folder):
+        hold, waited = _hold_parts(folder, MERGE_WAIT_S)
+        if hold is None:  # no parts' folder: none written, or a merge took them away just now
+            return _no_parts(folder, waited)
+        try:
+            with locked(folder), contextlib.ExitStack() as writers:
+                for key in _part_keys(folder):  # (every writer holds the parts shared: none is left)
+                    try:
+                        writers.enter_context(locked(folder / PARTS / key))
+                    except BusyError:
+                        raise ShardError(f"{folder}: the part from sample {int(key):,} is being written right now; "
+                                         f"merge once every writer has finished") from None
+                manifest = _merge(folder, source, total, waited)
+            _remove_parts(folder)  # (the records are gone already: once the folder's lock is let go)
+            return manifest
+        finally:
+            os.close(hold)
+
+
+def _hold_parts(folder: Path, wait: float) -> tuple[int | None, bool]:
+    """Hold `folder`'s parts alone for a merge: (the descriptor holding PARTS/WRITERS
+    exclusively, or None where there is no parts folder, none written or a merge just took
+    it away; whether another merge held them while this one waited). Part writers hold the
+    parts shared: the merge is refused, naming a part being written where one holds its
+    own lock. Another merge holds them alone: this one waits for it, at most `wait` seconds."""
+    lock = folder / PARTS / WRITERS
+    deadline, waited = time.monotonic() + wait, False
+    while True:
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            return None, waited
+        try:
+            if _flocked(fd, fcntl.LOCK_EX) and _same_file(fd, lock):
+                return fd, waited
+            if _flocked(fd, fcntl.LOCK_SH):  # no merge holds them (or one just let go): writers, or none
+                current = _same_file(fd, lock)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                if current and _flocked(fd, fcntl.LOCK_EX) and _same_file(fd, lock):
+                    return fd, waited
+                if current:
+                    busy = _busy_part(folder)
+                    raise ShardError(f"{folder}: " + (f"the part from sample {int(busy):,} is" if busy else "a part is")
+                                     + " being written right now; merge once every writer has finished")
+            elif time.monotonic() < deadline:  # another merge of these parts: wait for it to end
+                waited = True
+            else:
+                raise ShardBusyError(f"{folder}: another merge of its parts has held them for over {wait:g} s "
+                                     f"(lock {lock}); try again once it has ended")
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        time.sleep(0.01)
+
+
+def _flocked(fd: int, kind: int) -> bool:
+    """Whether `flock(kind)` on `fd` was granted now (never waits)."""
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `fd` is still the file at `path` (a lock file removed or replaced is no lock)."""
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _busy_part(folder: Path) -> str | None:
+    """The key of a part whose writer holds its lock now, or None (looked at, never taken)."""
+    for key in _part_keys(folder):
+        try:
+            fd = os.open(folder / PARTS / f".{key}.lock", os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if not _flocked(fd, fcntl.LOCK_EX):
+                return key
+        finally:
+            os.close(fd)
+    return None
+
+
+def _remove_parts(folder: Path) -> None:
+    """Take the parts' folder away in one rename (beside `folder`, a temporary of its own that
+    the next holder of its lock clears if this stops halfway), then remove it: no writer or
+    merge opening a lock in it meanwhile can make the removal fail half done."""
+    try:
+        gone = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    except OSError:
+        shutil.rmtree(folder / PARTS, ignore_errors=True)
+        return
+    try:
+        os.replace(folder / PARTS, gone / PARTS)
+    except OSError:  # gone already (a writer swapped the folder in), or another file system
+        shutil.rmtree(folder / PARTS, ignore_errors=True)
+    shutil.rmtree(gone, ignore_errors=True)
 
 
 WRITERS = ".writers.lock"  # in PARTS: held shared by every part's writer, exclusively by a merge
@@ -717,21 +815,20 @@ WRITERS = ".writers.lock"  # in PARTS: held shared by every part's writer, exclu
 @contextlib.contextmanager
 def parts_held(folder: Path, exclusive: bool) -> Iterator[None]:
     """A hold on `folder`'s parts: shared by each part's writer (any number at once) and
-    exclusive for a merge, so a merge never runs beside a writer and no writer starts under
-    a merge; either, when busy, is one line. The lock file goes with the parts' folder when
-    a merge removes it; a hold taken on a file already removed counts as busy."""
+    exclusive as a merge holds them, so a merge never runs beside a writer and no writer
+    starts under a merge; either, when busy, is one line. The lock file goes with the parts'
+    folder when a merge removes it; a hold taken on a file already removed counts as busy."""
     lock = Path(folder) / PARTS / WRITERS
-    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
     try:
-        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        if os.fstat(fd).st_ino != os.stat(lock).st_ino:
-            raise BlockingIOError
-    except (BlockingIOError, FileNotFoundError):
-        os.close(fd)
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:  # a merge took the parts' folder away just now
+        fd = None
+    if fd is None or not (_flocked(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) and _same_file(fd, lock)):
+        if fd is not None:
+            os.close(fd)
         raise (ShardError(f"{folder}: a part is being written right now; merge once every writer has finished")
                if exclusive else
-               ShardBusyError(f"{folder}: a merge of its parts is under way; write the part once it has finished")) \
-            from None
+               ShardBusyError(f"{folder}: a merge of its parts is under way; write the part once it has finished"))
     try:
         yield
     finally:
@@ -747,10 +844,11 @@ def _part_keys(folder: Path) -> list[str]:
     return sorted(k for k in keys if len(k) == 12 and k.isdigit())
 
 
-def _merge(folder: Path, source: dict, total: int | None) -> dict:
+def _merge(folder: Path, source: dict, total: int | None, waited: bool) -> dict:
+    """The merge itself, under the parts' hold and the folder's lock (see `merge_parts`)."""
     records = sorted((folder / PARTS).glob("*.json"))  # none where there is no such folder
     if not records:
-        raise ShardError(f"{folder}: no parts to merge (expected {PARTS}/*.json written by write_part)")
+        return _no_parts(folder, waited)
     parts = [_read_part(record, folder) for record in records]
     total = _split_total(folder, records, parts, total)
     keys = ("dataset", "split", "fields", "compression", "block_bytes", "samples_per_shard")
@@ -795,8 +893,25 @@ def _merge(folder: Path, source: dict, total: int | None) -> dict:
                             source=source, shards=entries, block=first["block_bytes"])
     check_manifest(json.loads(json.dumps(manifest)), folder / "manifest.json")
     write_manifest(folder, manifest)
-    shutil.rmtree(folder / PARTS)  # the records, and temporaries of writers killed mid-shard
+    for record in records:  # merged: no later merge takes them again (the folder goes once the lock is let go)
+        record.unlink()
     return manifest
+
+
+def _no_parts(folder: Path, waited: bool) -> dict:
+    """With no parts left to merge: the manifest of the merge this one waited for, or one line
+    saying that another merge did it, or that there were no parts. (No lock needed: a manifest
+    and a split are only ever replaced whole.)"""
+    try:
+        merged = read_manifest(folder)
+    except ShardError:
+        merged = None
+    if merged is not None and waited:
+        return merged
+    if merged is not None:
+        raise ShardError(f"{folder}: no parts to merge: another merge_parts merged them already (its "
+                         f"manifest.json holds the split, {merged['count']:,} samples)")
+    raise ShardError(f"{folder}: no parts to merge (expected {PARTS}/*.json written by write_part)")
 
 
 _PARTS_FILES = re.compile(r"\d{12}\.json|\.\d{12}\.lock|\.\d{12}\.(record|[a-z0-9_]{8})\.tmp|" + re.escape(WRITERS))
