@@ -24,6 +24,7 @@ from pipeline.budget.peak import Peak, device_peak
 from pipeline.budget.threads import ThreadCheck, plan, summarise
 from pipeline.budget.trace import RANGE, QuietProfiler, sync, window_parts
 from pipeline.budget.units import duration
+from pipeline.budget.verdict import LoaderSeen, loader_seen
 from pipeline.core.errors import InputError
 
 
@@ -71,6 +72,8 @@ class Budget:
     threads: ThreadCheck | None = None       # the same loop re-timed on one thread (CPU)
     machine: str | None = None               # the name of the machine measured
     intra_threads: int | None = None         # torch's intra-op threads during the window
+    convolutions: bool | None = None         # a convolution op ran inside a step (trace.step_convolutions)
+    loader: LoaderSeen | None = None         # the DataLoader batches() was given (verdict.loader_seen)
 
     def _of_step(self, seconds: float) -> float:
         total = self.per_step["step_s"]
@@ -206,6 +209,7 @@ class TimeBudget:
         self._timed: list[tuple[int, float]] = []
         self._pending: tuple[int, float] | None = None  # (threads, start) of the step being re-timed
         self._threads_check = threads_check if self.device.type == "cpu" else 0
+        self._loader: LoaderSeen | None = None  # what batches() was given, when a DataLoader
 
     @property
     def profiling(self) -> bool:
@@ -269,6 +273,7 @@ class TimeBudget:
         return self._batches(loader)
 
     def _batches(self, loader: Iterable) -> Iterator:
+        self._loader = loader_seen(loader) or self._loader
         items = iter(loader)
         opened = False
         self._loops += 1
@@ -379,7 +384,8 @@ class TimeBudget:
         self._measured = Budget(per_step=window.per_step, device=str(self.device),
                                 kernels_per_step=window.kernels_per_step, flop_per_step=window.flop_per_step,
                                 peak_device_bytes=torch.cuda.max_memory_allocated(self.device) if cuda else None,
-                                partial=partial, ops_per_step=window.ops_per_step)
+                                partial=partial, ops_per_step=window.ops_per_step,
+                                convolutions=window.convolutions)
         if self.trace:
             quiet.profiler.export_chrome_trace(str(self.trace))
         if not partial:
@@ -419,6 +425,7 @@ class TimeBudget:
         budget.threads = summarise(self._timed, self._threads)
         budget.intra_threads = self._threads if self.device.type == "cpu" else None
         budget.machine = fingerprint(self.device.type)["name"]
+        budget.loader = self._loader
         if isinstance(self.peak, Peak):
             budget.peak = self.peak
         elif self.peak == "measure" and budget.flop_per_step:
