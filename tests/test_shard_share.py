@@ -573,3 +573,42 @@ def test_a_full_disk_is_a_shard_error_naming_the_folder(tmp_path, monkeypatch):
         assert isinstance(caught.value, SystemFailure) and "\n" not in str(caught.value)
         assert ".tmp" not in str(caught.value) and not (folder / "manifest.json").exists()
 
+
+UNFINISHED = """
+import sys
+import numpy as np
+from pipeline.shards import Field, Sample, ShardWriter
+sample = Sample((Field("x", "float64"),))
+part = {"first_sample": 0, "total": 8} if sys.argv[2] == "part" else {}
+writer = ShardWriter(sys.argv[1], sample=sample, dataset="d", split="s", samples_per_shard=4, **part)
+writer.add({"x": np.zeros(6)})
+if sys.argv[3] == "late":   # held by a module: let go only as the interpreter tears its modules down
+    import json
+    json.kept = writer
+elif sys.argv[3] == "raised":
+    raise SystemExit(3)
+"""
+
+
+@pytest.mark.parametrize("kept", ["global", "late", "raised"])
+@pytest.mark.parametrize("kind", ["whole", "part"])
+def test_a_writer_never_closed_aborts_quietly_at_exit(tmp_path, kind, kept):
+    """Issue 61: a ShardWriter dropped without close() at interpreter exit printed "Exception
+    ignored in ShardWriter.__del__ ... ImportError: sys.meta_path is None" (and, held late,
+    left its temporary folder and lock behind). Now every writer still open is aborted as
+    the interpreter exits: nothing on stderr, nothing published, no lock or temporary left;
+    a part leaves its complete shard and no record, as `abort()` does."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "out" / "split"
+    folder.parent.mkdir()
+    run = subprocess.run([sys.executable, "-c", UNFINISHED, str(folder), kind, kept], capture_output=True, text=True,
+                         timeout=120)
+    assert run.stderr == "" and run.returncode == (3 if kept == "raised" else 0)
+    if kind == "whole":
+        assert sorted(p.name for p in folder.parent.iterdir()) == []
+    else:
+        assert sorted(p.name for p in folder.parent.iterdir()) == ["split"]
+        assert sorted(p.name for p in folder.iterdir()) == [".parts", "shard-00000.safetensors"]
+        assert sorted(p.name for p in (folder / ".parts").iterdir()) == [".writers.lock"]  # (the merge removes it)

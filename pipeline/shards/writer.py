@@ -21,6 +21,7 @@ folder holds the same bytes as one writer's, whatever the number of writers.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -30,8 +31,10 @@ import numbers
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -406,6 +409,19 @@ def _checked_source(source) -> dict:
     return source
 
 
+_UNFINISHED: weakref.WeakSet = weakref.WeakSet()   # writers neither finished nor aborted yet
+
+
+@atexit.register
+def _abort_unfinished() -> None:
+    """At interpreter exit, abort every writer left unfinished (nothing it wrote is published),
+    while imports still work: left to `__del__` during the interpreter's teardown, the abort
+    would print "Exception ignored ... ImportError: sys.meta_path is None"."""
+    for writer in list(_UNFINISHED):
+        with contextlib.suppress(Exception):
+            writer.abort()
+
+
 def published(folder: Path) -> set[str]:
     """The shard files the folder's manifest.json lists now (none without one): files a
     reader may hold open, which no writer replaces."""
@@ -428,7 +444,8 @@ class ShardWriter:
     published is rewritten in place. A part (`first_sample`) writes each shard to a temporary
     file and renames it into `folder`, refusing a name the folder's manifest lists; `total`,
     the split's sample count, goes into the part's record so that `merge_parts` can tell a
-    missing part. Use it as a context manager, or call `finish` (or `abort`).
+    missing part. Use it as a context manager, or call `finish` (or `abort`); a writer still
+    open when the interpreter exits is aborted then, without a word.
 
     Every error it raises is a ShardError: a busy folder or part a ShardBusyError, a write
     the operating system refuses a ShardSystemError naming the folder given."""
@@ -470,6 +487,7 @@ class ShardWriter:
             self._stack.close()  # a lock taken before the refusal is let go now, not when collected
             raise
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="shard-sha256")
+        _UNFINISHED.add(self)
 
     def _errors(self):
         """`_shard_errors` for this writer: its paths named as the folder the caller gave."""
@@ -609,6 +627,7 @@ class ShardWriter:
         pool, self.pool = self.pool, None
         if pool is None:
             return
+        _UNFINISHED.discard(self)
         pool.shutdown()
         if err is None:
             self._stack.close()
@@ -627,8 +646,15 @@ class ShardWriter:
                 self.abort()  # left without finish(): nothing published
 
     def __del__(self) -> None:
-        if getattr(self, "pool", None) is not None:
+        """A writer dropped unfinished aborts (at interpreter exit `_abort_unfinished` has
+        done so already; during the teardown after it, whatever is left is let go quietly)."""
+        if getattr(self, "pool", None) is None:
+            return
+        try:
             self.abort()
+        except Exception:
+            if not sys.is_finalizing():
+                raise
 
 
 PARTS = ".parts"   # where parallel writers leave their records until `merge_parts`
