@@ -14,7 +14,7 @@ from pipeline.core.strict import Number, Strict, epochs, seed
 Variant = Literal[VARIANTS]  # type: ignore[valid-type]
 
 
-class Execution(Strict):
+class ExecutionParams(Strict):
     """What the `compiled` rung adds on one device type."""
 
     compile_mode: Literal[COMPILE_MODES]  # type: ignore[valid-type]
@@ -57,7 +57,7 @@ class BenchParams(Strict):
     sample_steps: StrictInt = Field(ge=1, le=10_000)
     sample_epochs: StrictInt = Field(ge=1, le=100)
     accuracy_tolerance: Number = Field(ge=0, le=1)
-    compiled: dict[Literal["cpu", "cuda"], Execution]
+    compiled: dict[Literal["cpu", "cuda"], ExecutionParams]
     floor: StrictBool
     reuse_host_memory: StrictBool
     max_spread: Number = Field(gt=0, le=10)

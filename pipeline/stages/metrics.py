@@ -43,7 +43,7 @@ class Spread(Loose):
 Count = Annotated[int, Field(ge=0, le=1 << 40), Strict()]
 
 
-class Budget(Loose):
+class BudgetDoc(Loose):
     step_s: Seconds
     steps: Optional[Count] = None           # the profiled pass's steps
     data_wait_s: Seconds
@@ -93,7 +93,7 @@ class Variant(Loose):
     spread: Optional[Spread] = None
     unstable: StrictBool = False
     unstable_reason: Optional[Text] = None
-    budget: Optional[Budget] = None
+    budget: Optional[BudgetDoc] = None
     measured: Optional[Measured] = None
     # one per target accuracy, ascending (a document of one target may hold it bare)
     time_to_accuracy: Optional[list[TimeToAccuracy]] = Field(default=None, max_length=4)
@@ -133,7 +133,7 @@ class Env(Loose):
     date: Optional[IsoDate] = None
 
 
-class Recipe(Loose):
+class RecipeDoc(Loose):
     """params.yaml's `bench.tuned`, as the run used it."""
     epochs: StrictInt = Field(ge=1, le=1 << 20)
     batch_size: StrictInt = Field(ge=1, le=1 << 30)
@@ -150,13 +150,13 @@ class RunParams(Loose):
     num_workers: Optional[Count] = None
     parameters: Optional[Count] = None        # the model's
     train_samples: Optional[Count] = None
-    tuned: Optional[Recipe] = None            # the `tuned` rung's recipe, where it ran
+    tuned: Optional[RecipeDoc] = None            # the `tuned` rung's recipe, where it ran
     sample_steps: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 30)
     sample_epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
     quick: StrictBool = False
 
 
-class Floor(Loose):
+class FloorDoc(Loose):
     train_s: Optional[Seconds] = None
     graphed_train_s: Optional[Seconds] = None
     compiled_train_s: Optional[Seconds] = None
@@ -188,7 +188,7 @@ class TargetSeconds(Loose):
 
 class TunedSeeds(Loose):
     """The `tuned` recipe over fresh seeds (`ladder.tuned_over_seeds`)."""
-    recipe: Optional[Recipe] = None
+    recipe: Optional[RecipeDoc] = None
     seeds: list[StrictInt] = Field(min_length=1, max_length=100)
     accuracy: list[Fraction] = Field(min_length=1, max_length=100)
     accuracy_mean: Fraction
@@ -197,7 +197,7 @@ class TunedSeeds(Loose):
     targets: list[TargetSeconds] = Field(max_length=4)
 
 
-class Calibration(Loose):
+class CalibrationDoc(Loose):
     """The bench's first measure of this host (`estimate.calibrate`)."""
     step_s: Seconds
     spread: Ratio
@@ -226,11 +226,11 @@ class BenchDoc(Loose):
     env: Optional[Env] = None
     date: Optional[IsoDate] = None
     params: RunParams
-    floor: Floor = Floor()
+    floor: FloorDoc = FloorDoc()
     variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
     seeds: Optional[Seeds] = None
     tuned: Optional[TunedSeeds] = None
-    calibration: Optional[Calibration] = None
+    calibration: Optional[CalibrationDoc] = None
     compiled_options: Optional[CompiledOptions] = None
     accuracy_tolerance: Optional[Fraction] = None
     floor_s: Optional[Seconds] = None  # of wall_s: the floor's set-up and first epochs
