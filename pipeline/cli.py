@@ -357,7 +357,7 @@ def report(bench_dir: Path, codecs_path: Path | None, results_dir: Path, readme:
            images: Path, ladder_plot: Path, budget_plot: Path) -> None:
     """Render the results page, the charts and the plot data from metrics/ and results/ (and,
     with --readme, the README's generated blocks: `make publish`)."""
-    from pipeline.stages.report import write_report
+    from pipeline.stages.report.render import write_report
 
     write_report(sorted(bench_dir.glob("*.json")), codecs_path, readme, results_dir, page, images,
                  ladder_plot, budget_plot)

@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from pipeline.stages.report import render_all
+from pipeline.stages.report.render import render_all
 from pipeline.stages.report.blocks import GENERATED
 
 pytestmark = pytest.mark.docs
@@ -50,7 +50,7 @@ def links(page: Path) -> list[str]:
 def test_readme_is_short_and_shows_a_generated_chart_early():
     """At most 200 lines, counting the rows a user's own machines would add: the README shows
     up to `README_MACHINES` machines, each a headline row per data set and a bench-time line."""
-    from pipeline.stages.report import README_MACHINES
+    from pipeline.stages.report.render import README_MACHINES
     from pipeline.stages.report.data import collect_runs, newest
 
     lines = README.read_text().splitlines()

@@ -20,7 +20,7 @@ def test_a_new_machine_gets_its_own_table_and_the_suite_still_passes(tmp_path, m
     from pipeline.stages.convert import convert_dataset
     from pipeline.stages.csvdata import write_csv
     from pipeline.budget.machine import fingerprint
-    from pipeline.stages.report import write_report
+    from pipeline.stages.report.render import write_report
     from pipeline.stages.shard import shard_dataset
 
     import test_readme

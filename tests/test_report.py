@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.stages.report.charts import BUDGET_LABELS
-from pipeline.stages.report import render_all, write_report
+from pipeline.stages.report.render import render_all, write_report
 from pipeline.stages.report.blocks import embed, splice
 from pipeline.stages.report.data import ReportError
 from pipeline.stages.report.tables import num, text
