@@ -55,13 +55,17 @@ def missing_package(top: str) -> str:
 def stage_command(func: F) -> F:
     """Bad input, and a package missing from the environment, become one line on stderr and
     exit status 2, never a traceback (unless `--debug`); any other exception is a bug and
-    keeps its traceback."""
+    keeps its traceback. A command's DATASET argument is checked first, whatever the command:
+    a plain slug (it names folders and sources.yaml's entry; 'mnist\\n' is refused even where
+    sources.yaml has such an entry), before anything is read or written."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from pipeline.core.errors import InputError, system_failure
 
         try:
+            if kwargs.get("dataset") is not None:
+                check_names([kwargs["dataset"]])
             return func(*args, **kwargs)
         except ModuleNotFoundError as err:  # an environment without one of the project's packages
             if click.get_current_context().find_root().params.get("debug") or not err.name:

@@ -213,6 +213,57 @@ def test_a_data_set_name_with_a_newline_stops_a_stage_in_one_line(tmp_path, para
     assert not (tmp_path / "out").exists()
 
 
+@pytest.fixture(scope="module")
+def newline_entry(tmp_path_factory):
+    """A tiny data set that sources.yaml lists as 'mnist\\n' (and as 'mnist'), its mirror under
+    both names, and every stage's input made from it: each command below ran to its end with
+    DATASET 'mnist\\n' (exit status 0, its output written) before DATASET was checked."""
+    from pipeline.stages.convert import convert_dataset
+    from pipeline.stages.csvdata import write_csv
+    from pipeline.stages.fetch import fetch_dataset
+    from pipeline.stages.shard import shard_dataset
+
+    root = tmp_path_factory.mktemp("newline")
+    tiny = tiny_dataset()
+    entry = {"rows": {"train": 64, "test": 32}, "files": tiny.files, "mirrors": []}
+    copy = json.loads(json.dumps(entry))  # (one object twice would be written as a YAML alias, refused)
+    (root / "sources.yaml").write_text(yaml.safe_dump({"mnist": entry, "mnist\n": copy}))
+    for name in ("mnist", "mnist\n"):
+        tiny.write_mirror(root / "mirror" / name)
+    for split in ("train", "test"):
+        write_csv(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], root / "csv" / f"{split}.csv")
+    convert_dataset(root / "csv", root / "pq", root / "figures.json", "zstd-3", row_group_rows=1024)
+    shard_dataset(root / "pq" / "compact", root / "shards", "mnist", 64, "none", 3)
+    fetch_dataset("mnist", tiny.files, [], root / "raw", env={"PIPELINE_MIRROR": str(root / "mirror")})
+    params_file(root / "params.yaml", epochs=1, batch_size=32)
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [
+    ["fetch", "--out", "out"],
+    ["csv", "--raw", "{root}/raw", "--out", "out"],
+    ["convert", "zstd-3", "--csv", "{root}/csv", "--out", "out", "--figures", "figures.json"],
+    ["shard", "--parquet", "{root}/pq/compact", "--out", "out"],
+    ["bench", "--parquet", "{root}/pq/wide", "--shards", "{root}/shards", "--out", "out", "--machine", "m.json"],
+    ["train", "--shards", "{root}/shards", "--out", "out"],
+], ids=lambda command: command[0])
+def test_a_dataset_argument_with_a_newline_is_refused_before_anything_is_written(tmp_path, newline_entry, command):
+    """Even where sources.yaml has an entry of that name (fetch, csv and convert exited 0 with
+    it, and wrote their output): one line naming it, exit status 2, nothing written."""
+    root = newline_entry
+    args = [command[0], "mnist\n", *(arg.format(root=root) for arg in command[1:])]
+    args += [] if command[0] in ("bench", "train") else ["--sources", root / "sources.yaml"]
+    args += [] if command[0] == "csv" else ["--params", root / "params.yaml"]
+    if command[0] == "train":
+        result = rank_process(args, tmp_path)
+    else:
+        result = cli(args, tmp_path, env=env_for(tmp_path, PIPELINE_MIRROR=str(root / "mirror")))
+    line = one_line(result)
+    assert line == "Error: data set names must be plain slugs (a-z, 0-9, '-', '_'): ['mnist\\n']", line
+    assert sorted(os.listdir(tmp_path)) == [SCRATCH]
+
+
 def test_a_megabyte_of_repeated_codecs_is_one_error_in_bounded_time(tmp_path, params):
     """~1 MiB of params.yaml (just under its cap), 200,000 codecs listed: validation ends
     with one problem, quickly (linear in the list). The bound is generous: nothing else
