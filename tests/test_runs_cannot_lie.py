@@ -664,6 +664,9 @@ def test_resuming_on_other_data_is_refused_naming_the_difference(tmp_path, data,
 def _edit(state: dict, key: str, value) -> None:
     if key == "data.epoch":
         state["data"]["epoch"] = value
+    elif key.startswith("history."):  # history.<epoch index>.<figure>
+        _, index, figure = key.split(".")
+        state["history"][int(index)][figure] = value
     else:
         state[key] = value
 
@@ -675,18 +678,30 @@ def _edit(state: dict, key: str, value) -> None:
     ("data.epoch", 2 ** 62, "ck.pt: data position is in epoch 4611686018427387904, but its history holds 1 finished "
                             "epochs"),
     ("global_step", -1, "ck.pt: global_step -1 is out of range"),
-], ids=["loss_so_far NaN", "data a list", "data epoch 2**62", "global_step -1"])
+    # the history a resumed run copies into its out.json: checked as any input is
+    ("history.0.loss", -4.25, "ck.pt: history epoch 1: loss -4.25 is not a finite number >= 0"),
+    ("history.0.accuracy", 3.5, "ck.pt: history epoch 1: accuracy 3.5 is not in [0, 1]"),
+    ("history.0.epoch", 2, "ck.pt: history epoch 1: is numbered 2: a history holds epochs 1, 2, ... in order"),
+    ("history.0.steps", True, "ck.pt: history epoch 1: steps True is not a whole number >= 0"),
+    ("history.0.extra", 1.0, "ck.pt: history epoch 1: holds ['accuracy', 'epoch', 'extra', 'fetched_bytes', 'loss', "
+                             "'read_seconds', 'seconds', 'steps'], not an epoch's figures ['accuracy', 'epoch', "
+                             "'fetched_bytes', 'loss', 'read_seconds', 'seconds', 'steps']"),
+], ids=["loss_so_far NaN", "data a list", "data epoch 2**62", "global_step -1", "history loss -4.25",
+        "history accuracy 3.5", "history epoch out of order", "history steps a bool", "history an unknown figure"])
 def test_a_checkpoint_with_numbers_out_of_range_is_one_line(tmp_path, data, key, value, message):
+    """Refused on resume, before any step: one line, exit status 2, no out.json, the
+    checkpoint as it was."""
     import torch
 
     shards, params = data
     state = torch.load(shards / "a.pt", weights_only=True)
     _edit(state, key, value)
     torch.save(state, tmp_path / "ck.pt")
+    before = (tmp_path / "ck.pt").read_bytes()
     line = one_line(rank_process(["train", "a", "--shards", shards / "a", "--out", "o/train.json", "--checkpoint",
                                   "ck.pt", "--resume", "--params", params], tmp_path), alone=False)
     assert line == f"Error: {message}", line
-    assert not (tmp_path / "o").exists()
+    assert not (tmp_path / "o").exists() and (tmp_path / "ck.pt").read_bytes() == before
 
 
 @pytest.mark.slow

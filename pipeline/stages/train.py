@@ -261,15 +261,43 @@ class Checkpoints:
             raise InputError(f"{self.path}: loss_so_far {loss!r:.40} is not a finite non-negative number")
         if type(step) is not int or not 0 <= step < 1 << 40:
             raise InputError(f"{self.path}: global_step {step!r:.40} is out of range")
-        if not isinstance(history, list) or len(history) > 1000 or not all(
-                isinstance(h, dict) and all(isinstance(v, int | float) and math.isfinite(v) for v in h.values())
-                for h in history):
-            raise InputError(f"{self.path}: history is not a list of finite per-epoch figures")
+        if not isinstance(history, list) or len(history) > 1000:
+            raise InputError(f"{self.path}: history is not a list of per-epoch figures")
+        for place, figures in enumerate(history, 1):
+            if problem := epoch_problem(figures, place):
+                raise InputError(f"{self.path}: history epoch {place}: {problem}")
         if not isinstance(state["data"], dict):
             raise InputError(f"{self.path}: data position is not a dict")
         if state["data"].get("epoch") != len(history):  # a saved position is always in the epoch after its history
             raise InputError(f"{self.path}: data position is in epoch {state['data'].get('epoch')!r:.20}, but its "
                              f"history holds {len(history)} finished epochs")
+
+
+# One finished epoch in a run's history (and in its out.json): each figure's range. A resumed
+# checkpoint's history is copied into the run's out.json, so it is checked as any input is.
+EPOCH_FIGURES = {"epoch": "int", "loss": "non-negative", "accuracy": "fraction", "steps": "int",
+                 "seconds": "non-negative", "read_seconds": "non-negative", "fetched_bytes": "int"}
+
+
+def epoch_problem(figures: object, place: int) -> str | None:
+    """What is wrong with the history's `place`-th epoch (1 first), or None: exactly the
+    figures an epoch records; `epoch` its place (the epochs in order); counts integers
+    >= 0; losses and seconds finite and >= 0; the accuracy in [0, 1]."""
+    if not isinstance(figures, dict) or set(figures) != set(EPOCH_FIGURES):
+        held = sorted(map(str, figures)) if isinstance(figures, dict) else type(figures).__name__
+        return f"holds {str(held)[:160]}, not an epoch's figures {sorted(EPOCH_FIGURES)}"
+    for key, kind in EPOCH_FIGURES.items():
+        value = figures[key]
+        if kind == "int":
+            if type(value) is not int or not 0 <= value < 1 << 53:
+                return f"{key} {value!r:.40} is not a whole number >= 0"
+        elif type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+            return f"{key} {value!r:.40} is not a finite number >= 0"
+        elif kind == "fraction" and value > 1:
+            return f"{key} {value!r:.40} is not in [0, 1]"
+    if figures["epoch"] != place:
+        return f"is numbered {figures['epoch']}: a history holds epochs 1, 2, ... in order"
+    return None
 
 
 def _loaders(shards: Path | str, run: TrainRun, batch: int) -> tuple[ShardLoader, ShardLoader]:
