@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -329,3 +330,146 @@ def test_an_engine_switch_reruns_nothing_and_a_forced_ray_run_keeps_the_outputs(
     said = done.stdout + done.stderr
     assert said.count("(engine: ray)") == 4 and "train.csv: parsed by Ray tasks on 2 CPUs" in said, said
     assert outs() == before
+
+
+# --- joining a cluster: every wait bounded -------------------------------------------------------
+
+
+def convert_and_shard(data: Path, tmp_path: Path) -> list[list[str]]:
+    """The convert and shard commands on the Ray engine, writing under `tmp_path`."""
+    params = params_with(tmp_path, convert="ray", shard="ray")
+    common = ["--sources", str(data / "sources.yaml"), "--params", str(params)]
+    return [["convert", "tiny", "zstd-3", "--csv", str(data / "csv"), "--out", str(tmp_path / "pq"), "--figures",
+             str(tmp_path / "f.json"), *common],
+            ["shard", "tiny", "--parquet", str(data / "pq" / "compact"), "--out", str(tmp_path / "shards"), *common]]
+
+
+def written(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in tmp_path.iterdir() if p.name != "params.yaml")
+
+
+def test_a_ray_address_where_nothing_listens_is_one_line_at_once(data, tmp_path):
+    """A closed port (Ray's own join retried for minutes there, holding off Ctrl-C and
+    SIGTERM, and never said the project's line): one line, exit status 2, nothing written,
+    before any deadline."""
+    pytest.importorskip("ray")
+    from conftest import free_port
+
+    from pipeline.stages.ray_cluster import CONNECT_S
+
+    address = f"127.0.0.1:{free_port()}"
+    for args in convert_and_shard(data, tmp_path):
+        start = time.monotonic()
+        done = cli(args, {"RAY_ADDRESS": address})
+        waited = time.monotonic() - start
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert done.stderr.splitlines() == [f"Error: RAY_ADDRESS={address}: no Ray cluster to join there ([Errno 111] "
+                                            f"Connection refused)"], done.stderr[-3000:]
+        assert waited < CONNECT_S + 30, waited   # a bound on the wait, not a speed: no deadline was reached
+        assert written(tmp_path) == []
+
+
+@pytest.fixture
+def silent_port():
+    """A port on 127.0.0.1 that accepts TCP connections and never says a word: no Ray there."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+    for connection in held:
+        connection.close()
+
+
+@pytest.mark.slow
+def test_a_ray_address_that_never_answers_ends_at_the_deadline(data, tmp_path, silent_port):
+    """Something listens, but no Ray: the join is given up at PIPELINE_RAY_CONNECT_S with the
+    project's one line, the last on stderr (Ray's native retries before it are Ray's)."""
+    pytest.importorskip("ray")
+    address, deadline = f"127.0.0.1:{silent_port}", 5
+    for args in convert_and_shard(data, tmp_path):
+        start = time.monotonic()
+        done = cli(args, {"RAY_ADDRESS": address, "PIPELINE_RAY_CONNECT_S": str(deadline)})
+        waited = time.monotonic() - start
+        assert done.returncode == 2, done.stderr[-3000:]
+        errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+        assert errors == [f"Error: RAY_ADDRESS={address}: no Ray cluster to join there (no answer within {deadline} "
+                          f"s, PIPELINE_RAY_CONNECT_S); is a Ray head listening at that address?"], done.stderr[-3000:]
+        assert done.stderr.splitlines()[-1] == errors[0] and "Traceback" not in done.stderr, done.stderr[-3000:]
+        assert waited < deadline + 30, waited   # a bound on the wait: the deadline held
+        assert written(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_and_sigterm_end_the_wait_for_a_cluster_at_once(data, tmp_path, silent_port, sig):
+    """While Ray tries to join (for minutes, in native code: SIGINT and SIGTERM waited about
+    42 s), either signal ends the command at once, nothing written."""
+    pytest.importorskip("ray")
+    args = convert_and_shard(data, tmp_path)[0]
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": f"127.0.0.1:{silent_port}"})
+    try:
+        said = ""
+        while "joining its Ray cluster" not in said and (line := proc.stderr.readline()):
+            said += line                 # until the join has begun
+        assert "joining its Ray cluster" in said, said
+        time.sleep(1)                    # inside Ray's join
+        proc.send_signal(sig)
+        proc.wait(timeout=10)            # a bound on the wait (the join alone retries for minutes)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr.read()
+    assert written(tmp_path) == []
+
+
+def test_the_join_deadline_is_seconds_or_one_line(monkeypatch):
+    from pipeline.stages.ray_cluster import CONNECT_S, connect_deadline
+
+    monkeypatch.delenv("PIPELINE_RAY_CONNECT_S", raising=False)
+    assert connect_deadline() == CONNECT_S
+    monkeypatch.setenv("PIPELINE_RAY_CONNECT_S", "2.5")
+    assert connect_deadline() == 2.5
+    for bad in ("0", "-1", "nan", "inf", "1e9", "soon"):
+        monkeypatch.setenv("PIPELINE_RAY_CONNECT_S", bad)
+        with pytest.raises(InputError, match=r"^PIPELINE_RAY_CONNECT_S='.*': expected the seconds joining a Ray "
+                                             r"cluster may take, a number in \(0, 3600\]$"):
+            connect_deadline()
+
+
+def sleep_at_200(first: int, written: int) -> None:
+    """A hook that holds the task writing the part from sample 200 far past any deadline."""
+    if first == 200:
+        time.sleep(600)
+
+
+@pytest.mark.slow
+def test_a_task_that_never_answers_is_one_line_at_its_deadline(cluster, data, tmp_path, monkeypatch):
+    monkeypatch.setattr("pipeline.stages.ray_cluster.TASK_S", 5)
+    out = tmp_path / "ray"
+    start = time.monotonic()
+    with pytest.raises(PartLost) as err:
+        shard_dataset_ray(data / "pq" / "compact", out, "tiny", 25, "none", 3, rows=ROWS, hook=sleep_at_200)
+    assert time.monotonic() - start < 5 + 120   # a bound on the wait: the task's deadline, then its cancel
+    assert "\n" not in str(err.value)
+    assert str(err.value).endswith(": the part from sample 200 (100 samples) never arrived: no result within 5 s (the "
+                                   "task is stuck, or the cluster answers no more); nothing was merged or published")
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []   # no temporary folder left beside it
