@@ -214,7 +214,7 @@ def parts(work: Path, rows: dict[str, int]) -> dict:
     from pipeline.core.codec import Codec
     from pipeline.stages.convert import write_compact
     from pipeline.stages.ray_convert import BLOCK_BYTES, parse_range, plan_ranges
-    from pipeline.stages.shard import plan_blocks, split_digests, write_block
+    from pipeline.stages.shard_source import plan_blocks, split_digests, write_block
 
     csv = work / "csv" / "train.csv"
     ranges = plan_ranges(csv, BLOCK_BYTES)

@@ -274,7 +274,8 @@ def shard(dataset: str, parquet: str, out: Path, sources_path: Path, params_path
     split is refused, naming what it holds); the manifest records both digests."""
     from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
-    from pipeline.stages.shard import parquet_source, published_pins, shard_dataset
+    from pipeline.stages.shard import shard_dataset
+    from pipeline.stages.shard_source import parquet_source, published_pins
     from pipeline.stages.shard_settings import ShardParams
 
     settings = read_section(params_path, ShardParams, "shard")

@@ -43,8 +43,9 @@ from pipeline.core.errors import DataError, InputError
 from pipeline.core.params import ParamsError, load_params
 from pipeline.stages.params import validate_params
 from pipeline.core.sources import SourcesError, known_rows
-from pipeline.stages.convert import _parse_block as _REAL_PARSE_BLOCK  # taken before any test patches it
-from pipeline.stages.convert import convert_dataset, iter_csv
+from pipeline.stages.csvread import _parse_block as _REAL_PARSE_BLOCK  # taken before any test patches it
+from pipeline.stages.convert import convert_dataset
+from pipeline.stages.csvread import iter_csv
 from pipeline.core.dataset import CSV_LINE_MAX, CSV_ROW_MAX
 from pipeline.stages.csvdata import render_csvs, write_csv
 from pipeline.stages.fetch import FetchError, FetchSettings, fetch_dataset, load_sources
@@ -928,7 +929,7 @@ def csv_lines(draw):
 def test_csv_block_parser_never_crashes_and_parses_only_bounded_lines(tmp_path, monkeypatch, lines, end, block):
     """Whatever the lines: rows come back exactly, or a DataError; and the parser is only
     ever handed blocks of at most `block` + one line, whose every line is a row's length."""
-    import pipeline.stages.convert as convert
+    import pipeline.stages.csvread as convert
 
     real = _REAL_PARSE_BLOCK
 

@@ -11,7 +11,8 @@ import pytest
 
 from pipeline.stages.codecs import write_codecs
 from pipeline.core.codec import Codec
-from pipeline.stages.convert import convert_dataset, iter_csv
+from pipeline.stages.convert import convert_dataset
+from pipeline.stages.csvread import iter_csv
 from pipeline.core.parquet import read_parquet_arrays
 from pipeline.stages.csvdata import DataError, write_csv
 from conftest import ROOT, make_split

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from pipeline.core.atomic import BusyError, atomic_dir, locked
-from pipeline.stages.convert import convert_dataset, iter_csv
+from pipeline.stages.convert import convert_dataset
+from pipeline.stages.csvread import iter_csv
 from pipeline.core.parquet import read_parquet_arrays
 from pipeline.stages.csvdata import write_csv
 from pipeline.core.errors import DataError

@@ -432,7 +432,8 @@ def test_shard_refuses_the_other_split_and_images_nobody_published(tmp_path, par
 
     from pipeline.core.errors import DataError
     from pipeline.core.parquet import IMAGE_TYPE
-    from pipeline.stages.shard import published_pins, stream_split
+    from pipeline.stages.shard import stream_split
+    from pipeline.stages.shard_source import published_pins
 
     pins = published_pins(_pinned_sources(tmp_path), "tiny")
     test_file = parquet_input / "pq" / "compact" / "test.parquet"
@@ -457,7 +458,8 @@ def test_the_shard_stage_checks_each_split_against_its_own_pins(tmp_path, parque
     the first split, nothing written; its own pins pass, each split checked against its own
     (the test split's samples are not the train split's) and recorded in its manifest."""
     from pipeline.core.errors import DataError
-    from pipeline.stages.shard import published_pins, shard_dataset
+    from pipeline.stages.shard import shard_dataset
+    from pipeline.stages.shard_source import published_pins
 
     sources, compact = _pinned_sources(tmp_path), parquet_input / "pq" / "compact"
     rows = {"train": 64, "test": 32}

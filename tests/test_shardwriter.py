@@ -222,7 +222,7 @@ def test_compact_batches_that_start_inside_a_row_group(tmp_path):
     """Batches smaller than a row group: each comes out whole, in file order, of the size
     asked for (pyarrow 26 decodes each into its own buffer; the reader still honours an
     array's offset, should a version hand out slices)."""
-    from pipeline.stages.shard import iter_samples
+    from pipeline.stages.shard_source import iter_samples
 
     images, labels = make_split(50, 9)
     pq.write_table(compact_table(labels, images.reshape(50, 784)), tmp_path / "t.parquet", row_group_size=50)

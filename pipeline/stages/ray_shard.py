@@ -26,8 +26,8 @@ from pipeline.core.errors import DataError, is_hex, reason
 from pipeline.core.parquet import verify_checksum
 from pipeline.shards.writer import merge_parts
 from pipeline.stages.ray_cluster import RETRIES, cluster, gather
-from pipeline.stages.shard import (Pins, check_folder, is_url, label_digests, plan_blocks, split_digests,
-                                   write_block)
+from pipeline.stages.shard_source import (Pins, check_folder, is_url, label_digests, plan_blocks, split_digests,
+                                          write_block)
 
 
 def split_source(parquet_dir: Path | str, split: str) -> Path | str:

@@ -1,160 +1,23 @@
 """Stage `shard@<dataset>`: the convert stage's Parquet, checked, streamed into shards.
 
 Memory stays bounded by one shard whatever the size of the split: record batches are read
-one row group at a time and handed to the library's `ShardWriter`.
-
-The manifest's content digest, sha256 of all labels then all images, is what lets a codec
-experiment write byte-identical shards (every codec holds the same samples). Streamed, it
-takes two passes: the label column alone first (one byte a sample, read without the images:
-Parquet is columnar), then the images as they stream.
+one row group at a time (`shard_source`) and handed to the library's `ShardWriter`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import sys
-from typing import Any
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from pipeline.core.atomic import atomic_dir
-from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, PIXELS, SPLITS
-from pipeline.core.errors import DataError, reason
-from pipeline.core.parquet import LAYOUTS, check_present, check_types, verify_checksum
-from pipeline.core.sources import idx_pins, pin_owners
+from pipeline.core.dataset import IMAGE_SHAPE, SPLITS
+from pipeline.core.errors import DataError
+from pipeline.core.parquet import verify_checksum
 from pipeline.shards.writer import ShardWriter
 from pipeline.stages.idxheader import idx_header
 from pipeline.stages.sample import MNIST
-
-
-def is_url(path: Path | str) -> bool:
-    """A split given as an object-store URL (`s3://...`), read through fsspec, not a path."""
-    return "://" in str(path)
-
-
-@contextmanager
-def _parquet(path: Path | str, rows: int | None = None) -> Iterator[pq.ParquetFile]:
-    """The split opened for streaming, its columns and (given `rows`) its row count checked
-    before any page is read. Any damage, found opening it (footer) or reading it (a page's
-    CRC, a column missing or mistyped), becomes one error naming the file. A URL is read
-    through fsspec (the Ray engine's tasks read a split from object storage)."""
-    with contextlib.ExitStack() as stack:
-        try:
-            opened = stack.enter_context(_open_url(str(path))) if is_url(path) else path
-            # pre_buffer off + a 1 MiB buffered stream: pages are read as decoded, not whole
-            # column chunks ahead: Arrow's peak stays near a page, not a column chunk.
-            source = pq.ParquetFile(opened, page_checksum_verification=True, pre_buffer=False,
-                                    buffer_size=1 << 20)
-        except (OSError, ValueError, KeyError, pa.ArrowException) as err:
-            raise DataError(f"{path}: not a readable Parquet split ({reason(err)})") from None
-        with _checked(path, source, rows):
-            yield source
-
-
-def _open_url(url: str) -> Any:
-    """The object at `url`, open for reading through fsspec (the `[s3]` extra for s3://)."""
-    import fsspec
-
-    return fsspec.open(url, "rb", skip_instance_cache=True).open()  # not one cached for another endpoint
-
-
-@contextmanager
-def _checked(path: Path | str, source: pq.ParquetFile, rows: int | None) -> Iterator[None]:
-    """Columns and row count checked; damage found while the caller reads becomes one error."""
-    try:
-        check_types(path, source.schema_arrow)
-        names = set(source.schema_arrow.names)
-        wanted = ["label", "image"] if "image" in names else COLUMNS
-        missing = [name for name in wanted if name not in names]
-        if missing:
-            raise DataError(f"{path}: no {missing[0]!r} column ({len(missing)} missing): neither layout the convert "
-                            f"stage writes (columns: {sorted(names)[:5]}...)")
-        if rows is not None and source.metadata.num_rows != rows:
-            raise DataError(f"{path}: {source.metadata.num_rows:,} rows, but the data set's split has {rows:,} "
-                            f"(sources.yaml rows)")
-        yield
-    except DataError:
-        raise
-    except (OSError, ValueError, KeyError, pa.ArrowException) as err:
-        raise DataError(f"{path}: not a readable Parquet split ({reason(err)})") from None
-
-
-def _complete(path: Path, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The batch, once none of its columns has a null."""
-    for name, column in zip(batch.schema.names, batch.columns):
-        check_present(path, name, column)
-    return batch
-
-
-def iter_samples(path: Path | str, batch_rows: int = 8192, rows: int | None = None,
-                 row_groups: list[int] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(labels [b], images [b, 784]) uint8 batches of a split, either layout, in file order
-    (only `row_groups`, when given: a Ray task reads its own part of the split)."""
-    with _parquet(path, rows) as source:
-        compact = "image" in source.schema_arrow.names
-        columns = ["label", "image"] if compact else COLUMNS
-        # use_threads=False: pyarrow's threaded reader decodes row groups ahead, which is
-        # memory growing with the file; one at a time keeps it bounded.
-        for batch in source.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=columns,
-                                         use_threads=False):
-            batch = _complete(path, batch)
-            labels = batch.column(0).to_numpy()
-            if compact:
-                images = batch.column(1)
-                flat = np.frombuffer(images.buffers()[1], np.uint8, len(images) * PIXELS, images.offset * PIXELS)
-                yield labels, flat.reshape(len(images), PIXELS)
-            else:
-                by_column = np.stack([batch.column(i).to_numpy() for i in range(1, 785)])
-                yield labels, np.ascontiguousarray(by_column.T)
-
-
-def label_digests(path: Path | str, rows: int | None = None) -> tuple[Any, Any, int]:
-    """The first pass, the label column only: sha256 over every label (the content digest's
-    start), sha256 of the labels as an IDX file, and the row count."""
-    content, idx = hashlib.sha256(), hashlib.sha256()
-    with _parquet(path, rows) as source:
-        count = source.metadata.num_rows
-        idx.update(idx_header(0x08, (count,)))
-        for batch in source.iter_batches(batch_size=1 << 16, columns=["label"], use_threads=False):
-            labels = _complete(path, batch).column(0).to_numpy().tobytes()
-            content.update(labels)
-            idx.update(labels)
-    return content, idx, count
-
-
-@dataclass(frozen=True)
-class Pins:
-    """What a split's samples must be: the sha256 of its images and of its labels as IDX
-    files (sources.yaml's pins of the published files), and which data set and file each
-    pinned digest belongs to, to name what a mislabelled input holds."""
-
-    images: str
-    labels: str
-    owners: dict[str, str]
-
-    def check(self, path: Path, kind: str, got: str, dataset: str, split: str) -> None:
-        wanted = getattr(self, kind)
-        if got != wanted:
-            holds = self.owners.get(got, "samples no data set in sources.yaml has")
-            raise DataError(f"{path}: holds {holds}, not {dataset}'s {split} {kind} (sha256 of the {kind} as an "
-                            f"IDX file: {got[:16]}..., sources.yaml pins {wanted[:16]}...)")
-
-
-def published_pins(sources: Path, dataset: str) -> dict[str, Pins] | None:
-    """{split: Pins} of `dataset` from sources.yaml; None for a data set published as CSV
-    (its pins are of CSV text, which the samples alone do not fix)."""
-    pinned = idx_pins(sources, dataset)
-    if pinned is None:
-        return None
-    owners = pin_owners(sources)
-    return {split: Pins(pinned[f"{split}_images"], pinned[f"{split}_labels"], owners) for split in SPLITS}
+from pipeline.stages.shard_source import Pins, check_folder, iter_samples, label_digests
 
 
 def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, samples_per_shard: int,
@@ -185,103 +48,6 @@ def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, sampl
         pins.check(source, "images", images_idx.hexdigest(), dataset, split)
     return writer.finish({"content_sha256": digest.hexdigest(),
                           "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()}})
-
-
-def split_digests(source: Path | str, rows: int | None = None, batch_rows: int = 8192) -> dict:
-    """The manifest's `source` of a split (content digest, both IDX digests), computed as
-    `stream_split` computes them: each is one sequential sha256 over the whole split, so the
-    Ray engine runs this as one task beside the writers, which cannot share a hash."""
-    digest, labels_idx, count = label_digests(source, rows)
-    images_idx = hashlib.sha256(idx_header(0x08, (count, *IMAGE_SHAPE)))
-    seen = 0
-    for labels, images in iter_samples(source, batch_rows, rows):
-        digest.update(images.tobytes())
-        images_idx.update(images.tobytes())
-        seen += len(labels)
-        if seen > count:
-            raise DataError(f"{source}: more rows than its footer states ({count:,})")
-    if seen != count:
-        raise DataError(f"{source}: {seen:,} rows, but its footer states {count:,}")
-    return {"content_sha256": digest.hexdigest(),
-            "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()}}
-
-
-@dataclass(frozen=True)
-class Block:
-    """Samples `first`..`first + count` of a split, a whole number of shards (the last may be
-    short), read from `row_groups` after skipping `skip` rows of the first of them."""
-
-    first: int
-    count: int
-    row_groups: tuple[int, ...]
-    skip: int
-
-
-def plan_blocks(source: Path | str, samples_per_shard: int, rows: int | None = None) -> tuple[int, list[Block]]:
-    """(the split's rows, its blocks): each block whole shards, at least one row group's worth,
-    so that a task decodes little it then skips and `merge_parts` can tile the split."""
-    with _parquet(source, rows) as parquet:
-        meta = parquet.metadata
-        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    total = meta.num_rows
-    step = max(1, -(-max(sizes, default=1) // samples_per_shard)) * samples_per_shard
-    starts = np.cumsum([0, *sizes])
-    blocks = []
-    for first in range(0, total, step):
-        count = min(step, total - first)
-        groups = [i for i in range(len(sizes)) if starts[i] < first + count and starts[i + 1] > first]
-        blocks.append(Block(first, count, tuple(groups), first - int(starts[groups[0]])))
-    return total, blocks
-
-
-def write_block(source: Path | str, folder: Path, block: Block, *, total: int, dataset: str, split: str,
-                samples_per_shard: int, compression: str, level: int, batch_rows: int = 8192,
-                hook: Any = None) -> int:
-    """One block of a split written as a part (`ShardWriter` with `first_sample`) into
-    `folder`: a Ray task's work. Memory: one shard and one batch, whatever the split. `hook`
-    (tests only) is called with (first, samples written) after each batch. Returns the count."""
-    with ShardWriter(folder, sample=MNIST, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
-                     compression=compression, level=level, origin=str(source), first_sample=block.first,
-                     total=total) as writer:
-        skip = block.skip
-        for labels, images in iter_samples(source, batch_rows, row_groups=list(block.row_groups)):
-            start = min(skip, len(labels))
-            skip -= start
-            take = slice(start, min(len(labels), start + block.count - writer.count))
-            if take.stop > take.start:
-                writer.add({"images": images[take].reshape(-1, *IMAGE_SHAPE), "labels": labels[take]})
-                if hook is not None:
-                    hook(block.first, writer.count)
-            if writer.count == block.count:
-                break
-        if writer.count != block.count:
-            raise DataError(f"{source}: samples {block.first:,}.. hold {writer.count:,} rows, but its footer "
-                            f"states {block.count:,} there")
-        writer.finish()
-    return block.count
-
-
-def parquet_source(given: str, engine: str) -> Path | str:
-    """The shard stage's `--parquet`: an existing folder, or (engine ray) a URL."""
-    if is_url(given):
-        if engine != "ray":
-            raise DataError(f"{given}: a URL is read by shard.engine ray only; copy it to a folder, or set "
-                            f"shard.engine: ray")
-        return given
-    if not Path(given).is_dir():
-        raise DataError(f"{given}: no such folder (the convert stage's <codec>/<layout> folder)")
-    return Path(given)
-
-
-def check_folder(folder: Path) -> None:
-    """A folder holding the splits' Parquet files; one level too high is named as such."""
-    if (folder / f"{SPLITS[0]}.parquet").exists() or not folder.is_dir():
-        return
-    inside = sorted(p.name for p in folder.iterdir() if p.is_dir())[:8]
-    layouts = [name for name in inside if name in LAYOUTS]
-    hint = (f"pass a layout folder: {folder / layouts[0]}" if layouts else
-            "pass the convert stage's <codec>/<layout> folder, e.g. data/parquet/<dataset>/zstd-3/compact")
-    raise DataError(f"{folder}: holds no {SPLITS[0]}.parquet (folders: {', '.join(inside) or 'none'}): {hint}")
 
 
 def shard_dataset(parquet_dir: Path, out_dir: Path, dataset: str, samples_per_shard: int,
