@@ -122,9 +122,10 @@ def check_world(shards: Path, dataset: str) -> None:
 
     from pipeline.core.dataset import SPLITS
     from pipeline.core.errors import InputError
+    from pipeline.core.location import is_url
     from pipeline.shards.format import read_manifest
 
-    if "://" in str(shards):  # a remote split: its reader checks it where it is fetched
+    if is_url(shards):  # a remote split: its reader checks it where it is fetched
         return
     world = os.environ.get("WORLD_SIZE", "1")
     world_size = int(world) if world.isdigit() else 1
@@ -468,11 +469,12 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
     ranks, each reading its contiguous run of the epoch's shuffled shards. Two nodes, shards in
     S3, resumable with the same or another number of ranks: docs/scale.md.
     """
+    from pipeline.core.location import is_url
     from pipeline.core.params import read_section
     from pipeline.stages.train import TrainRun, train_ddp
     from pipeline.stages.train_settings import TrainParams
 
-    if "://" not in shards and not Path(shards).is_dir():
+    if not is_url(shards) and not Path(shards).is_dir():
         raise click.BadParameter(f"{shards} is neither a folder nor a URL", param_hint="--shards")
     if resume and not checkpoint:
         raise click.BadParameter("--resume needs --checkpoint, the file to resume from", param_hint="--resume")

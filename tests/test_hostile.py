@@ -531,3 +531,18 @@ def test_checksum_list_that_is_not_text_is_refused(parquet):
     sums.write_bytes(b"\xff\xfe" + sums.read_bytes())
     with pytest.raises(DataError, match=rf"^{sums}: not a SHA256SUMS text file"):
         verify_checksum(parquet / "train.parquet")
+
+
+def test_one_sha256sums_rule_for_both_engines_a_file_named_twice_is_refused():
+    """The local reader and the Ray engine's URL reader parse SHA256SUMS with one function: a
+    second line for the same file is a damaged list, not a correction that wins."""
+    from pipeline.core.errors import DataError
+    from pipeline.core.parquet import parse_sums
+    from pipeline.stages import ray_shard
+
+    good, bad = "a" * 64, "b" * 64
+    assert parse_sums(f"{good}  compact/train.parquet\n", "S") == {"compact/train.parquet": good}
+    for text in (f"{good}  compact/train.parquet\n{bad}  compact/train.parquet\n", f"{good} compact/x\n", "zz  x\n"):
+        with pytest.raises(DataError, match=r"^S: line \d is not '<64 hex digits>  <file>'"):
+            parse_sums(text, "S")
+    assert ray_shard.parse_sums is parse_sums  # the URL reader's own copy is gone

@@ -80,6 +80,7 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/core/dataset.py", {"fetch", "csv", "convert", "codecs", "shard", "bench", "train"}),
     ("pipeline/core/parquet.py", {"convert", "codecs", "shard", "bench"}),
     ("pipeline/core/sources.py", {"fetch", "csv", "convert", "shard"}),
+    ("pipeline/core/location.py", {"shard", "bench", "train"}),  # a path or a URL: the stages that read either
     # stages: each stage's module and settings model; the check reads every model.
     ("pipeline/stages/__init__.py", EVERY),
     ("pipeline/stages/params.py", {"params"}),

@@ -133,6 +133,13 @@ def _read_sums(sums: Path) -> dict[str, str]:
         text = read_capped(sums, SUMS_CAP, "SHA256SUMS", within=sums.parent).decode("ascii")
     except UnicodeDecodeError:
         raise DataError(f"{sums}: not a SHA256SUMS text file (bytes that are not ASCII)") from None
+    return parse_sums(text, sums)
+
+
+def parse_sums(text: str, sums: Path | str) -> dict[str, str]:
+    """{file: sha256} of a SHA256SUMS text (`sums` names it in errors), read strictly: a line
+    that is not '<64 hex digits>  <file>', or a file named twice, refuses the whole list (a
+    damaged list must not pass as a shorter one, nor its second line win)."""
     recorded: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
         digest, sep, name = line.partition("  ")

@@ -44,7 +44,8 @@ from pipeline.shards.format import (MAX_HEADER, ShardError, ShardIndexError, blo
                                     read_manifest)
 from pipeline.shards.reader import (VERIFY, allocate, check_classes, open_shard, read_header, read_shard_into,
                                     verify_shard)
-from pipeline.shards.remote import RemoteShards, is_url
+from pipeline.core.location import is_url
+from pipeline.shards.remote import RemoteShards
 
 MAX_FLAGS = 1 << 30  # verified-block flags of one split: 16 TiB of data at the smallest block
 

@@ -50,11 +50,6 @@ READ = 1 << 20            # what one read() asks for: progress is seen (and a de
 OBJECTS = "objects"       # the cache's verified shard copies; temporaries and locks beside them
 
 
-def is_url(location) -> bool:
-    """A location that names a remote store (`scheme://...`) rather than a local folder."""
-    return "://" in str(location)
-
-
 def join(location: str, name: str) -> str:
     return f"{str(location).rstrip('/')}/{name}"
 

@@ -22,11 +22,12 @@ from typing import Any
 
 from pipeline.core.atomic import atomic_dir
 from pipeline.core.dataset import SPLITS
-from pipeline.core.errors import DataError, is_hex, reason
-from pipeline.core.parquet import verify_checksum
+from pipeline.core.errors import DataError, reason
+from pipeline.core.location import is_url
+from pipeline.core.parquet import parse_sums, verify_checksum
 from pipeline.shards.writer import merge_parts
 from pipeline.stages.ray_cluster import RETRIES, cluster, gather
-from pipeline.stages.shard_source import (Pins, check_folder, is_url, label_digests, plan_blocks, split_digests,
+from pipeline.stages.shard_source import (Pins, check_folder, label_digests, plan_blocks, split_digests,
                                           write_block)
 
 
@@ -35,16 +36,6 @@ def split_source(parquet_dir: Path | str, split: str) -> Path | str:
     if is_url(parquet_dir):
         return f"{str(parquet_dir).rstrip('/')}/{split}.parquet"
     return Path(parquet_dir) / f"{split}.parquet"
-
-
-def _sums(text: str, sums: str) -> dict[str, str]:
-    """{file: sha256} of a SHA256SUMS text, read strictly: a damaged list is not a shorter one."""
-    recorded = {}
-    for number, (digest, sep, listed) in enumerate((line.partition("  ") for line in text.splitlines()), 1):
-        if not (sep and is_hex(digest, 64) and listed):
-            raise DataError(f"{sums}: line {number} is not '<64 hex digits>  <file>'")
-        recorded[listed] = digest
-    return recorded
 
 
 def verify_url(source: str) -> None:
@@ -63,7 +54,7 @@ def verify_url(source: str) -> None:
                 digest.update(chunk)
     except (OSError, ValueError) as err:
         raise DataError(f"{source}: cannot be checked against {sums} ({reason(err)})") from None
-    wanted = _sums(text, sums).get(f"{layout}/{name}")
+    wanted = parse_sums(text, sums).get(f"{layout}/{name}")
     if wanted is None:
         raise DataError(f"{sums}: no checksum for {layout}/{name}")
     if digest.hexdigest() != wanted:

@@ -23,17 +23,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, PIXELS, SPLITS
+from pipeline.core.location import is_url
 from pipeline.core.errors import DataError, reason
 from pipeline.core.parquet import LAYOUTS, check_present, check_types
 from pipeline.core.sources import idx_pins, pin_owners
 from pipeline.shards.writer import ShardWriter
 from pipeline.stages.idxheader import idx_header
 from pipeline.stages.sample import MNIST
-
-
-def is_url(path: Path | str) -> bool:
-    """A split given as an object-store URL (`s3://...`), read through fsspec, not a path."""
-    return "://" in str(path)
 
 
 @contextmanager

@@ -41,7 +41,8 @@ from pipeline.core.atomic import BusyError, atomic_path, locked, write_json
 from pipeline.core.errors import InputError, reason
 from pipeline.bench.model import MODEL_INPUT, SimpleCNN
 from pipeline.shards.dataset import ShardDataset, ShardLoader
-from pipeline.shards.remote import is_url, join
+from pipeline.core.location import is_url
+from pipeline.shards.remote import join
 from pipeline.shards.watched import Deadlines
 from pipeline.stages.train_settings import TrainParams
 
