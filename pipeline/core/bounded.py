@@ -35,7 +35,8 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (s
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is ('a folder', 'a FIFO (named pipe)', ...)."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -58,7 +59,7 @@ def _checked_fd(path: Path, flags: int) -> tuple[int, os.stat_result]:
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
-            raise UnsafeFileError(f"{path}: {_kind(status.st_mode)}, not a regular file; expected a file here")
+            raise UnsafeFileError(f"{path}: {file_kind(status.st_mode)}, not a regular file; expected a file here")
     except BaseException:
         os.close(fd)
         raise
@@ -82,7 +83,7 @@ def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
         check_inside(path, within)
     mode = os.stat(path).st_mode  # follows links: what would be opened
     if not stat.S_ISREG(mode):
-        raise UnsafeFileError(f"{path}: {_kind(mode)}, not a regular file; expected a file here")
+        raise UnsafeFileError(f"{path}: {file_kind(mode)}, not a regular file; expected a file here")
     return _as_file(_checked_fd(path, _OPEN)[0])  # (checked again: it may have changed since the stat)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.core.bounded import UnsafeFileError, parse_json, plain_descriptor
+from pipeline.core.bounded import UnsafeFileError, file_kind, parse_json, plain_descriptor
 from pipeline.core.errors import InputError, reason
 from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, manifest_sample,
                                     max_shard_bytes, read_manifest, zstd)
@@ -50,15 +50,6 @@ def hasher(verify: str):
 _OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def _kind(mode: int) -> str:
-    """What a file that is not a regular one is, in the words `plain_descriptor` uses."""
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
-
-
 def _descriptor(path: str, name: str, dir_fd: int | None) -> tuple[int, os.stat_result]:
     """`plain_descriptor` of the shard `name`, opened through the folder's descriptor when
     given (the folder this reader opened, whatever has taken its name since)."""
@@ -73,7 +64,7 @@ def _descriptor(path: str, name: str, dir_fd: int | None) -> tuple[int, os.stat_
     status = os.fstat(fd)
     if not stat.S_ISREG(status.st_mode):
         os.close(fd)
-        raise UnsafeFileError(f"{path}: {_kind(status.st_mode)}, not a regular file; expected a file here")
+        raise UnsafeFileError(f"{path}: {file_kind(status.st_mode)}, not a regular file; expected a file here")
     os.set_blocking(fd, True)
     return fd, status
 
