@@ -64,7 +64,7 @@ def cluster() -> Iterator[Any]:
         return
     address = os.environ.get("RAY_ADDRESS") or "local"
     with _sigterm_exits():
-        if address == "local":  # (never the cluster a `ray start` recorded in /tmp/ray: it may be long gone)
+        if address == "local":  # (never the cluster a `ray start` last recorded here: it may be long gone)
             try:
                 ray.init(address="local", logging_level=logging.WARNING, log_to_driver=False,
                          include_dashboard=False)
@@ -98,7 +98,7 @@ def join(ray: Any, address: str, deadline_s: float) -> None:
     """Join the cluster at `address` within `deadline_s` seconds, else one line. The address
     is first tried with a TCP connect; then `ray.init` runs on a thread of its own (Ray's join
     retries for minutes in native code, where no signal reaches Python) while this thread
-    waits in slices of 0.1 s. An attempt given up on cannot be stopped: its thread keeps
+    waits in short slices. An attempt given up on cannot be stopped: its thread keeps
     retrying until the process ends, its writes to file descriptor 2 sent to /dev/null so
     that the stage's own line is the last on stderr (Python's `sys.stderr` writes on)."""
     probe(address)
