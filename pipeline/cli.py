@@ -155,7 +155,7 @@ def check_params_command(out: Path, params_path: Path) -> None:
     """Check the whole params file, each section and the rules between sections.
 
     DVC's first stage: every other stage depends on the file it writes, so a bad value
-    stops `dvc repro` and `dvc exp run` here, before DVC removes any stage's outputs."""
+    stops `dvc repro` and `dvc exp run` here, before any other stage runs."""
     from pipeline.stages.params import check_params
 
     check_params(params_path, out)

@@ -137,6 +137,82 @@ def test_the_committed_state_comes_back_whole_with_no_rerun_of_the_data_stages(r
     assert run(["git", "status", "--porcelain"], root, env).stdout == ""
 
 
+def outputs(root: Path, paths: list[str]) -> dict[str, dict[str, str]]:
+    """{output: {file under it: sha256}}, hidden files (the writer's marker) included."""
+    found = {}
+    for path in paths:
+        target = root / path
+        files = [target] if target.is_file() else sorted(p for p in target.rglob("*") if p.is_file())
+        found[path] = {str(p.relative_to(root)): digest(p) for p in files}
+    return found
+
+
+# A params value a stage's command refuses, each way a stage is started: `-s` (and `-f -s`) skip
+# the params check, so the command itself refuses the value, after DVC decided to run the stage;
+# run whole, the params check refuses it first.
+CONVERT_OUTPUTS = ["data/parquet/tiny/gzip", "metrics/convert/tiny/gzip.json"]
+REFUSED = [
+    ({"convert": {"row_group_rows": -5}}, ["repro", "-s", "convert@tiny-gzip"], CONVERT_OUTPUTS),
+    ({"convert": {"row_group_rows": -5}}, ["repro", "-f", "-s", "codecs"],
+     ["metrics/codecs.json", "metrics/codec_sizes.csv"]),
+    ({"convert": {"row_group_rows": -5}}, ["exp", "run", "-s", "convert@tiny-gzip"], CONVERT_OUTPUTS),
+    ({"shard": {"samples_per_shard": 0}}, ["repro", "-s", "shard@tiny"], ["data/shards/tiny"]),
+    ({"shard": {"samples_per_shard": 0}}, ["repro", "--single-item", "-f", "shard@tiny-b"], ["data/shards/tiny-b"]),
+    ({"fetch": {"timeout_s": -1}}, ["repro", "-f", "-s", "fetch@tiny"], ["data/raw/tiny"]),
+    ({"convert": {"row_group_rows": -5}}, ["repro", "convert@tiny-gzip"], [*CONVERT_OUTPUTS, "data/params.ok"]),
+]
+
+
+def test_a_value_the_command_refuses_removes_no_output_however_the_stage_is_run(repo):
+    """`dvc repro -s convert@tiny-gzip` after `convert.row_group_rows: -5` deleted the stage's
+    Parquet: DVC removed the outputs, then the command refused the value. Every output is
+    persisted now (DVC leaves it in place) and written whole at the command's end, so each way
+    of starting the stage ends in the command's one line (or the params check's) with every
+    output as it was, byte for byte, and dvc.lock unchanged; a valid change still replaces an
+    output whole. params.yaml, dvc.lock and the outputs are left as found."""
+    root, env = repo
+    dvc(repo, "repro", "codecs", "shard@tiny", "shard@tiny-b")
+    params_path, lock_path = root / "params.yaml", root / "dvc.lock"
+    params_text, lock = params_path.read_text(), lock_path.read_bytes()
+    params = yaml.safe_load(params_text)
+
+    def edited(change: dict) -> None:
+        new = yaml.safe_load(params_text)
+        for section, values in change.items():
+            new[section].update(values)
+        params_path.write_text(yaml.safe_dump(new, sort_keys=False))
+
+    try:
+        for change, args, paths in REFUSED:
+            before = outputs(root, paths)
+            edited(change)
+            done = dvc(repo, *args, check=False)
+            said = done.stdout + done.stderr
+            assert done.returncode != 0, said
+            (section, values), = change.items()
+            key = f"{section}.{next(iter(values))}"
+            ours = [line for line in said.splitlines() if line.startswith("Error: ")]
+            assert len(ours) == 1 and ours[0].startswith("Error: params.yaml: ") and key in ours[0], said
+            assert outputs(root, paths) == before, (args, said)
+            assert lock_path.read_bytes() == lock, args
+            params_path.write_text(params_text)
+        # A valid change replaces the output whole: more shards, then back to one per split
+        # (none of the four left over), and the same bytes and lock as before.
+        assert params["shard"]["samples_per_shard"] >= 64   # one shard per split with the test's params
+        before = outputs(root, ["data/shards/tiny"])
+        edited({"shard": {"samples_per_shard": 16}})
+        dvc(repo, "repro", "-s", "shard@tiny")
+        assert len(json.loads((root / "data/shards/tiny/train/manifest.json").read_text())["shards"]) == 4
+        params_path.write_text(params_text)
+        dvc(repo, "repro", "-s", "shard@tiny")
+        assert outputs(root, ["data/shards/tiny"]) == before
+        assert lock_path.read_bytes() == lock
+    finally:
+        params_path.write_text(params_text)
+        lock_path.write_bytes(lock)
+        dvc(repo, "checkout", "params", "fetch@tiny", "convert@tiny-gzip", "shard@tiny", "shard@tiny-b")
+
+
 def stale(repo) -> set[str]:
     """The stages `dvc status` says would run, the machine's fingerprint (always run) aside."""
     return set(json.loads(dvc(repo, "status", "--json").stdout)) - {"machine"}

@@ -1,10 +1,11 @@
 """Stage `params`: the whole params.yaml checked, before any other stage runs.
 
-DVC removes a stage's outputs before it runs the stage's command, so a stage that finds a bad
-value in its own section has already lost what it made last time. Every other stage depends
-on this stage's one small file, so `dvc repro` and `dvc exp run` stop here, at the first
-stage, with one line, and remove no other output. Each section is checked by the settings
-model of the stage that reads it; the rules between sections are stated here.
+Every other stage depends on this stage's one small file, so `dvc repro` and `dvc exp run`
+stop here, at the first stage, with one line, before any other stage runs. (A stage run
+alone, `dvc repro -s`, skips this check and refuses a bad value in its own section; its
+outputs are `persist: true` in dvc.yaml, so DVC has not removed them.) Each section is
+checked by the settings model of the stage that reads it; the rules between sections are
+stated here.
 """
 
 from __future__ import annotations
