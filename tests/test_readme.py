@@ -149,3 +149,17 @@ def test_every_chart_image_draws_in_a_browser():
         result = seen[image]["result"]
         assert seen[image]["errors"] == [] and result["tag"] == "svg", (image.name, seen[image])
         assert result["width"] > 100 and result["texts"] >= 5, (image.name, result)
+
+
+@pytest.mark.docs
+def test_the_recorded_metrics_show_holds_the_committed_figures():
+    """`dvc metrics show` as the README records it prints what a fresh clone prints: the
+    committed metrics/summary.json, figure for figure (the recordings' check leaves numbers out)."""
+    import json
+
+    lines = (ROOT / "results" / "dvc" / "metrics_show.txt").read_text().splitlines()
+    header, row = lines[1].split(), lines[2].split()
+    shown = dict(zip(header, row))
+    summary = json.loads((ROOT / "metrics" / "summary.json").read_text())
+    assert shown.pop("Path") == "metrics/summary.json" and shown.pop("machine") == summary.pop("machine")
+    assert shown == {f"{name}.{key}": f"{value}" for name, figures in summary.items() for key, value in figures.items()}

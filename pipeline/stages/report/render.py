@@ -3,7 +3,7 @@
 Inputs: this workspace's bench metrics (`metrics/bench/<dataset>.json`), the runs committed
 from other machines (`results/<machine>/<dataset>.json`), the codec table
 (`metrics/codecs.json`) and the recorded benchmark outputs under `results/`. Outputs: the
-results page, written whole (`data/report/results.md` in the pipeline; `docs/results.md`
+results page, written whole (results.md under data/report/ in the pipeline; `docs/results.md`
 with `make publish`), its charts (SVG and the Vega-Lite spec of each), the plot data `dvc
 plots show` draws, and, with `make publish`, the README's generated and embedded blocks
 (the prose around them stays).
