@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 # holding <dataset>/ with the raw files, tried before the internet mirrors of sources.yaml.
 export PIPELINE_MIRROR
 
-.PHONY: setup data repro bench bench-quick publish recover test test-fast check-docs readme-walk mutants plots plots-template clean peers peers-setup
+.PHONY: setup data repro bench bench-quick publish recover test test-fast check check-docs readme-walk mutants plots plots-template clean peers peers-setup
 
 setup: $(VENV)/.installed
 
@@ -66,6 +66,12 @@ test: setup
 
 test-fast: setup
 	PATH="$(abspath $(BIN)):$$PATH" python -m pytest -q -m "not docs and not slow" $(PYTEST_ARGS)
+
+# The style: the linter (errors, unused and unsorted imports) and the formatter's check
+# ([tool.ruff] in pyproject.toml); `.venv/bin/ruff format . && .venv/bin/ruff check --fix .` apply them.
+check: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The project's own documents against its committed files (generated blocks, recorded
 # outputs, prose rules): a CI step on a clean clone; on a workspace where the pipeline
