@@ -42,8 +42,9 @@ def write(folder: Path, gib: float) -> int:
 
     n = int(gib * (1 << 30) // SAMPLE_BYTES)
     sample = Sample((Field("image", "uint8", (3, 32, 32)), Field("label", "int64", (), classes=100)))
-    writer = ShardWriter(folder, sample=sample, dataset="bounded", split="train",
-                         samples_per_shard=(64 << 20) // SAMPLE_BYTES)
+    writer = ShardWriter(
+        folder, sample=sample, dataset="bounded", split="train", samples_per_shard=(64 << 20) // SAMPLE_BYTES
+    )
     rng = np.random.default_rng(0)
     for start in range(0, n, 65536):
         b = min(65536, n - start)
@@ -70,8 +71,10 @@ def child(folder: Path, bound: int, shuffle: str, workers: int) -> dict:
         while not stop.wait(0.2):
             for entry in Path("/proc").iterdir():
                 try:
-                    if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == \
-                            os.getpid():
+                    if (
+                        entry.name.isdigit()
+                        and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid()
+                    ):
                         peaks[entry.name] = max(peaks.get(entry.name, 0), status_kib(entry.name, "VmHWM"))
                 except (OSError, ValueError, IndexError):
                     continue
@@ -84,10 +87,16 @@ def child(folder: Path, bound: int, shuffle: str, workers: int) -> dict:
     seconds = time.perf_counter() - start
     stop.set()
     watcher.join()
-    return {"shuffle": shuffle, "workers": workers, "samples": count, "seconds": seconds,
-            "samples_per_s": count / seconds, "baseline_rss_mib": base / 1024,
-            "peak_rss_mib": status_kib("self", "VmHWM") / 1024,
-            "worker_peak_rss_mib": sorted(v / 1024 for v in peaks.values())}
+    return {
+        "shuffle": shuffle,
+        "workers": workers,
+        "samples": count,
+        "seconds": seconds,
+        "samples_per_s": count / seconds,
+        "baseline_rss_mib": base / 1024,
+        "peak_rss_mib": status_kib("self", "VmHWM") / 1024,
+        "worker_peak_rss_mib": sorted(v / 1024 for v in peaks.values()),
+    }
 
 
 def main() -> None:
@@ -110,13 +119,23 @@ def main() -> None:
         print(f"wrote {n:,} samples ({n * SAMPLE_BYTES / (1 << 30):.2f} GiB) in {written:.1f} s", file=sys.stderr)
         runs = []
         for shuffle, workers in (("shards", 0), ("samples", 0), ("shards", 2)):
-            done = subprocess.run([sys.executable, __file__, "--child", str(folder), str(bound), shuffle, str(workers)],
-                                  capture_output=True, text=True, check=True)
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", str(folder), str(bound), shuffle, str(workers)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(runs[-1]), file=sys.stderr)
-    result = {"command": " ".join(["python", "benchmarks/bounded_read.py", *sys.argv[1:]]), "samples": n,
-              "split_gib": n * SAMPLE_BYTES / (1 << 30), "bound_mib": bound / (1 << 20), "write_s": written,
-              "cpus": os.cpu_count(), "runs": runs}
+    result = {
+        "command": " ".join(["python", "benchmarks/bounded_read.py", *sys.argv[1:]]),
+        "samples": n,
+        "split_gib": n * SAMPLE_BYTES / (1 << 30),
+        "bound_mib": bound / (1 << 20),
+        "write_s": written,
+        "cpus": os.cpu_count(),
+        "runs": runs,
+    }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -56,20 +56,28 @@ def main() -> None:
         for wrapper in order:
             name = "bare loop" if wrapper is None else "with TimeBudget"
             times[name].append(loop(batches, model, optimizer, wrapper) / args.steps)
-    print(f"# torch {torch.__version__}, one thread; a {args.steps}-step pass x {args.repeat} repeats each, "
-          "interleaved; ms per step")
+    print(
+        f"# torch {torch.__version__}, one thread; a {args.steps}-step pass x {args.repeat} repeats each, "
+        "interleaved; ms per step"
+    )
     for name, values in times.items():
-        print(f"{name:16s} median {1e3 * statistics.median(values):.3f}  min {1e3 * min(values):.3f}  "
-              f"max {1e3 * max(values):.3f}")
+        print(
+            f"{name:16s} median {1e3 * statistics.median(values):.3f}  min {1e3 * min(values):.3f}  "
+            f"max {1e3 * max(values):.3f}"
+        )
     b, w = (statistics.median(v) for v in times.values())
     low_b, low_w = (min(v) for v in times.values())
-    print(f"cost outside the window: {100 * (w - b) / b:+.2f}% of a step (medians), "
-          f"{100 * (low_w - low_b) / low_b:+.2f}% (minimums)")
+    print(
+        f"cost outside the window: {100 * (w - b) / b:+.2f}% of a step (medians), "
+        f"{100 * (low_w - low_b) / low_b:+.2f}% (minimums)"
+    )
     empty = [None] * 200_000
     bare_s = min(_empty_pass(empty, None) for _ in range(5))
     wrapped_s = min(_empty_pass(empty, budget) for _ in range(5))
-    print(f"the wrapper alone, empty steps: {1e6 * (wrapped_s - bare_s) / len(empty):.2f} us per step "
-          f"({100 * (wrapped_s - bare_s) / len(empty) / low_b:.2f}% of this loop's fastest step)")
+    print(
+        f"the wrapper alone, empty steps: {1e6 * (wrapped_s - bare_s) / len(empty):.2f} us per step "
+        f"({100 * (wrapped_s - bare_s) / len(empty) / low_b:.2f}% of this loop's fastest step)"
+    )
 
 
 def _empty_pass(items: list, budget: TimeBudget | None) -> float:

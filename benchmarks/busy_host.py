@@ -49,7 +49,7 @@ def epochs(split: Path, path: str, repeat: int) -> list[float]:
         else:
             order = batches.rank_order(epoch)
             for first in range(0, len(order), 512):
-                index = order[first: first + 512]
+                index = order[first : first + 512]
                 images[index].unsqueeze(1).to(torch.float32).div_(255), labels[index].long()
         times.append(time.perf_counter() - start)
     del torch
@@ -70,31 +70,46 @@ def main() -> None:
     results = {}
     for load in ("as is", f"+{args.spinners} spinning processes"):
         stop = multiprocessing.Event()
-        spinners = [multiprocessing.Process(target=spin, args=(stop,)) for _ in range(args.spinners if "+" in load else 0)]
+        spinners = [
+            multiprocessing.Process(target=spin, args=(stop,)) for _ in range(args.spinners if "+" in load else 0)
+        ]
         for p in spinners:
             p.start()
         try:
             for path in ("torch", "numpy"):
-                out = subprocess.run([sys.executable, __file__, str(args.split), "--child", path, "--repeat",
-                                      str(args.repeat)], capture_output=True, text=True, check=True)
-                results[f"{path}, host {load}"] = {"seconds": json.loads(out.stdout.splitlines()[-1]),
-                                                   "load_average": os.getloadavg()[0]}
+                out = subprocess.run(
+                    [sys.executable, __file__, str(args.split), "--child", path, "--repeat", str(args.repeat)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                results[f"{path}, host {load}"] = {
+                    "seconds": json.loads(out.stdout.splitlines()[-1]),
+                    "load_average": os.getloadavg()[0],
+                }
         finally:
             stop.set()
             for p in spinners:
                 p.join()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "busy.json").write_text(json.dumps(results, indent=1) + "\n")
-    lines = ["<!-- written by benchmarks/busy_host.py -->", "",
-             f"One shuffled epoch of float batches of 512 from {args.split.name} on the CPU ({os.cpu_count()} cores), "
-             f"min / median of {args.repeat} epochs; the load average when each finished.", "",
-             "| batches made with | host | epoch (s) | load average |", "|---|---|---|---|"]
+    lines = [
+        "<!-- written by benchmarks/busy_host.py -->",
+        "",
+        f"One shuffled epoch of float batches of 512 from {args.split.name} on the CPU ({os.cpu_count()} cores), "
+        f"min / median of {args.repeat} epochs; the load average when each finished.",
+        "",
+        "| batches made with | host | epoch (s) | load average |",
+        "|---|---|---|---|",
+    ]
     for name, figure in results.items():
         path, host = name.split(", host ")
         label = "torch ops, default threads (before)" if path == "torch" else "numpy, one thread (now)"
         seconds = figure["seconds"]
-        lines.append(f"| {label} | {host} | {min(seconds):.2f} / {statistics.median(seconds):.2f} | "
-                     f"{figure['load_average']:.1f} |")
+        lines.append(
+            f"| {label} | {host} | {min(seconds):.2f} / {statistics.median(seconds):.2f} | "
+            f"{figure['load_average']:.1f} |"
+        )
     (args.out / "busy.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

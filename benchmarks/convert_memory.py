@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-CODEC, ROW_GROUP = "zstd-3", 65536   # params.yaml's values
+CODEC, ROW_GROUP = "zstd-3", 65536  # params.yaml's values
 STEPS = ("write_compact", "write_wide", "read_compact", "read_wide")
 
 
@@ -74,15 +74,23 @@ def step(name: str, work: Path) -> dict:
     stop.set()
     watcher.join()
     peak[0] = max(peak[0], anon_mb())
-    return {"seconds": round(seconds, 2), "base_mb": round(base), "peak_mb": round(peak[0]),
-            "row_groups": pq.ParquetFile(out).num_row_groups}
+    return {
+        "seconds": round(seconds, 2),
+        "base_mb": round(base),
+        "peak_mb": round(peak[0]),
+        "row_groups": pq.ParquetFile(out).num_row_groups,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scales", type=int, nargs="+", default=[10, 30], help="MNIST's train rows this many times")
-    parser.add_argument("--mirror", type=Path, default=Path(os.environ.get("PIPELINE_MIRROR", "")),
-                        help="a folder holding mnist/ (default: $PIPELINE_MIRROR)")
+    parser.add_argument(
+        "--mirror",
+        type=Path,
+        default=Path(os.environ.get("PIPELINE_MIRROR", "")),
+        help="a folder holding mnist/ (default: $PIPELINE_MIRROR)",
+    )
     parser.add_argument("--step", nargs=2, metavar=("STEP", "WORK"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step:
@@ -93,8 +101,10 @@ def main() -> None:
     from child import child_figures
     from ray_engine import make_csv
 
-    print(f"convert's steps alone, MNIST train repeated; codec {CODEC}, row groups of {ROW_GROUP:,} rows; "
-          f"{os.cpu_count()} CPUs\n")
+    print(
+        f"convert's steps alone, MNIST train repeated; codec {CODEC}, row groups of {ROW_GROUP:,} rows; "
+        f"{os.cpu_count()} CPUs\n"
+    )
     print("| train rows | step | row groups | seconds | base Pss_Anon MB | peak Pss_Anon MB |")
     print("|---:|---|---:|---:|---:|---:|")
     for scale in args.scales:
@@ -104,8 +114,11 @@ def main() -> None:
             (work / "test.csv").unlink()
             for name in STEPS:
                 got = child_figures(__file__, ["--step", name, str(work)], ROOT, f"{name} at x{scale}")
-                print(f"| {rows:,} | {name} | {got['row_groups']} | {got['seconds']:.1f} | {got['base_mb']} "
-                      f"| {got['peak_mb']} |", flush=True)
+                print(
+                    f"| {rows:,} | {name} | {got['row_groups']} | {got['seconds']:.1f} | {got['base_mb']} "
+                    f"| {got['peak_mb']} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ def _layout(name: str):
         dest = Path(out) / f"{name}.parquet"
         (write_compact if name == "compact" else write_wide)(Path(csv), dest, Codec("snappy"), 65536)
         return {"bytes": dest.stat().st_size}
+
     return run
 
 
@@ -51,8 +52,12 @@ def _both(csv: str, out: str) -> dict:
     return {"bytes": sum(path.stat().st_size for path in paths.values())}
 
 
-TARGETS = {"seed pandas read_csv + to_parquet": _seed, "stage compact layout": _layout("compact"),
-           "stage wide layout": _layout("wide"), "stage both layouts": _both}
+TARGETS = {
+    "seed pandas read_csv + to_parquet": _seed,
+    "stage compact layout": _layout("compact"),
+    "stage wide layout": _layout("wide"),
+    "stage both layouts": _both,
+}
 
 
 def _child(name: str, csv: str, out: str, repeats: int, queue) -> None:
@@ -84,10 +89,18 @@ def _report(csv: Path, names: list[str], repeats: int) -> dict:
         for name in names:
             results[name] = result = measure(name, csv, Path(out), repeats)
             seed = results.get(next(iter(TARGETS)))
-            ratio = (f" ({seed['seconds'] / result['seconds']:4.1f}x; first run {result['first_s']:5.2f} s, "
-                     f"{seed['first_s'] / result['first_s']:4.1f}x)") if seed else ""
-            print(f"  {name:36s}: {result['seconds']:6.2f} s{ratio}, "
-                  f"peak RSS {result['peak_rss_MB']:5.0f} MB, {result['bytes'] / 1e6:6.2f} MB written")
+            ratio = (
+                (
+                    f" ({seed['seconds'] / result['seconds']:4.1f}x; first run {result['first_s']:5.2f} s, "
+                    f"{seed['first_s'] / result['first_s']:4.1f}x)"
+                )
+                if seed
+                else ""
+            )
+            print(
+                f"  {name:36s}: {result['seconds']:6.2f} s{ratio}, "
+                f"peak RSS {result['peak_rss_MB']:5.0f} MB, {result['bytes'] / 1e6:6.2f} MB written"
+            )
     return results
 
 

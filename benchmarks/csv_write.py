@@ -24,8 +24,7 @@ def main(raw: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results = {}
         for name, write in {
-            "numpy.savetxt": lambda p: np.savetxt(p, rows, fmt="%d", delimiter=",",
-                                                  header=HEADER.strip(), comments=""),
+            "numpy.savetxt": lambda p: np.savetxt(p, rows, fmt="%d", delimiter=",", header=HEADER.strip(), comments=""),
             "pipeline (polars)": lambda p: write_csv(images, labels, p),
         }.items():
             path = Path(tmp) / f"{len(results)}.csv"

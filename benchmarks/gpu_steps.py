@@ -26,8 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.bench.datapaths import Resident  # noqa: E402
-from pipeline.standalone import build_inputs  # noqa: E402
 from pipeline.bench.runners import Execution, StaticSteps, Timing, TrainConfig, train_static  # noqa: E402
+from pipeline.standalone import build_inputs  # noqa: E402
 
 CANDIDATES = {
     "eager fp32, no graph": Execution(),
@@ -36,12 +36,15 @@ CANDIDATES = {
     "compile default bf16 CL, no graph": Execution(compile_mode="default", autocast=True, channels_last=True),
     "compile default fp32 + graph": Execution(compile_mode="default", cuda_graph=True),
     "compile default bf16 + graph": Execution(compile_mode="default", autocast=True, cuda_graph=True),
-    "compile default bf16 CL + graph": Execution(compile_mode="default", autocast=True, channels_last=True,
-                                                 cuda_graph=True),
-    "compile default bf16 CL + step graph": Execution(compile_mode="default", autocast=True, channels_last=True,
-                                                      cuda_graph=True, graph_scope="step"),
-    "compile max-autotune-no-cg bf16 CL + graph": Execution(compile_mode="max-autotune-no-cudagraphs",
-                                                           autocast=True, channels_last=True, cuda_graph=True),
+    "compile default bf16 CL + graph": Execution(
+        compile_mode="default", autocast=True, channels_last=True, cuda_graph=True
+    ),
+    "compile default bf16 CL + step graph": Execution(
+        compile_mode="default", autocast=True, channels_last=True, cuda_graph=True, graph_scope="step"
+    ),
+    "compile max-autotune-no-cg bf16 CL + graph": Execution(
+        compile_mode="max-autotune-no-cudagraphs", autocast=True, channels_last=True, cuda_graph=True
+    ),
 }
 
 
@@ -63,8 +66,10 @@ def profile_step(data: Resident, device: torch.device, config: TrainConfig, exec
     total = sum(e.self_device_time_total for e in events)
     print(f"\nkernels of one step ({execution}), {total / steps / 1000:.3f} ms GPU time per step:")
     for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
-        print(f"  {e.self_device_time_total / steps:8.1f} us  {100 * e.self_device_time_total / total:5.1f}%  "
-              f"{e.count // steps:3d}x  {e.key[:90]}")
+        print(
+            f"  {e.self_device_time_total / steps:8.1f} us  {100 * e.self_device_time_total / total:5.1f}%  "
+            f"{e.count // steps:3d}x  {e.key[:90]}"
+        )
 
 
 def main() -> None:
@@ -91,15 +96,21 @@ def main() -> None:
             print(f"{name}: FAILED {type(err).__name__}: {err}", file=sys.stderr)
             continue
         rows.append((name, timing))
-    print(f"\n{args.dataset} on {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, "
-          f"torch {torch.__version__}, batch {config.batch_size}, {args.epochs} epochs")
-    print(f"{'execution':46s} {'best ms':>8s} {'median':>8s} {'test ms':>8s} {'setup s':>8s} {'warm s':>7s} "
-          f"{'capt s':>7s} {'wall s':>7s} {'acc':>7s} graph")
+    print(
+        f"\n{args.dataset} on {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, "
+        f"torch {torch.__version__}, batch {config.batch_size}, {args.epochs} epochs"
+    )
+    print(
+        f"{'execution':46s} {'best ms':>8s} {'median':>8s} {'test ms':>8s} {'setup s':>8s} {'warm s':>7s} "
+        f"{'capt s':>7s} {'wall s':>7s} {'acc':>7s} graph"
+    )
     for name, t in rows:
         wall = t.setup_s + sum(t.train_s) + sum(t.test_s)
-        print(f"{name:46s} {1000 * min(t.train_s):8.1f} {1000 * statistics.median(t.train_s):8.1f} "
-              f"{1000 * statistics.median(t.test_s):8.2f} {t.setup_s:8.2f} {t.warmup_s:7.2f} {t.capture_s:7.2f} "
-              f"{wall:7.2f} {t.accuracy:7.4f} {t.cuda_graph}")
+        print(
+            f"{name:46s} {1000 * min(t.train_s):8.1f} {1000 * statistics.median(t.train_s):8.1f} "
+            f"{1000 * statistics.median(t.test_s):8.2f} {t.setup_s:8.2f} {t.warmup_s:7.2f} {t.capture_s:7.2f} "
+            f"{wall:7.2f} {t.accuracy:7.4f} {t.cuda_graph}"
+        )
     if device.type == "cuda":
         profile_step(data, device, config, Execution(compile_mode="default", autocast=True, channels_last=True), 15)
         profile_step(data, device, config, Execution(autocast=True, channels_last=True), 10)

@@ -37,10 +37,14 @@ def write(folder: Path, shards: int, per_shard: int) -> int:
 
     n = shards * per_shard
     rng = np.random.default_rng(0)
-    columns = {"images": rng.integers(0, 256, (n, 28, 28), dtype=np.uint8),
-               "labels": rng.integers(0, 10, n, dtype=np.uint8), "ids": np.arange(n, dtype=np.int64)}
-    sample = Sample((Field("images", "uint8", (28, 28)), Field("labels", "uint8", (), classes=10),
-                     Field("ids", "int64")))
+    columns = {
+        "images": rng.integers(0, 256, (n, 28, 28), dtype=np.uint8),
+        "labels": rng.integers(0, 10, n, dtype=np.uint8),
+        "ids": np.arange(n, dtype=np.int64),
+    }
+    sample = Sample(
+        (Field("images", "uint8", (28, 28)), Field("labels", "uint8", (), classes=10), Field("ids", "int64"))
+    )
     write_split(columns, folder, sample=sample, dataset="many", split="train", samples_per_shard=per_shard)
     return n
 
@@ -80,15 +84,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="many-shards-") as tmp:
         folder = Path(tmp) / "split"
         n = write(folder, args.shards, args.per_shard)
-        print(f"{args.shards:,} shards of {args.per_shard:,} samples ({n:,} samples), one shuffled epoch, "
-              f"batches of {BATCH}, 0 workers\n")
+        print(
+            f"{args.shards:,} shards of {args.per_shard:,} samples ({n:,} samples), one shuffled epoch, "
+            f"batches of {BATCH}, 0 workers\n"
+        )
         print("| shuffle | descriptor limit | seconds | samples/s | most shards mapped at once |")
         print("|---|---:|---:|---:|---:|")
         for shuffle in ("samples", "shards"):
             for limit in args.limits:
                 got = child_figures(__file__, ["--read", str(folder), str(limit), shuffle], ROOT, f"limit {limit}")
-                print(f"| {shuffle} | {limit:,} | {got['seconds']:.2f} | {got['samples_per_s']:,} "
-                      f"| {got['most_mapped']} |", flush=True)
+                print(
+                    f"| {shuffle} | {limit:,} | {got['seconds']:.2f} | {got['samples_per_s']:,} "
+                    f"| {got['most_mapped']} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -60,18 +60,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the project's library, whatever the venv
 
-SHARD_BYTES = 4 << 20          # ~4 MB shards for everyone
+SHARD_BYTES = 4 << 20  # ~4 MB shards for everyone
 EPOCH_BATCH, RANDOM_BATCH, RANK_BATCH = 512, 256, 64
 SEED = 7
 
 
 # ---- the data ---------------------------------------------------------------------------
 
+
 def read_idx(path: Path) -> np.ndarray:
     """An IDX file (gzip) as a uint8 array: MNIST's own format, read with numpy alone."""
     raw = gzip.decompress(path.read_bytes())
     dims = raw[3]
-    shape = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
+    shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
     return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
@@ -113,6 +114,7 @@ def folder_bytes(folder: Path) -> int:
 
 # ---- the systems ------------------------------------------------------------------------
 
+
 class System:
     """What every system shares: its folder under the run's work folder, and where it writes
     a codec's data (removed by the child before a write's clock starts: deleting an earlier
@@ -144,11 +146,19 @@ class Project(System):
         from pipeline.shards import Field, Sample, write_split
 
         images, labels, ids = data
-        sample = Sample((Field("images", "uint8", (28, 28)), Field("labels", "uint8", (), classes=10),
-                         Field("ids", "int64")))
+        sample = Sample(
+            (Field("images", "uint8", (28, 28)), Field("labels", "uint8", (), classes=10), Field("ids", "int64"))
+        )
         out = self.output(codec)
-        write_split({"images": images, "labels": labels, "ids": ids}, out, sample=sample, dataset="mnist",
-                    split="train", samples_per_shard=per_shard(len(ids)), compression=codec)
+        write_split(
+            {"images": images, "labels": labels, "ids": ids},
+            out,
+            sample=sample,
+            dataset="mnist",
+            split="train",
+            samples_per_shard=per_shard(len(ids)),
+            compression=codec,
+        )
         return out
 
     def open(self):
@@ -167,8 +177,15 @@ class Project(System):
             if workers:
                 preload_forkserver(START_METHOD)
             generator = torch.Generator().manual_seed(seed * 1000 + epoch)
-            loader = DataLoader(dataset, batch_size=batch, shuffle=True, generator=generator, num_workers=workers,
-                                worker_init_fn=freeze_inherited if workers else None, **context)
+            loader = DataLoader(
+                dataset,
+                batch_size=batch,
+                shuffle=True,
+                generator=generator,
+                num_workers=workers,
+                worker_init_fn=freeze_inherited if workers else None,
+                **context,
+            )
         else:
             loader = dataset.loader(batch, shuffle=True, seed=seed, num_workers=workers, **context)
             loader.set_epoch(epoch)
@@ -204,9 +221,13 @@ class Lance(System):
         kwargs = {"max_rows_per_file": per_shard(len(ids))}
         if codec == "zstd":  # Lance reads compression from each leaf field's metadata (the list's item)
             zstd = {"lance-encoding:compression": "zstd"}
-            schema = pa.schema([pa.field("image", pa.list_(pa.field("item", pa.uint8(), metadata=zstd), 28 * 28)),
-                                pa.field("label", pa.uint8(), metadata=zstd),
-                                pa.field("id", pa.int64(), metadata=zstd)])
+            schema = pa.schema(
+                [
+                    pa.field("image", pa.list_(pa.field("item", pa.uint8(), metadata=zstd), 28 * 28)),
+                    pa.field("label", pa.uint8(), metadata=zstd),
+                    pa.field("id", pa.int64(), metadata=zstd),
+                ]
+            )
             table = table.cast(schema)
             kwargs["data_storage_version"] = "2.1"  # the file version whose encoder takes general compression
         lance.write_dataset(table, out, **kwargs)
@@ -251,9 +272,15 @@ class LitData(System):
 
         images, labels, ids = data
         out = self.output(codec)
-        litdata.optimize(fn=_litdata_sample, inputs=[(images[i], int(labels[i]), int(ids[i])) for i in range(len(ids))],
-                         output_dir=str(out), chunk_bytes="4MB", num_workers=1,
-                         compression="zstd" if codec == "zstd" else None, mode="overwrite")
+        litdata.optimize(
+            fn=_litdata_sample,
+            inputs=[(images[i], int(labels[i]), int(ids[i])) for i in range(len(ids))],
+            output_dir=str(out),
+            chunk_bytes="4MB",
+            num_workers=1,
+            compression="zstd" if codec == "zstd" else None,
+            mode="overwrite",
+        )
         return out
 
     def open(self, shuffle: bool = True, seed: int = SEED):
@@ -277,10 +304,25 @@ class LitData(System):
         group (where LitData asks torch.distributed who it is)."""
         with tempfile.TemporaryDirectory(prefix="litdata-ranks-") as tmp:
             folder = Path(tmp)
-            ranks = [subprocess.Popen([sys.executable, __file__, "--litdata-rank", str(world), str(rank), "--work",
-                                       str(self.root.parent), "--out", str(folder), "--seed", str(seed)],
-                                      stdout=subprocess.DEVNULL)  # (the race reads the child's stdout)
-                     for rank in range(world)]
+            ranks = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--litdata-rank",
+                        str(world),
+                        str(rank),
+                        "--work",
+                        str(self.root.parent),
+                        "--out",
+                        str(folder),
+                        "--seed",
+                        str(seed),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                )  # (the race reads the child's stdout)
+                for rank in range(world)
+            ]
             try:
                 codes = [rank.wait(timeout=600) for rank in ranks]
             finally:
@@ -289,7 +331,9 @@ class LitData(System):
             if any(codes):
                 raise RuntimeError(f"a LitData rank failed: exit statuses {codes}")
             orders = [np.load(folder / f"rank-{rank}.npz") for rank in range(world)]
-            epochs = [[_batches(order[f"epoch{epoch}"], order[f"sizes{epoch}"]) for order in orders] for epoch in (0, 1)]
+            epochs = [
+                [_batches(order[f"epoch{epoch}"], order[f"sizes{epoch}"]) for order in orders] for epoch in (0, 1)
+            ]
             again = _batches(orders[0]["again"], orders[0]["sizes_again"])
         return epochs, again
 
@@ -306,8 +350,13 @@ def litdata_rank(world: int, rank: int, root: Path, out: Path, seed: int) -> Non
     import litdata
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous", world_size=world, rank=rank,
-                            timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{out}/rendezvous",
+        world_size=world,
+        rank=rank,
+        timeout=datetime.timedelta(seconds=300),
+    )
     try:
         folder = str(LitData(root / "litdata").output("none"))
 
@@ -350,13 +399,23 @@ def torchvision_or_stub() -> None:
 
         for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
             del sys.modules[name]
-        stub = {name: types.ModuleType(name) for name in
-                ("torchvision", "torchvision.datasets", "torchvision.transforms", "torchvision.transforms.functional")}
+        stub = {
+            name: types.ModuleType(name)
+            for name in (
+                "torchvision",
+                "torchvision.datasets",
+                "torchvision.transforms",
+                "torchvision.transforms.functional",
+            )
+        }
         for name, module in stub.items():
             module.__spec__ = importlib.machinery.ModuleSpec(name, None)
         stub["torchvision.datasets"].VisionDataset = torch.utils.data.Dataset
         stub["torchvision.transforms.functional"].to_tensor = None
-        stub["torchvision"].datasets, stub["torchvision"].transforms = stub["torchvision.datasets"], stub["torchvision.transforms"]
+        stub["torchvision"].datasets, stub["torchvision"].transforms = (
+            stub["torchvision.datasets"],
+            stub["torchvision.transforms"],
+        )
         stub["torchvision.transforms"].functional = stub["torchvision.transforms.functional"]
         sys.modules.update(stub)
 
@@ -378,8 +437,13 @@ class Streaming(System):
         images, labels, ids = data
         out = self.output(codec)
         columns = {"image": "ndarray:uint8:28,28", "label": "uint8", "id": "int64"}
-        with MDSWriter(out=str(out), columns=columns, compression="zstd" if codec == "zstd" else None,
-                       size_limit=SHARD_BYTES, progress_bar=False) as writer:
+        with MDSWriter(
+            out=str(out),
+            columns=columns,
+            compression="zstd" if codec == "zstd" else None,
+            size_limit=SHARD_BYTES,
+            progress_bar=False,
+        ) as writer:
             for i in range(len(ids)):
                 writer.write({"image": images[i], "label": labels[i], "id": ids[i]})
         return out
@@ -389,8 +453,7 @@ class Streaming(System):
         from streaming.base.util import clean_stale_shared_memory
 
         clean_stale_shared_memory()
-        return StreamingDataset(local=str(self.output("none")), shuffle=True, shuffle_seed=seed,
-                                batch_size=EPOCH_BATCH)
+        return StreamingDataset(local=str(self.output("none")), shuffle=True, shuffle_seed=seed, batch_size=EPOCH_BATCH)
 
     def batches(self, dataset, batch: int, workers: int, seed: int, epoch: int = 0):
         from torch.utils.data import DataLoader
@@ -419,8 +482,9 @@ class WebData(System):
         out.mkdir(parents=True)
         with wds.ShardWriter(str(out / "shard-%06d.tar"), maxsize=SHARD_BYTES, verbose=0) as sink:
             for i in range(len(ids)):
-                sink.write({"__key__": f"{i:09d}", "image.npy": images[i], "label.cls": int(labels[i]),
-                            "id.cls": int(ids[i])})
+                sink.write(
+                    {"__key__": f"{i:09d}", "image.npy": images[i], "label.cls": int(labels[i]), "id.cls": int(ids[i])}
+                )
         return out
 
     def _urls(self) -> list[str]:
@@ -429,8 +493,12 @@ class WebData(System):
     def open(self, seed: int = SEED):
         import webdataset as wds
 
-        return (wds.WebDataset(self._urls(), shardshuffle=len(self._urls()), seed=seed, empty_check=False)
-                .shuffle(1000).decode().to_tuple("image.npy", "label.cls", "id.cls"))
+        return (
+            wds.WebDataset(self._urls(), shardshuffle=len(self._urls()), seed=seed, empty_check=False)
+            .shuffle(1000)
+            .decode()
+            .to_tuple("image.npy", "label.cls", "id.cls")
+        )
 
     def batches(self, dataset, batch: int, workers: int, seed: int, epoch: int = 0):
         from torch.utils.data import DataLoader
@@ -442,15 +510,30 @@ class WebData(System):
         import webdataset as wds
 
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
-        dataset = (wds.WebDataset(self._urls(), shardshuffle=len(self._urls()), seed=seed + epoch,
-                                  nodesplitter=wds.split_by_node, empty_check=False)
-                   .shuffle(1000).decode().to_tuple("id.cls").batched(RANK_BATCH))
+        dataset = (
+            wds.WebDataset(
+                self._urls(),
+                shardshuffle=len(self._urls()),
+                seed=seed + epoch,
+                nodesplitter=wds.split_by_node,
+                empty_check=False,
+            )
+            .shuffle(1000)
+            .decode()
+            .to_tuple("id.cls")
+            .batched(RANK_BATCH)
+        )
         return [np.asarray(batch[0]) for batch in dataset]
 
 
 SYSTEMS = {"project": Project, "litdata": LitData, "streaming": Streaming, "webdataset": WebData, "lance": Lance}
-LABELS = {"project": "project", "litdata": "LitData", "streaming": "MosaicML Streaming", "webdataset": "WebDataset",
-          "lance": "Lance"}
+LABELS = {
+    "project": "project",
+    "litdata": "LitData",
+    "streaming": "MosaicML Streaming",
+    "webdataset": "WebDataset",
+    "lance": "Lance",
+}
 
 
 def installed(name: str) -> bool:
@@ -458,6 +541,7 @@ def installed(name: str) -> bool:
 
 
 # ---- one measurement, in its own process -------------------------------------------------
+
 
 def peak_mb() -> float:
     """This process's peak resident memory (VmHWM: getrusage's ru_maxrss would carry the
@@ -568,9 +652,16 @@ def child(system: str, task: str, work: Path, data_path: Path) -> dict:
             for x, y in impl.batches(dataset, EPOCH_BATCH, workers, SEED, **options):
                 count += len(y)
             seconds = time.perf_counter() - start
-        return {"seconds": seconds, "samples": count, "peak_mb": peak_mb(), "pss_mb": pss.peak["total"] / 1e6,
-                "pss_start_mb": pss.start["total"] / 1e6, "pss_anon_mb": pss.peak["anon"] / 1e6,
-                "pss_file_mb": pss.peak["file"] / 1e6, "start_method": START_METHOD}
+        return {
+            "seconds": seconds,
+            "samples": count,
+            "peak_mb": peak_mb(),
+            "pss_mb": pss.peak["total"] / 1e6,
+            "pss_start_mb": pss.start["total"] / 1e6,
+            "pss_anon_mb": pss.peak["anon"] / 1e6,
+            "pss_file_mb": pss.peak["file"] / 1e6,
+            "start_method": START_METHOD,
+        }
     if task == "random":
         dataset = impl.open()
         n = len(load_data(data_path)[2])
@@ -596,18 +687,31 @@ def rank_report(impl, world: int, n: int) -> dict:
     block = per_shard(n)
     blocks = [len(np.unique(batch // block)) for batches in first for batch in batches if len(batch) == RANK_BATCH]
     order = lambda ranks: np.concatenate(ranks[0]) if ranks[0] else np.empty(0)  # noqa: E731
-    return {"steps": [len(batches) for batches in first],
-            "dropped": int((counts == 0).sum()), "repeated": int((counts > 1).sum()),
-            "blocks_per_batch": float(np.mean(blocks)) if blocks else 0.0,
-            "blocks": int(np.ceil(n / block)),
-            "same_order_same_seed": bool(np.array_equal(np.concatenate(again) if again else np.empty(0), order(first))),
-            "new_order_next_epoch": not np.array_equal(order(epochs[1]), order(first))}
+    return {
+        "steps": [len(batches) for batches in first],
+        "dropped": int((counts == 0).sum()),
+        "repeated": int((counts > 1).sum()),
+        "blocks_per_batch": float(np.mean(blocks)) if blocks else 0.0,
+        "blocks": int(np.ceil(n / block)),
+        "same_order_same_seed": bool(np.array_equal(np.concatenate(again) if again else np.empty(0), order(first))),
+        "new_order_next_epoch": not np.array_equal(order(epochs[1]), order(first)),
+    }
 
 
 # ---- the race ---------------------------------------------------------------------------
 
-TASKS = ["write-none", "write-zstd", "first", "epoch-0", "epoch-2", "epoch-4", "random", "ranks-2", "ranks-4",
-         "ranks-8"]
+TASKS = [
+    "write-none",
+    "write-zstd",
+    "first",
+    "epoch-0",
+    "epoch-2",
+    "epoch-4",
+    "random",
+    "ranks-2",
+    "ranks-4",
+    "ranks-8",
+]
 WHAT = {  # what each system cannot do, so it is not run
     "webdataset": {"write-zstd", "random"},
     "streaming": {"ranks-2", "ranks-4", "ranks-8"},  # its ranks coordinate through shared memory: real processes
@@ -629,22 +733,39 @@ def run_one(system: str, task: str, work: Path, data: Path, timeout: float) -> d
     return json.loads(lines[-1])
 
 
-def race(scale: int, systems: list[str], tasks: list[str], repeat: int, work: Path, data: Path,
-         timeout: float, interleave: bool = False) -> dict:
+def race(
+    scale: int,
+    systems: list[str],
+    tasks: list[str],
+    repeat: int,
+    work: Path,
+    data: Path,
+    timeout: float,
+    interleave: bool = False,
+) -> dict:
     """Every (system, task) run `repeat` times (ranks once), writes first: the reads use what
     they wrote. System by system, so that each system's reads find its data in the page cache;
     with `interleave`, each read task's runs go round the systems in turn instead, so that a
     slow spell of a shared host falls on all of them alike (for systems whose data fit in the
     page cache together)."""
-    plan = [(system, task) for system in systems for task in sorted(tasks, key=TASKS.index)
-            if task not in WHAT.get(system, set())]
+    plan = [
+        (system, task)
+        for system in systems
+        for task in sorted(tasks, key=TASKS.index)
+        if task not in WHAT.get(system, set())
+    ]
 
     def runs(task: str) -> int:
         return 1 if task.startswith("ranks-") else repeat
 
     if interleave:  # TASKS lists the writes first
-        order = [(system, task) for task in sorted({t for _, t in plan}, key=TASKS.index)
-                 for _ in range(runs(task)) for system, t in plan if t == task]
+        order = [
+            (system, task)
+            for task in sorted({t for _, t in plan}, key=TASKS.index)
+            for _ in range(runs(task))
+            for system, t in plan
+            if t == task
+        ]
     else:
         order = [(system, task) for system, task in plan for _ in range(runs(task))]
     results: dict = {system: {} for system in systems}
@@ -679,10 +800,12 @@ def ranks_cell(figures: list[dict] | None) -> str:
         return "failed"
     steps = f["steps"]
     step_text = f"{steps[0]}" if len(set(steps)) == 1 else f"unequal {min(steps)}-{max(steps)}"
-    return (f"steps {step_text}; dropped {f['dropped']}, repeated {f['repeated']}; "
-            f"{f['blocks_per_batch']:.1f}/{f['blocks']} blocks per batch; "
-            f"{'same' if f['same_order_same_seed'] else 'other'} order for a seed, "
-            f"{'new' if f['new_order_next_epoch'] else 'same'} order next epoch")
+    return (
+        f"steps {step_text}; dropped {f['dropped']}, repeated {f['repeated']}; "
+        f"{f['blocks_per_batch']:.1f}/{f['blocks']} blocks per batch; "
+        f"{'same' if f['same_order_same_seed'] else 'other'} order for a seed, "
+        f"{'new' if f['new_order_next_epoch'] else 'same'} order next epoch"
+    )
 
 
 def runnable(command: str) -> str:
@@ -697,8 +820,10 @@ def remeasures(meta: dict) -> list[str]:
     hosts: dict[str, list[str]] = {}
     for again in meta.get("remeasured", []):
         hosts.setdefault(runnable(again["command"]), []).append(again["host"])
-    return [f"Also measured by{f' ({len(runs)} runs)' if len(runs) > 1 else ''}: `{command}` "
-            f"({'; '.join(runs)})." for command, runs in hosts.items()]
+    return [
+        f"Also measured by{f' ({len(runs)} runs)' if len(runs) > 1 else ''}: `{command}` ({'; '.join(runs)})."
+        for command, runs in hosts.items()
+    ]
 
 
 def table(runs: dict[int, dict]) -> str:
@@ -709,23 +834,36 @@ def table(runs: dict[int, dict]) -> str:
             meta["samples"] = meta["samples"][str(scale)]
         systems = list(results)
         versions = ", ".join(f"{LABELS[s]} {meta['versions'].get(s, '?')}" for s in systems if s != "project")
-        lines += [f"**MNIST train x{scale}** ({meta['samples']:,} samples): min / median of {meta['repeat']} runs, "
-                  f"each its own process, one torch thread; {meta['host']}; torch {meta['torch']}"
-                  + (f"; {versions}" if versions else "")
-                  + (f"; not installed: {', '.join(meta['missing'])}" if meta.get("missing") else "")
-                  + (f"; every system's workers started by {meta['start_method']}"
-                     if meta.get("start_method", "the platform's") != "the platform's" else "") + "."]
+        lines += [
+            f"**MNIST train x{scale}** ({meta['samples']:,} samples): min / median of {meta['repeat']} runs, "
+            f"each its own process, one torch thread; {meta['host']}; torch {meta['torch']}"
+            + (f"; {versions}" if versions else "")
+            + (f"; not installed: {', '.join(meta['missing'])}" if meta.get("missing") else "")
+            + (
+                f"; every system's workers started by {meta['start_method']}"
+                if meta.get("start_method", "the platform's") != "the platform's"
+                else ""
+            )
+            + "."
+        ]
         if meta.get("remeasured"):
-            lines += [f"Measured by `{runnable(meta['command'])}`, some tasks re-measured since (the commands: "
-                      f"`results/peers/history.md`)."]
+            lines += [
+                f"Measured by `{runnable(meta['command'])}`, some tasks re-measured since (the commands: "
+                f"`results/peers/history.md`)."
+            ]
         lines += [""]
         lines.append("| | " + " | ".join(LABELS[s] for s in systems) + " |")
         lines.append("|---|" + "---|" * len(systems))
         rows = [
             ("write, uncompressed (s)", lambda r: spread(r.get("write-none"), "seconds")),
             ("write, zstd (s)", lambda r: spread(r.get("write-zstd"), "seconds")),
-            ("size uncompressed / zstd (MB)", lambda r: f"{spread(r.get('write-none'), 'bytes', 1, 1e-6).split(' / ')[0]}"
-                                                         f" / {spread(r.get('write-zstd'), 'bytes', 1, 1e-6).split(' / ')[0]}"),
+            (
+                "size uncompressed / zstd (MB)",
+                lambda r: (
+                    f"{spread(r.get('write-none'), 'bytes', 1, 1e-6).split(' / ')[0]}"
+                    f" / {spread(r.get('write-zstd'), 'bytes', 1, 1e-6).split(' / ')[0]}"
+                ),
+            ),
             ("shuffled epoch, batch 512, workers 0 (s)", lambda r: spread(r.get("epoch-0"), "seconds")),
             ("shuffled epoch, batch 512, workers 2 (s)", lambda r: spread(r.get("epoch-2"), "seconds")),
             ("shuffled epoch, batch 512, workers 4 (s)", lambda r: spread(r.get("epoch-4"), "seconds")),
@@ -739,15 +877,17 @@ def table(runs: dict[int, dict]) -> str:
         for name, cell in rows:
             lines.append(f"| {name} | " + " | ".join(cell(results[s]) for s in systems) + " |")
         lines.append("")
-    lines.append("Shuffles: project, per sample over the whole split; Lance, whole 512-row blocks in a random "
-                 "order (`take` of row ranges); LitData, chunks in a random order then samples within them; "
-                 "MosaicML Streaming, py1e; WebDataset, shards in a random order then a 1,000-sample buffer. "
-                 "Blocks per batch: distinct runs of a shard's worth of consecutive samples in a batch of 64 "
-                 "(a full shuffle sees nearly all). \"-\": not run (no such feature: WebDataset has no random "
-                 "access nor zstd of its own; MosaicML Streaming's ranks need real processes; Lance's reads are "
-                 "its own threads, not DataLoader workers). \"failed\": the error is in the JSON. \"n/m\": not measured "
-                 "by the runs that filled the cell (the anonymous and file-backed parts of PSS are recorded since "
-                 "the project's workers read through maps; a run of the epoch-4 task fills them).")
+    lines.append(
+        "Shuffles: project, per sample over the whole split; Lance, whole 512-row blocks in a random "
+        "order (`take` of row ranges); LitData, chunks in a random order then samples within them; "
+        "MosaicML Streaming, py1e; WebDataset, shards in a random order then a 1,000-sample buffer. "
+        "Blocks per batch: distinct runs of a shard's worth of consecutive samples in a batch of 64 "
+        '(a full shuffle sees nearly all). "-": not run (no such feature: WebDataset has no random '
+        "access nor zstd of its own; MosaicML Streaming's ranks need real processes; Lance's reads are "
+        'its own threads, not DataLoader workers). "failed": the error is in the JSON. "n/m": not measured '
+        "by the runs that filled the cell (the anonymous and file-backed parts of PSS are recorded since "
+        "the project's workers read through maps; a run of the epoch-4 task fills them)."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -764,16 +904,26 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tiny", type=int, help="random samples instead of MNIST (for the test)")
     mirror = os.environ.get("PIPELINE_MIRROR")
-    parser.add_argument("--mnist", type=Path, default=Path(mirror) / "mnist" if mirror else None,
-                        help="a folder of MNIST's IDX files (default: $PIPELINE_MIRROR/mnist)")
+    parser.add_argument(
+        "--mnist",
+        type=Path,
+        default=Path(mirror) / "mnist" if mirror else None,
+        help="a folder of MNIST's IDX files (default: $PIPELINE_MIRROR/mnist)",
+    )
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "peers")
     parser.add_argument("--merge", action="store_true", help="update <out>/scale-<k>.json with these tasks only")
-    parser.add_argument("--interleave", action="store_true",
-                        help="writes first, then each read task's runs taken in turn across the systems")
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="writes first, then each read task's runs taken in turn across the systems",
+    )
     parser.add_argument("--render", action="store_true", help="only render the table from <out>/scale-*.json")
-    parser.add_argument("--start-method", choices=("fork", "spawn", "forkserver"),
-                        help="how every system's DataLoader workers start (default: the platform's)")
+    parser.add_argument(
+        "--start-method",
+        choices=("fork", "spawn", "forkserver"),
+        help="how every system's DataLoader workers start (default: the platform's)",
+    )
     args = parser.parse_args()
     if args.start_method:
         os.environ[START_ENV] = args.start_method  # (the children read it)
@@ -789,8 +939,9 @@ def main() -> None:
     if args.tiny is None and args.mnist is None:
         parser.error("--mnist: give MNIST's IDX folder, or set PIPELINE_MIRROR to a folder holding mnist/")
     if "write-none" not in args.tasks and any(not task.startswith("write-") for task in args.tasks):
-        parser.error("the read tasks read what write-none writes in this run (into a fresh folder): "
-                     "add write-none to --tasks")
+        parser.error(
+            "the read tasks read what write-none writes in this run (into a fresh folder): add write-none to --tasks"
+        )
     systems = [s for s in args.systems if installed(s)]
     missing = sorted(set(args.systems) - set(systems))
     if missing:
@@ -799,18 +950,25 @@ def main() -> None:
 
     import torch
 
-    meta = {"command": "python benchmarks/peers.py " + " ".join(sys.argv[1:]), "repeat": args.repeat,
-            "host": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start",
-            "python": platform.python_version(), "torch": torch.__version__,
-            "versions": {s: _version(s) for s in systems}, "missing": missing,
-            "start_method": args.start_method or "the platform's"}
+    meta = {
+        "command": "python benchmarks/peers.py " + " ".join(sys.argv[1:]),
+        "repeat": args.repeat,
+        "host": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "versions": {s: _version(s) for s in systems},
+        "missing": missing,
+        "start_method": args.start_method or "the platform's",
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     for scale in args.scales:
         with tempfile.TemporaryDirectory(prefix=f"peers-x{scale}-") as tmp:
             work = Path(tmp)
             data = make_data(work, scale, args.mnist, args.tiny)
-            run = {"meta": {**meta, "samples": len(load_data(data)[2])},
-                   "results": race(scale, systems, args.tasks, args.repeat, work, data, args.timeout, args.interleave)}
+            run = {
+                "meta": {**meta, "samples": len(load_data(data)[2])},
+                "results": race(scale, systems, args.tasks, args.repeat, work, data, args.timeout, args.interleave),
+            }
         file = args.out / f"scale-{scale}.json"
         if args.merge and file.exists():  # re-measured tasks replace theirs, the rest is kept
             run = merged(json.loads(file.read_text()), run)
@@ -841,9 +999,13 @@ def render(out: Path) -> str:
 def history(runs: dict[int, dict]) -> str:
     """history.md: per scale, the command that measured the table and every command that
     re-measured some of its tasks since, with the host's state at each start."""
-    lines = ["# The race's commands", "",
-             "Every command below runs as shown (`--docs PAGE`, an option of an earlier version that only "
-             "refreshed a page, is left out of the older ones).", ""]
+    lines = [
+        "# The race's commands",
+        "",
+        "Every command below runs as shown (`--docs PAGE`, an option of an earlier version that only "
+        "refreshed a page, is left out of the older ones).",
+        "",
+    ]
     for scale, run in runs.items():
         meta = run["meta"]
         lines += [f"## MNIST train x{scale}", "", f"Measured by: `{runnable(meta['command'])}` ({meta['host']}).", ""]
@@ -854,8 +1016,13 @@ def history(runs: dict[int, dict]) -> str:
 def _version(system: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
-    name = {"project": "trainpath", "litdata": "litdata", "streaming": "mosaicml-streaming",
-            "webdataset": "webdataset", "lance": "pylance"}[system]
+    name = {
+        "project": "trainpath",
+        "litdata": "litdata",
+        "streaming": "mosaicml-streaming",
+        "webdataset": "webdataset",
+        "lance": "pylance",
+    }[system]
     try:
         return version(name)
     except PackageNotFoundError:

@@ -37,10 +37,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MIRROR_ENV = "PIPELINE_MIRROR"   # the fetch stage's local mirror: a folder holding mnist/
-IDX = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-       "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
-CODEC, ROW_GROUP, SHARD = "zstd-3", 65536, 32768   # params.yaml's values
+MIRROR_ENV = "PIPELINE_MIRROR"  # the fetch stage's local mirror: a folder holding mnist/
+IDX = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+CODEC, ROW_GROUP, SHARD = "zstd-3", 65536, 32768  # params.yaml's values
 
 
 def read_idx(mirror: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +108,9 @@ def _pss(pid: int) -> dict[str, int] | None:
         lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
     except OSError:
         return None
-    return {keys[line.split()[0]]: int(line.split()[1]) for line in lines if line.split()[:1] and line.split()[0] in keys}
+    return {
+        keys[line.split()[0]]: int(line.split()[1]) for line in lines if line.split()[:1] and line.split()[0] in keys
+    }
 
 
 def _role(pid: int, root: int) -> str:
@@ -149,8 +153,10 @@ class Peaks:
         for role in ROLES:
             peaks = [self.peaks[pid] for pid, r in self.roles.items() if r == role]
             if peaks:
-                out[role] = {"processes": len(peaks),
-                             **{f"{key}_mb": max(p[key] for p in peaks) / 1024 for key in ("anon", "file", "shmem")}}
+                out[role] = {
+                    "processes": len(peaks),
+                    **{f"{key}_mb": max(p[key] for p in peaks) / 1024 for key in ("anon", "file", "shmem")},
+                }
         return out
 
 
@@ -173,12 +179,15 @@ def run_stage(stage: str, engine: str, work: Path) -> None:
         if stage == "convert-writes":
             convert.measure_reads = sizes_only
         out = work / (f"pq-{engine}" if stage == "convert" else f"pq-{engine}-writes")
-        convert.convert_dataset(work / "csv", out, work / f"figures-{stage}-{engine}.json", CODEC, ROW_GROUP, engine=engine)
+        convert.convert_dataset(
+            work / "csv", out, work / f"figures-{stage}-{engine}.json", CODEC, ROW_GROUP, engine=engine
+        )
     else:
         from pipeline.stages.shard import shard_dataset
 
-        shard_dataset(work / "pq-local-writes" / "compact", work / f"shards-{engine}", "bench", SHARD, "none", 3,
-                      engine=engine)
+        shard_dataset(
+            work / "pq-local-writes" / "compact", work / f"shards-{engine}", "bench", SHARD, "none", 3, engine=engine
+        )
 
 
 def measure(stage: str, engine: str, work: Path) -> dict:
@@ -233,23 +242,37 @@ def parts(work: Path, rows: dict[str, int]) -> dict:
     scratch = work / "one-block"
     shutil.rmtree(scratch, ignore_errors=True)
     start = time.perf_counter()
-    write_block(source, scratch, blocks[0], total=total, dataset="bench", split="train", samples_per_shard=SHARD,
-                compression="none", level=3)
+    write_block(
+        source,
+        scratch,
+        blocks[0],
+        total=total,
+        dataset="bench",
+        split="train",
+        samples_per_shard=SHARD,
+        compression="none",
+        level=3,
+    )
     block_s = time.perf_counter() - start
     shutil.rmtree(scratch)
     start = time.perf_counter()
     split_digests(source)
     digest_s = time.perf_counter() - start
-    return {"csv_block_bytes": BLOCK_BYTES, "csv_blocks_train": len(ranges),
-            "parse_rows_per_s": parsed_rows / len(parsed) / parse_s,
-            "encode_rows_per_s": parsed_rows / encode_s,
-            "shard_block_rows": blocks[0].count, "write_block_rows_per_s": blocks[0].count / block_s,
-            "digest_rows_per_s": rows["train"] / digest_s, "train_rows": rows["train"]}
+    return {
+        "csv_block_bytes": BLOCK_BYTES,
+        "csv_blocks_train": len(ranges),
+        "parse_rows_per_s": parsed_rows / len(parsed) / parse_s,
+        "encode_rows_per_s": parsed_rows / encode_s,
+        "shard_block_rows": blocks[0].count,
+        "write_block_rows_per_s": blocks[0].count / block_s,
+        "digest_rows_per_s": rows["train"] / digest_s,
+        "train_rows": rows["train"],
+    }
 
 
-NODES, CORES = (10, 100), 8            # the clusters on paper: nodes of 8 cores
-SHARED_FS_BYTES_S = 1e9                # assumption: the file system every node mounts, 1 GB/s
-NODE_HOUR_USD = 0.40                   # assumption: an on-demand 8-vCPU general-purpose instance
+NODES, CORES = (10, 100), 8  # the clusters on paper: nodes of 8 cores
+SHARED_FS_BYTES_S = 1e9  # assumption: the file system every node mounts, 1 GB/s
+NODE_HOUR_USD = 0.40  # assumption: an on-demand 8-vCPU general-purpose instance
 
 
 def on_paper(rows: dict[str, int], sizes: dict, rest: dict) -> list[str]:
@@ -262,54 +285,85 @@ def on_paper(rows: dict[str, int], sizes: dict, rest: dict) -> list[str]:
     wide_s = rest.get("convert local: wide write s (both splits)")
     if wide_s is None:
         return []
-    convert_serial = (total / rest["encode_rows_per_s"] + wide_s + rest["convert local: compact read-back s (both splits)"]
-                      + rest["convert local: wide read-back s (both splits)"])
+    convert_serial = (
+        total / rest["encode_rows_per_s"]
+        + wide_s
+        + rest["convert local: compact read-back s (both splits)"]
+        + rest["convert local: wide read-back s (both splits)"]
+    )
     parse_core_s = total / rest["parse_rows_per_s"]
     blocks = sum(-(-rows[split] // rest["shard_block_rows"]) for split in ("train", "test"))
     block_s = rest["shard_block_rows"] / rest["write_block_rows_per_s"]
     shard_serial = total / rest["digest_rows_per_s"]
     copy_s = sizes["shards"] / SHARED_FS_BYTES_S
-    lines = ["", f"On paper: the same job on nodes of {CORES} cores, at this run's rates per core; the shared file "
-             f"system at {SHARED_FS_BYTES_S / 1e9:g} GB/s and ${NODE_HOUR_USD:.2f} per node-hour are assumptions; "
-             "cluster start-up not counted. convert: its own process encodes the compact file, writes the wide one "
-             f"and reads both back (this run's local figures, on {os.cpu_count()} CPUs: polars' wide write would use "
-             "a larger node's cores), while the CSV's parsing spreads over the cores; "
-             f"shard: one task digests the split, {blocks} blocks are written in waves of one per core, and "
-             f"{sizes['shards'] / 1e9:.1f} GB of shards go onto the shared file system.", "",
-             "| stage | nodes | seconds | of which in one process | node-hours | cost |", "|---|---:|---:|---:|---:|---:|"]
-    for stage, serial, spread in (("convert", convert_serial, lambda cores: parse_core_s / cores),
-                                  ("shard", shard_serial, lambda cores: -(-blocks // cores) * block_s + copy_s)):
+    lines = [
+        "",
+        f"On paper: the same job on nodes of {CORES} cores, at this run's rates per core; the shared file "
+        f"system at {SHARED_FS_BYTES_S / 1e9:g} GB/s and ${NODE_HOUR_USD:.2f} per node-hour are assumptions; "
+        "cluster start-up not counted. convert: its own process encodes the compact file, writes the wide one "
+        f"and reads both back (this run's local figures, on {os.cpu_count()} CPUs: polars' wide write would use "
+        "a larger node's cores), while the CSV's parsing spreads over the cores; "
+        f"shard: one task digests the split, {blocks} blocks are written in waves of one per core, and "
+        f"{sizes['shards'] / 1e9:.1f} GB of shards go onto the shared file system.",
+        "",
+        "| stage | nodes | seconds | of which in one process | node-hours | cost |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for stage, serial, spread in (
+        ("convert", convert_serial, lambda cores: parse_core_s / cores),
+        ("shard", shard_serial, lambda cores: -(-blocks // cores) * block_s + copy_s),
+    ):
         for nodes in NODES:
             seconds = serial + spread(nodes * CORES)
             hours = nodes * seconds / 3600
-            lines.append(f"| {stage} | {nodes} | {seconds:,.0f} | {serial:,.0f} | {hours:.2f} | "
-                         f"${hours * NODE_HOUR_USD:.2f} |")
+            lines.append(
+                f"| {stage} | {nodes} | {seconds:,.0f} | {serial:,.0f} | {hours:.2f} | ${hours * NODE_HOUR_USD:.2f} |"
+            )
     return lines
 
 
 def report(scale: int, rows: dict[str, int], sizes: dict, runs: dict, rest: dict, same: dict) -> str:
-    lines = [f"# convert and shard, local vs ray: MNIST x{scale} ({rows['train']:,} train + {rows['test']:,} test "
-             f"rows), {os.cpu_count()} CPUs", "",
-             "| stage | engine | seconds | rows/s | MB/s | process | n | peak Pss_Anon MB | Pss_File MB | Pss_Shmem MB |",
-             "|---|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        f"# convert and shard, local vs ray: MNIST x{scale} ({rows['train']:,} train + {rows['test']:,} test "
+        f"rows), {os.cpu_count()} CPUs",
+        "",
+        "| stage | engine | seconds | rows/s | MB/s | process | n | peak Pss_Anon MB | Pss_File MB | Pss_Shmem MB |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
     total_rows = rows["train"] + rows["test"]
     for (stage, engine), run in runs.items():
         megabytes = sizes["csv" if stage.startswith("convert") else "parquet"] / 1e6
         first = True
         for role, mem in run["memory"].items():
-            head = (f"| {stage} | {engine} | {run['seconds']:.1f} | {total_rows / run['seconds']:,.0f} | "
-                    f"{megabytes / run['seconds']:.1f} |") if first else "| | | | | |"
-            lines.append(f"{head} {role} | {mem['processes']} | {mem['anon_mb']:.0f} | {mem['file_mb']:.0f} | "
-                         f"{mem['shmem_mb']:.0f} |")
+            head = (
+                (
+                    f"| {stage} | {engine} | {run['seconds']:.1f} | {total_rows / run['seconds']:,.0f} | "
+                    f"{megabytes / run['seconds']:.1f} |"
+                )
+                if first
+                else "| | | | | |"
+            )
+            lines.append(
+                f"{head} {role} | {mem['processes']} | {mem['anon_mb']:.0f} | {mem['file_mb']:.0f} | "
+                f"{mem['shmem_mb']:.0f} |"
+            )
             first = False
-    lines += ["", "convert-writes: the convert stage without its read-back measurement (each file read again, "
-              "a row group at a time, to time it), so that what the writing takes and holds shows.",
-              "", f"MB/s: of the stage's input (convert: the CSVs, {sizes['csv'] / 1e6:,.0f} MB; shard: the compact "
-              f"Parquet, {sizes['parquet'] / 1e6:,.0f} MB). Outputs identical between the engines: {same}.", "",
-              "One process, one core each (what the estimate for more nodes rests on), and where the "
-              "convert stage's time goes:", ""]
-    lines += [f"- {key}: {value:,.1f}" if isinstance(value, float) and value < 1000 else f"- {key}: {value:,.0f}"
-              for key, value in rest.items()]
+    lines += [
+        "",
+        "convert-writes: the convert stage without its read-back measurement (each file read again, "
+        "a row group at a time, to time it), so that what the writing takes and holds shows.",
+        "",
+        f"MB/s: of the stage's input (convert: the CSVs, {sizes['csv'] / 1e6:,.0f} MB; shard: the compact "
+        f"Parquet, {sizes['parquet'] / 1e6:,.0f} MB). Outputs identical between the engines: {same}.",
+        "",
+        "One process, one core each (what the estimate for more nodes rests on), and where the "
+        "convert stage's time goes:",
+        "",
+    ]
+    lines += [
+        f"- {key}: {value:,.1f}" if isinstance(value, float) and value < 1000 else f"- {key}: {value:,.0f}"
+        for key, value in rest.items()
+    ]
     lines += on_paper(rows, sizes, rest)
     return "\n".join(lines)
 
@@ -321,12 +375,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=int, default=100, help="MNIST's rows this many times (default 100)")
     parser.add_argument("--work", type=Path, help="scratch folder (default /tmp/ray-engine-x<scale>)")
-    parser.add_argument("--mirror", type=Path,
-                        help="folder of MNIST's gzip IDX files (default: $PIPELINE_MIRROR/mnist)")
+    parser.add_argument(
+        "--mirror", type=Path, help="folder of MNIST's gzip IDX files (default: $PIPELINE_MIRROR/mnist)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
-    parser.add_argument("--no-read-back", action="store_true",
-                        help="leave out the whole convert stage (its read-back, a row group at a time, reads "
-                             "every file once more); convert-writes and shard still run")
+    parser.add_argument(
+        "--no-read-back",
+        action="store_true",
+        help="leave out the whole convert stage (its read-back, a row group at a time, reads "
+        "every file once more); convert-writes and shard still run",
+    )
     args = parser.parse_args()
     if args.mirror is None:
         if not os.environ.get(MIRROR_ENV):
@@ -341,23 +399,38 @@ def main() -> None:
         for engine in ("local", "ray"):
             runs[stage, engine] = measure(stage, engine, work)
             print(f"{stage} {engine}: {runs[stage, engine]['seconds']:.1f} s", file=sys.stderr, flush=True)
-    same = {"parquet": tree_digest(work / "pq-local-writes") == tree_digest(work / "pq-ray-writes"),
-            "shards": tree_digest(work / "shards-local") == tree_digest(work / "shards-ray")}
-    sizes = {"csv": sum(p.stat().st_size for p in (work / "csv").glob("*.csv")),
-             "parquet": sum(p.stat().st_size for p in (work / "pq-local-writes" / "compact").glob("*.parquet")),
-             "shards": sum(p.stat().st_size for p in (work / "shards-local").rglob("*") if p.is_file())}
+    same = {
+        "parquet": tree_digest(work / "pq-local-writes") == tree_digest(work / "pq-ray-writes"),
+        "shards": tree_digest(work / "shards-local") == tree_digest(work / "shards-ray"),
+    }
+    sizes = {
+        "csv": sum(p.stat().st_size for p in (work / "csv").glob("*.csv")),
+        "parquet": sum(p.stat().st_size for p in (work / "pq-local-writes" / "compact").glob("*.parquet")),
+        "shards": sum(p.stat().st_size for p in (work / "shards-local").rglob("*") if p.is_file()),
+    }
     rest = parts(work, rows)
     for engine in ("local", "ray") if not args.no_read_back else ():
         figures = json.loads((work / f"figures-convert-{engine}.json").read_text())
         for key, name in (("write_s", "write"), ("read_s", "read-back")):
             for layout in ("compact", "wide"):
                 rest[f"convert {engine}: {layout} {name} s (both splits)"] = sum(
-                    figures[split][layout][key] for split in IDX)
+                    figures[split][layout][key] for split in IDX
+                )
     text = report(args.scale, rows, sizes, runs, rest, same)
     print(text)
-    (work / "report.json").write_text(json.dumps({"scale": args.scale, "rows": rows, "sizes": sizes, "same": same,
-                                                  "runs": {f"{s}/{e}": r for (s, e), r in runs.items()},
-                                                  "parts": rest}, indent=2))
+    (work / "report.json").write_text(
+        json.dumps(
+            {
+                "scale": args.scale,
+                "rows": rows,
+                "sizes": sizes,
+                "same": same,
+                "runs": {f"{s}/{e}": r for (s, e), r in runs.items()},
+                "parts": rest,
+            },
+            indent=2,
+        )
+    )
     if not args.keep:
         shutil.rmtree(work / "csv")
         for name in ("pq-local", "pq-ray", "pq-local-writes", "pq-ray-writes", "shards-local", "shards-ray"):

@@ -24,30 +24,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 STEPS = {
-    "convert (CSV -> compact Parquet)":
-        "from pipeline.core.codec import Codec\nfrom pipeline.stages.convert import write_compact\nfrom pipeline.core.parquet import write_checksums\n"
-        "from pathlib import Path\nimport shutil\n"
-        "d = Path(W) / 'pq' / 'compact'; d.mkdir(parents=True, exist_ok=True)\n"
-        "write_compact(Path(W) / 'train.csv', d / 'train.parquet', Codec.parse('zstd-3'), 65536)\n"
-        "shutil.copy(d / 'train.parquet', d / 'test.parquet'); (Path(W) / 'pq' / 'wide').mkdir(exist_ok=True)\n"
-        "for s in ('train', 'test'): shutil.copy(d / 'train.parquet', Path(W) / 'pq' / 'wide' / f'{s}.parquet')\n"
-        "write_checksums(Path(W) / 'pq')",
-    "shard, streaming writer":
-        "from pipeline.stages.shard import stream_split\nfrom pathlib import Path\n"
-        "stream_split(Path(W) / 'pq/compact/train.parquet', Path(W) / 'shards/train', dataset='x', split='train',"
-        " samples_per_shard=32768)",
-    "shard, in-memory writer":
-        "from pipeline.core.parquet import read_parquet_arrays\nfrom pipeline.shards import write_split\n"
-        "from pipeline.shards.format import V2_SAMPLE\n"
-        "from pathlib import Path\nl, i = read_parquet_arrays(Path(W) / 'pq/compact/train.parquet')\n"
-        "write_split({'images': i, 'labels': l}, Path(W) / 'shards-mem/train', sample=V2_SAMPLE, dataset='x',"
-        " split='train', samples_per_shard=32768)",
-    "load, whole split":
-        "from pipeline.shards import read_split\nfrom pathlib import Path\ncolumns = read_split(Path(W) / 'shards/train')",
-    "load, one rank of two":
-        "from pipeline.shards import ShardDataset\nfrom pathlib import Path\n"
-        "loader = ShardDataset(Path(W) / 'shards/train').loader(512, shuffle='shards', seed=42, rank=0, world_size=2)\n"
-        "n = sum(len(y) for _, y in loader)",
+    "convert (CSV -> compact Parquet)": "from pipeline.core.codec import Codec\nfrom pipeline.stages.convert import write_compact\nfrom pipeline.core.parquet import write_checksums\n"
+    "from pathlib import Path\nimport shutil\n"
+    "d = Path(W) / 'pq' / 'compact'; d.mkdir(parents=True, exist_ok=True)\n"
+    "write_compact(Path(W) / 'train.csv', d / 'train.parquet', Codec.parse('zstd-3'), 65536)\n"
+    "shutil.copy(d / 'train.parquet', d / 'test.parquet'); (Path(W) / 'pq' / 'wide').mkdir(exist_ok=True)\n"
+    "for s in ('train', 'test'): shutil.copy(d / 'train.parquet', Path(W) / 'pq' / 'wide' / f'{s}.parquet')\n"
+    "write_checksums(Path(W) / 'pq')",
+    "shard, streaming writer": "from pipeline.stages.shard import stream_split\nfrom pathlib import Path\n"
+    "stream_split(Path(W) / 'pq/compact/train.parquet', Path(W) / 'shards/train', dataset='x', split='train',"
+    " samples_per_shard=32768)",
+    "shard, in-memory writer": "from pipeline.core.parquet import read_parquet_arrays\nfrom pipeline.shards import write_split\n"
+    "from pipeline.shards.format import V2_SAMPLE\n"
+    "from pathlib import Path\nl, i = read_parquet_arrays(Path(W) / 'pq/compact/train.parquet')\n"
+    "write_split({'images': i, 'labels': l}, Path(W) / 'shards-mem/train', sample=V2_SAMPLE, dataset='x',"
+    " split='train', samples_per_shard=32768)",
+    "load, whole split": "from pipeline.shards import read_split\nfrom pathlib import Path\ncolumns = read_split(Path(W) / 'shards/train')",
+    "load, one rank of two": "from pipeline.shards import ShardDataset\nfrom pathlib import Path\n"
+    "loader = ShardDataset(Path(W) / 'shards/train').loader(512, shuffle='shards', seed=42, rank=0, world_size=2)\n"
+    "n = sum(len(y) for _, y in loader)",
 }
 
 
@@ -79,8 +74,12 @@ def main() -> None:
         return
     results = {}
     for scale in (1, args.scale):
-        out = subprocess.run([sys.executable, __file__, str(args.csv), "--work", str(args.work), "--one", str(scale)],
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, str(args.csv), "--work", str(args.work), "--one", str(scale)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         results[scale] = {line.split("\t")[0]: tuple(map(float, line.split("\t")[1:])) for line in out.splitlines()}
     n = args.scale
     print(f"{args.csv}: 1x and {n}x ({n} copies of its data lines); each step its own process")
@@ -95,13 +94,24 @@ def measure_fresh(code: str, work: Path) -> tuple[float, float]:
     lines = code.splitlines()
     imports = [line for line in lines if line.startswith(("from ", "import "))]
     body = [line for line in lines if not line.startswith(("from ", "import "))]
-    child = "\n".join([f"W = {str(work)!r}", *imports, "import time as _time", "_t = _time.perf_counter()", *body,
-                       "print(_time.perf_counter() - _t)"])
-    wrapper = ("import resource, subprocess, sys\n"
-               "out = subprocess.run([sys.executable, '-c', sys.argv[1]], check=True, capture_output=True, text=True)\n"
-               "print(out.stdout.split()[-1], resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    out = subprocess.run([sys.executable, "-c", wrapper, child], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout.split()
+    child = "\n".join(
+        [
+            f"W = {str(work)!r}",
+            *imports,
+            "import time as _time",
+            "_t = _time.perf_counter()",
+            *body,
+            "print(_time.perf_counter() - _t)",
+        ]
+    )
+    wrapper = (
+        "import resource, subprocess, sys\n"
+        "out = subprocess.run([sys.executable, '-c', sys.argv[1]], check=True, capture_output=True, text=True)\n"
+        "print(out.stdout.split()[-1], resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", wrapper, child], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.split()
     return float(out[0]), float(out[1]) / 1024
 
 

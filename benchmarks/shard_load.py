@@ -59,8 +59,16 @@ def main() -> None:
         tmp = Path(tmp)
         columns = {"images": images, "labels": labels}
         write_split(columns, tmp / "plain", sample=V2_SAMPLE, dataset="d", split="train", samples_per_shard=32768)
-        write_split(columns, tmp / "zstd", sample=V2_SAMPLE, dataset="d", split="train", samples_per_shard=32768,
-                    compression="zstd", level=3)
+        write_split(
+            columns,
+            tmp / "zstd",
+            sample=V2_SAMPLE,
+            dataset="d",
+            split="train",
+            samples_per_shard=32768,
+            compression="zstd",
+            level=3,
+        )
         torch.save({"images": torch.from_numpy(images.copy()), "labels": torch.from_numpy(labels.copy())}, tmp / "t.pt")
 
         def first_batch(load):
@@ -77,7 +85,10 @@ def main() -> None:
         def previous_loader():
             # What the shard loader did before this benchmark's change: read the file, hash it
             # with sha256, parse it into tensors, copy those into the output.
-            out_images, out_labels = torch.empty(images.shape, dtype=torch.uint8), torch.empty(len(labels), dtype=torch.uint8)
+            out_images, out_labels = (
+                torch.empty(images.shape, dtype=torch.uint8),
+                torch.empty(len(labels), dtype=torch.uint8),
+            )
             start = 0
             for path in sorted((tmp / "plain").glob("*.safetensors")):
                 blob = path.read_bytes()
@@ -96,15 +107,19 @@ def main() -> None:
             "shards, none, unverified": lambda: read_split(tmp / "plain", verify="none"),
             "shards, zstd-3, xxh3 verified": lambda: read_split(tmp / "zstd"),
             "safetensors load_file + cat": safetensors_own,
-            "parquet compact (this codec)": lambda: tuple(map(torch.from_numpy, read_parquet_arrays(args.parquet)[::-1])),
+            "parquet compact (this codec)": lambda: tuple(
+                map(torch.from_numpy, read_parquet_arrays(args.parquet)[::-1])
+            ),
             "torch.load one tensor file": lambda: tuple(torch.load(tmp / "t.pt").values()),
         }
         print(f"{args.parquet}: {len(labels):,} samples, {megabytes:.1f} MB decompressed")
         for name, load in cases.items():
             seconds = best(load, args.repeat)
             to_batch = best(lambda: first_batch(load), args.repeat)
-            print(f"  {name:38s} {seconds * 1e3:8.1f} ms  {megabytes / seconds:8.0f} MB/s   "
-                  f"first batch {to_batch * 1e3:7.1f} ms")
+            print(
+                f"  {name:38s} {seconds * 1e3:8.1f} ms  {megabytes / seconds:8.0f} MB/s   "
+                f"first batch {to_batch * 1e3:7.1f} ms"
+            )
 
 
 if __name__ == "__main__":

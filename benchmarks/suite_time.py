@@ -22,18 +22,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = {"fast": "test-fast", "full": "test"}   # make's targets: "not docs and not slow", "not docs"
+TARGETS = {"fast": "test-fast", "full": "test"}  # make's targets: "not docs and not slow", "not docs"
 # A spinner: the loop checks, every few million iterations, that the process that started it
 # is still its parent, so that none outlives a killed script.
-SPIN = ("import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n"
-        "    for _ in range(2_000_000):\n        pass\n")
+SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(2_000_000):\n        pass\n"
 
 
 def spinners(count: int) -> list[subprocess.Popen]:
     """`count` CPU-spinning processes, each in its own session: a Ctrl-C at the terminal
     reaches this script, which ends them."""
-    return [subprocess.Popen([sys.executable, "-c", SPIN], stdin=subprocess.DEVNULL, start_new_session=True)
-            for _ in range(count)]
+    return [
+        subprocess.Popen([sys.executable, "-c", SPIN], stdin=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(count)
+    ]
 
 
 def stop(processes: list[subprocess.Popen]) -> None:
@@ -50,9 +51,15 @@ def run(target: str, log: Path | None) -> tuple[str, float, int]:
     output to `log` if given."""
     start = time.perf_counter()
     # make, and the pytest under it, in a process group of their own: stopped here, all of it ends
-    make = subprocess.Popen(["make", "--no-print-directory", target, "PYTEST_ARGS=-rfE -p no:cacheprovider"],
-                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    make = subprocess.Popen(
+        ["make", "--no-print-directory", target, "PYTEST_ARGS=-rfE -p no:cacheprovider"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = make.communicate()
     except BaseException:
@@ -69,8 +76,9 @@ def run(target: str, log: Path | None) -> tuple[str, float, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--busy", type=int, default=0, help="CPU-spinning processes beside the suite")
-    parser.add_argument("--only", choices=sorted(TARGETS), help="one of the two targets (fast: make test-fast, "
-                                                                "full: make test)")
+    parser.add_argument(
+        "--only", choices=sorted(TARGETS), help="one of the two targets (fast: make test-fast, full: make test)"
+    )
     parser.add_argument("--runs", type=int, default=1, help="runs of each target, in a row")
     parser.add_argument("--log", type=Path, help="a folder for each run's whole output (<target>-<run>.log)")
     args = parser.parse_args()
@@ -86,8 +94,11 @@ def main() -> int:
     started = spinners(args.busy)
     failed = 0
     try:
-        print(f"# {args.busy} CPU-spinning processes beside the suite"
-              + (f", {args.runs} runs of each target in a row" if args.runs > 1 else ""), flush=True)
+        print(
+            f"# {args.busy} CPU-spinning processes beside the suite"
+            + (f", {args.runs} runs of each target in a row" if args.runs > 1 else ""),
+            flush=True,
+        )
         for name in [args.only] if args.only else ["fast", "full"]:
             target = TARGETS[name]
             for number in range(1, args.runs + 1):

@@ -48,7 +48,7 @@ class Choice:
     """One recipe: its name, its training config for a seed, and its epochs."""
 
     name: str
-    recipe: Recipe | None      # None: the write-up's recipe (constant rate)
+    recipe: Recipe | None  # None: the write-up's recipe (constant rate)
     epochs: int
 
     def config(self, seed: int, write_up: TrainConfig) -> TrainConfig:
@@ -60,43 +60,67 @@ class Choice:
 def choices(write_up_epochs: int, tuned: Recipe) -> list[Choice]:
     """The write-up's recipe, then one-cycle recipes around params.yaml's: batch, peak rate
     and schedule length each moved one step from it."""
+
     def recipe(**change) -> Recipe:
-        fields = {"epochs": tuned.epochs, "batch_size": tuned.batch_size, "max_lr": tuned.max_lr,
-                  "pct_start": tuned.pct_start, "betas": tuned.betas, "seeds": tuned.seeds, **change}
+        fields = {
+            "epochs": tuned.epochs,
+            "batch_size": tuned.batch_size,
+            "max_lr": tuned.max_lr,
+            "pct_start": tuned.pct_start,
+            "betas": tuned.betas,
+            "seeds": tuned.seeds,
+            **change,
+        }
         return Recipe(**fields)
 
     def named(r: Recipe) -> str:
         mark = " *" if r == tuned else ""
         return f"one-cycle bs {r.batch_size} lr {r.max_lr:g} {r.epochs} ep betas {r.betas[0]:g},{r.betas[1]:g}{mark}"
 
-    variants = [tuned, recipe(batch_size=tuned.batch_size // 2), recipe(batch_size=tuned.batch_size * 2),
-                recipe(max_lr=tuned.max_lr / 2), recipe(max_lr=tuned.max_lr * 2),
-                recipe(epochs=tuned.epochs - 1), recipe(betas=(0.9, 0.999))]
+    variants = [
+        tuned,
+        recipe(batch_size=tuned.batch_size // 2),
+        recipe(batch_size=tuned.batch_size * 2),
+        recipe(max_lr=tuned.max_lr / 2),
+        recipe(max_lr=tuned.max_lr * 2),
+        recipe(epochs=tuned.epochs - 1),
+        recipe(betas=(0.9, 0.999)),
+    ]
     unique = list(dict.fromkeys(r for r in variants if r.epochs >= 1))
-    return [Choice(f"write-up: Adam lr const, {write_up_epochs} ep", None, write_up_epochs)] + \
-        [Choice(named(r), r, r.epochs) for r in unique]
+    return [Choice(f"write-up: Adam lr const, {write_up_epochs} ep", None, write_up_epochs)] + [
+        Choice(named(r), r, r.epochs) for r in unique
+    ]
 
 
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def measure(choice: Choice, data: Resident, device: torch.device, execution, write_up: TrainConfig,
-            seeds: list[int], targets: list[float]) -> str:
+def measure(
+    choice: Choice,
+    data: Resident,
+    device: torch.device,
+    execution,
+    write_up: TrainConfig,
+    seeds: list[int],
+    targets: list[float],
+) -> str:
     """One row: accuracy over the seeds and the seconds to each target."""
     accuracies, reached = [], {t: [] for t in targets}
     for seed in seeds:
         started = time.perf_counter()
         with contextlib.redirect_stderr(io.StringIO()):  # the runner's line per epoch: one row per recipe here
-            timing = train_static(data, device, choice.config(seed, write_up), execution, epochs=choice.epochs,
-                                  started=started)
+            timing = train_static(
+                data, device, choice.config(seed, write_up), execution, epochs=choice.epochs, started=started
+            )
         accuracies.append(timing.accuracy)
         for target in targets:
             seconds = time_to_accuracy(timing, target)["seconds"]
             if seconds is not None:
                 reached[target].append(seconds)
-    cells = [f"acc mean {100 * statistics.mean(accuracies):.2f}% ({100 * min(accuracies):.2f}-"
-             f"{100 * max(accuracies):.2f})"]
+    cells = [
+        f"acc mean {100 * statistics.mean(accuracies):.2f}% ({100 * min(accuracies):.2f}-{100 * max(accuracies):.2f})"
+    ]
     for target in targets:
         got = reached[target]
         cells.append(f"to {100 * target:g}%: {len(got)}/{len(seeds)}" + (f" {spread(got)} s" if got else ""))
@@ -144,8 +168,11 @@ def main() -> None:
     execution = settings.execution("tuned", device)
     targets = list(settings.targets(args.dataset))
     seeds = list(range(settings.seed + 1, settings.seed + 1 + args.seeds))
-    print(f"{args.dataset} on {device.type} ({torch.get_num_threads()} threads), {execution}; "
-          f"seeds {seeds[0]}-{seeds[-1]}; medians (range) over the seeds that reached each target", flush=True)
+    print(
+        f"{args.dataset} on {device.type} ({torch.get_num_threads()} threads), {execution}; "
+        f"seeds {seeds[0]}-{seeds[-1]}; medians (range) over the seeds that reached each target",
+        flush=True,
+    )
     for choice in choices(settings.epochs, settings.tuned):
         if args.only and not any(part in choice.name for part in args.only):
             continue

@@ -51,16 +51,25 @@ def start_s3():
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": KEY,
-           "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": KEY,
+        "AWS_SECRET_ACCESS_KEY": KEY,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     return server, env
 
 
 def upload(env: dict, folder: Path, prefix: str) -> None:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                          aws_access_key_id=KEY, aws_secret_access_key=KEY)
+    client = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id=KEY,
+        aws_secret_access_key=KEY,
+    )
     if "scale" not in [b["Name"] for b in client.list_buckets().get("Buckets", [])]:
         client.create_bucket(Bucket="scale")
     for split in ("train", "test"):
@@ -75,9 +84,14 @@ def reshard(source: Path, dest: Path, samples_per_shard: int) -> None:
     for split in ("train", "test"):
         manifest = read_manifest(source / split)
         columns = read_split(source / split)
-        write_split({name: values.numpy() for name, values in columns.items()}, dest / split,
-                    sample=manifest_sample(manifest), dataset=manifest["dataset"], split=split,
-                    samples_per_shard=samples_per_shard)
+        write_split(
+            {name: values.numpy() for name, values in columns.items()},
+            dest / split,
+            sample=manifest_sample(manifest),
+            dataset=manifest["dataset"],
+            split=split,
+            samples_per_shard=samples_per_shard,
+        )
 
 
 def run_nodes(env: dict, url: str, work: Path, name: str, params: Path, dataset: str = "mnist") -> list[dict]:
@@ -87,13 +101,46 @@ def run_nodes(env: dict, url: str, work: Path, name: str, params: Path, dataset:
     launches = []
     for node in range(2):
         out = work / name / f"node{node}"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-               "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-               "--rdzv-id", name, "-m", "pipeline", "train", dataset, "--shards", url,
-               "--cache", str(work / f"cache{node}"), "--out", str(out / "train.json"), "--record",
-               "--params", str(params)]
-        launches.append(subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env},
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(node),
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            name,
+            "-m",
+            "pipeline",
+            "train",
+            dataset,
+            "--shards",
+            url,
+            "--cache",
+            str(work / f"cache{node}"),
+            "--out",
+            str(out / "train.json"),
+            "--record",
+            "--params",
+            str(params),
+        ]
+        launches.append(
+            subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     nodes = []
     for node, launch in enumerate(launches):
         output, _ = launch.communicate()
@@ -101,12 +148,26 @@ def run_nodes(env: dict, url: str, work: Path, name: str, params: Path, dataset:
             sys.exit(f"node {node} failed:\n{output[-3000:]}")
         (record,) = (work / name / f"node{node}").glob("train.rank*.json")
         doc = json.loads(record.read_text())
-        nodes.append({"node": node, "rank": doc["rank"],
-                      "train_bytes": doc["fetched"]["train"]["bytes"], "train_shards": len(doc["fetched"]["train"]["shards"]),
-                      "test_bytes": doc["fetched"]["test"]["bytes"], "test_shards": len(doc["fetched"]["test"]["shards"]),
-                      "epochs": [{"epoch": e["epoch"], "read_seconds": e["read_seconds"], "seconds": e["seconds"],
-                                  "fetched_bytes": e["fetched_bytes"]} for e in doc["epochs"]],
-                      "params_sha256": doc["params_sha256"]})
+        nodes.append(
+            {
+                "node": node,
+                "rank": doc["rank"],
+                "train_bytes": doc["fetched"]["train"]["bytes"],
+                "train_shards": len(doc["fetched"]["train"]["shards"]),
+                "test_bytes": doc["fetched"]["test"]["bytes"],
+                "test_shards": len(doc["fetched"]["test"]["shards"]),
+                "epochs": [
+                    {
+                        "epoch": e["epoch"],
+                        "read_seconds": e["read_seconds"],
+                        "seconds": e["seconds"],
+                        "fetched_bytes": e["fetched_bytes"],
+                    }
+                    for e in doc["epochs"]
+                ],
+                "params_sha256": doc["params_sha256"],
+            }
+        )
     return nodes
 
 
@@ -133,16 +194,28 @@ def measure(shards: Path, epochs: int, samples: list[int]) -> dict:
             test = json.loads((folder / "test" / "manifest.json").read_text())
             runs = {}
             for run in ("cold", "warm"):
-                runs[run] = run_nodes(env, f"s3://scale/{name}", work, f"{name}-{run}", work / "params.yaml",
-                                      manifest["dataset"])
-            layouts.append({"layout": name, "train_shards": len(manifest["shards"]), "train_bytes": total,
-                            "test_shards": len(test["shards"]), "test_bytes": sum(e["bytes"] for e in test["shards"]),
-                            "runs": runs})
-        return {"what": "two torchrun nodes (one gloo rank each, CPU) reading MNIST shards from moto S3 on 127.0.0.1",
-                "command": " ".join(["python", "benchmarks/two_nodes.py", *sys.argv[1:]]),
-                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                "epochs": epochs, "global_batch": params["train"]["batch_size"], "seed": params["train"]["seed"],
-                "layouts": layouts}
+                runs[run] = run_nodes(
+                    env, f"s3://scale/{name}", work, f"{name}-{run}", work / "params.yaml", manifest["dataset"]
+                )
+            layouts.append(
+                {
+                    "layout": name,
+                    "train_shards": len(manifest["shards"]),
+                    "train_bytes": total,
+                    "test_shards": len(test["shards"]),
+                    "test_bytes": sum(e["bytes"] for e in test["shards"]),
+                    "runs": runs,
+                }
+            )
+        return {
+            "what": "two torchrun nodes (one gloo rank each, CPU) reading MNIST shards from moto S3 on 127.0.0.1",
+            "command": " ".join(["python", "benchmarks/two_nodes.py", *sys.argv[1:]]),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "epochs": epochs,
+            "global_batch": params["train"]["batch_size"],
+            "seed": params["train"]["seed"],
+            "layouts": layouts,
+        }
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -154,20 +227,25 @@ def fetched(n: int, shards: int) -> str:
 
 def render(results: dict) -> str:
     """The docs block: one row per layout, run and node."""
-    lines = [f"Measured by `{results['command']}` ({results['what']}; {results['machine']['cpus']} CPUs, "
-             f"{results['epochs']} epoch per run, global batch {results['global_batch']}). The epoch's time is mostly "
-             f"the model's compute, on a machine shared with other jobs; the fetch is in \"read before step 1\".", "",
-             "| shards | run | node (rank) | train fetched | test fetched | read before step 1 | epoch |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Measured by `{results['command']}` ({results['what']}; {results['machine']['cpus']} CPUs, "
+        f"{results['epochs']} epoch per run, global batch {results['global_batch']}). The epoch's time is mostly "
+        f'the model\'s compute, on a machine shared with other jobs; the fetch is in "read before step 1".',
+        "",
+        "| shards | run | node (rank) | train fetched | test fetched | read before step 1 | epoch |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for layout in results["layouts"]:
         label = f"{layout['layout']}: {layout['train_shards']} train shards, {layout['test_shards']} test"
         for run, nodes in layout["runs"].items():
             for node in nodes:
                 first = node["epochs"][0]
-                lines.append(f"| {label} | {run} | {node['node']} ({node['rank']}) | "
-                             f"{fetched(node['train_bytes'], node['train_shards'])} | "
-                             f"{fetched(node['test_bytes'], node['test_shards'])} | {first['read_seconds']:.2f} s | "
-                             f"{first['seconds']:.1f} s |")
+                lines.append(
+                    f"| {label} | {run} | {node['node']} ({node['rank']}) | "
+                    f"{fetched(node['train_bytes'], node['train_shards'])} | "
+                    f"{fetched(node['test_bytes'], node['test_shards'])} | {first['read_seconds']:.2f} s | "
+                    f"{first['seconds']:.1f} s |"
+                )
     return "\n".join(lines)
 
 

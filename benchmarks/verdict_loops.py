@@ -37,12 +37,17 @@ def loop(kind: str) -> tuple[DataLoader, torch.nn.Module]:
     torch.manual_seed(0)
     if kind == "data":
         return DataLoader(PerItem(20_000), batch_size=256, shuffle=True), torch.nn.Sequential(
-            torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+            torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+        )
     if kind == "compute":
         data = TensorDataset(torch.randn(16384, 1024), torch.randint(0, 10, (16384,)))
         return DataLoader(data, batch_size=512, shuffle=True), torch.nn.Sequential(
-            torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
-            torch.nn.Linear(2048, 10))
+            torch.nn.Linear(1024, 2048),
+            torch.nn.ReLU(),
+            torch.nn.Linear(2048, 2048),
+            torch.nn.ReLU(),
+            torch.nn.Linear(2048, 10),
+        )
     if kind == "tiny":
         data = TensorDataset(torch.randn(4096, 4), torch.randint(0, 2, (4096,)))
         return DataLoader(data, batch_size=8, shuffle=True), torch.nn.Linear(4, 2)
@@ -50,7 +55,8 @@ def loop(kind: str) -> tuple[DataLoader, torch.nn.Module]:
         torch.set_num_threads(8 * (os.cpu_count() or 1))  # far more threads than cores
         data = TensorDataset(torch.randn(8192, 256), torch.randint(0, 10, (8192,)))
         return DataLoader(data, batch_size=64, shuffle=True), torch.nn.Sequential(
-            torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+            torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+        )
     raise SystemExit(f"{kind}: one of data, compute, tiny, threads")
 
 

@@ -24,9 +24,24 @@ def spin(stop_at: float) -> None:
 
 def profile(kind: str) -> str:
     """The command's output for one loop."""
-    done = subprocess.run([sys.executable, "-m", "pipeline", "profile", "--steps", "20", "--skip", "5",
-                           str(ROOT / "benchmarks" / "verdict_loops.py"), kind], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "profile",
+            "--steps",
+            "20",
+            "--skip",
+            "5",
+            str(ROOT / "benchmarks" / "verdict_loops.py"),
+            kind,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     return done.stdout if done.returncode == 0 else f"exit {done.returncode}: {done.stderr.strip()[-300:]}"
 
 
@@ -39,10 +54,10 @@ def brief(out: str) -> str:
         return out.rstrip()
     head = " ".join(lines[:at])
     verdict = " ".join(lines[at:why])
-    bound = verdict[:verdict.index("-BOUND") + len("-BOUND")]
-    rest = verdict[len(bound):]
+    bound = verdict[: verdict.index("-BOUND") + len("-BOUND")]
+    rest = verdict[len(bound) :]
     if rest.startswith(" ("):  # its caveat, whole
-        bound += rest[:rest.index(")") + 1]
+        bound += rest[: rest.index(")") + 1]
     return "\n".join([head, bound, " ".join(lines[why:])])
 
 

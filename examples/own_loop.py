@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 
 import torch
+from plain_train import Rows  # examples/plain_train.py: the same data and per-item Dataset
 from torch.utils.data import DataLoader
 
 from pipeline.budget import TimeBudget
-from plain_train import Rows  # examples/plain_train.py: the same data and per-item Dataset
 
 
 def main() -> None:
@@ -34,9 +34,9 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
-    budget = TimeBudget("cpu", steps=20, skip=5)          # 1: a window of 20 steps after 5
-    for x, y in budget.batches(loader):                   # 2: the wait for each batch is timed
-        with budget.step():                               # 3: the step itself
+    budget = TimeBudget("cpu", steps=20, skip=5)  # 1: a window of 20 steps after 5
+    for x, y in budget.batches(loader):  # 2: the wait for each batch is timed
+        with budget.step():  # 3: the step itself
             loss = torch.nn.functional.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()

@@ -23,8 +23,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def input_dir(flag: str, text: str, dest: str | None = None) -> Callable[[F], F]:
     """A required option naming an existing folder (an upstream stage's output)."""
     names = (flag, dest) if dest else (flag,)
-    return click.option(*names, type=click.Path(path_type=Path, exists=True, file_okay=False),
-                        required=True, help=text)
+    return click.option(*names, type=click.Path(path_type=Path, exists=True, file_okay=False), required=True, help=text)
 
 
 def output_path(flag: str, text: str) -> Callable[[F], F]:
@@ -33,8 +32,12 @@ def output_path(flag: str, text: str) -> Callable[[F], F]:
 
 
 PARAMS_OPTION = click.option(
-    "--params", "params_path", type=click.Path(path_type=Path), default=Path("params.yaml"),
-    show_default=True, help="The params file holding this stage's settings.",
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+    help="The params file holding this stage's settings.",
 )
 
 
@@ -46,10 +49,12 @@ def missing_package(top: str) -> str:
 
     venv = Path(__file__).resolve().parents[1] / ".venv"
     here = Path(sys.prefix).resolve() == venv.resolve()
-    fix = ("make setup installs every one" if here or not (venv / "bin" / "python").exists() else
-           f"the project's environment has it: run `. {venv}/bin/activate` first, or use make")
-    return (f"Error: this command needs the Python package '{top}', which {sys.executable} lacks "
-            f"({fix})")
+    fix = (
+        "make setup installs every one"
+        if here or not (venv / "bin" / "python").exists()
+        else f"the project's environment has it: run `. {venv}/bin/activate` first, or use make"
+    )
+    return f"Error: this command needs the Python package '{top}', which {sys.executable} lacks ({fix})"
 
 
 def stage_command(func: F) -> F:
@@ -132,8 +137,10 @@ def check_world(shards: Path, dataset: str) -> None:
     for split in SPLITS:
         count = read_manifest(Path(shards) / split, dataset, split)["count"]
         if count < world_size:
-            raise InputError(f"{Path(shards) / split}: {count:,} samples, fewer than the {world_size:,} ranks "
-                             f"(WORLD_SIZE); run fewer ranks (torchrun --nproc-per-node)")
+            raise InputError(
+                f"{Path(shards) / split}: {count:,} samples, fewer than the {world_size:,} ranks "
+                f"(WORLD_SIZE); run fewer ranks (torchrun --nproc-per-node)"
+            )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -164,8 +171,14 @@ def check_params_command(out: Path, params_path: Path) -> None:
 @main.command()
 @click.argument("dataset")
 @output_path("--out", "Folder to fill with the verified, decompressed files (replaced whole).")
-@click.option("--sources", "sources_path", type=click.Path(path_type=Path), default=Path("sources.yaml"),
-              show_default=True, help="The pins (content sha256) and mirrors of each data set.")
+@click.option(
+    "--sources",
+    "sources_path",
+    type=click.Path(path_type=Path),
+    default=Path("sources.yaml"),
+    show_default=True,
+    help="The pins (content sha256) and mirrors of each data set.",
+)
 @PARAMS_OPTION
 @stage_command
 def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> None:
@@ -186,7 +199,11 @@ def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> Non
 
 
 SOURCES_OPTION = click.option(
-    "--sources", "sources_path", type=click.Path(path_type=Path), default=Path("sources.yaml"), show_default=True,
+    "--sources",
+    "sources_path",
+    type=click.Path(path_type=Path),
+    default=Path("sources.yaml"),
+    show_default=True,
     help="The data sets' pins and row counts: the input must have DATASET's rows.",
 )
 
@@ -216,8 +233,9 @@ def csv_command(dataset: str | None, raw: Path, out: Path, sources_path: Path) -
 @SOURCES_OPTION
 @PARAMS_OPTION
 @stage_command
-def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, sources_path: Path,
-            params_path: Path) -> None:
+def convert(
+    dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, sources_path: Path, params_path: Path
+) -> None:
     """Convert DATASET's CSVs to Parquet with CODEC (`zstd-19`: codec zstd, level 19).
 
     Writes both layouts: `wide` (label + pixel1..pixel784, the write-up's) and `compact`
@@ -239,8 +257,15 @@ def convert(dataset: str, codec: str, csv_dir: Path, out: Path, figures: Path, s
     # loses the interrupt outside polars' own calls (pola-rs/polars#21739); the conversion
     # runs off this thread (`interruptible`), so Ctrl-C stops it at once.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    convert_dataset(csv_dir, out, figures, codec, settings.row_group_rows, rows=known_rows(sources_path, dataset),
-                    engine=settings.engine)
+    convert_dataset(
+        csv_dir,
+        out,
+        figures,
+        codec,
+        settings.row_group_rows,
+        rows=known_rows(sources_path, dataset),
+        engine=settings.engine,
+    )
 
 
 @main.command()
@@ -261,8 +286,12 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
 
 @main.command()
 @click.argument("dataset")
-@click.option("--parquet", required=True, help="Folder holding train.parquet and test.parquet (either layout); "
-              "with shard.engine ray, also a URL every Ray node reads (s3://bucket/parquet/mnist/zstd-3/compact).")
+@click.option(
+    "--parquet",
+    required=True,
+    help="Folder holding train.parquet and test.parquet (either layout); "
+    "with shard.engine ray, also a URL every Ray node reads (s3://bucket/parquet/mnist/zstd-3/compact).",
+)
 @output_path("--out", "Folder for train/ and test/ shard folders.")
 @SOURCES_OPTION
 @PARAMS_OPTION
@@ -276,14 +305,22 @@ def shard(dataset: str, parquet: str, out: Path, sources_path: Path, params_path
     from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
     from pipeline.stages.shard import shard_dataset
-    from pipeline.stages.shard_source import parquet_source, published_pins
     from pipeline.stages.shard_settings import ShardParams
+    from pipeline.stages.shard_source import parquet_source, published_pins
 
     settings = read_section(params_path, ShardParams, "shard")
     source = parquet_source(parquet, settings.engine)
-    shard_dataset(source, out, dataset, settings.samples_per_shard, settings.compression, settings.level,
-                  rows=known_rows(sources_path, dataset), pins=published_pins(sources_path, dataset),
-                  engine=settings.engine)
+    shard_dataset(
+        source,
+        out,
+        dataset,
+        settings.samples_per_shard,
+        settings.compression,
+        settings.level,
+        rows=known_rows(sources_path, dataset),
+        pins=published_pins(sources_path, dataset),
+        engine=settings.engine,
+    )
 
 
 @main.command()
@@ -305,14 +342,24 @@ def machine(out: Path, device: str) -> None:
 @input_dir("--parquet", "Folder with the wide-layout train.parquet and test.parquet (the write-up's input).")
 @input_dir("--shards", "The shard stage's folder for DATASET (train/, test/).")
 @output_path("--out", "Metrics JSON to write.")
-@click.option("--machine", "machine_path", type=click.Path(path_type=Path), required=True,
-              help="The machine stage's fingerprint, recorded with the results.")
-@click.option("--device", default="auto", show_default=True,
-              help="Torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1, ...")
+@click.option(
+    "--machine",
+    "machine_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The machine stage's fingerprint, recorded with the results.",
+)
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="Torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1, ...",
+)
 @PARAMS_OPTION
 @stage_command
-def bench(dataset: str, parquet: Path, shards: Path, out: Path, machine_path: Path, device: str,
-          params_path: Path) -> None:
+def bench(
+    dataset: str, parquet: Path, shards: Path, out: Path, machine_path: Path, device: str, params_path: Path
+) -> None:
     """Time the write-up's training ladder and the faster variants on DATASET.
 
     Variants, epochs, batch size and which slow variants are timed on sampled steps come
@@ -349,45 +396,96 @@ def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> Non
 @main.command()
 @input_dir("--bench", "Folder of this machine's bench metrics JSON files.", dest="bench_dir")
 @click.option("--codecs", "codecs_path", type=click.Path(path_type=Path), help="The codecs metrics JSON.")
-@click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("results"),
-              show_default=True, help="Committed bench results of other machines, one folder each.")
-@click.option("--readme", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="README whose generated and embed blocks are rewritten (the prose around them is kept); "
-                   "left out, no README is touched (the pipeline's own run).")
+@click.option(
+    "--results",
+    "results_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("results"),
+    show_default=True,
+    help="Committed bench results of other machines, one folder each.",
+)
+@click.option(
+    "--readme",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="README whose generated and embed blocks are rewritten (the prose around them is kept); "
+    "left out, no README is touched (the pipeline's own run).",
+)
 @output_path("--page", "The results page to write whole (data/report/results.md; docs/results.md to publish).")
 @output_path("--images", "Folder of the charts to write (SVG and the Vega-Lite spec of each).")
 @output_path("--ladder-plot", "Ladder plot data CSV (this machine) for `dvc plots show`.")
 @output_path("--budget-plot", "Time budget plot data CSV (this machine) for `dvc plots show`.")
 @stage_command
-def report(bench_dir: Path, codecs_path: Path | None, results_dir: Path, readme: Path | None, page: Path,
-           images: Path, ladder_plot: Path, budget_plot: Path) -> None:
+def report(
+    bench_dir: Path,
+    codecs_path: Path | None,
+    results_dir: Path,
+    readme: Path | None,
+    page: Path,
+    images: Path,
+    ladder_plot: Path,
+    budget_plot: Path,
+) -> None:
     """Render the results page, the charts and the plot data from metrics/ and results/ (and,
     with --readme, the README's generated blocks: `make publish`)."""
     from pipeline.stages.report.render import write_report
 
-    write_report(sorted(bench_dir.glob("*.json")), codecs_path, readme, results_dir, page, images,
-                 ladder_plot, budget_plot)
+    write_report(
+        sorted(bench_dir.glob("*.json")), codecs_path, readme, results_dir, page, images, ladder_plot, budget_plot
+    )
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--device", default="auto", show_default=True,
-              help="The device the loop trains on: auto (where its optimizer's parameters are), cpu, cuda, cuda:1.")
-@click.option("--steps", type=click.IntRange(1, 100_000), default=20, show_default=True,
-              help="Train steps in the profiled window.")
-@click.option("--skip", type=click.IntRange(0, 1_000_000), default=5, show_default=True,
-              help="Train steps run first, unprofiled (warm-up, compilation, workers starting).")
-@click.option("--json", "json_path", type=click.Path(path_type=Path),
-              help="Also write the budget as JSON (a metrics file `dvc metrics show` reads).")
-@click.option("--trace", type=click.Path(path_type=Path),
-              help="Also write the window as a Chrome/Perfetto trace, steps and parts marked.")
-@click.option("--ladder", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="A bench metrics file (metrics/bench/<dataset>.json) whose rungs the verdict quotes.")
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="The device the loop trains on: auto (where its optimizer's parameters are), cpu, cuda, cuda:1.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(1, 100_000),
+    default=20,
+    show_default=True,
+    help="Train steps in the profiled window.",
+)
+@click.option(
+    "--skip",
+    type=click.IntRange(0, 1_000_000),
+    default=5,
+    show_default=True,
+    help="Train steps run first, unprofiled (warm-up, compilation, workers starting).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    help="Also write the budget as JSON (a metrics file `dvc metrics show` reads).",
+)
+@click.option(
+    "--trace",
+    type=click.Path(path_type=Path),
+    help="Also write the window as a Chrome/Perfetto trace, steps and parts marked.",
+)
+@click.option(
+    "--ladder",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="A bench metrics file (metrics/bench/<dataset>.json) whose rungs the verdict quotes.",
+)
 @click.option("--keep-going", is_flag=True, help="Let the script run to its end after the window.")
 @stage_command
-def profile(script: Path, args: tuple[str, ...], device: str, steps: int, skip: int, json_path: Path | None,
-            trace: Path | None, ladder: Path | None, keep_going: bool) -> None:
+def profile(
+    script: Path,
+    args: tuple[str, ...],
+    device: str,
+    steps: int,
+    skip: int,
+    json_path: Path | None,
+    trace: Path | None,
+    ladder: Path | None,
+    keep_going: bool,
+) -> None:
     """Where a training script's step time goes, without editing it: SCRIPT runs with ARGS.
 
     The loop is found as the first DataLoader whose batches an optimizer steps between; after
@@ -403,31 +501,69 @@ def profile(script: Path, args: tuple[str, ...], device: str, steps: int, skip: 
 
     quoted = read_json(ladder, 64 << 20, "bench metrics file") if ladder else None
     json_path, trace = (path.resolve() if path else None for path in (json_path, trace))  # the script may chdir
-    result = profile_script(script, list(args), None if device == "auto" else resolve_device(device), steps, skip,
-                            str(trace) if trace else None, keep_going)
+    result = profile_script(
+        script,
+        list(args),
+        None if device == "auto" else resolve_device(device),
+        steps,
+        skip,
+        str(trace) if trace else None,
+        keep_going,
+    )
     click.echo(result.report(quoted))
     if json_path:
         write_json(json_path, {"script": script.name, **result.to_json()})
 
 
 @main.command("standalone-bench")
-@click.option("--mirror", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
-              help="Folder holding <dataset>/ with the four IDX .gz files (e.g. /data/idx).")
-@click.option("--out", "out_root", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
-              help="Results root: writes <out>/<machine>/<dataset>.json.")
-@click.option("--work", type=click.Path(path_type=Path), default=Path("/tmp/pipeline-standalone"),
-              show_default=True, help="Scratch folder for the raw files, Parquet and shards.")
+@click.option(
+    "--mirror",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    required=True,
+    help="Folder holding <dataset>/ with the four IDX .gz files (e.g. /data/idx).",
+)
+@click.option(
+    "--out",
+    "out_root",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Results root: writes <out>/<machine>/<dataset>.json.",
+)
+@click.option(
+    "--work",
+    type=click.Path(path_type=Path),
+    default=Path("/tmp/pipeline-standalone"),
+    show_default=True,
+    help="Scratch folder for the raw files, Parquet and shards.",
+)
 @click.option("--dataset", "datasets", multiple=True, help="Data set(s) to run; default: params.yaml's list.")
 @click.option("--device", default="auto", show_default=True, help="auto (cuda when available), cpu, cuda, ...")
 @click.option("--commit", default="unknown", show_default=True, help="The project commit, recorded in the results.")
 @click.option("--epochs", type=int, help="Override bench.epochs.")
 @click.option("--sample-steps", type=int, help="Override bench.sample_steps (the slow rungs' sampled steps).")
-@click.option("--sources", "sources_path", type=click.Path(path_type=Path), default=Path("sources.yaml"),
-              show_default=True, help="The pins of each data set.")
+@click.option(
+    "--sources",
+    "sources_path",
+    type=click.Path(path_type=Path),
+    default=Path("sources.yaml"),
+    show_default=True,
+    help="The pins of each data set.",
+)
 @PARAMS_OPTION
 @stage_command
-def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[str, ...], device: str, commit: str,
-                     epochs: int | None, sample_steps: int | None, sources_path: Path, params_path: Path) -> None:
+def standalone_bench(
+    mirror: Path,
+    out_root: Path,
+    work: Path,
+    datasets: tuple[str, ...],
+    device: str,
+    commit: str,
+    epochs: int | None,
+    sample_steps: int | None,
+    sources_path: Path,
+    params_path: Path,
+) -> None:
     """Run the bench from the IDX files alone, where only torch, numpy, pandas, pyarrow,
     safetensors and xxhash are installed (a GPU machine set up for training, say): no dvc,
     polars or zstandard.
@@ -448,19 +584,36 @@ def standalone_bench(mirror: Path, out_root: Path, work: Path, datasets: tuple[s
 
 @main.command()
 @click.argument("dataset")
-@click.option("--shards", required=True,
-              help="The shard stage's folder for DATASET (train/, test/), or its URL (s3://bucket/prefix).")
+@click.option(
+    "--shards",
+    required=True,
+    help="The shard stage's folder for DATASET (train/, test/), or its URL (s3://bucket/prefix).",
+)
 @output_path("--out", "Metrics JSON that rank 0 writes.")
-@click.option("--cache", type=click.Path(path_type=Path, file_okay=False),
-              help="Node-local folder that shards read from a URL are fetched into (bound: train.cache_mib).")
-@click.option("--checkpoint", type=click.Path(path_type=Path, dir_okay=False),
-              help="File rank 0 saves model, optimizer and data position to every train.checkpoint_every steps.")
+@click.option(
+    "--cache",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Node-local folder that shards read from a URL are fetched into (bound: train.cache_mib).",
+)
+@click.option(
+    "--checkpoint",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File rank 0 saves model, optimizer and data position to every train.checkpoint_every steps.",
+)
 @click.option("--resume", is_flag=True, help="Continue from --checkpoint when it exists (mid-epoch too).")
 @click.option("--record", is_flag=True, help="Also write each rank's samples and final weights (for checks).")
 @PARAMS_OPTION
 @stage_command
-def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: Path | None, resume: bool,
-          record: bool, params_path: Path) -> None:
+def train(
+    dataset: str,
+    shards: str,
+    out: Path,
+    cache: Path | None,
+    checkpoint: Path | None,
+    resume: bool,
+    record: bool,
+    params_path: Path,
+) -> None:
     """Train SimpleCNN on DATASET with DistributedDataParallel; run it under torchrun:
 
     torchrun --standalone --nproc-per-node N -m pipeline train DATASET --shards ... --out ...
@@ -479,6 +632,12 @@ def train(dataset: str, shards: str, out: Path, cache: Path | None, checkpoint: 
     if resume and not checkpoint:
         raise click.BadParameter("--resume needs --checkpoint, the file to resume from", param_hint="--resume")
     check_world(shards, dataset)
-    run = TrainRun.from_params(dataset, read_section(params_path, TrainParams, "train"), record=record, cache=cache,
-                               checkpoint=checkpoint, resume=resume)
+    run = TrainRun.from_params(
+        dataset,
+        read_section(params_path, TrainParams, "train"),
+        record=record,
+        cache=cache,
+        checkpoint=checkpoint,
+        resume=resume,
+    )
     train_ddp(shards, out, run)

@@ -30,18 +30,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from pipeline.core.atomic import atomic_path
 from pipeline.bench.ladder import run_bench
 from pipeline.bench.settings import settings_from_params
-from pipeline.stages.bench import warn_unstable, write_bench
 from pipeline.budget.machine import fingerprint
-from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
+from pipeline.core.atomic import atomic_path
 from pipeline.core.dataset import COLUMNS, SPLITS
+from pipeline.core.params import load_params, section
+from pipeline.core.parquet import write_checksums
+from pipeline.shards.writer import write_split
+from pipeline.stages.bench import warn_unstable, write_bench
+from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
 from pipeline.stages.idx import read_split
 from pipeline.stages.sample import MNIST
-from pipeline.core.parquet import write_checksums
-from pipeline.core.params import load_params, section
-from pipeline.shards.writer import write_split
 
 
 def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path, codec: str) -> None:
@@ -52,8 +52,9 @@ def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path, codec
         pq.write_table(pa.Table.from_arrays(columns, names=COLUMNS), tmp, compression=codec)
 
 
-def build_inputs(dataset: str, mirror: Path, work: Path, sources: Path, samples_per_shard: int,
-                 codec: str | None) -> tuple[Path | None, Path]:
+def build_inputs(
+    dataset: str, mirror: Path, work: Path, sources: Path, samples_per_shard: int, codec: str | None
+) -> tuple[Path | None, Path]:
     """Verified raw files -> wide Parquet in `codec` and uncompressed shards under
     `work/<dataset>`; `codec` None writes the shards alone (a benchmark that reads no Parquet),
     and returns None for the Parquet."""
@@ -64,8 +65,15 @@ def build_inputs(dataset: str, mirror: Path, work: Path, sources: Path, samples_
         images, labels = read_split(raw, split)
         if codec is not None:
             write_wide_parquet(images, labels, parquet / "wide" / f"{split}.parquet", codec)
-        write_split({"images": images, "labels": labels}, shards / split, sample=MNIST, dataset=dataset,
-                    split=split, samples_per_shard=samples_per_shard, compression="none")
+        write_split(
+            {"images": images, "labels": labels},
+            shards / split,
+            sample=MNIST,
+            dataset=dataset,
+            split=split,
+            samples_per_shard=samples_per_shard,
+            compression="none",
+        )
     if codec is None:
         return None, shards
     write_checksums(parquet, layouts=("wide",))  # the bench checks the Parquet against it, as in the pipeline
@@ -92,8 +100,17 @@ def earlier_runs(out_root: Path, params_path: Path) -> list[Path]:
     return sorted({doc for root in roots for doc in root.glob("*/*.json")})
 
 
-def run_standalone(mirror: Path, out_root: Path, work: Path, datasets: list[str], params_path: Path,
-                   sources: Path, device: str, commit: str, overrides: dict) -> list[Path]:
+def run_standalone(
+    mirror: Path,
+    out_root: Path,
+    work: Path,
+    datasets: list[str],
+    params_path: Path,
+    sources: Path,
+    device: str,
+    commit: str,
+    overrides: dict,
+) -> list[Path]:
     params = load_params(params_path)
     params["bench"] = {**section(params, "bench"), **overrides}
     checked(params, params_path)
@@ -102,11 +119,13 @@ def run_standalone(mirror: Path, out_root: Path, work: Path, datasets: list[str]
     device_ = torch.device(device)
     written = []
     for dataset in datasets:
-        parquet, shards = build_inputs(dataset, Path(mirror), Path(work), Path(sources), samples_per_shard,
-                                       settings.parquet_codec)
+        parquet, shards = build_inputs(
+            dataset, Path(mirror), Path(work), Path(sources), samples_per_shard, settings.parquet_codec
+        )
         machine = fingerprint(device)
-        document = run_bench(dataset, parquet, shards, device_, settings, earlier_runs(out_root, params_path),
-                             machine["name"])
+        document = run_bench(
+            dataset, parquet, shards, device_, settings, earlier_runs(out_root, params_path), machine["name"]
+        )
         document.update(machine=machine, date=dt.date.today().isoformat())
         document["env"].update(commit=commit)
         out = Path(out_root) / machine["name"] / f"{dataset}.json"

@@ -33,15 +33,16 @@ def _committed_params() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="pipeline-tests-"))
     atexit.register(shutil.rmtree, folder, True)
     try:
-        text = subprocess.run(["git", "show", "HEAD:params.yaml"], cwd=ROOT, capture_output=True, text=True,
-                              check=True, timeout=30).stdout
+        text = subprocess.run(
+            ["git", "show", "HEAD:params.yaml"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         text = (ROOT / "params.yaml").read_text()
     (folder / "params.yaml").write_text(text)
     return folder / "params.yaml"
 
 
-PARAMS = _committed_params()   # every test's params, never the workspace's
+PARAMS = _committed_params()  # every test's params, never the workspace's
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -78,6 +79,7 @@ def bench_settings(**overrides):
     params = load_params(PARAMS)
     params["bench"] = {**params["bench"], **overrides}
     return settings_from_params(validate_params(params)["bench"])
+
 
 IDX_NAMES = {
     "train_images": "train-images-idx3-ubyte.gz",
@@ -117,8 +119,7 @@ class TinyDataset:
 
 def tiny_dataset(n_train: int = 64, n_test: int = 32, seed: int = 0) -> TinyDataset:
     train, test = make_split(n_train, seed), make_split(n_test, seed + 1)
-    arrays = {"train_images": train[0], "train_labels": train[1],
-              "test_images": test[0], "test_labels": test[1]}
+    arrays = {"train_images": train[0], "train_labels": train[1], "test_images": test[0], "test_labels": test[1]}
     blobs, files = {}, {}
     for role, array in arrays.items():
         raw = idx_bytes(array)
@@ -245,10 +246,28 @@ def write_unchecked_split(folder: Path, images: np.ndarray, labels: np.ndarray) 
     blob = b"".join(parts)
     folder.mkdir(parents=True)
     (folder / "shard-00000.safetensors").write_bytes(blob)
-    entry = shard_entry("shard-00000.safetensors", len(labels), parts, hashlib.sha256(blob).hexdigest(),
-                        xxhash.xxh3_128_hexdigest(blob), BLOCK_BYTES)
-    write_manifest(folder, new_manifest(sample=V2_SAMPLE, dataset="tiny", split="train", count=len(labels), codec="none", level=0,
-                                        source={}, shards=[entry], block=BLOCK_BYTES))
+    entry = shard_entry(
+        "shard-00000.safetensors",
+        len(labels),
+        parts,
+        hashlib.sha256(blob).hexdigest(),
+        xxhash.xxh3_128_hexdigest(blob),
+        BLOCK_BYTES,
+    )
+    write_manifest(
+        folder,
+        new_manifest(
+            sample=V2_SAMPLE,
+            dataset="tiny",
+            split="train",
+            count=len(labels),
+            codec="none",
+            level=0,
+            source={},
+            shards=[entry],
+            block=BLOCK_BYTES,
+        ),
+    )
 
 
 def write_shards(images, labels, folder: Path, **options) -> dict:
@@ -257,8 +276,7 @@ def write_shards(images, labels, folder: Path, **options) -> dict:
     from pipeline.shards import write_split
     from pipeline.shards.format import V2_SAMPLE
 
-    return write_split({"images": images, "labels": labels}, folder, sample=options.pop("sample", V2_SAMPLE),
-                       **options)
+    return write_split({"images": images, "labels": labels}, folder, sample=options.pop("sample", V2_SAMPLE), **options)
 
 
 def free_port() -> int:
@@ -294,8 +312,15 @@ def tiny_params(datasets: list[str]) -> dict:
     params["convert"]["codecs"] = ["snappy", "zstd-3", "gzip", "none"]
     # the wiring, not the ladder: a sampled per-item rung, a full eager one, a static one
     # (tests/test_bench.py runs every rung)
-    params["bench"].update(epochs=1, batch_size=32, num_workers=1, sample_steps=2, sample_epochs=1,
-                           variants=["naive", "device", "graphed"], sample=["naive"])
+    params["bench"].update(
+        epochs=1,
+        batch_size=32,
+        num_workers=1,
+        sample_steps=2,
+        sample_epochs=1,
+        variants=["naive", "device", "graphed"],
+        sample=["naive"],
+    )
     return params
 
 
@@ -325,11 +350,17 @@ def dvc_repo(root: Path, names: list[str]) -> tuple[Path, dict[str, str]]:
         sources[name] = {"rows": {"train": 64, "test": 32}, "files": data.files, "mirrors": []}
     (root / "sources.yaml").write_text(yaml.safe_dump(sources, sort_keys=False))
     (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(list(sources)), sort_keys=False))
-    env = {**os.environ, "PIPELINE_MIRROR": str(mirror), "DVC_NO_ANALYTICS": "1",
-           "DVC_SITE_CACHE_DIR": str(root.parent / f"{root.name}-site-cache"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "PIPELINE_MIRROR": str(mirror),
+        "DVC_NO_ANALYTICS": "1",
+        "DVC_SITE_CACHE_DIR": str(root.parent / f"{root.name}-site-cache"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     run(["git", "init", "-q", "-b", "main"], root, env)
     # .dvc without its cache, its temporaries and the user's config.local (their remotes)
     shutil.copytree(ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp", "cache", "config.local"))
@@ -360,8 +391,12 @@ def device_path(data, batch: int, seed: int):
     from pipeline.bench.model import MODEL_INPUT
     from pipeline.shards import DeviceBatches
 
-    train = DeviceBatches({"images": data.train_images, "labels": data.train_labels}, batch, shuffle=True,
-                          seed=seed, transform=list(MODEL_INPUT))
-    test = DeviceBatches({"images": data.test_images, "labels": data.test_labels}, batch,
-                         transform=list(MODEL_INPUT))
+    train = DeviceBatches(
+        {"images": data.train_images, "labels": data.train_labels},
+        batch,
+        shuffle=True,
+        seed=seed,
+        transform=list(MODEL_INPUT),
+    )
+    test = DeviceBatches({"images": data.test_images, "labels": data.test_labels}, batch, transform=list(MODEL_INPUT))
     return DataPath(lambda: train, lambda: test, len(train), len(test), batch)

@@ -1,32 +1,47 @@
 import dataclasses
 import json
-import re
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import PARAMS, bench_settings, device_path, make_split, resident
 
-from pipeline.bench.figures import (finish, flag_unstable, steady_epochs, steady_step, summarise, time_to_accuracy,
-                                    with_epoch_step)
+from pipeline.bench.datapaths import Resident, _loader, data_path, sampled_steps
+from pipeline.bench.figures import (
+    finish,
+    flag_unstable,
+    steady_epochs,
+    steady_step,
+    summarise,
+    time_to_accuracy,
+    with_epoch_step,
+)
 from pipeline.bench.ladder import floor_after, run_bench, run_variant
+from pipeline.bench.model import SimpleCNN, parameter_count
+from pipeline.bench.runners import (
+    Execution,
+    Floor,
+    StaticSteps,
+    Timing,
+    TrainConfig,
+    _limited,
+    no_recompiles,
+    train_eager,
+    train_static,
+)
+from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
 from pipeline.bench.settings import native_bf16
 from pipeline.bench.variants import VARIANTS
 from pipeline.core.params import ParamsError
+from pipeline.shards import DeviceBatches
 from pipeline.stages.bench import write_bench
 from pipeline.stages.convert import convert_dataset
 from pipeline.stages.csvdata import write_csv
-from pipeline.bench.datapaths import DataPath, Resident, _loader, data_path, sampled_steps
-from pipeline.bench.model import SimpleCNN, parameter_count
-from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
-from pipeline.bench.model import MODEL_INPUT
-from pipeline.shards import DeviceBatches
 from pipeline.stages.shard import shard_dataset
-from pipeline.bench.runners import (Execution, Floor, StaticSteps, Timing, TrainConfig, _limited, no_recompiles, train_eager,
-                            train_static)
-from conftest import PARAMS, ROOT, bench_settings, device_path, make_split, resident
 
 CPU = torch.device("cpu")
 
@@ -69,12 +84,22 @@ TINY_RECIPE = {"epochs": 3, "batch_size": 64, "max_lr": 0.01, "pct_start": 0.25,
 @pytest.mark.slow
 def test_every_variant_runs_with_its_costs(prepared, capsys):
     root, _ = prepared
-    settings = bench_settings(epochs=2, batch_size=64, num_workers=1, sample=["naive_bs16", "naive"],
-                              sample_steps=3, sample_epochs=2, budget=True, target_accuracy={"tiny": [0.2, 0.3]},
-                              accuracy_seeds=2, tuned=TINY_RECIPE)
+    settings = bench_settings(
+        epochs=2,
+        batch_size=64,
+        num_workers=1,
+        sample=["naive_bs16", "naive"],
+        sample_steps=3,
+        sample_epochs=2,
+        budget=True,
+        target_accuracy={"tiny": [0.2, 0.3]},
+        accuracy_seeds=2,
+        tuned=TINY_RECIPE,
+    )
     doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
     assert list(doc["variants"]) == list(VARIANTS)
     from pipeline.stages.metrics import BenchDoc, undeclared, validate
+
     validate("doc", doc, BenchDoc)
     assert undeclared(doc, BenchDoc) == []  # every key the bench writes, its readers declare
     assert doc["params"]["train_samples"] == 600 and doc["params"]["parameters"] == 206_922
@@ -90,22 +115,29 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
             epochs = TINY_RECIPE["epochs"] if name == "tuned" else 2
             assert len(measured["train_s"]) == len(measured["test_s"]) == epochs
             assert entry["wall_s"] == pytest.approx(
-                entry["setup_s"] + sum(measured["train_s"]) + sum(measured["test_s"]), abs=2e-3)
+                entry["setup_s"] + sum(measured["train_s"]) + sum(measured["test_s"]), abs=2e-3
+            )
             assert [r["target"] for r in entry["time_to_accuracy"]] == [0.2, 0.3]  # one per target, in order
             for reached in entry["time_to_accuracy"]:
                 if reached["epoch"] is not None:  # the wall time up to the end of that epoch's test pass
                     n = reached["epoch"]
                     assert reached["seconds"] == pytest.approx(
-                        entry["setup_s"] + sum(measured["train_s"][:n]) + sum(measured["test_s"][:n]), abs=2e-3)
-                    assert entry["accuracy_by_epoch"][n - 1] >= reached["target"] > max(
-                        [0, *entry["accuracy_by_epoch"][:n - 1]])
+                        entry["setup_s"] + sum(measured["train_s"][:n]) + sum(measured["test_s"][:n]), abs=2e-3
+                    )
+                    assert (
+                        entry["accuracy_by_epoch"][n - 1]
+                        >= reached["target"]
+                        > max([0, *entry["accuracy_by_epoch"][: n - 1]])
+                    )
     assert doc["variants"]["naive"]["speedup"] == 1.0 == doc["variants"]["naive"]["wall_speedup"]
     # what the next run's estimate scales from: the calibration and the time of each part
     assert doc["calibration"]["step_s"] > 0 and all(v["bench_s"] > 0 for v in doc["variants"].values())
     assert sum(v["bench_s"] for v in doc["variants"].values()) + doc["floor_s"] + doc["seeds_s"] <= doc["wall_s"]
     said = capsys.readouterr().err
     assert said.startswith("bench tiny: ")  # the estimate (or why there is none) before the first rung
-    assert "naive: sampled: 2 epochs of 3 steps, extrapolated" in said and "(the epoch's figures are extrapolated" in said
+    assert (
+        "naive: sampled: 2 epochs of 3 steps, extrapolated" in said and "(the epoch's figures are extrapolated" in said
+    )
     assert doc["floor"]["train_s"] > 0 and doc["floor"]["compiled_train_s"] > 0
     # one floor epoch after every fully run variant: the fastest is the floor
     assert doc["floor"]["epochs"] == len(VARIANTS) - 2
@@ -117,7 +149,7 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
         # one more epoch: a sampled one whole (3 steps' samples at 64), a full one's first 3 steps
         assert budget["steps"] == {"naive_bs16": 12}.get(name, 3)
         assert min(parts) >= 0 and budget["compute_s"] > 0
-        assert sum(parts) == pytest.approx(budget["step_s"], abs=1e-5)   # the parts add up to the step
+        assert sum(parts) == pytest.approx(budget["step_s"], abs=1e-5)  # the parts add up to the step
         # ... and the profiler's events lie inside the pass as a plain clock saw it (how much of
         # it they cover is a measurement that load moves; up to the figures' microsecond rounding)
         assert 0 < budget["step_s"] <= budget["wall_s"] + 1e-5 and budget["vs_wall"] > 0
@@ -127,8 +159,11 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
         assert isinstance(entry["unstable"], bool) and (entry["unstable_reason"] is None) != entry["unstable"]
     assert doc["variants"]["naive"]["budget"]["data_wait_s"] > 0  # per-item pandas work, in the main process
     seeds = doc["seeds"]  # the first rung to 20% (an easy task: epoch 1), again from two fresh seeds
-    reached = {n: v["time_to_accuracy"][0]["seconds"] for n, v in doc["variants"].items()
-               if v["time_to_accuracy"] and v["time_to_accuracy"][0]["seconds"] is not None and n != "tuned"}
+    reached = {
+        n: v["time_to_accuracy"][0]["seconds"]
+        for n, v in doc["variants"].items()
+        if v["time_to_accuracy"] and v["time_to_accuracy"][0]["seconds"] is not None and n != "tuned"
+    }
     assert seeds["variant"] == min(reached, key=reached.get) and seeds["seeds"] == [43, 44]
     assert seeds["reached"] == 2 and seeds["epochs"] == [1, 1] and seeds["min"] <= seeds["median"] <= seeds["max"]
     # the tuned recipe: its own batch and schedule length, then whole runs from two fresh seeds
@@ -161,8 +196,13 @@ def test_summarise_scales_sampled_steps_and_adds_setup():
 def test_summarise_sets_the_budget_beside_the_timed_step_and_keeps_each_epochs_accuracy():
     """The profiled pass's step beside the timed epochs' (their steady median over the steps
     of an epoch); the accuracy after every timed epoch, to 4 places; none for sampled ones."""
-    timing = Timing(train_s=[9.0, 4.0, 6.0], test_s=[1.0, 1.0, 1.0], accuracy=0.91, accuracies=[0.81234, 0.9, 0.91],
-                    budget={"step_s": 0.06, "compute_s": 0.06})
+    timing = Timing(
+        train_s=[9.0, 4.0, 6.0],
+        test_s=[1.0, 1.0, 1.0],
+        accuracy=0.91,
+        accuracies=[0.81234, 0.9, 0.91],
+        budget={"step_s": 0.06, "compute_s": 0.06},
+    )
     entry = summarise(timing, 100, 10, bench_settings(epochs=3))
     assert entry["budget"] == {"step_s": 0.06, "compute_s": 0.06, "epoch_step_s": 0.05, "vs_epoch": 1.2}
     assert entry["accuracy_by_epoch"] == [0.8123, 0.9, 0.91]
@@ -190,9 +230,9 @@ def test_unstable_at_the_bounds_of_each_rule():
     """Each rule flags strictly past `max_spread`: epochs spread over their median, twins apart
     over the faster one, a rung under its floor by more; each reason said exactly."""
     variants = _variants(naive=10.0, preprocessed=0.5, batched=0.0)
-    variants["naive"]["spread"] = {"min": 9.0, "median": 10.0, "max": 11.0}          # 20%: not past it
-    variants["preprocessed"]["spread"] = {"min": 0.4, "median": 0.5, "max": 0.65}    # 50%, under a second
-    assert flag_unstable({"variants": variants}, 0.2) == ["preprocessed"]            # batched: nothing timed
+    variants["naive"]["spread"] = {"min": 9.0, "median": 10.0, "max": 11.0}  # 20%: not past it
+    variants["preprocessed"]["spread"] = {"min": 0.4, "median": 0.5, "max": 0.65}  # 50%, under a second
+    assert flag_unstable({"variants": variants}, 0.2) == ["preprocessed"]  # batched: nothing timed
     assert variants["preprocessed"]["unstable_reason"] == "epochs spread 50% of their median"
     assert variants["naive"]["unstable_reason"] is None
     floored = _variants(device=8.0, workers=7.9)
@@ -207,7 +247,9 @@ def test_twins_apart_past_the_spread_are_both_marked_on_the_cpu():
     assert flag_unstable({"variants": _variants(persistent=10.0, pinned=12.0)}, 0.2) == []
     document = {"variants": _variants(persistent=10.0, pinned=12.5)}
     assert flag_unstable(document, 0.2) == ["persistent", "pinned"]
-    assert document["variants"]["pinned"]["unstable_reason"] == "25% apart from persistent, which does the same work here"
+    assert (
+        document["variants"]["pinned"]["unstable_reason"] == "25% apart from persistent, which does the same work here"
+    )
     assert flag_unstable({"variants": _variants(persistent=10.0)}, 0.2) == []
     assert flag_unstable({"variants": _variants(persistent=0.0, pinned=5.0)}, 0.2) == []
     assert flag_unstable({"variants": _variants(persistent=0.5, pinned=0.8)}, 0.2) == ["persistent", "pinned"]
@@ -215,7 +257,8 @@ def test_twins_apart_past_the_spread_are_both_marked_on_the_cpu():
     both["variants"]["pinned"]["spread"] = {"min": 10.0, "median": 12.5, "max": 15.0}
     flag_unstable(both, 0.2)
     assert both["variants"]["pinned"]["unstable_reason"] == (
-        "epochs spread 40% of their median; 25% apart from persistent, which does the same work here")
+        "epochs spread 40% of their median; 25% apart from persistent, which does the same work here"
+    )
 
 
 @pytest.mark.slow
@@ -235,7 +278,9 @@ def test_same_batches_same_training(prepared):
     root, _ = prepared
     results = []
     for variant in ("device", "batched"):
-        path = data_path(variant, root / "pq" / "wide", root / "shards", CPU, dataset="tiny", batch_size=64, seed=42, workers=1)
+        path = data_path(
+            variant, root / "pq" / "wide", root / "shards", CPU, dataset="tiny", batch_size=64, seed=42, workers=1
+        )
         timing = train_eager(path, CPU, TrainConfig(batch_size=64), epochs=1)
         results.append((timing.accuracy, timing.loss))
     assert results[0][0] == results[1][0]
@@ -325,8 +370,10 @@ def test_a_step_chosen_by_the_counter_on_the_device_trains_as_the_epochs_own_ste
 
     data = resident(n_train=100)  # batch 32: 4 steps, the last padded from 4 samples
     config = TrainConfig(batch_size=32, lr=0.01, betas=(0.9, 0.99), schedule=OneCycle(max_lr=0.01))
-    runs = {scope: StaticSteps(data, CPU, config, Execution(graph_scope=scope), pregathered=pregathered, epochs=2)
-            for scope in ("epoch", "step")}
+    runs = {
+        scope: StaticSteps(data, CPU, config, Execution(graph_scope=scope), pregathered=pregathered, epochs=2)
+        for scope in ("epoch", "step")
+    }
     losses = {scope: [] for scope in runs}
     for scope, run in runs.items():
         for epoch in range(2):
@@ -350,12 +397,20 @@ def test_a_step_chosen_by_the_counter_on_the_device_trains_as_the_epochs_own_ste
 def test_bench_settings_are_checked_once_by_the_params_schema():
     settings = bench_settings(epochs=2, variants=["device", "graphed"], sample=[])
     assert settings.variants == ("device", "graphed") and settings.epochs == 2 and settings.sample == ()
-    for overrides, message in (({"epoch": 2}, "bench.epoch: Extra inputs"),
-                               ({"variants": ["fast"]}, "bench.variants.0: Input should be"),
-                               ({"sample": ["graphed"]}, "cannot be sampled"),
-                               ({"compiled": {"cpu": {"compile_mode": "turbo", "autocast": False, "channels_last": False,
-                                                      "cuda_graph": False}}}, "bench.compiled.cpu.compile_mode"),
-                               ({"graph": "batch"}, "bench.graph: Input should be 'epoch' or 'step'")):
+    for overrides, message in (
+        ({"epoch": 2}, "bench.epoch: Extra inputs"),
+        ({"variants": ["fast"]}, "bench.variants.0: Input should be"),
+        ({"sample": ["graphed"]}, "cannot be sampled"),
+        (
+            {
+                "compiled": {
+                    "cpu": {"compile_mode": "turbo", "autocast": False, "channels_last": False, "cuda_graph": False}
+                }
+            },
+            "bench.compiled.cpu.compile_mode",
+        ),
+        ({"graph": "batch"}, "bench.graph: Input should be 'epoch' or 'step'"),
+    ):
         with pytest.raises(ParamsError, match=message):
             bench_settings(**overrides)
     with pytest.raises(ValueError, match="graph_scope 'batch' is not one of epoch, step"):
@@ -374,11 +429,29 @@ def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
     (tmp_path / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"files": tiny.files}}))
     params = yaml.safe_load((PARAMS).read_text())
     params["datasets"], params["shard"]["samples_per_shard"] = ["tiny"], 40
-    params["bench"].update(epochs=1, batch_size=16, num_workers=1, variants=["naive", "device", "graphed"],
-                           sample=["naive"], sample_steps=2, sample_epochs=1, floor=False, budget=True)
+    params["bench"].update(
+        epochs=1,
+        batch_size=16,
+        num_workers=1,
+        variants=["naive", "device", "graphed"],
+        sample=["naive"],
+        sample_steps=2,
+        sample_epochs=1,
+        floor=False,
+        budget=True,
+    )
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    written = run_standalone(tmp_path / "mirror", tmp_path / "results", tmp_path / "work", ["tiny"],
-                             tmp_path / "params.yaml", tmp_path / "sources.yaml", "cpu", "abc1234", {})
+    written = run_standalone(
+        tmp_path / "mirror",
+        tmp_path / "results",
+        tmp_path / "work",
+        ["tiny"],
+        tmp_path / "params.yaml",
+        tmp_path / "sources.yaml",
+        "cpu",
+        "abc1234",
+        {},
+    )
     assert written == [tmp_path / "results" / fingerprint("cpu")["name"] / "tiny.json"]
     doc = json.loads(written[0].read_text())
     assert doc["env"]["commit"] == "abc1234" and doc["date"] and doc["machine"] == fingerprint("cpu")
@@ -407,13 +480,17 @@ def test_a_standalone_run_estimates_from_the_projects_results_as_well_as_its_out
     from pipeline.standalone import earlier_runs
 
     project, out = tmp_path / "project", tmp_path / "out"
-    for doc in (project / "results" / "h100" / "mnist.json", out / "a100" / "mnist.json",
-                project / "results" / "benchmarks" / "x" / "y" / "deep.json"):
+    for doc in (
+        project / "results" / "h100" / "mnist.json",
+        out / "a100" / "mnist.json",
+        project / "results" / "benchmarks" / "x" / "y" / "deep.json",
+    ):
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text("{}")
     (project / "params.yaml").write_text("")
     assert earlier_runs(out, project / "params.yaml") == sorted(
-        [project / "results" / "h100" / "mnist.json", out / "a100" / "mnist.json"])
+        [project / "results" / "h100" / "mnist.json", out / "a100" / "mnist.json"]
+    )
     assert earlier_runs(project / "results", project / "params.yaml") == [project / "results" / "h100" / "mnist.json"]
 
 
@@ -428,8 +505,12 @@ def test_machine_fingerprint_names_the_gpu_and_is_stable(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     gpu = fingerprint()
-    assert (gpu["name"], gpu["gpu"], gpu["gpu_count"], gpu["device"]) == ("h100-80gb-hbm3", "NVIDIA H100 80GB HBM3",
-                                                                          8, "cuda")
+    assert (gpu["name"], gpu["gpu"], gpu["gpu_count"], gpu["device"]) == (
+        "h100-80gb-hbm3",
+        "NVIDIA H100 80GB HBM3",
+        8,
+        "cuda",
+    )
     cpu = fingerprint("cpu")  # the same box benched on its CPU: cores, then its best instruction set
     assert cpu["name"].split("-")[-1] in ("", "amx", "avx512bf16", "avx512", "avx2", "sve2", "sve", "neon")
     assert f"-{gpu['cores']}c" in cpu["name"]
@@ -462,16 +543,28 @@ def test_two_cpus_sold_under_one_name_whose_peaks_differ_are_two_machines(monkey
 
 
 def _entry(train_s: float, test_s: float, wall_s: float, accuracy: float | None, spread: float = 0.0) -> dict:
-    return {"train_s": train_s, "test_s": test_s, "wall_s": wall_s, "accuracy": accuracy,
-            "spread": {"min": train_s * (1 - spread / 2), "median": train_s, "max": train_s * (1 + spread / 2)}}
+    return {
+        "train_s": train_s,
+        "test_s": test_s,
+        "wall_s": wall_s,
+        "accuracy": accuracy,
+        "spread": {"min": train_s * (1 - spread / 2), "median": train_s, "max": train_s * (1 + spread / 2)},
+    }
 
 
 def test_unstable_variants_are_marked_with_why():
-    document = {"params": {"train_samples": 100}, "env": {"device_type": "cpu"}, "floor": {"train_s": 10.0},
-                "variants": {"persistent": _entry(20.0, 1.0, 50.0, None), "pinned": _entry(30.0, 1.0, 70.0, None),
-                             "preprocessed": _entry(12.0, 1.0, 60.0, 0.9, spread=0.5),
-                             "device": _entry(11.0, 1.0, 60.0, 0.9, spread=0.1),
-                             "graphed": _entry(7.0, 1.0, 40.0, 0.9)}}
+    document = {
+        "params": {"train_samples": 100},
+        "env": {"device_type": "cpu"},
+        "floor": {"train_s": 10.0},
+        "variants": {
+            "persistent": _entry(20.0, 1.0, 50.0, None),
+            "pinned": _entry(30.0, 1.0, 70.0, None),
+            "preprocessed": _entry(12.0, 1.0, 60.0, 0.9, spread=0.5),
+            "device": _entry(11.0, 1.0, 60.0, 0.9, spread=0.1),
+            "graphed": _entry(7.0, 1.0, 40.0, 0.9),
+        },
+    }
     finish(document, bench_settings(max_spread=0.2))
     v = document["variants"]
     assert "50% apart from pinned" in v["persistent"]["unstable_reason"] and v["pinned"]["unstable"]
@@ -492,22 +585,28 @@ def test_stage_warns_once_naming_the_unstable(capsys):
     from pipeline.stages.bench import warn_unstable
 
     stream = io.StringIO()
-    warn_unstable({"dataset": "d", "variants": {"a": {"unstable": False}, "b": {"unstable": True,
-                                                                             "unstable_reason": "x"}}}, stream)
-    assert stream.getvalue() == ("warning: d: unstable on this machine: b (x). Re-run on a quiet machine: "
-                                 "dvc repro -f -s bench@d\n")
+    warn_unstable(
+        {"dataset": "d", "variants": {"a": {"unstable": False}, "b": {"unstable": True, "unstable_reason": "x"}}},
+        stream,
+    )
+    assert stream.getvalue() == (
+        "warning: d: unstable on this machine: b (x). Re-run on a quiet machine: dvc repro -f -s bench@d\n"
+    )
     stream = io.StringIO()
     warn_unstable({"dataset": "d", "variants": {"a": {"unstable": False}}}, stream)
     assert stream.getvalue() == ""
 
 
 def test_finish_speedups_throughput_and_accuracy_check():
-    document = {"params": {"train_samples": 60_000}, "variants": {
-        "naive": _entry(90.0, 10.0, 520.0, None),
-        "preprocessed": _entry(18.0, 2.0, 110.0, 0.9800),
-        "device": _entry(4.0, 1.0, 26.0, 0.9900),      # exactly at the tolerance: ok
-        "compiled": _entry(1.5, 0.5, 40.0, 0.9699),    # just outside it
-    }}
+    document = {
+        "params": {"train_samples": 60_000},
+        "variants": {
+            "naive": _entry(90.0, 10.0, 520.0, None),
+            "preprocessed": _entry(18.0, 2.0, 110.0, 0.9800),
+            "device": _entry(4.0, 1.0, 26.0, 0.9900),  # exactly at the tolerance: ok
+            "compiled": _entry(1.5, 0.5, 40.0, 0.9699),  # just outside it
+        },
+    }
     finish(document, bench_settings(accuracy_tolerance=0.01))
     v = document["variants"]
     assert v["naive"]["speedup"] == 1.0 and v["naive"]["wall_speedup"] == 1.0
@@ -520,11 +619,13 @@ def test_finish_speedups_throughput_and_accuracy_check():
 
 
 def test_finish_without_naive_or_preprocessed():
-    document = {"params": {"train_samples": 100}, "variants": {
-        "batched": _entry(2.0, 1.0, 5.0, 0.5), "device": _entry(1.0, 1.0, 4.0, 0.52)}}
+    document = {
+        "params": {"train_samples": 100},
+        "variants": {"batched": _entry(2.0, 1.0, 5.0, 0.5), "device": _entry(1.0, 1.0, 4.0, 0.52)},
+    }
     finish(document, bench_settings(accuracy_tolerance=0.01))
     v = document["variants"]
-    assert "speedup" not in v["device"]                       # nothing to compare against
+    assert "speedup" not in v["device"]  # nothing to compare against
     assert v["batched"]["accuracy_ok"] is True and v["device"]["accuracy_ok"] is False  # anchored on the first
 
 
@@ -536,7 +637,9 @@ def test_resident_variants_train_shuffled(prepared, variant):
     root, _ = prepared
     data = Resident.load(root / "shards", CPU, "tiny")
     if variant == "device":
-        path = data_path("device", root / "pq" / "wide", root / "shards", CPU, dataset="tiny", batch_size=64, seed=42, workers=1)
+        path = data_path(
+            "device", root / "pq" / "wide", root / "shards", CPU, dataset="tiny", batch_size=64, seed=42, workers=1
+        )
         epoch = lambda: torch.cat([y for _, y in path.train()])  # noqa: E731
         first, second = epoch(), epoch()
     else:
@@ -556,27 +659,54 @@ def test_resident_variants_train_shuffled(prepared, variant):
 
 def test_bench_document_is_written_readable_and_whole(tmp_path):
     """Indented JSON with a final newline: the bench file is reviewed in diffs."""
-    document = {"dataset": "d", "params": {"epochs": 2, "batch_size": 8},
-                "variants": {"naive": {"train_s": 1.5, "test_s": 0.5}}}
+    document = {
+        "dataset": "d",
+        "params": {"epochs": 2, "batch_size": 8},
+        "variants": {"naive": {"train_s": 1.5, "test_s": 0.5}},
+    }
     write_bench(document, tmp_path / "out" / "d.json")
     assert (tmp_path / "out" / "d.json").read_text() == json.dumps(document, indent=2) + "\n"
 
 
-@pytest.mark.parametrize("change, said", [
-    (lambda d: d["variants"]["naive"].update(trian_s=1.0), "variants.naive.trian_s"),   # misspelt: a reader drops it
-    (lambda d: d["params"].update(epochs=0), "params.epochs"),                            # out of range
-    (lambda d: d.update(tuned={"seeds": [43], "accuracy": [0.9], "accuracy_mean": 0.9, "accuracy_min": 0.9,
-                               "accuracy_max": 0.9, "targets": [], "recipe": {"epochs": 2, "batch_size": 8,
-                               "max_lr": 0.01, "pct_start": 0.3, "betas": [0.9, 0.99], "seeds": 1, "lr": 1}}),
-     "tuned.recipe.lr"),
-])
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda d: d["variants"]["naive"].update(trian_s=1.0), "variants.naive.trian_s"),  # misspelt: a reader drops it
+        (lambda d: d["params"].update(epochs=0), "params.epochs"),  # out of range
+        (
+            lambda d: d.update(
+                tuned={
+                    "seeds": [43],
+                    "accuracy": [0.9],
+                    "accuracy_mean": 0.9,
+                    "accuracy_min": 0.9,
+                    "accuracy_max": 0.9,
+                    "targets": [],
+                    "recipe": {
+                        "epochs": 2,
+                        "batch_size": 8,
+                        "max_lr": 0.01,
+                        "pct_start": 0.3,
+                        "betas": [0.9, 0.99],
+                        "seeds": 1,
+                        "lr": 1,
+                    },
+                }
+            ),
+            "tuned.recipe.lr",
+        ),
+    ],
+)
 def test_a_bench_document_its_readers_would_misread_is_not_written(tmp_path, change, said):
     """The writer checks its document against the readers' schema: one line naming the key,
     and no file."""
     from pipeline.core.errors import DataError
 
-    document = {"dataset": "d", "params": {"epochs": 2, "batch_size": 8},
-                "variants": {"naive": {"train_s": 1.5, "test_s": 0.5}}}
+    document = {
+        "dataset": "d",
+        "params": {"epochs": 2, "batch_size": 8},
+        "variants": {"naive": {"train_s": 1.5, "test_s": 0.5}},
+    }
     change(document)
     with pytest.raises(DataError, match=re.escape(said)) as refused:
         write_bench(document, tmp_path / "d.json")
@@ -587,16 +717,33 @@ def test_a_bench_document_its_readers_would_misread_is_not_written(tmp_path, cha
 
 
 def test_summary_keys_and_rounding():
-    timing = Timing(train_s=[3.123456789, 1.987654321], test_s=[0.61234567, 0.3], accuracy=0.98765,
-                    setup_s=1.23486, warmup_s=0.5556, capture_s=0.1234567, cuda_graph=True)
+    timing = Timing(
+        train_s=[3.123456789, 1.987654321],
+        test_s=[0.61234567, 0.3],
+        accuracy=0.98765,
+        setup_s=1.23486,
+        warmup_s=0.5556,
+        capture_s=0.1234567,
+        cuda_graph=True,
+    )
     entry = summarise(timing, 10, 3, bench_settings(epochs=2))
     assert entry == {
-        "train_s": 2.5556, "test_s": 0.4562, "first_epoch_train_s": 3.1235, "setup_s": 1.235, "warmup_s": 0.556,
-        "capture_s": 0.123, "wall_s": 7.258,
-        "accuracy": 0.9877, "extrapolated": False, "cuda_graph": True,
+        "train_s": 2.5556,
+        "test_s": 0.4562,
+        "first_epoch_train_s": 3.1235,
+        "setup_s": 1.235,
+        "warmup_s": 0.556,
+        "capture_s": 0.123,
+        "wall_s": 7.258,
+        "accuracy": 0.9877,
+        "extrapolated": False,
+        "cuda_graph": True,
         "measured": {"train_s": [3.1235, 1.9877], "test_s": [0.6123, 0.3]},
-        "spread": {"min": 1.9877, "median": 2.5556, "max": 3.1235}, "budget": None,
-        "accuracy_by_epoch": [], "time_to_accuracy": None}  # (no per-epoch accuracies given, no target)
+        "spread": {"min": 1.9877, "median": 2.5556, "max": 3.1235},
+        "budget": None,
+        "accuracy_by_epoch": [],
+        "time_to_accuracy": None,
+    }  # (no per-epoch accuracies given, no target)
     # No test pass ran: no accuracy (not 0, which would read as a broken model)
     unmeasured = summarise(Timing(train_s=[1.0], test_s=[0.5]), 10, 3, bench_settings(epochs=1))
     assert unmeasured["accuracy"] is None
@@ -607,19 +754,26 @@ def test_execution_per_variant_and_device(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert settings.execution("graphed", cuda) == Execution(cuda_graph=True)
     assert settings.execution("graphed", cpu) == Execution(cuda_graph=True)  # recorded as not captured off CUDA
-    assert settings.execution("compiled", cuda) == Execution(compile_mode="default", autocast=True,
-                                                             channels_last=True, cuda_graph=True)
-    assert settings.execution("compiled", cpu) == Execution(compile_mode="none", autocast=native_bf16(cpu),
-                                                            channels_last=True, cuda_graph=False)
+    assert settings.execution("compiled", cuda) == Execution(
+        compile_mode="default", autocast=True, channels_last=True, cuda_graph=True
+    )
+    assert settings.execution("compiled", cpu) == Execution(
+        compile_mode="none", autocast=native_bf16(cpu), channels_last=True, cuda_graph=False
+    )
     monkeypatch.setattr("pipeline.bench.settings.native_bf16", lambda device: True)  # a CPU with native bf16
-    assert settings.execution("compiled", cpu) == Execution(compile_mode="none", autocast=True,
-                                                            channels_last=True, cuda_graph=False)
+    assert settings.execution("compiled", cpu) == Execution(
+        compile_mode="none", autocast=True, channels_last=True, cuda_graph=False
+    )
     by_step = bench_settings(graph="step")  # what one graph holds: graphed, compiled and tuned alike
     assert [by_step.execution(v, cuda).graph_scope for v in ("graphed", "compiled", "tuned")] == ["step"] * 3
     assert settings.execution("graphed", cuda).graph_scope == settings.execution("tuned", cuda).graph_scope == "epoch"
-    sparse = bench_settings(compiled={"cpu": {"compile_mode": "max-autotune", "autocast": False, "channels_last": False, "cuda_graph": False}})
+    sparse = bench_settings(
+        compiled={
+            "cpu": {"compile_mode": "max-autotune", "autocast": False, "channels_last": False, "cuda_graph": False}
+        }
+    )
     assert sparse.execution("compiled", cpu) == Execution(compile_mode="max-autotune")  # the rest: defaults
-    assert sparse.execution("compiled", cuda) == Execution()                           # no entry: eager fp32
+    assert sparse.execution("compiled", cuda) == Execution()  # no entry: eager fp32
     assert bench_settings(num_workers=3).workers() == 3
     for cores, workers in ((16, 4), (3, 3), (None, 1)):  # 0: at most 4, one where the count is unknown
         monkeypatch.setattr("pipeline.bench.settings.os.cpu_count", lambda cores=cores: cores)
@@ -629,11 +783,14 @@ def test_execution_per_variant_and_device(monkeypatch):
 
 
 def test_finish_anchors_on_preprocessed_and_rounds_to_hundredths():
-    document = {"params": {"train_samples": 0}, "variants": {
-        "batched": _entry(2.0, 1.0, 7.0, 0.50),        # first with an accuracy, but not the anchor
-        "naive": _entry(90.0, 10.0, 300.0, None),
-        "preprocessed": _entry(20.0, 10.0, 21.0, 0.60),
-    }}
+    document = {
+        "params": {"train_samples": 0},
+        "variants": {
+            "batched": _entry(2.0, 1.0, 7.0, 0.50),  # first with an accuracy, but not the anchor
+            "naive": _entry(90.0, 10.0, 300.0, None),
+            "preprocessed": _entry(20.0, 10.0, 21.0, 0.60),
+        },
+    }
     finish(document, bench_settings(accuracy_tolerance=0.05))
     v = document["variants"]
     assert v["batched"]["accuracy_ok"] is False and v["preprocessed"]["accuracy_ok"] is True
@@ -667,8 +824,11 @@ def test_the_seeds_parquet_is_checked_before_the_seeds_datasets_read_it(tmp_path
     reversed_names = ["label"] + COLUMNS[:0:-1]
     pq.write_table(pa.Table.from_arrays(columns, names=reversed_names), tmp_path / "wide" / "test.parquet")
     write_checksums(tmp_path, layouts=("wide",))
-    with pytest.raises(DataError, match=r"test.parquet: columns are not label, pixel1..pixel784 in order "
-                                        r"\(column 2 is 'pixel784'\)"):
+    with pytest.raises(
+        DataError,
+        match=r"test.parquet: columns are not label, pixel1..pixel784 in order "
+        r"\(column 2 is 'pixel784'\)",
+    ):
         checked_parquet(tmp_path / "wide", "test")
     data = bytearray((tmp_path / "wide" / "train.parquet").read_bytes())
     data[len(data) // 2] ^= 1
@@ -694,6 +854,7 @@ class _Counted(torch.utils.data.Dataset):
 
     def __init__(self, n: int):
         import multiprocessing
+
         self.n, self.loaded = n, multiprocessing.get_context("fork").Value("i", 0)
 
     def __len__(self) -> int:
@@ -710,8 +871,9 @@ def test_a_sampled_epoch_leaves_persistent_workers_nothing_to_drain():
     the next epoch first waits for. Its sampler ends with the epoch instead, its first epoch
     the first samples of the order a whole first epoch takes."""
     dataset = _Counted(100)
-    loader = _loader(dataset, 4, True, 7, samples=8, num_workers=1, persistent_workers=True,
-                     multiprocessing_context="fork")
+    loader = _loader(
+        dataset, 4, True, 7, samples=8, num_workers=1, persistent_workers=True, multiprocessing_context="fork"
+    )
     epochs = [torch.cat(list(loader)).tolist() for _ in range(2)]
     assert len(loader) == 2 and dataset.loaded.value == 16  # two epochs of 8: nothing loaded ahead
     whole = _loader(range(100), 4, True, 7, num_workers=1, persistent_workers=True, multiprocessing_context="fork")
@@ -727,10 +889,10 @@ def test_sampled_epochs_take_the_same_samples_whatever_the_batch():
 def test_a_sampled_epoch_tests_the_same_share_of_the_test_split():
     from pipeline.bench.datapaths import sampled_test_steps
 
-    assert sampled_test_steps(None, 118, 20) is None          # whole epochs: the whole test split
-    assert sampled_test_steps(20, 118, 20) == 4               # 20/118 of train -> ceil(20 * 20/118) of 20 test steps
-    assert sampled_test_steps(1, 3750, 625) == 1              # at least one step
-    assert sampled_test_steps(118, 118, 20) == 20             # never more than the split
+    assert sampled_test_steps(None, 118, 20) is None  # whole epochs: the whole test split
+    assert sampled_test_steps(20, 118, 20) == 4  # 20/118 of train -> ceil(20 * 20/118) of 20 test steps
+    assert sampled_test_steps(1, 3750, 625) == 1  # at least one step
+    assert sampled_test_steps(118, 118, 20) == 20  # never more than the split
 
 
 def test_quick_mode_sets_fewer_epochs_and_steps_and_says_so():
@@ -745,7 +907,6 @@ def test_quick_mode_sets_fewer_epochs_and_steps_and_says_so():
     assert (quick.variants, quick.batch_size, quick.seed) == (full.variants, full.batch_size, full.seed)
 
 
-
 def test_time_to_accuracy_counts_setup_and_every_epoch_until_the_target():
     """Setup, then each epoch's train and test pass, until the first test pass at or above
     the target; None when no timed epoch reached it."""
@@ -756,9 +917,15 @@ def test_time_to_accuracy_counts_setup_and_every_epoch_until_the_target():
     assert time_to_accuracy(timing, 0.9) == {"target": 0.9, "seconds": 5.5, "epoch": 1}
     assert time_to_accuracy(timing, 0.995) == {"target": 0.995, "seconds": None, "epoch": None}
     settings = bench_settings(target_accuracy={"tiny": [0.99, 0.98]})
-    assert settings.targets("tiny") == (0.98, 0.99) and bench_settings(target_accuracy={"tiny": 0.9}).targets("tiny") == (0.9,)
+    assert settings.targets("tiny") == (0.98, 0.99) and bench_settings(target_accuracy={"tiny": 0.9}).targets(
+        "tiny"
+    ) == (0.9,)
     summary = summarise(timing, 100, 20, settings, settings.targets("tiny"))
-    assert [t["epoch"] for t in summary["time_to_accuracy"]] == [2, 3] and summary["accuracy_by_epoch"] == [0.95, 0.981, 0.99]
+    assert [t["epoch"] for t in summary["time_to_accuracy"]] == [2, 3] and summary["accuracy_by_epoch"] == [
+        0.95,
+        0.981,
+        0.99,
+    ]
     sampled = dataclasses.replace(timing, sampled_steps=5)
     assert summarise(sampled, 100, 20, settings, (0.98,))["time_to_accuracy"] is None  # no accuracy measured
 
@@ -772,11 +939,18 @@ def test_the_first_rung_to_reach_the_target_is_timed_again_from_fresh_seeds():
     def entry(seconds, epoch):
         return {"time_to_accuracy": [{"target": 0.98, "seconds": seconds, "epoch": epoch}]}
 
-    results = {"naive": {"time_to_accuracy": None}, "device": entry(9.0, 2), "compiled": entry(7.0, 2),
-               "batched": entry(None, None), "tuned": entry(1.0, 1)}  # another recipe: not the ladder's to pick
-    reach = {1: Timing(setup_s=1.0, train_s=[2.0], test_s=[0.5], accuracies=[0.99]),                   # 3.5 s
-             2: Timing(setup_s=1.0, train_s=[2.0, 2.0], test_s=[0.5, 0.5], accuracies=[0.97, 0.985]),  # 6.0 s
-             None: Timing(setup_s=1.0, train_s=[2.0] * 3, test_s=[0.5] * 3, accuracies=[0.9, 0.95, 0.97])}
+    results = {
+        "naive": {"time_to_accuracy": None},
+        "device": entry(9.0, 2),
+        "compiled": entry(7.0, 2),
+        "batched": entry(None, None),
+        "tuned": entry(1.0, 1),
+    }  # another recipe: not the ladder's to pick
+    reach = {
+        1: Timing(setup_s=1.0, train_s=[2.0], test_s=[0.5], accuracies=[0.99]),  # 3.5 s
+        2: Timing(setup_s=1.0, train_s=[2.0, 2.0], test_s=[0.5, 0.5], accuracies=[0.97, 0.985]),  # 6.0 s
+        None: Timing(setup_s=1.0, train_s=[2.0] * 3, test_s=[0.5] * 3, accuracies=[0.9, 0.95, 0.97]),
+    }
     asked = []
 
     def run(order):
@@ -784,14 +958,25 @@ def test_the_first_rung_to_reach_the_target_is_timed_again_from_fresh_seeds():
 
     out = over_seeds(results, bench_settings(seed=42, accuracy_seeds=3), 0.98, run([2, None, 1]))
     assert asked == [("compiled", 43), ("compiled", 44), ("compiled", 45)]
-    assert out == {"variant": "compiled", "target": 0.98, "seeds": [43, 44, 45], "seconds": [6.0, None, 3.5],
-                   "epochs": [2, None, 1], "reached": 2, "min": 3.5, "median": 6.0, "max": None}
+    assert out == {
+        "variant": "compiled",
+        "target": 0.98,
+        "seeds": [43, 44, 45],
+        "seconds": [6.0, None, 3.5],
+        "epochs": [2, None, 1],
+        "reached": 2,
+        "min": 3.5,
+        "median": 6.0,
+        "max": None,
+    }
     four = over_seeds(results, bench_settings(seed=42, accuracy_seeds=4), 0.98, run([2, 1, 1, 2]))
     assert four["median"] == 4.75 and four["max"] == 6.0  # an even count: the middle two's mean
     most_missed = over_seeds(results, bench_settings(seed=42, accuracy_seeds=3), 0.98, run([None, None, 1]))
     assert most_missed["median"] is None and most_missed["min"] == 3.5 and most_missed["reached"] == 1
-    assert over_seeds({"naive": {"time_to_accuracy": None}}, bench_settings(accuracy_seeds=3), 0.98,
-                      lambda *a: 1 / 0) is None
+    assert (
+        over_seeds({"naive": {"time_to_accuracy": None}}, bench_settings(accuracy_seeds=3), 0.98, lambda *a: 1 / 0)
+        is None
+    )
 
 
 @pytest.mark.slow
@@ -822,7 +1007,7 @@ def test_the_budget_beside_the_timed_epochs_step():
     budget = {"step_s": 0.0123456}
     assert with_epoch_step(budget, 0.01234567) == {"step_s": 0.0123456, "epoch_step_s": 0.012346, "vs_epoch": 1.0}
     assert with_epoch_step(budget, 0.00617283)["vs_epoch"] == 2.0
-    assert with_epoch_step(budget, 0.0093)["vs_epoch"] == 1.327   # 1.32748...
+    assert with_epoch_step(budget, 0.0093)["vs_epoch"] == 1.327  # 1.32748...
     assert with_epoch_step(budget, 0.0) == {"step_s": 0.0123456, "epoch_step_s": 0.0, "vs_epoch": None}
 
 
@@ -832,7 +1017,7 @@ def test_the_timed_step_is_the_steady_epochs_median_over_the_steps_taken():
     assert steady_step(Timing(train_s=[9.0, 2.0, 4.0, 3.0]), 10) == 0.3
     assert steady_step(Timing(train_s=[9.0, 2.0, 4.0], sampled_steps=4), 10) == 0.75
     assert steady_step(Timing(train_s=[5.0]), 1) == 5.0
-    assert steady_step(Timing(train_s=[5.0]), 0) == 5.0   # no step counted: not a division by zero
+    assert steady_step(Timing(train_s=[5.0]), 0) == 5.0  # no step counted: not a division by zero
 
 
 def test_the_tuned_recipe_sets_each_steps_rate_from_the_one_cycle_schedule():
@@ -863,10 +1048,19 @@ def test_the_tuned_recipe_is_never_the_accuracy_anchor_nor_held_to_it():
     from pipeline.bench.figures import finish
 
     def entry(accuracy):
-        return {"train_s": 1.0, "test_s": 0.1, "wall_s": 5.0, "accuracy": accuracy, "spread": {"min": 1.0, "median": 1.0,
-                                                                                          "max": 1.0}}
-    doc = {"params": {"train_samples": 100}, "env": {"device_type": "cpu"},
-           "variants": {"tuned": entry(0.995), "device": entry(0.97), "compiled": entry(0.972)}}
+        return {
+            "train_s": 1.0,
+            "test_s": 0.1,
+            "wall_s": 5.0,
+            "accuracy": accuracy,
+            "spread": {"min": 1.0, "median": 1.0, "max": 1.0},
+        }
+
+    doc = {
+        "params": {"train_samples": 100},
+        "env": {"device_type": "cpu"},
+        "variants": {"tuned": entry(0.995), "device": entry(0.97), "compiled": entry(0.972)},
+    }
     finish(doc, bench_settings(accuracy_tolerance=0.01))
     assert doc["variants"]["device"]["accuracy_ok"] and doc["variants"]["compiled"]["accuracy_ok"]
     assert "accuracy_ok" not in doc["variants"]["tuned"]

@@ -33,32 +33,35 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import PARAMS, tiny_dataset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import PARAMS, tiny_dataset
 from pipeline.core.atomic import atomic_dir, atomic_path
 from pipeline.core.bounded import open_regular, read_json
+from pipeline.core.dataset import CSV_LINE_MAX, CSV_ROW_MAX
 from pipeline.core.errors import DataError, InputError
 from pipeline.core.params import ParamsError, load_params
-from pipeline.stages.params import validate_params
 from pipeline.core.sources import SourcesError, known_rows
-from pipeline.stages.csvread import _parse_block as _REAL_PARSE_BLOCK  # taken before any test patches it
 from pipeline.stages.convert import convert_dataset
-from pipeline.stages.csvread import iter_csv
-from pipeline.core.dataset import CSV_LINE_MAX, CSV_ROW_MAX
 from pipeline.stages.csvdata import render_csvs, write_csv
+from pipeline.stages.csvread import _parse_block as _REAL_PARSE_BLOCK  # taken before any test patches it
+from pipeline.stages.csvread import iter_csv
 from pipeline.stages.fetch import FetchError, FetchSettings, fetch_dataset, load_sources
 from pipeline.stages.idx import IdxError, parse_idx, read_idx, read_split, write_idx
+from pipeline.stages.params import validate_params
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = {"train": 64, "test": 32}          # tiny_dataset's splits
+ROWS = {"train": 64, "test": 32}  # tiny_dataset's splits
 FAST = FetchSettings(timeout_s=1.0, retries=0, backoff_s=0.0, deadline_s=5.0)
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 # A wrapper process runs the command as its one child and reports that child's peak RSS.
@@ -78,9 +81,14 @@ sys.exit(result.returncode)
 def cli(*args: str, limits: dict | None = None, env: dict | None = None, timeout: float = 60):
     """`python -m pipeline ARGS` in a child: (returncode, stderr, peak MiB, seconds)."""
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", _WRAPPER, json.dumps(limits or {}), sys.executable, "-m",
-                             "pipeline", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    result = subprocess.run(
+        [sys.executable, "-c", _WRAPPER, json.dumps(limits or {}), sys.executable, "-m", "pipeline", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
     seconds = time.perf_counter() - start
     report = json.loads(result.stdout.splitlines()[-1])
     return result.returncode, result.stderr, report["peak_kib"] / 1024, seconds
@@ -89,7 +97,7 @@ def cli(*args: str, limits: dict | None = None, env: dict | None = None, timeout
 def one_line_error(stderr: str, *parts: str) -> None:
     """stderr ends with one line `Error: ...` holding `parts` (after any progress lines)."""
     assert "Traceback" not in stderr, stderr
-    error = stderr[stderr.index("Error: "):] if "Error: " in stderr else ""
+    error = stderr[stderr.index("Error: ") :] if "Error: " in stderr else ""
     assert error.count("\n") == 1 and error.endswith("\n"), stderr
     for part in parts:
         assert part in error, stderr
@@ -99,6 +107,7 @@ def one_line_error(stderr: str, *parts: str) -> None:
 def within(seconds: float):
     """Fail (instead of hanging the suite) if the block takes longer: a FIFO opened for
     reading blocks until a writer comes, /dev/zero never ends."""
+
     def expire(*_):
         raise TimeoutError(f"still running after {seconds} s")
 
@@ -158,8 +167,14 @@ def parquet(csv_dir, tmp_path):
 def shard_dir(tmp_path, tiny):
     from conftest import write_shards
 
-    write_shards(tiny.arrays["train_images"], tiny.arrays["train_labels"], tmp_path / "split", dataset="tiny",
-                 split="train", samples_per_shard=24)
+    write_shards(
+        tiny.arrays["train_images"],
+        tiny.arrays["train_labels"],
+        tmp_path / "split",
+        dataset="tiny",
+        split="train",
+        samples_per_shard=24,
+    )
     return tmp_path / "split"
 
 
@@ -173,12 +188,24 @@ def test_gzip_bomb_from_a_folder_mirror_stops_at_the_files_size(files, tiny):
     gzip's overhead may arrive.)"""
     bomb = gzip_bomb(idx_header(64, 28, 28), 64 << 20)
     (files / "mirror" / "tiny" / "train-images-idx3-ubyte.gz").write_bytes(bomb)
-    rc, err, peak_mib, seconds = cli("fetch", "tiny", "--out", str(files / "raw"), "--sources",
-                                     str(files / "sources.yaml"), "--params", str(files / "params.yaml"),
-                                     env={"PIPELINE_MIRROR": str(files / "mirror")})
+    rc, err, peak_mib, seconds = cli(
+        "fetch",
+        "tiny",
+        "--out",
+        str(files / "raw"),
+        "--sources",
+        str(files / "sources.yaml"),
+        "--params",
+        str(files / "params.yaml"),
+        env={"PIPELINE_MIRROR": str(files / "mirror")},
+    )
     assert rc == 2 and "Traceback" not in err
-    assert err[err.index("Error: "):].startswith("Error: could not fetch train-images-idx3-ubyte.gz from any of 1 "
-                                                 "mirrors:\n  - ") and "content runs past 50,192 bytes" in err
+    assert (
+        err[err.index("Error: ") :].startswith(
+            "Error: could not fetch train-images-idx3-ubyte.gz from any of 1 mirrors:\n  - "
+        )
+        and "content runs past 50,192 bytes" in err
+    )
     assert peak_mib < 200 and seconds < 30, (peak_mib, seconds)
     assert not (files / "raw").exists() and not list(files.glob(".raw*"))
 
@@ -190,23 +217,33 @@ def test_gzip_bomb_over_http_then_the_next_mirror(tmp_path, tiny, http_server, p
     for name, blob in tiny.blobs.items():
         http_server.routes[f"/bomb/{name}"] = bomb if name.startswith("train-images") else blob
         http_server.routes[f"/good/{name}"] = blob
-    files = {role: {**entry, "bytes": 16 + 64 * 784} if pinned and role == "train_images" else entry
-             for role, entry in tiny.files.items()}
+    files = {
+        role: {**entry, "bytes": 16 + 64 * 784} if pinned and role == "train_images" else entry
+        for role, entry in tiny.files.items()
+    }
     with pytest.raises(FetchError, match=r"/bomb/train-images-idx3-ubyte.gz: content runs past 50,192 bytes"):
         fetch_dataset("tiny", files, [http_server.url + "/bomb"], tmp_path / "raw", FAST, env={})
-    fetch_dataset("tiny", files, [http_server.url + "/bomb", http_server.url + "/good"], tmp_path / "raw", FAST,
-                  env={})
+    fetch_dataset("tiny", files, [http_server.url + "/bomb", http_server.url + "/good"], tmp_path / "raw", FAST, env={})
     assert http_server.hits["/bomb/train-images-idx3-ubyte.gz"] == 2  # once per run: not retried
     np.testing.assert_array_equal(read_idx(tmp_path / "raw" / "train-images.idx"), tiny.arrays["train_images"])
 
 
-@pytest.mark.parametrize("header, message", [
-    (idx_header(3_000_000, 28, 28), r"IDX header says 3,000,000 samples \(shape \(3000000, 28, 28\)\); the data "
-                                    r"set's train split has 64"),
-    (idx_header(64, 28, 28, 1 << 20), r"IDX header says shape \(64, 28, 28, 1048576\) \(52,613,349,396 bytes\), more "
-                                      r"than this file has \(50,192 bytes\)"),
-    (bytes(16), r"not an IDX file: bad magic number 0x00000000"),
-])
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        (
+            idx_header(3_000_000, 28, 28),
+            r"IDX header says 3,000,000 samples \(shape \(3000000, 28, 28\)\); the data "
+            r"set's train split has 64",
+        ),
+        (
+            idx_header(64, 28, 28, 1 << 20),
+            r"IDX header says shape \(64, 28, 28, 1048576\) \(52,613,349,396 bytes\), more "
+            r"than this file has \(50,192 bytes\)",
+        ),
+        (bytes(16), r"not an IDX file: bad magic number 0x00000000"),
+    ],
+)
 def test_idx_header_is_checked_as_soon_as_it_arrives(tmp_path, tiny, header, message):
     tiny.blobs["train-images-idx3-ubyte.gz"] = gzip.compress(header + bytes(1 << 20))
     tiny.write_mirror(tmp_path / "m")
@@ -232,8 +269,11 @@ def test_parquet_with_more_rows_than_the_data_set_is_refused_before_a_page(parqu
 
     read = []  # refused from the footer's row count, before a single row is read
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", lambda self, *a, **k: read.append(1) or iter(()))
-    with pytest.raises(DataError, match=r"train.parquet: 300,000 rows, but the data set's split has 64 "
-                                        r"\(sources.yaml rows\)"):
+    with pytest.raises(
+        DataError,
+        match=r"train.parquet: 300,000 rows, but the data set's split has 64 "
+        r"\(sources.yaml rows\)",
+    ):
         shard_dataset(parquet, tmp_path / "shards", "tiny", 20, "none", 3, rows=ROWS)
     assert read == [] and not (tmp_path / "shards").exists()
 
@@ -244,9 +284,21 @@ def test_csv_line_of_40_mb_is_refused_before_it_is_parsed(files, csv_dir):
     lines = (csv_dir / "train.csv").read_bytes().split(b"\n")
     lines[5] = b"10," * (40_000_000 // 3) + b"10"
     (csv_dir / "train.csv").write_bytes(b"\n".join(lines))
-    rc, err, peak_mib, seconds = cli("convert", "tiny", "snappy", "--csv", str(csv_dir), "--out", str(files / "pq"),
-                                     "--figures", str(files / "f.json"), "--sources", str(files / "sources.yaml"),
-                                     "--params", str(files / "params.yaml"))
+    rc, err, peak_mib, seconds = cli(
+        "convert",
+        "tiny",
+        "snappy",
+        "--csv",
+        str(csv_dir),
+        "--out",
+        str(files / "pq"),
+        "--figures",
+        str(files / "f.json"),
+        "--sources",
+        str(files / "sources.yaml"),
+        "--params",
+        str(files / "params.yaml"),
+    )
     assert rc == 2
     one_line_error(err, "train.csv: line 6: more than 3,141 bytes, longer than any row can be")
     assert peak_mib < 400 and seconds < 30, (peak_mib, seconds)
@@ -266,12 +318,15 @@ def write_header() -> bytes:
     return HEADER.encode()
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda lines: lines + lines[1:3], r"more than 64 data rows \(line 66 is one too many\)"),
-    (lambda lines: lines[:-3], r"61 data rows, but the data set's split has 64"),
-    (lambda lines: lines[:5] + [b"1"] + lines[6:], r"line 6: 1 columns, expected 785"),
-    (lambda lines: lines[:5] + [b""] + lines[6:], r"line 6: 1 columns, expected 785"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda lines: lines + lines[1:3], r"more than 64 data rows \(line 66 is one too many\)"),
+        (lambda lines: lines[:-3], r"61 data rows, but the data set's split has 64"),
+        (lambda lines: lines[:5] + [b"1"] + lines[6:], r"line 6: 1 columns, expected 785"),
+        (lambda lines: lines[:5] + [b""] + lines[6:], r"line 6: 1 columns, expected 785"),
+    ],
+)
 def test_csv_rows_are_counted_against_the_data_set(csv_dir, tmp_path, edit, message):
     path = csv_dir / "train.csv"
     lines = path.read_bytes().split(b"\n")[:-1]
@@ -286,24 +341,31 @@ def test_raw_idx_with_more_samples_than_the_data_set(tmp_path, tiny):
     for split in ("train", "test"):
         write_idx(raw / f"{split}-images.idx", tiny.arrays[f"{split}_images"])
         write_idx(raw / f"{split}-labels.idx", tiny.arrays[f"{split}_labels"])
-    with pytest.raises(IdxError, match=r"train-images.idx: header says shape \(64, 28, 28\) \(50,192 bytes\), more "
-                                       r"than the 39,216 bytes this file can have"):
+    with pytest.raises(
+        IdxError,
+        match=r"train-images.idx: header says shape \(64, 28, 28\) \(50,192 bytes\), more "
+        r"than the 39,216 bytes this file can have",
+    ):
         render_csvs(raw, tmp_path / "csv", rows={"train": 50, "test": 32})
     with pytest.raises(DataError, match=r"test-images.idx: 32 samples, but the data set's test split has 40"):
         read_split(raw, "test", rows=40)
     assert not (tmp_path / "csv").exists()
 
 
-@pytest.mark.parametrize("value, ok", [(1, False), (1023, False), (1024, True), (1 << 20, True),
-                                       ((1 << 20) + 1, False)])
+@pytest.mark.parametrize(
+    "value, ok", [(1, False), (1023, False), (1024, True), (1 << 20, True), ((1 << 20) + 1, False)]
+)
 def test_row_group_rows_has_a_floor_and_a_ceiling(value, ok):
     params = load_params(PARAMS)
     params["convert"]["row_group_rows"] = value
     if ok:
         validate_params(params)
     else:
-        with pytest.raises(ParamsError, match=r"convert\.row_group_rows: Input should be (greater|less) than or "
-                                              r"equal to (1024|1048576)"):
+        with pytest.raises(
+            ParamsError,
+            match=r"convert\.row_group_rows: Input should be (greater|less) than or "
+            r"equal to (1024|1048576)",
+        ):
             validate_params(params)
 
 
@@ -317,16 +379,18 @@ def _zero_link(path: Path) -> None:
     path.symlink_to("/dev/zero")
 
 
-SPECIAL = {"FIFO": (_fifo, r"a FIFO \(named pipe\), not a regular file"),
-           "link to /dev/zero": (_zero_link, r"a link to /dev/zero, outside ")}
+SPECIAL = {
+    "FIFO": (_fifo, r"a FIFO \(named pipe\), not a regular file"),
+    "link to /dev/zero": (_zero_link, r"a link to /dev/zero, outside "),
+}
 
 
 @pytest.mark.parametrize("kind", list(SPECIAL))
 def test_special_files_where_files_are_expected(kind, shard_dir, parquet, csv_dir, tmp_path, tiny):
     """A FIFO or a link to /dev/zero as manifest.json, SHA256SUMS, a raw IDX file or a CSV:
     refused at once, naming it (it hung, or read without end)."""
-    from pipeline.shards import read_manifest
     from pipeline.core.parquet import verify_checksum
+    from pipeline.shards import read_manifest
 
     make, message = SPECIAL[kind]
     raw = tmp_path / "raw"
@@ -344,8 +408,13 @@ def test_special_files_where_files_are_expected(kind, shard_dir, parquet, csv_di
             read()
 
 
-@pytest.mark.parametrize("kind, message", [("FIFO", r"a FIFO \(named pipe\), not a regular file"),
-                                           ("link to /dev/zero", r"a character device, not a regular file")])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("FIFO", r"a FIFO \(named pipe\), not a regular file"),
+        ("link to /dev/zero", r"a character device, not a regular file"),
+    ],
+)
 def test_special_files_on_a_mirror(tmp_path, tiny, kind, message):
     """A mirror may link its files anywhere (their content is verified), but never to a
     device or a FIFO: that mirror is passed over, naming why."""
@@ -355,8 +424,7 @@ def test_special_files_on_a_mirror(tmp_path, tiny, kind, message):
     with within(10):
         with pytest.raises(FetchError, match=rf"train-labels-idx1-ubyte.gz: {message}"):
             fetch_dataset("tiny", tiny.files, [str(tmp_path / "m")], tmp_path / "raw", FAST, env={})
-        fetch_dataset("tiny", tiny.files, [str(tmp_path / "m"), str(tmp_path / "good")], tmp_path / "raw", FAST,
-                      env={})
+        fetch_dataset("tiny", tiny.files, [str(tmp_path / "m"), str(tmp_path / "good")], tmp_path / "raw", FAST, env={})
 
 
 def test_a_link_inside_its_folder_is_fine(shard_dir):
@@ -375,8 +443,11 @@ def test_a_manifest_past_its_cap_is_refused_by_what_it_is(tmp_path):
 
     with open(tmp_path / "manifest.json", "wb") as f:
         f.truncate(MAX_MANIFEST + 1)
-    with pytest.raises(InputError, match=rf"^{re.escape(str(tmp_path / 'manifest.json'))}: {MAX_MANIFEST + 1:,} bytes or more, "
-                                         rf"larger than any manifest can be \(at most {MAX_MANIFEST:,} bytes\)"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{re.escape(str(tmp_path / 'manifest.json'))}: {MAX_MANIFEST + 1:,} bytes or more, "
+        rf"larger than any manifest can be \(at most {MAX_MANIFEST:,} bytes\)",
+    ):
         read_manifest(tmp_path)
 
 
@@ -385,8 +456,11 @@ def test_read_capped_reads_no_more_than_its_cap(tmp_path):
 
     (tmp_path / "big").write_bytes(bytes(1000))
     assert read_capped(tmp_path / "big", 1000) == bytes(1000)
-    with pytest.raises(UnsafeFileError, match=r"big: 1,000 bytes or more, larger than any manifest can be \(at most "
-                                              r"999 bytes\)"):
+    with pytest.raises(
+        UnsafeFileError,
+        match=r"big: 1,000 bytes or more, larger than any manifest can be \(at most "
+        r"999 bytes\)",
+    ):
         read_capped(tmp_path / "big", 999, "manifest")
     with pytest.raises(UnsafeFileError, match=r": a folder, not a regular file"):
         open_regular(tmp_path)
@@ -446,23 +520,32 @@ def test_slow_drip_mirror_is_given_up_at_the_deadline(tmp_path, tiny, drip_serve
     tiny.write_mirror(tmp_path / "good")
     drip = FetchSettings(timeout_s=1.0, retries=2, backoff_s=0.1, deadline_s=1.5)
     start = time.perf_counter()
-    with pytest.raises(FetchError, match=r"/drip/train-images-idx3-ubyte.gz: incomplete when its deadline passed "
-                                         r"\(\d+ bytes received\): too slow \(fetch.deadline_s\)"):
+    with pytest.raises(
+        FetchError,
+        match=r"/drip/train-images-idx3-ubyte.gz: incomplete when its deadline passed "
+        r"\(\d+ bytes received\): too slow \(fetch.deadline_s\)",
+    ):
         fetch_dataset("tiny", tiny.files, [drip_server + "/drip"], tmp_path / "raw", drip, env={})
     assert time.perf_counter() - start < 1.5 + 1.0 + 5.0  # deadline + one read timeout + slack for a loaded host
     fetch_dataset("tiny", tiny.files, [drip_server + "/drip", str(tmp_path / "good")], tmp_path / "raw", drip, env={})
     np.testing.assert_array_equal(read_idx(tmp_path / "raw" / "train-images.idx"), tiny.arrays["train_images"])
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"retries": 20, "backoff_s": 600}, r"fetch\.retries: Input should be less than or equal to 10"),
-    ({"retries": 10, "backoff_s": 600}, r"fetch: the pauses between retries \(backoff_s x \(2\^retries - 1\) = "
-                                        r"613800 s\) exceed deadline_s \(600 s\)"),
-    ({"retries": 3, "backoff_s": 100, "deadline_s": 600}, r"= 700 s\) exceed deadline_s \(600 s\)"),
-    ({"timeout_s": 60, "deadline_s": 30}, r"fetch: timeout_s \(60 s\) exceeds deadline_s \(30 s\)"),
-    ({"deadline_s": 7200}, r"fetch\.deadline_s: Input should be less than or equal to 3600"),
-    ({"retries": 11}, r"fetch\.retries: Input should be less than or equal to 10"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"retries": 20, "backoff_s": 600}, r"fetch\.retries: Input should be less than or equal to 10"),
+        (
+            {"retries": 10, "backoff_s": 600},
+            r"fetch: the pauses between retries \(backoff_s x \(2\^retries - 1\) = "
+            r"613800 s\) exceed deadline_s \(600 s\)",
+        ),
+        ({"retries": 3, "backoff_s": 100, "deadline_s": 600}, r"= 700 s\) exceed deadline_s \(600 s\)"),
+        ({"timeout_s": 60, "deadline_s": 30}, r"fetch: timeout_s \(60 s\) exceeds deadline_s \(30 s\)"),
+        ({"deadline_s": 7200}, r"fetch\.deadline_s: Input should be less than or equal to 3600"),
+        ({"retries": 11}, r"fetch\.retries: Input should be less than or equal to 10"),
+    ],
+)
 def test_fetch_time_knobs_are_bounded_together(change, message):
     params = load_params(PARAMS)
     params["fetch"].update(change)
@@ -470,14 +553,17 @@ def test_fetch_time_knobs_are_bounded_together(change, message):
         validate_params(params)
 
 
-@pytest.mark.parametrize("section, key, value, message", [
-    ("bench", "seed", 1 << 32, r"bench\.seed: Input should be less than or equal to 4294967295"),
-    ("train", "seed", -1, r"train\.seed: Input should be greater than or equal to 0"),
-    ("bench", "epochs", 101, r"bench\.epochs: Input should be less than or equal to 100"),
-    ("train", "epochs", 1000, r"train\.epochs: Input should be less than or equal to 100"),
-    ("bench", "sample_epochs", 101, r"bench\.sample_epochs: Input should be less than or equal to 100"),
-    ("bench", "sample_steps", 10_001, r"bench\.sample_steps: Input should be less than or equal to 10000"),
-])
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("bench", "seed", 1 << 32, r"bench\.seed: Input should be less than or equal to 4294967295"),
+        ("train", "seed", -1, r"train\.seed: Input should be greater than or equal to 0"),
+        ("bench", "epochs", 101, r"bench\.epochs: Input should be less than or equal to 100"),
+        ("train", "epochs", 1000, r"train\.epochs: Input should be less than or equal to 100"),
+        ("bench", "sample_epochs", 101, r"bench\.sample_epochs: Input should be less than or equal to 100"),
+        ("bench", "sample_steps", 10_001, r"bench\.sample_steps: Input should be less than or equal to 10000"),
+    ],
+)
 def test_seeds_and_epochs_are_bounded(section, key, value, message):
     params = load_params(PARAMS)
     params[section][key] = value
@@ -490,24 +576,41 @@ def test_a_retry_pause_past_the_deadline_is_not_taken(tmp_path, tiny, http_serve
         http_server.routes[f"/m/{name}"] = blob
     http_server.fail_first["/m/train-images-idx3-ubyte.gz"] = 99
     with pytest.raises(FetchError, match=r"HTTP 503 .* \(gave up after 3 tries, its deadline \(5 s\) near\)"):
-        fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw",
-                      FetchSettings(timeout_s=1, retries=5, backoff_s=1.5, deadline_s=5), env={})
+        fetch_dataset(
+            "tiny",
+            tiny.files,
+            [http_server.url + "/m"],
+            tmp_path / "raw",
+            FetchSettings(timeout_s=1, retries=5, backoff_s=1.5, deadline_s=5),
+            env={},
+        )
     assert pauses == [1.5, 3.0]  # the third (6 s) would pass the deadline
 
 
-ALIAS_BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"]
-                       + [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(8)])
+ALIAS_BOMB = "\n".join(
+    ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(8)]
+)
 
 
 def test_yaml_alias_bomb_in_params_fails_at_once(files):
     """Nine levels of nine aliases: 387 million items from 400 bytes. Refused at the first
     alias, with a short message (it once formatted the whole value)."""
     (files / "params.yaml").write_text(ALIAS_BOMB + "\n")
-    rc, err, peak_mib, seconds = cli("fetch", "tiny", "--out", str(files / "raw"), "--params",
-                                     str(files / "params.yaml"), "--sources", str(files / "sources.yaml"))
+    rc, err, peak_mib, seconds = cli(
+        "fetch",
+        "tiny",
+        "--out",
+        str(files / "raw"),
+        "--params",
+        str(files / "params.yaml"),
+        "--sources",
+        str(files / "sources.yaml"),
+    )
     assert rc == 2 and seconds < 15 and peak_mib < 200, (seconds, peak_mib)
-    one_line_error(err, "params.yaml: not valid YAML: alias *a is not allowed here (write the value out) "
-                        "(line 2, column 8)")
+    one_line_error(
+        err, "params.yaml: not valid YAML: alias *a is not allowed here (write the value out) (line 2, column 8)"
+    )
     assert len(err) < 300
 
 
@@ -516,14 +619,24 @@ def test_yaml_alias_bomb_in_params_fails_at_once(files):
 
 def test_train_refuses_another_data_sets_shards_and_too_many_ranks(tmp_path, tiny, monkeypatch):
     from conftest import write_shards
+
     from pipeline.cli import check_world
     from pipeline.shards import ShardError
 
     for split in ("train", "test"):
-        write_shards(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], tmp_path / "s" / split,
-                     dataset="tiny", split=split, samples_per_shard=40)
-    with pytest.raises(ShardError, match=rf"^{re.escape(str(tmp_path / 's' / 'train' / 'manifest.json'))}: manifest is for dataset "
-                                         r"'tiny', expected 'mnist'$"):
+        write_shards(
+            tiny.arrays[f"{split}_images"],
+            tiny.arrays[f"{split}_labels"],
+            tmp_path / "s" / split,
+            dataset="tiny",
+            split=split,
+            samples_per_shard=40,
+        )
+    with pytest.raises(
+        ShardError,
+        match=rf"^{re.escape(str(tmp_path / 's' / 'train' / 'manifest.json'))}: manifest is for dataset "
+        r"'tiny', expected 'mnist'$",
+    ):
         check_world(tmp_path / "s", "mnist")
     monkeypatch.setenv("WORLD_SIZE", "33")
     with pytest.raises(InputError, match=r"s/test: 32 samples, fewer than the 33 ranks \(WORLD_SIZE\)"):
@@ -539,10 +652,18 @@ def test_train_refuses_another_data_sets_shards_and_too_many_ranks(tmp_path, tin
 def metrics(tmp_path):
     figures = {"codec": "zstd-3"}
     for split in ("train", "test"):
-        figures[split] = {"csv_bytes": 1000, "rows": 10, **{layout: {"bytes": 100, "write_s": 0.5, "read_s": 0.1}
-                                                             for layout in ("wide", "compact")}}
-    bench = {"dataset": "tiny", "variants": {"naive": {"train_s": 3.0, "test_s": 0.5, "extrapolated": True},
-                                             "device": {"train_s": 0.25, "test_s": 0.05, "extrapolated": False}}}
+        figures[split] = {
+            "csv_bytes": 1000,
+            "rows": 10,
+            **{layout: {"bytes": 100, "write_s": 0.5, "read_s": 0.1} for layout in ("wide", "compact")},
+        }
+    bench = {
+        "dataset": "tiny",
+        "variants": {
+            "naive": {"train_s": 3.0, "test_s": 0.5, "extrapolated": True},
+            "device": {"train_s": 0.25, "test_s": 0.05, "extrapolated": False},
+        },
+    }
     (tmp_path / "fig" / "tiny").mkdir(parents=True)
     (tmp_path / "bench").mkdir()
     return tmp_path, figures, bench
@@ -553,22 +674,27 @@ def _write_metrics(root: Path, figures: dict, bench: dict) -> None:
     (root / "bench" / "tiny.json").write_text(json.dumps(bench))
 
 
-@pytest.mark.parametrize("where, value, message", [
-    ("bench", float("nan"), r"tiny.json: variants.device.train_s: Input should be a finite number \(got nan\)"),
-    ("bench", float("inf"), r"tiny.json: variants.device.train_s: Input should be a finite number \(got inf\)"),
-    ("bench", 1e308, r"tiny.json: variants.device.train_s: Input should be less than or equal to 10000000"),
-    ("bench", -0.5, r"tiny.json: variants.device.train_s: Input should be greater than or equal to 0"),
-    ("bench", "fast", r"tiny.json: variants.device.train_s: Input should be a valid number \(got 'fast'\)"),
-    ("figures", 0, r"zstd-3.json: train.compact.bytes: 0 is outside 1..1\.09951e\+12"),
-    ("figures", 1.5, r"zstd-3.json: train.compact.bytes: expected an integer, got 1.5"),
-])
+@pytest.mark.parametrize(
+    "where, value, message",
+    [
+        ("bench", float("nan"), r"tiny.json: variants.device.train_s: Input should be a finite number \(got nan\)"),
+        ("bench", float("inf"), r"tiny.json: variants.device.train_s: Input should be a finite number \(got inf\)"),
+        ("bench", 1e308, r"tiny.json: variants.device.train_s: Input should be less than or equal to 10000000"),
+        ("bench", -0.5, r"tiny.json: variants.device.train_s: Input should be greater than or equal to 0"),
+        ("bench", "fast", r"tiny.json: variants.device.train_s: Input should be a valid number \(got 'fast'\)"),
+        ("figures", 0, r"zstd-3.json: train.compact.bytes: 0 is outside 1..1\.09951e\+12"),
+        ("figures", 1.5, r"zstd-3.json: train.compact.bytes: expected an integer, got 1.5"),
+    ],
+)
 def test_summary_refuses_numbers_no_run_gives(metrics, where, value, message):
     from pipeline.stages.summary import write_summary
 
     root, figures, bench = metrics
     _write_metrics(root, figures, bench)
-    assert write_summary(root / "fig", root / "bench", ["tiny"], "zstd-3", "compact", root / "s.json") == \
-        {"machine": "unnamed", "tiny": {"MB": 0.0, "epoch_s": 0.25}}
+    assert write_summary(root / "fig", root / "bench", ["tiny"], "zstd-3", "compact", root / "s.json") == {
+        "machine": "unnamed",
+        "tiny": {"MB": 0.0, "epoch_s": 0.25},
+    }
     before = (root / "s.json").read_bytes()
     if where == "bench":
         bench["variants"]["device"]["train_s"] = value
@@ -580,11 +706,14 @@ def test_summary_refuses_numbers_no_run_gives(metrics, where, value, message):
     assert (root / "s.json").read_bytes() == before
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("write_s", float("nan"), r"zstd-3.json: train.wide.write_s: nan is outside 0..86400"),
-    ("read_s", -1, r"zstd-3.json: train.wide.read_s: -1 is outside"),
-    ("bytes", "12", r"zstd-3.json: train.wide.bytes: expected an integer, got '12'"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("write_s", float("nan"), r"zstd-3.json: train.wide.write_s: nan is outside 0..86400"),
+        ("read_s", -1, r"zstd-3.json: train.wide.read_s: -1 is outside"),
+        ("bytes", "12", r"zstd-3.json: train.wide.bytes: expected an integer, got '12'"),
+    ],
+)
 def test_codecs_refuse_numbers_no_run_gives(metrics, key, value, message):
     from pipeline.stages.codecs import write_codecs
 
@@ -604,8 +733,9 @@ def test_the_summary_names_the_machine_of_each_figure(metrics):
     (root / "fig" / "other").mkdir()
     (root / "fig" / "other" / "zstd-3.json").write_text(json.dumps(figures))
     _write_metrics(root, figures, {**bench, "machine": {"name": "amd-epyc-2c"}})
-    (root / "bench" / "other.json").write_text(json.dumps({**bench, "dataset": "other",
-                                                           "machine": {"name": "intel-xeon-2c"}}))
+    (root / "bench" / "other.json").write_text(
+        json.dumps({**bench, "dataset": "other", "machine": {"name": "intel-xeon-2c"}})
+    )
     out = write_summary(root / "fig", root / "bench", ["tiny", "other"], "zstd-3", "compact", root / "s.json")
     assert out["machine"] == "amd-epyc-2c (tiny), intel-xeon-2c (other)"
     out = write_summary(root / "fig", root / "bench", ["tiny"], "zstd-3", "compact", root / "s.json")
@@ -629,8 +759,9 @@ def test_duplicate_keys_in_a_metrics_file(metrics):
         read_json(root / "x.json")
 
 
-@pytest.mark.parametrize(("encoding", "found"), [("utf-16", "can't decode byte 0xff in position 0"),
-                                                ("utf-8-sig", "Unexpected UTF-8 BOM")])
+@pytest.mark.parametrize(
+    ("encoding", "found"), [("utf-16", "can't decode byte 0xff in position 0"), ("utf-8-sig", "Unexpected UTF-8 BOM")]
+)
 def test_a_json_file_is_utf8_only(tmp_path, encoding, found):
     """JSON is read as UTF-8 (RFC 8259), with no byte-order mark: json.loads would guess
     another encoding from the bytes and read it."""
@@ -647,12 +778,16 @@ def test_a_json_file_is_utf8_only(tmp_path, encoding, found):
 def _fail_with(number: int):
     def fail(*args, **kwargs):
         raise OSError(number, os.strerror(number))
+
     return fail
 
 
-OS_FAILURES = {errno.ENOSPC: "the disk is full",
-               errno.EFBIG: "the file is larger than this system or `ulimit -f` allows",
-               errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied"}
+OS_FAILURES = {
+    errno.ENOSPC: "the disk is full",
+    errno.EFBIG: "the file is larger than this system or `ulimit -f` allows",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+}
 
 
 @pytest.mark.parametrize("number", list(OS_FAILURES))
@@ -661,13 +796,12 @@ def test_os_failures_are_one_line_naming_the_output(files, csv_dir, parquet, mon
     """A write that fails with ENOSPC, EFBIG, EROFS or EACCES: one line naming the file
     being written and what to do, exit status 2, and the previous output untouched."""
     from pipeline.cli import main
-
     from pipeline.core.atomic import MARKER
 
     out = files / "out"
     out.mkdir()
     (out / "previous").write_text("kept")
-    (out / MARKER).write_text("an earlier run's\n")   # the stage's own earlier output, which it may replace
+    (out / MARKER).write_text("an earlier run's\n")  # the stage's own earlier output, which it may replace
     common = ["--sources", str(files / "sources.yaml"), "--params", str(files / "params.yaml")]
     if stage == "fetch":
         monkeypatch.setattr("pipeline.stages.fetch._Content._emit", _fail_with(number))
@@ -675,18 +809,33 @@ def test_os_failures_are_one_line_naming_the_output(files, csv_dir, parquet, mon
         monkeypatch.setenv("PIPELINE_MIRROR", str(files / "mirror"))
     elif stage == "convert":
         monkeypatch.setattr("pyarrow.parquet.ParquetWriter.write_table", _fail_with(number))
-        args = ["convert", "tiny", "snappy", "--csv", str(csv_dir), "--out", str(out), "--figures",
-                str(files / "f.json"), *common]
+        args = [
+            "convert",
+            "tiny",
+            "snappy",
+            "--csv",
+            str(csv_dir),
+            "--out",
+            str(out),
+            "--figures",
+            str(files / "f.json"),
+            *common,
+        ]
         written = out / "compact" / "train.parquet"
     else:
         monkeypatch.setattr("pipeline.shards.writer.ShardWriter._write", _fail_with(number))
         args, written = ["shard", "tiny", "--parquet", str(parquet), "--out", str(out), *common], out / "train"
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
-    one_line_error(result.stderr, f"Error: {written}: {os.strerror(number)} ({errno.errorcode[number]}); "
-                                  f"{OS_FAILURES[number]}", "the outputs are unchanged")
-    assert tree_digest(out) == {"previous": hashlib.sha256(b"kept").hexdigest(),
-                                MARKER: hashlib.sha256(b"an earlier run's\n").hexdigest()}
+    one_line_error(
+        result.stderr,
+        f"Error: {written}: {os.strerror(number)} ({errno.errorcode[number]}); {OS_FAILURES[number]}",
+        "the outputs are unchanged",
+    )
+    assert tree_digest(out) == {
+        "previous": hashlib.sha256(b"kept").hexdigest(),
+        MARKER: hashlib.sha256(b"an earlier run's\n").hexdigest(),
+    }
     assert [p.name for p in files.iterdir() if p.name.startswith(".out")] == []
 
 
@@ -696,10 +845,22 @@ def test_a_real_file_size_limit_is_a_message(files, csv_dir, parquet, stage):
     Python's own writes): one line, exit 2, no output."""
     common = ["--sources", str(files / "sources.yaml"), "--params", str(files / "params.yaml")]
     out = files / "out"
-    args = {"fetch": ["fetch", "tiny", "--out", str(out), *common],
-            "convert": ["convert", "tiny", "none", "--csv", str(csv_dir), "--out", str(out), "--figures",
-                        str(files / "f.json"), *common],
-            "shard": ["shard", "tiny", "--parquet", str(parquet), "--out", str(out), *common]}[stage]
+    args = {
+        "fetch": ["fetch", "tiny", "--out", str(out), *common],
+        "convert": [
+            "convert",
+            "tiny",
+            "none",
+            "--csv",
+            str(csv_dir),
+            "--out",
+            str(out),
+            "--figures",
+            str(files / "f.json"),
+            *common,
+        ],
+        "shard": ["shard", "tiny", "--parquet", str(parquet), "--out", str(out), *common],
+    }[stage]
     rc, err, _, _ = cli(*args, limits={"RLIMIT_FSIZE": 20_000}, env={"PIPELINE_MIRROR": str(files / "mirror")})
     assert rc == 2
     one_line_error(err, "File too large (EFBIG); the file is larger than this system or `ulimit -f` allows")
@@ -739,13 +900,16 @@ def test_sources_of_the_wrong_shape(tmp_path, tiny, case):
     assert str(err.value).startswith(f"{tmp_path / 'sources.yaml'}: ") and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("rows, message", [
-    (None, r"tiny.rows must map each of \['train', 'test'\] to its number of samples \(got None\)"),
-    ({"train": 64}, r"tiny.rows must map each of"),
-    ({"train": 64, "test": "32"}, r"tiny.rows.test: expected an integer in 1..16,777,216, got '32'"),
-    ({"train": 0, "test": 32}, r"tiny.rows.train: expected an integer in 1..16,777,216, got 0"),
-    ({"train": True, "test": 32}, r"tiny.rows.train: expected an integer"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (None, r"tiny.rows must map each of \['train', 'test'\] to its number of samples \(got None\)"),
+        ({"train": 64}, r"tiny.rows must map each of"),
+        ({"train": 64, "test": "32"}, r"tiny.rows.test: expected an integer in 1..16,777,216, got '32'"),
+        ({"train": 0, "test": 32}, r"tiny.rows.train: expected an integer in 1..16,777,216, got 0"),
+        ({"train": True, "test": 32}, r"tiny.rows.train: expected an integer"),
+    ],
+)
 def test_rows_of_the_wrong_shape(tmp_path, tiny, rows, message):
     (tmp_path / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"files": tiny.files, "rows": rows}}))
     with pytest.raises(SourcesError, match=message):
@@ -753,21 +917,33 @@ def test_rows_of_the_wrong_shape(tmp_path, tiny, rows, message):
 
 
 def test_cli_sources_of_the_wrong_shape_is_one_line(files, tiny):
-    (files / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"rows": ROWS, "files": {
-        **tiny.files, "test_labels": {"name": "x", "sha256": "ab"}}}}))
-    rc, err, _, _ = cli("fetch", "tiny", "--out", str(files / "raw"), "--sources", str(files / "sources.yaml"),
-                        "--params", str(files / "params.yaml"))
+    (files / "sources.yaml").write_text(
+        yaml.safe_dump({"tiny": {"rows": ROWS, "files": {**tiny.files, "test_labels": {"name": "x", "sha256": "ab"}}}})
+    )
+    rc, err, _, _ = cli(
+        "fetch",
+        "tiny",
+        "--out",
+        str(files / "raw"),
+        "--sources",
+        str(files / "sources.yaml"),
+        "--params",
+        str(files / "params.yaml"),
+    )
     assert rc == 2
     one_line_error(err, "sources.yaml: tiny.files: file test_labels: sha256 must be 64 hex digits, got 'ab'")
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"fetch: [unclosed\n", r"params.yaml: not valid YAML: .* \(line 2, column 1\)"),
-    (b"fetch: caf\xe9\n", r"params.yaml: not UTF-8 text \(byte 0xe9 at offset 10\)"),
-    (b"- a list\n", r"params.yaml: expected a mapping at the top level"),
-    (b"[" * 20_000, r"params.yaml: not valid YAML"),
-    (b"a: 1\n" + b"#" * (1 << 20), r"params.yaml: 1,048,\d+ bytes or more, larger than any params file can be"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"fetch: [unclosed\n", r"params.yaml: not valid YAML: .* \(line 2, column 1\)"),
+        (b"fetch: caf\xe9\n", r"params.yaml: not UTF-8 text \(byte 0xe9 at offset 10\)"),
+        (b"- a list\n", r"params.yaml: expected a mapping at the top level"),
+        (b"[" * 20_000, r"params.yaml: not valid YAML"),
+        (b"a: 1\n" + b"#" * (1 << 20), r"params.yaml: 1,048,\d+ bytes or more, larger than any params file can be"),
+    ],
+)
 def test_params_that_are_not_yaml(tmp_path, content, message):
     (tmp_path / "params.yaml").write_bytes(content)
     with within(10), pytest.raises(ParamsError, match=message):
@@ -781,13 +957,18 @@ def test_cli_params_not_utf8_is_one_line(files):
     one_line_error(err, "params.yaml: not UTF-8 text (byte 0xff at offset 0)")
 
 
-@pytest.mark.parametrize("data, message", [
-    (idx_header(*[(1 << 32) - 1] * 4) + bytes(16),
-     r"truncated: header says shape \(4294967295, 4294967295, 4294967295, 4294967295\) "
-     r"\(340,282,366,604,025,813,516,997,721,482,669,850,645 bytes\), file has 36 bytes"),
-    (idx_header(0, (1 << 32) - 1, (1 << 32) - 1, (1 << 32) - 1), r"which no array can have"),
-    (idx_header(*[1] * 9) + bytes(1), r"header declares 9 dimensions, more than the 8"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            idx_header(*[(1 << 32) - 1] * 4) + bytes(16),
+            r"truncated: header says shape \(4294967295, 4294967295, 4294967295, 4294967295\) "
+            r"\(340,282,366,604,025,813,516,997,721,482,669,850,645 bytes\), file has 36 bytes",
+        ),
+        (idx_header(0, (1 << 32) - 1, (1 << 32) - 1, (1 << 32) - 1), r"which no array can have"),
+        (idx_header(*[1] * 9) + bytes(1), r"header declares 9 dimensions, more than the 8"),
+    ],
+)
 def test_idx_dimensions_whose_product_wraps(tmp_path, data, message):
     """A product computed in 64 bits wraps (4 x (2^32 - 1) is 2^128): here it is exact."""
     with pytest.raises(IdxError, match=message):
@@ -804,15 +985,35 @@ def test_manifest_count_that_cannot_be_allocated(tmp_path):
     from pipeline.shards import read_split as read_shard_split  # (read_split here is the IDX reader's)
     from pipeline.shards.format import MAX_COUNT, new_manifest, write_manifest
 
-    entry = {"file": "shard-00000.safetensors.zst", "count": MAX_COUNT, "bytes": 100, "sha256": "a" * 64,
-             "xxh3_128": "b" * 32}
+    entry = {
+        "file": "shard-00000.safetensors.zst",
+        "count": MAX_COUNT,
+        "bytes": 100,
+        "sha256": "a" * 64,
+        "xxh3_128": "b" * 32,
+    }
     (tmp_path / "s").mkdir()
     from pipeline.stages.sample import MNIST
 
-    write_manifest(tmp_path / "s", new_manifest(sample=MNIST, dataset="d", split="train", count=MAX_COUNT, codec="zstd", level=3,
-                                                source={}, shards=[entry], block=None))
-    with pytest.raises(ShardError, match=r"manifest.json: count 2,147,483,648 needs 1,685.8 GB, which cannot be "
-                                         r"allocated here"):
+    write_manifest(
+        tmp_path / "s",
+        new_manifest(
+            sample=MNIST,
+            dataset="d",
+            split="train",
+            count=MAX_COUNT,
+            codec="zstd",
+            level=3,
+            source={},
+            shards=[entry],
+            block=None,
+        ),
+    )
+    with pytest.raises(
+        ShardError,
+        match=r"manifest.json: count 2,147,483,648 needs 1,685.8 GB, which cannot be "
+        r"allocated here",
+    ):
         read_shard_split(tmp_path / "s")
 
 
@@ -836,8 +1037,11 @@ def test_device_this_machine_lacks_is_one_line(monkeypatch):
     from pipeline.cli import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(InputError, match=r"--device cuda: no CUDA device is usable here \(torch .*\); use --device "
-                                         r"cpu, or auto"):
+    with pytest.raises(
+        InputError,
+        match=r"--device cuda: no CUDA device is usable here \(torch .*\); use --device "
+        r"cpu, or auto",
+    ):
         resolve_device("cuda")
     with pytest.raises(InputError, match=r"--device 'banana': not a torch device"):
         resolve_device("banana")
@@ -855,11 +1059,17 @@ def test_standalone_data_set_names_are_slugs():
 # ---------------------------------------------------------------- 6. smaller ones
 
 
-@pytest.mark.parametrize("text, message", [
-    ("fetch: {retries: 1}\nfetch: {retries: 2}\n", r"params.yaml: not valid YAML: key 'fetch' is given twice "
-                                                   r"\(line 2, column 1\)"),
-    ("fetch:\n  retries: 1\n  retries: 2\n", r"key 'retries' is given twice \(line 3, column 3\)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "fetch: {retries: 1}\nfetch: {retries: 2}\n",
+            r"params.yaml: not valid YAML: key 'fetch' is given twice "
+            r"\(line 2, column 1\)",
+        ),
+        ("fetch:\n  retries: 1\n  retries: 2\n", r"key 'retries' is given twice \(line 3, column 3\)"),
+    ],
+)
 def test_duplicate_keys_in_params(tmp_path, text, message):
     (tmp_path / "params.yaml").write_text(text)
     with pytest.raises(ParamsError, match=message):
@@ -900,7 +1110,8 @@ def test_the_stale_sweep_spares_a_siblings_temporary(tmp_path):
 
 
 VALID_ROW = st.tuples(st.integers(0, 9), st.lists(st.integers(0, 255), min_size=784, max_size=784)).map(
-    lambda row: ",".join(map(str, [row[0], *row[1]])).encode())
+    lambda row: ",".join(map(str, [row[0], *row[1]])).encode()
+)
 NOISE = st.binary(max_size=64)
 
 
@@ -923,8 +1134,11 @@ def csv_lines(draw):
     return lines
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(lines=csv_lines(), end=st.sampled_from([b"\n", b"\r\n"]), block=st.sampled_from([4096, 1 << 16]))
 def test_csv_block_parser_never_crashes_and_parses_only_bounded_lines(tmp_path, monkeypatch, lines, end, block):
     """Whatever the lines: rows come back exactly, or a DataError; and the parser is only
@@ -944,8 +1158,11 @@ def test_csv_block_parser_never_crashes_and_parses_only_bounded_lines(tmp_path, 
     reference = []
     for line in lines:
         fields = line.split(b",")
-        if len(fields) == 785 and all(f.isdigit() and len(f) <= 3 and int(f) <= 255 for f in fields) \
-                and int(fields[0]) <= 9:
+        if (
+            len(fields) == 785
+            and all(f.isdigit() and len(f) <= 3 and int(f) <= 255 for f in fields)
+            and int(fields[0]) <= 9
+        ):
             reference.append([int(f) for f in fields])
         else:
             reference = None
@@ -974,8 +1191,9 @@ def idx_files(draw):
     return bytes([0, 0, code, ndim]) + b"".join(d.to_bytes(4, "big") for d in dims) + draw(st.binary(max_size=200))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])  # a loaded host is slow
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)  # a loaded host is slow
 @given(data=idx_files())
 def test_idx_reader_never_crashes_and_never_reads_past_the_file(tmp_path, data):
     """Any bytes: an array holding exactly the body, or an IdxError; from a file, the same,
@@ -996,9 +1214,11 @@ def test_idx_reader_never_crashes_and_never_reads_past_the_file(tmp_path, data):
         assert array is not None and back.shape == array.shape and back.tobytes() == array.tobytes()
 
 
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats()
-                           | st.text(max_size=20), lambda inner: st.lists(inner, max_size=4)
-                           | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=12)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 def _child(node, key):
@@ -1009,23 +1229,64 @@ def _child(node, key):
     return None
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])  # a loaded host is slow
-@given(path=st.lists(st.one_of(st.sampled_from(["shards", "count", "file", "bytes", "compression", "codec", "images",
-                                                 "sha256", "xxh3_128", "format_version", "dataset"]),
-                               st.integers(0, 3)), min_size=1, max_size=3),
-       value=JSON_VALUES, whole=st.booleans())
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)  # a loaded host is slow
+@given(
+    path=st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "shards",
+                    "count",
+                    "file",
+                    "bytes",
+                    "compression",
+                    "codec",
+                    "images",
+                    "sha256",
+                    "xxh3_128",
+                    "format_version",
+                    "dataset",
+                ]
+            ),
+            st.integers(0, 3),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    value=JSON_VALUES,
+    whole=st.booleans(),
+)
 def test_manifest_check_never_crashes(path, value, whole):
     """A valid manifest with any one value replaced by any JSON value (or any JSON value
     whole): the check returns it or raises a ShardError naming the file, nothing else."""
     from pipeline.shards import ShardError
-    from pipeline.stages.sample import MNIST
     from pipeline.shards.format import BLOCK_BYTES, check_manifest, new_manifest, shard_file
+    from pipeline.stages.sample import MNIST
 
-    shards = [{"file": shard_file(i, "none"), "count": n, "bytes": n * MNIST.row_bytes + 100, "sha256": "a" * 64,
-               "xxh3_128": "b" * 32, "header_xxh3_64": "c" * 16} for i, n in enumerate((3, 2))]
-    manifest = new_manifest(sample=MNIST, dataset="d", split="train", count=5, codec="none", level=3, source={},
-                            shards=shards, block=BLOCK_BYTES)
+    shards = [
+        {
+            "file": shard_file(i, "none"),
+            "count": n,
+            "bytes": n * MNIST.row_bytes + 100,
+            "sha256": "a" * 64,
+            "xxh3_128": "b" * 32,
+            "header_xxh3_64": "c" * 16,
+        }
+        for i, n in enumerate((3, 2))
+    ]
+    manifest = new_manifest(
+        sample=MNIST,
+        dataset="d",
+        split="train",
+        count=5,
+        codec="none",
+        level=3,
+        source={},
+        shards=shards,
+        block=BLOCK_BYTES,
+    )
     if whole:
         manifest = value
     else:
@@ -1048,12 +1309,14 @@ def test_members_ending_on_a_full_inflate_step(tmp_path, sizes):
     content = bytes(range(256)) * (sum(sizes) // 256 + 1)
     parts, start = [], 0
     for size in sizes:
-        parts.append(gzip.compress(content[start:start + size], mtime=0))
+        parts.append(gzip.compress(content[start : start + size], mtime=0))
         start += size
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "a.csv").write_bytes(b"".join(parts))
     (tmp_path / "m" / "b.csv").write_bytes(gzip.compress(b"x", mtime=0))
-    files = {"train_csv": {"name": "a.csv", "sha256": hashlib.sha256(content[:start]).hexdigest()},
-             "test_csv": {"name": "b.csv", "sha256": hashlib.sha256(b"x").hexdigest()}}
+    files = {
+        "train_csv": {"name": "a.csv", "sha256": hashlib.sha256(content[:start]).hexdigest()},
+        "test_csv": {"name": "b.csv", "sha256": hashlib.sha256(b"x").hexdigest()},
+    }
     fetch_dataset("d", files, [str(tmp_path / "m")], tmp_path / "raw", FAST, env={})
     assert (tmp_path / "raw" / "train.csv").read_bytes() == content[:start]

@@ -33,9 +33,15 @@ def test_exclusive_counts_each_instant_once_in_priority_order():
 def event(name, start, end, device=CPU, parent=None, thread=1, id=0):
     """A profiler event as `profile.events()` gives it (a range we or anyone marked is an
     annotation; `id` is its correlation id)."""
-    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start * 1e6, end=end * 1e6),
-                           device_type=device, cpu_parent=parent, thread=thread, id=id,
-                           is_user_annotation=name.startswith("budget:") or "#" in name)
+    return SimpleNamespace(
+        name=name,
+        time_range=SimpleNamespace(start=start * 1e6, end=end * 1e6),
+        device_type=device,
+        cpu_parent=parent,
+        thread=thread,
+        id=id,
+        is_user_annotation=name.startswith("budget:") or "#" in name,
+    )
 
 
 def cpu_trace():
@@ -43,10 +49,19 @@ def cpu_trace():
     the second: data 11-12, copy 12-12.5, step 12.5-20 (op 13-19; a nested op inside it)."""
     step1, step2 = event("budget:step", 3, 10), event("budget:step", 12.5, 20)
     outer = event("aten::conv2d", 13, 19, parent=step2)
-    return [event("budget:data_wait", 0, 2), event("aten::tensor", 0.5, 1.5, parent=None),
-            event("budget:copy", 2, 3), step1, event("aten::addmm", 3, 5, parent=step1),
-            event("aten::relu", 6, 9, parent=step1), event("budget:data_wait", 11, 12), event("budget:copy", 12, 12.5),
-            step2, outer, event("aten::mkldnn_convolution", 14, 18, parent=outer)]
+    return [
+        event("budget:data_wait", 0, 2),
+        event("aten::tensor", 0.5, 1.5, parent=None),
+        event("budget:copy", 2, 3),
+        step1,
+        event("aten::addmm", 3, 5, parent=step1),
+        event("aten::relu", 6, 9, parent=step1),
+        event("budget:data_wait", 11, 12),
+        event("budget:copy", 12, 12.5),
+        step2,
+        outer,
+        event("aten::mkldnn_convolution", 14, 18, parent=outer),
+    ]
 
 
 def test_annotations_are_looked_through_and_other_threads_left_out():
@@ -55,8 +70,13 @@ def test_annotations_are_looked_through_and_other_threads_left_out():
     pin-memory thread) during the step is not the step's."""
     step = event("budget:step", 0, 10)
     adam = event("Optimizer.step#Adam.step", 1, 9, parent=step)
-    events = [step, adam, event("aten::add_", 2, 3, parent=adam), event("aten::mul_", 5, 6, parent=adam),
-              event("aten::copy_", 4, 8, thread=2)]
+    events = [
+        step,
+        adam,
+        event("aten::add_", 2, 3, parent=adam),
+        event("aten::mul_", 5, 6, parent=adam),
+        event("aten::copy_", 4, 8, thread=2),
+    ]
     ranges, ops, kernels, memcpy = trace_intervals(events)
     assert ops == [(2, 3), (5, 6)] and kernels == [] and memcpy == []
     parts = split(ranges, ops, kernels, memcpy, cuda=False)
@@ -77,37 +97,58 @@ def test_cuda_split_counts_device_time_first():
     """Kernels run while the host waits for data: that time is compute (the device was
     busy); the host inside a step while no kernel runs is overhead (launches, Python)."""
     ranges = {"data_wait": [(0, 2)], "copy": [(2, 3)], "step": [(3, 10)]}
-    kernels = [(1, 2.5), (4, 5), (6, 7)]      # one still running from the previous step
+    kernels = [(1, 2.5), (4, 5), (6, 7)]  # one still running from the previous step
     memcpy = [(2.5, 3)]
     parts = split(ranges, ops=[(3, 9)], kernels=kernels, memcpy=memcpy, cuda=True)
     assert parts == pytest.approx({"compute": 3.5, "copy": 0.5, "data_wait": 1, "overhead": 5, "other": 0})
 
 
 def test_trace_sorts_device_events():
-    events = [event("budget:step", 0, 9),
-              event("budget:step", 0, 9, device=CUDA),  # the GPU-side copy of a user range: not a range
-              event("Optimizer.step#Adam.step", 0.5, 8, device=CUDA),  # nor is anyone else's, nor a kernel
-              event("Memcpy HtoD (Pageable -> Device)", 1, 2, device=CUDA),
-              event("void cudnn::conv_kernel", 3, 4, device=CUDA)]
+    events = [
+        event("budget:step", 0, 9),
+        event("budget:step", 0, 9, device=CUDA),  # the GPU-side copy of a user range: not a range
+        event("Optimizer.step#Adam.step", 0.5, 8, device=CUDA),  # nor is anyone else's, nor a kernel
+        event("Memcpy HtoD (Pageable -> Device)", 1, 2, device=CUDA),
+        event("void cudnn::conv_kernel", 3, 4, device=CUDA),
+    ]
     ranges, ops, kernels, memcpy = trace_intervals(events)
     assert ranges == {"step": [(0, 9)]} and ops == [] and kernels == [(3, 4)] and memcpy == [(1, 2)]
 
 
-@pytest.mark.parametrize(("ranges", "cuda", "kernels", "expected"), [
-    # every part named, 0.0 where nothing of it happened
-    ({"step": [(0, 2)]}, False, [], {"data_wait": 0.0, "copy": 0.0, "compute": 0.0, "overhead": 2, "other": 0.0}),
-    # the window starts with a copy, and ends with one
-    ({"copy": [(0, 1)], "step": [(1, 5)]}, False, [], {"data_wait": 0.0, "copy": 1, "compute": 0.0, "overhead": 4,
-                                                        "other": 0.0}),
-    ({"step": [(0, 4)], "copy": [(4, 6)]}, False, [], {"data_wait": 0.0, "copy": 2, "compute": 0.0, "overhead": 4,
-                                                       "other": 0.0}),
-    # a wait after the last step (the loader's end) is outside the window
-    ({"data_wait": [(0, 1), (5, 7)], "step": [(1, 5)]}, False, [], {"data_wait": 1, "copy": 0.0, "compute": 0.0,
-                                                                    "overhead": 4, "other": 0.0}),
-    # on CUDA, the host's copy range counts as copy where no kernel runs, memcpy or not
-    ({"copy": [(0, 1)], "step": [(1, 3)]}, True, [(1, 2)], {"data_wait": 0.0, "copy": 1, "compute": 1, "overhead": 1,
-                                                            "other": 0.0}),
-])
+@pytest.mark.parametrize(
+    ("ranges", "cuda", "kernels", "expected"),
+    [
+        # every part named, 0.0 where nothing of it happened
+        ({"step": [(0, 2)]}, False, [], {"data_wait": 0.0, "copy": 0.0, "compute": 0.0, "overhead": 2, "other": 0.0}),
+        # the window starts with a copy, and ends with one
+        (
+            {"copy": [(0, 1)], "step": [(1, 5)]},
+            False,
+            [],
+            {"data_wait": 0.0, "copy": 1, "compute": 0.0, "overhead": 4, "other": 0.0},
+        ),
+        (
+            {"step": [(0, 4)], "copy": [(4, 6)]},
+            False,
+            [],
+            {"data_wait": 0.0, "copy": 2, "compute": 0.0, "overhead": 4, "other": 0.0},
+        ),
+        # a wait after the last step (the loader's end) is outside the window
+        (
+            {"data_wait": [(0, 1), (5, 7)], "step": [(1, 5)]},
+            False,
+            [],
+            {"data_wait": 1, "copy": 0.0, "compute": 0.0, "overhead": 4, "other": 0.0},
+        ),
+        # on CUDA, the host's copy range counts as copy where no kernel runs, memcpy or not
+        (
+            {"copy": [(0, 1)], "step": [(1, 3)]},
+            True,
+            [(1, 2)],
+            {"data_wait": 0.0, "copy": 1, "compute": 1, "overhead": 1, "other": 0.0},
+        ),
+    ],
+)
 def test_the_window_spans_the_marked_ranges_and_every_part_is_named(ranges, cuda, kernels, expected):
     assert split(ranges, [], kernels, [], cuda=cuda) == expected
 
@@ -137,7 +178,6 @@ def test_a_real_profiled_pass_adds_up():
     assert total == pytest.approx(parts["step_s"], abs=1e-5) and all(parts[f"{n}_s"] >= 0 for n in intervals.PARTS)
 
 
-
 def test_per_step_sets_the_parts_beside_a_plain_clock():
     out = intervals.per_step({"data_wait": 0.3, "copy": 0.0, "compute": 0.5, "overhead": 0.1, "other": 0.1}, 10, 1.25)
     assert out["step_s"] == pytest.approx(0.1) and out["wall_s"] == 0.125 and out["vs_wall"] == 0.8
@@ -148,11 +188,16 @@ def eager_cuda_trace():
     """One CUDA step, 0-10: kernel A (launched at 0.5) runs 1-3; B, launched at 2 while A
     ran, starts at 4; C, launched at 7, runs 7.5-9. A host op whose own id is C's
     correlation id (ids of ops and of launches are separate counters) comes first."""
-    return [event("budget:step", 0, 10), event("aten::addmm", 0, 0.4, id=3),
-            event("cudaLaunchKernel", 0.5, 0.7, id=1), event("cudaLaunchKernel", 2, 2.2, id=2),
-            event("cudaLaunchKernel", 7, 7.2, id=3),
-            event("kernel_a", 1, 3, device=CUDA, id=1), event("kernel_b", 4, 5, device=CUDA, id=2),
-            event("kernel_c", 7.5, 9, device=CUDA, id=3)]
+    return [
+        event("budget:step", 0, 10),
+        event("aten::addmm", 0, 0.4, id=3),
+        event("cudaLaunchKernel", 0.5, 0.7, id=1),
+        event("cudaLaunchKernel", 2, 2.2, id=2),
+        event("cudaLaunchKernel", 7, 7.2, id=3),
+        event("kernel_a", 1, 3, device=CUDA, id=1),
+        event("kernel_b", 4, 5, device=CUDA, id=2),
+        event("kernel_c", 7.5, 9, device=CUDA, id=3),
+    ]
 
 
 def test_device_idle_splits_into_host_wait_and_launch_gaps_instant_by_instant():
@@ -171,9 +216,13 @@ def test_device_idle_splits_into_host_wait_and_launch_gaps_instant_by_instant():
 def test_a_graphs_kernels_are_queued_from_its_one_launch():
     """A replayed CUDA graph: one launch call (0.1), three kernels with its correlation id;
     the device's idle instants after the launch are launch gaps, before it host wait."""
-    events = [event("budget:step", 0, 4.5), event("cudaGraphLaunch", 0.1, 0.3, id=9),
-              event("k1", 1, 2, device=CUDA, id=9), event("k2", 2.5, 3, device=CUDA, id=9),
-              event("k3", 3.2, 4, device=CUDA, id=9)]
+    events = [
+        event("budget:step", 0, 4.5),
+        event("cudaGraphLaunch", 0.1, 0.3, id=9),
+        event("k1", 1, 2, device=CUDA, id=9),
+        event("k2", 2.5, 3, device=CUDA, id=9),
+        event("k3", 3.2, 4, device=CUDA, id=9),
+    ]
     ranges, _, kernels, memcpy = trace_intervals(events)
     idle = device_idle(events, ranges, kernels, memcpy, steps=1)
     overhead = per_step(split(ranges, [], kernels, memcpy, cuda=True), 1)["overhead_s"]
@@ -191,8 +240,15 @@ def test_no_split_when_a_launch_is_missing_from_the_trace():
 
 def cuda_budget(overhead, compute, host_wait=None, launch_gap=None, device="cuda:0"):
     """A budget of one part pair, in seconds per step of 0.5 s (`step_s`), on `device`."""
-    per_step = {"data_wait_s": 0.0, "copy_s": 0.0, "compute_s": compute, "overhead_s": overhead, "other_s": 0.0,
-                "steps": 4, "step_s": overhead + compute}
+    per_step = {
+        "data_wait_s": 0.0,
+        "copy_s": 0.0,
+        "compute_s": compute,
+        "overhead_s": overhead,
+        "other_s": 0.0,
+        "steps": 4,
+        "step_s": overhead + compute,
+    }
     if host_wait is not None or launch_gap is not None:
         per_step.update(host_wait_s=host_wait, launch_gap_s=launch_gap)
     return timebudget.Budget(per_step=per_step, device=device)
@@ -200,21 +256,31 @@ def cuda_budget(overhead, compute, host_wait=None, launch_gap=None, device="cuda
 
 def test_an_overhead_bound_cuda_verdict_names_the_half_that_bounds_it():
     host, gaps = cuda_budget(0.4, 0.1, 0.3, 0.1), cuda_budget(0.4, 0.1, 0.05, 0.35)
-    assert verdict(host).startswith("OVERHEAD-BOUND: overhead is 80% of the step (host wait 60%, launch gaps 20%); "
-                                    "the device idles with nothing queued")
+    assert verdict(host).startswith(
+        "OVERHEAD-BOUND: overhead is 80% of the step (host wait 60%, launch gaps 20%); "
+        "the device idles with nothing queued"
+    )
     assert "Try: capture the step as a CUDA graph" in verdict(host)
-    assert verdict(gaps).startswith("OVERHEAD-BOUND: overhead is 80% of the step (host wait 10%, launch gaps 70%); "
-                                    "the device idles between kernels already queued")
-    assert verdict(cuda_budget(0.4, 0.1)) == ("OVERHEAD-BOUND: overhead is 80% of the step; " + rule_for("overhead", "cuda")
-                                              .meaning + ". Try: " + rule_for("overhead", "cuda").try_next + "."
-                                              "\nWhy: overhead 80% of the step.")
+    assert verdict(gaps).startswith(
+        "OVERHEAD-BOUND: overhead is 80% of the step (host wait 10%, launch gaps 70%); "
+        "the device idles between kernels already queued"
+    )
+    assert verdict(cuda_budget(0.4, 0.1)) == (
+        "OVERHEAD-BOUND: overhead is 80% of the step; "
+        + rule_for("overhead", "cuda").meaning
+        + ". Try: "
+        + rule_for("overhead", "cuda").try_next
+        + "."
+        "\nWhy: overhead 80% of the step."
+    )
 
 
 def test_the_idle_split_is_used_only_where_it_is_whole_and_overhead_bounds():
     """A compute-bound step says nothing of the halves; a half missing, or a step of no
     length, is no split at all."""
     assert verdict(cuda_budget(0.1, 0.4, 0.05, 0.05)).startswith(
-        "COMPUTE-BOUND (weak evidence): compute is 80% of the step; the model")
+        "COMPUTE-BOUND (weak evidence): compute is 80% of the step; the model"
+    )
     for half in ({"host_wait_s": None}, {"launch_gap_s": None}):
         partial = cuda_budget(0.4, 0.1, 0.3, 0.1)
         partial.per_step.update(half)
@@ -227,7 +293,9 @@ def test_the_idle_split_is_used_only_where_it_is_whole_and_overhead_bounds():
 def test_the_cpu_has_rules_of_its_own_for_overhead_and_copy():
     assert rule_for("overhead", "cpu").meaning.startswith("Python and op dispatch inside the step")
     assert rule_for("overhead", "cuda:0").meaning.startswith("Python and kernel launches")
-    assert rule_for("copy", "cpu") is not rule_for("copy", "cuda") and rule_for("compute", "cpu") is rule_for("compute", "cuda")
+    assert rule_for("copy", "cpu") is not rule_for("copy", "cuda") and rule_for("compute", "cpu") is rule_for(
+        "compute", "cuda"
+    )
     said = verdict(cuda_budget(0.4, 0.1, device="cpu"))
     assert said.startswith("OVERHEAD-BOUND: overhead is 80% of the step; Python and op dispatch inside the step")
 
@@ -235,55 +303,87 @@ def test_the_cpu_has_rules_of_its_own_for_overhead_and_copy():
 def test_evidence_quotes_the_closest_pair_the_ladder_ran():
     rule = rule_for("overhead", "cuda")  # (device -> graphed), then (graphed -> compiled)
     ladder = {"variants": {"graphed": {"train_s": 2.0}, "compiled": {"train_s": 1.0, "extrapolated": True}}}
-    assert evidence(rule, ladder) == (" On a ladder of an unnamed machine (bench): `graphed` 2 -> `compiled` 1 "
-                                      "(sampled: extrapolated) s/epoch.")
+    assert evidence(rule, ladder) == (
+        " On a ladder of an unnamed machine (bench): `graphed` 2 -> `compiled` 1 (sampled: extrapolated) s/epoch."
+    )
     ladder["variants"]["device"] = {"train_s": 4.0, "unstable": True}
     ladder.update(dataset="mnist", machine={"device": "cpu", "name": "amd-epyc-2c"}, params={"quick": True})
-    assert evidence(rule, ladder, "amd-epyc-2c") == (" On this machine's ladder (`amd-epyc-2c`, mnist, on cpu, a quick "
-                                                     "run): `device` 4 (unstable) -> `graphed` 2 s/epoch.")
+    assert evidence(rule, ladder, "amd-epyc-2c") == (
+        " On this machine's ladder (`amd-epyc-2c`, mnist, on cpu, a quick "
+        "run): `device` 4 (unstable) -> `graphed` 2 s/epoch."
+    )
     assert evidence(rule, ladder, "intel-xeon-2c").startswith(" On another machine's ladder (`amd-epyc-2c`, mnist")
     assert evidence(rule, None) == "" and evidence(rule, {"dataset": "mnist"}) == ""
     assert evidence(rule, {"variants": {"device": {"train_s": 4.0}}}) == ""
 
 
 def test_queued_from_the_earliest_launch_call_and_every_unmatched_event_counted():
-    events = [event("cudaLaunchKernel", 2.0, 2.1, id=5), event("cudaLaunchKernel", 1.0, 1.1, id=5),
-              event("k", 3, 4, device=CUDA, id=5), event("lost", 5, 6, device=CUDA, id=6),
-              event("lost too", 7, 8, device=CUDA, id=7)]
+    events = [
+        event("cudaLaunchKernel", 2.0, 2.1, id=5),
+        event("cudaLaunchKernel", 1.0, 1.1, id=5),
+        event("k", 3, 4, device=CUDA, id=5),
+        event("lost", 5, 6, device=CUDA, id=6),
+        event("lost too", 7, 8, device=CUDA, id=7),
+    ]
     assert queued_intervals(events) == ([(1.0, 3.0)], 2)
 
 
 def test_device_idle_is_per_step_rounded_to_a_microsecond_and_sums_to_the_overhead():
     """The graph trace of `test_a_graphs_kernels_are_queued_from_its_one_launch` over three
     steps: host wait 0.6 and launch gaps 1.6 in all."""
-    events = [event("budget:step", 0, 4.5), event("cudaGraphLaunch", 0.1, 0.3, id=9),
-              event("k1", 1, 2, device=CUDA, id=9), event("k2", 2.5, 3, device=CUDA, id=9),
-              event("k3", 3.2, 4, device=CUDA, id=9)]
+    events = [
+        event("budget:step", 0, 4.5),
+        event("cudaGraphLaunch", 0.1, 0.3, id=9),
+        event("k1", 1, 2, device=CUDA, id=9),
+        event("k2", 2.5, 3, device=CUDA, id=9),
+        event("k3", 3.2, 4, device=CUDA, id=9),
+    ]
     ranges, _, kernels, memcpy = trace_intervals(events)
     idle = device_idle(events, ranges, kernels, memcpy, steps=3)
     assert idle == {"host_wait_s": 0.2, "launch_gap_s": 0.533333}
-    assert round(idle["host_wait_s"] + idle["launch_gap_s"], 6) == per_step(
-        split(ranges, [], kernels, memcpy, cuda=True), 3)["overhead_s"]
+    assert (
+        round(idle["host_wait_s"] + idle["launch_gap_s"], 6)
+        == per_step(split(ranges, [], kernels, memcpy, cuda=True), 3)["overhead_s"]
+    )
 
 
 def test_per_step_rounds_to_a_microsecond_and_leaves_the_ratio_out_without_a_clock():
     out = intervals.per_step({"data_wait": 0.0, "copy": 0.0, "compute": 1.0, "overhead": 0.0, "other": 0.0}, 3, 3.0)
-    assert out == {"data_wait_s": 0.0, "copy_s": 0.0, "compute_s": 0.333333, "overhead_s": 0.0, "other_s": 0.0,
-                   "step_s": 0.333333, "steps": 3, "wall_s": 1.0, "vs_wall": 0.333}
+    assert out == {
+        "data_wait_s": 0.0,
+        "copy_s": 0.0,
+        "compute_s": 0.333333,
+        "overhead_s": 0.0,
+        "other_s": 0.0,
+        "step_s": 0.333333,
+        "steps": 3,
+        "wall_s": 1.0,
+        "vs_wall": 0.333,
+    }
     assert intervals.per_step(dict.fromkeys(intervals.PARTS, 0.0), 1, 0.0)["vs_wall"] is None
 
 
 def test_step_flops_counts_the_host_ops_that_start_inside_a_step():
     """Steps 1-2 and 3-4 (the ends included); an op before, between or after them, a device
     event and an op without a count add nothing."""
+
     def op(start, flops=None, device=CPU):
         e = event("aten::mm", start, start + 0.1, device=device)
         if flops is not None:
             e.flops = flops
         return e
 
-    events = [op(1.5, 100), op(2.0, 10), op(3.0, 1000), op(0.5, 1), op(2.5, 2), op(4.5, 3), op(1.6, 5, device=CUDA),
-              op(1.7, 0), op(1.8)]
+    events = [
+        op(1.5, 100),
+        op(2.0, 10),
+        op(3.0, 1000),
+        op(0.5, 1),
+        op(2.5, 2),
+        op(4.5, 3),
+        op(1.6, 5, device=CUDA),
+        op(1.7, 0),
+        op(1.8),
+    ]
     assert trace.step_flops(events, [(1, 2), (3, 4)]) == 1110
 
 
@@ -295,15 +395,36 @@ def test_the_profiler_records_the_device_only_on_cuda():
 
 
 def test_to_json_holds_every_figure_its_shares_and_the_bound():
-    per = {"data_wait_s": 0.1, "copy_s": 0.0, "compute_s": 0.15, "overhead_s": 0.05, "other_s": 0.0, "step_s": 0.3,
-           "steps": 4}
-    b = timebudget.Budget(per_step=per, device="cuda:0", kernels_per_step=12.0, flop_per_step=3e9, peak_device_bytes=1024)
-    assert b.to_json() == {"device": "cuda:0", "machine": None, **per, "bound": "compute", "partial": False,
-                           "largest_part": "compute", "intra_threads": None,
-                           "kernels_per_step": 12.0, "verdict": "COMPUTE", "ops_per_step": None,
-                           "share": {"data_wait": 0.3333, "copy": 0.0, "compute": 0.5, "overhead": 0.1667, "other": 0.0},
-                           "flop_per_step": 3e9, "achieved_flop_s": pytest.approx(1e10), "peak_flop_s": None,
-                           "threads": None, "peak_device_bytes": 1024}
+    per = {
+        "data_wait_s": 0.1,
+        "copy_s": 0.0,
+        "compute_s": 0.15,
+        "overhead_s": 0.05,
+        "other_s": 0.0,
+        "step_s": 0.3,
+        "steps": 4,
+    }
+    b = timebudget.Budget(
+        per_step=per, device="cuda:0", kernels_per_step=12.0, flop_per_step=3e9, peak_device_bytes=1024
+    )
+    assert b.to_json() == {
+        "device": "cuda:0",
+        "machine": None,
+        **per,
+        "bound": "compute",
+        "partial": False,
+        "largest_part": "compute",
+        "intra_threads": None,
+        "kernels_per_step": 12.0,
+        "verdict": "COMPUTE",
+        "ops_per_step": None,
+        "share": {"data_wait": 0.3333, "copy": 0.0, "compute": 0.5, "overhead": 0.1667, "other": 0.0},
+        "flop_per_step": 3e9,
+        "achieved_flop_s": pytest.approx(1e10),
+        "peak_flop_s": None,
+        "threads": None,
+        "peak_device_bytes": 1024,
+    }
     empty = timebudget.Budget(per_step={**dict.fromkeys(per, 0.0), "steps": 1}, device="cpu", flop_per_step=3e9)
     assert empty.shares() == dict.fromkeys(intervals.PARTS, 0.0) and empty.to_json()["achieved_flop_s"] is None
     assert timebudget.Budget(per_step=per, device="cpu").to_json()["achieved_flop_s"] is None

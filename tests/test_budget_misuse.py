@@ -38,9 +38,11 @@ def test_a_loop_that_never_enters_step_is_told_to_mark_its_step():
     loop(budget, 10, step=False)
     with pytest.raises(BudgetError) as caught:
         print(budget.result)
-    assert one_line(caught) == ("no budget: the loop took 10 batch(es) from budget.batches() but never entered "
-                                "budget.step(); mark the step: `with budget.step():` around forward, backward "
-                                "and the optimizer's step")
+    assert one_line(caught) == (
+        "no budget: the loop took 10 batch(es) from budget.batches() but never entered "
+        "budget.step(); mark the step: `with budget.step():` around forward, backward "
+        "and the optimizer's step"
+    )
     assert not budget.done and not budget.profiling
 
 
@@ -51,8 +53,10 @@ def test_steps_without_batches_are_told_to_wrap_the_loader():
             pass
     with pytest.raises(BudgetError) as caught:
         budget.result
-    assert one_line(caught) == ("no budget: budget.step() ran 10 time(s) but no batch came through budget.batches(), "
-                                "where the window opens; wrap the loader: `for batch in budget.batches(loader):`")
+    assert one_line(caught) == (
+        "no budget: budget.step() ran 10 time(s) but no batch came through budget.batches(), "
+        "where the window opens; wrap the loader: `for batch in budget.batches(loader):`"
+    )
     with pytest.raises(BudgetError, match=r"^no budget: nothing ran through this budget; wrap the loader"):
         quiet().result  # a budget nothing ran through
 
@@ -63,8 +67,10 @@ def test_an_empty_loader_says_how_many_batches_a_budget_needs(skip):
     loop(budget, 0)
     with pytest.raises(BudgetError) as caught:
         budget.result
-    assert one_line(caught) == (f"no budget: the loader gave no batch; a budget needs at least skip + 1 = {skip + 1} "
-                                f"batches with a step each (skip + steps = {skip + 20} for a full window)")
+    assert one_line(caught) == (
+        f"no budget: the loader gave no batch; a budget needs at least skip + 1 = {skip + 1} "
+        f"batches with a step each (skip + steps = {skip + 20} for a full window)"
+    )
     assert not budget.profiling
 
 
@@ -74,9 +80,11 @@ def test_a_loader_shorter_than_the_warm_up_says_what_it_saw_and_what_it_needs(ba
     loop(budget, batches)
     with pytest.raises(BudgetError) as caught:
         budget.result
-    assert one_line(caught) == (f"no budget: the loader ended after {batches} batch(es) and {batches} step(s), all in "
-                                "the warm-up (skip=5); a budget needs at least skip + 1 = 6 batches with a step each "
-                                "(skip + steps = 25 for a full window): give a longer loader or a lower skip")
+    assert one_line(caught) == (
+        f"no budget: the loader ended after {batches} batch(es) and {batches} step(s), all in "
+        "the warm-up (skip=5); a budget needs at least skip + 1 = 6 batches with a step each "
+        "(skip + steps = 25 for a full window): give a longer loader or a lower skip"
+    )
 
 
 @pytest.mark.parametrize("batches, steps", [(6, 1), (10, 5), (24, 19)])
@@ -116,10 +124,15 @@ def test_result_read_inside_the_loop_says_what_is_still_to_come():
     finally:
         torch.set_num_threads(saved)
     assert said[0] == "no budget yet: 1 of the 2 warm-up batches taken; the window of 2 steps opens after them"
-    assert said[2] == ("no budget yet: the profiled window has 1 of its 2 steps; read `result` once `budget.done` is "
-                       "true or the loop has ended")
-    assert re.fullmatch(r"no budget yet: the window is profiled and the thread check has re-timed 0 of its \d+ steps; "
-                        r"read `result` once `budget.done` is true or the loop has ended", said[3]), said[3]
+    assert said[2] == (
+        "no budget yet: the profiled window has 1 of its 2 steps; read `result` once `budget.done` is "
+        "true or the loop has ended"
+    )
+    assert re.fullmatch(
+        r"no budget yet: the window is profiled and the thread check has re-timed 0 of its \d+ steps; "
+        r"read `result` once `budget.done` is true or the loop has ended",
+        said[3],
+    ), said[3]
     assert budget.done and budget.result.threads is not None
 
 
@@ -134,8 +147,10 @@ def test_a_step_inside_a_step_is_refused_where_it_starts(steps):
             with budget.step():
                 with budget.step():
                     reached.append(True)
-    assert one_line(caught) == ("budget.step() inside budget.step(): one step at a time; mark each step once, around "
-                                "forward, backward and the optimizer's step (budget.copy() marks a copy inside it)")
+    assert one_line(caught) == (
+        "budget.step() inside budget.step(): one step at a time; mark each step once, around "
+        "forward, backward and the optimizer's step (budget.copy() marks a copy inside it)"
+    )
     assert reached == [] and not budget.profiling
     loop(budget, 0)  # the budget itself is usable again: its next step is a step
     with budget.step():
@@ -150,9 +165,11 @@ def test_two_windows_open_at_once_are_refused_where_the_second_starts():
             with first.step():
                 with second.step():
                     pass
-    assert one_line(caught) == ("another TimeBudget's window is open (a window of 4 steps on cpu): one window at a "
-                                "time; let it finish (its `done`) before this budget's window opens, or give this "
-                                "one a larger skip")
+    assert one_line(caught) == (
+        "another TimeBudget's window is open (a window of 4 steps on cpu): one window at a "
+        "time; let it finish (its `done`) before this budget's window opens, or give this "
+        "one a larger skip"
+    )
     assert not first.profiling and not second.profiling
     after = quiet()  # the first window closed with the loop: the next budget profiles
     loop(after, 6)
@@ -171,8 +188,9 @@ def test_batches_of_something_not_iterable_is_refused_naming_the_argument(loader
     """Refused when `batches` is called, not at the first batch (before: a raw TypeError)."""
     with pytest.raises(BudgetError) as caught:
         quiet().batches(loader)
-    assert one_line(caught) == ("budget.batches(loader): loader must be iterable (a DataLoader, a list of batches, a "
-                                f"generator), got {shown}")
+    assert one_line(caught) == (
+        f"budget.batches(loader): loader must be iterable (a DataLoader, a list of batches, a generator), got {shown}"
+    )
 
 
 def test_batches_takes_any_iterable_and_the_old_sequence_protocol():
@@ -190,8 +208,9 @@ def test_batches_takes_any_iterable_and_the_old_sequence_protocol():
         assert seen == list(range(6)) and budget.result.per_step["steps"] == 4, loader
 
 
-@pytest.mark.parametrize("trace, shown", [(123, "int 123"), (b"t.json", "bytes b't.json'"), ("", "str ''"),
-                                          (True, "bool True")])
+@pytest.mark.parametrize(
+    "trace, shown", [(123, "int 123"), (b"t.json", "bytes b't.json'"), ("", "str ''"), (True, "bool True")]
+)
 def test_a_trace_that_is_not_a_path_is_refused_naming_trace(trace, shown):
     with pytest.raises(BudgetError) as caught:
         TimeBudget("cpu", trace=trace)

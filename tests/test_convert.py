@@ -8,14 +8,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from pipeline.stages.codecs import write_codecs
-from pipeline.core.codec import Codec
-from pipeline.stages.convert import convert_dataset
-from pipeline.stages.csvread import iter_csv
-from pipeline.core.parquet import read_parquet_arrays
-from pipeline.stages.csvdata import DataError, write_csv
 from conftest import ROOT, make_split
+
+from pipeline.core.codec import Codec
+from pipeline.core.parquet import read_parquet_arrays
+from pipeline.stages.codecs import write_codecs
+from pipeline.stages.convert import convert_dataset
+from pipeline.stages.csvdata import DataError, write_csv
+from pipeline.stages.csvread import iter_csv
 
 
 @pytest.fixture
@@ -29,9 +29,14 @@ def csv_dir(tmp_path, tiny):
 def test_codec_specs():
     assert Codec.parse("zstd-19") == Codec("zstd", 19)
     assert Codec.parse("snappy").label == "snappy"
-    for bad, message in (("zip", "unknown codec 'zip'"), ("zstd-x", "must be an integer"),
-                         ("zstd-99", "zstd levels are"), ("snappy-3", "snappy takes no level"),
-                         ("none-1", "none takes no level"), ("lz4-3", "lz4 takes no level")):
+    for bad, message in (
+        ("zip", "unknown codec 'zip'"),
+        ("zstd-x", "must be an integer"),
+        ("zstd-99", "zstd levels are"),
+        ("snappy-3", "snappy takes no level"),
+        ("none-1", "none takes no level"),
+        ("lz4-3", "lz4 takes no level"),
+    ):
         with pytest.raises(ValueError, match=message):
             Codec.parse(bad)
 
@@ -89,8 +94,11 @@ def _corrupt(csv_dir, line_no, transform):
     [
         (5, lambda s: s.rsplit(",", 1)[0], r"line 5: 784 columns, expected 785"),
         (9, lambda s: s.replace(",", ",x", 1), r"line 9, column 'pixel1': 'x\d*' is not a non-negative integer"),
-        (12, lambda s: s[: s.index(",") + 1] + "256" + s[s.index(",", s.index(",") + 1):],
-         r"line 12, column 'pixel1': 256 is outside 0..255"),
+        (
+            12,
+            lambda s: s[: s.index(",") + 1] + "256" + s[s.index(",", s.index(",") + 1) :],
+            r"line 12, column 'pixel1': 256 is outside 0..255",
+        ),
         (40, lambda s: "12" + s[1:], r"line 40, column 'label': 12 is outside 0..9"),
         (41, lambda s: "10" + s[1:], r"line 41, column 'label': 10 is outside 0..9"),
         (1, lambda s: s.replace("pixel7,", "px7,"), r"line 1: header does not match: column 8 is 'px7'"),
@@ -222,7 +230,7 @@ def test_row_groups_are_exact_whatever_the_blocks():
     groups = _RowGroups(recorder, 10)
     start = 0
     for size in (7, 7, 25, 1, 3):
-        groups.add(labels[start:start + size], pixels[start:start + size])
+        groups.add(labels[start : start + size], pixels[start : start + size])
         start += size
     groups.flush()
     assert [len(group_labels) for group_labels, _ in recorder.groups] == [10, 10, 10, 10, 3]
@@ -240,10 +248,14 @@ def test_unreadable_parquet_says_why(tmp_path):
 def test_wide_parquet_without_its_pixel_columns(tmp_path):
     import pyarrow as pa
 
-    pq.write_table(pa.table({"label": pa.array([1], pa.uint8()), "pixel1": pa.array([0], pa.uint8())}),
-                   tmp_path / "w.parquet")
-    with pytest.raises(DataError, match=r"w\.parquet: neither an 'image' column nor the pixel columns "
-                                        r"\(missing \['pixel2', 'pixel3', 'pixel4'\]\.\.\.\)"):
+    pq.write_table(
+        pa.table({"label": pa.array([1], pa.uint8()), "pixel1": pa.array([0], pa.uint8())}), tmp_path / "w.parquet"
+    )
+    with pytest.raises(
+        DataError,
+        match=r"w\.parquet: neither an 'image' column nor the pixel columns "
+        r"\(missing \['pixel2', 'pixel3', 'pixel4'\]\.\.\.\)",
+    ):
         read_parquet_arrays(tmp_path / "w.parquet")
 
 
@@ -254,12 +266,18 @@ def test_parquet_reader_refuses_other_types_and_nulls(tmp_path):
     from pipeline.core.parquet import IMAGE_TYPE
 
     wide = {name: pa.array([1, 2], pa.uint8()) for name in COLUMNS}
-    cases = {"int64": ({**wide, "pixel9": pa.array([300, 2], pa.int64())}, r"column 'pixel9' is int64, expected uint8"),
-             "null": ({**wide, "pixel9": pa.array([None, 2], pa.uint8())}, r"column 'pixel9' has 1 empty \(null\) values"),
-             "null label": ({**wide, "label": pa.array([1, None], pa.uint8())},
-                            r"column 'label' has 1 empty \(null\) values"),
-             "null image": ({"label": pa.array([1, 2], pa.uint8()), "image": pa.array([bytes(784), None], IMAGE_TYPE)},
-                            r"column 'image' has 1 empty \(null\) values")}
+    cases = {
+        "int64": ({**wide, "pixel9": pa.array([300, 2], pa.int64())}, r"column 'pixel9' is int64, expected uint8"),
+        "null": ({**wide, "pixel9": pa.array([None, 2], pa.uint8())}, r"column 'pixel9' has 1 empty \(null\) values"),
+        "null label": (
+            {**wide, "label": pa.array([1, None], pa.uint8())},
+            r"column 'label' has 1 empty \(null\) values",
+        ),
+        "null image": (
+            {"label": pa.array([1, 2], pa.uint8()), "image": pa.array([bytes(784), None], IMAGE_TYPE)},
+            r"column 'image' has 1 empty \(null\) values",
+        ),
+    }
     for name, (columns, message) in cases.items():
         path = tmp_path / f"{name}.parquet"
         pq.write_table(pa.table(columns), path)
@@ -308,17 +326,26 @@ def test_polars_reason_is_quoted_after_our_own(tmp_path):
     lines = (tmp_path / "t.csv").read_text().splitlines()
     lines[3] = lines[3].replace(",", ",x", 1)
     (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
-    with pytest.raises(DataError, match=r"t\.csv: line 4, column 'pixel1': 'x\d+' is not a non-negative integer "
-                                        r"\(polars: could not parse `x\d+` as dtype `u8` at column 'pixel1' "
-                                        r"\(column number 2\)\)$"):
+    with pytest.raises(
+        DataError,
+        match=r"t\.csv: line 4, column 'pixel1': 'x\d+' is not a non-negative integer "
+        r"\(polars: could not parse `x\d+` as dtype `u8` at column 'pixel1' "
+        r"\(column number 2\)\)$",
+    ):
         list(iter_csv(tmp_path / "t.csv"))
 
 
-@pytest.mark.parametrize("header, message", [
-    (lambda h: b",".join(h.split(b",")[:700]), r"column 701 is '<end of line>', expected 'pixel700' \(700 columns"),
-    (lambda h: h + b",extra", r"column 786 is 'extra', expected '<end of line>' \(786 columns, expected 785\)"),
-    (lambda h: h.replace(b"pixel7,", b"pixel\xff7,"), r"column 8 is 'pixel\ufffd7', expected 'pixel7' \(785 columns"),
-])
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        (lambda h: b",".join(h.split(b",")[:700]), r"column 701 is '<end of line>', expected 'pixel700' \(700 columns"),
+        (lambda h: h + b",extra", r"column 786 is 'extra', expected '<end of line>' \(786 columns, expected 785\)"),
+        (
+            lambda h: h.replace(b"pixel7,", b"pixel\xff7,"),
+            r"column 8 is 'pixel\ufffd7', expected 'pixel7' \(785 columns",
+        ),
+    ],
+)
 def test_header_short_long_or_undecodable(tmp_path, header, message):
     images, labels = make_split(3, 2)
     write_csv(images, labels, tmp_path / "t.csv")
@@ -372,10 +399,13 @@ def test_rows_at_the_length_bounds_are_read_and_one_byte_more_is_refused(tmp_pat
         _read_all(path)
 
 
-@pytest.mark.parametrize(("line", "short", "message"), [
-    (2, ",5,1", r"line 2: 3 columns, expected 785"),   # the block's first line
-    (4, "5,1,2", r"line 4: 3 columns, expected 785"),  # a line after others in the block
-])
+@pytest.mark.parametrize(
+    ("line", "short", "message"),
+    [
+        (2, ",5,1", r"line 2: 3 columns, expected 785"),  # the block's first line
+        (4, "5,1,2", r"line 4: 3 columns, expected 785"),  # a line after others in the block
+    ],
+)
 def test_a_line_too_short_for_a_row_is_named_wherever_it_is_in_its_block(tmp_path, csv_dir, line, short, message):
     """A line shorter than any row is refused before parsing, named by its own number and
     column count whether it opens its block or follows other lines."""
@@ -393,7 +423,9 @@ def test_rows_are_counted_across_blocks_against_the_splits_count(csv_dir, tiny):
     path = csv_dir / "train.csv"
     labels, _ = _read_all(path, block_bytes=4096, rows=64)
     np.testing.assert_array_equal(labels, tiny.arrays["train_labels"])
-    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: more than 63 data rows \(line 65 is one too many\)"):
+    with pytest.raises(
+        DataError, match=rf"^{re.escape(str(path))}: more than 63 data rows \(line 65 is one too many\)"
+    ):
         _read_all(path, block_bytes=4096, rows=63)
     with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: 64 data rows, but the data set's split has 65"):
         _read_all(path, block_bytes=4096, rows=65)
@@ -420,7 +452,7 @@ def test_the_read_back_by_row_group_gives_the_whole_files_values(tmp_path, layou
     assert np.array_equal(whole_labels, labels)
     data = bytearray(path.read_bytes())
     middle = pq.ParquetFile(path).metadata.row_group(2).column(0).file_offset
-    data[middle - 40: middle] = b"\xff" * 40
+    data[middle - 40 : middle] = b"\xff" * 40
     path.write_bytes(bytes(data))
     with pytest.raises(DataError, match=re.escape(str(path))):
         list(iter_parquet_arrays(path))
@@ -438,12 +470,19 @@ def test_the_convert_stages_read_back_holds_a_row_group_not_the_file(tmp_path):
     write_csv(*make_split(40_000, 5), tmp_path / "train.csv")
     write_wide(tmp_path / "train.csv", tmp_path / "wide.parquet", Codec.parse("none"), 2000)
     whole_mb = 40_000 * 785 / 1e6
-    script = ("import resource, sys\nfrom pathlib import Path\nfrom pipeline.stages.convert import measure_reads\n"
-              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-              "figures = {'rows': 40000, 'wide': {}}\n"
-              "measure_reads({'wide': Path(sys.argv[1])}, figures)\n"
-              "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1e3, figures['wide']['read_s'])\n")
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "wide.parquet")], capture_output=True,
-                         text=True, check=True, cwd=ROOT).stdout.split()
+    script = (
+        "import resource, sys\nfrom pathlib import Path\nfrom pipeline.stages.convert import measure_reads\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "figures = {'rows': 40000, 'wide': {}}\n"
+        "measure_reads({'wide': Path(sys.argv[1])}, figures)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1e3, figures['wide']['read_s'])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "wide.parquet")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.split()
     grown_mb, read_s = float(out[0]), float(out[1])
     assert read_s > 0 and grown_mb < whole_mb / 2, (grown_mb, whole_mb)

@@ -136,9 +136,11 @@ def test_render_bounds_a_csv_edition_by_the_split_rows_and_keeps_it_in_the_raw_f
     raw = tmp_path / "raw"
     raw.mkdir()
     row = b"5," + b",".join([b"0"] * 784) + b"\n"
-    (raw / "train.csv").write_bytes(row * 20)   # more than a header and one row of 784 three-digit pixels
+    (raw / "train.csv").write_bytes(row * 20)  # more than a header and one row of 784 three-digit pixels
     (raw / "test.csv").write_bytes(row)
-    with pytest.raises(DataError, match=r"train\.csv: more than [\d,]+ bytes, more than a header and the split's 1 rows"):
+    with pytest.raises(
+        DataError, match=r"train\.csv: more than [\d,]+ bytes, more than a header and the split's 1 rows"
+    ):
         render_csvs(raw, tmp_path / "csv", {"train": 1, "test": 1})
     (tmp_path / "elsewhere.csv").write_bytes(row)
     (raw / "train.csv").unlink()

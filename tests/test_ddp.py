@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
-
 from conftest import PARAMS, make_split, write_shards, write_unchecked_split
+
 from pipeline.shards import ShardDataset, ShardError, ShardSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,24 +25,34 @@ def owners(ids, counts) -> np.ndarray:
     return np.searchsorted(np.cumsum(counts), np.asarray(ids), side="right")
 
 
-@pytest.mark.parametrize("counts, world", [([50] * 11 + [30], 2), ([50] * 11 + [31], 3), ([32768, 27232], 2),
-                                           ([7], 4), ([3, 1, 4, 1, 5, 9, 2, 6], 5),
-                                           ([4, 4], 2), ([10, 10, 10, 10], 2)])  # rank ends on shard ends
+@pytest.mark.parametrize(
+    "counts, world",
+    [
+        ([50] * 11 + [30], 2),
+        ([50] * 11 + [31], 3),
+        ([32768, 27232], 2),
+        ([7], 4),
+        ([3, 1, 4, 1, 5, 9, 2, 6], 5),
+        ([4, 4], 2),
+        ([10, 10, 10, 10], 2),
+    ],
+)  # rank ends on shard ends
 def test_ranks_take_near_equal_disjoint_runs_of_one_order(counts, world):
     total, batch = sum(counts), 7
 
     def sampler(rank=0, world_size=world, seed=1):
-        return ShardSampler(total, batch, shuffle="shards", seed=seed, rank=rank, world_size=world_size,
-                            shard_counts=counts)
+        return ShardSampler(
+            total, batch, shuffle="shards", seed=seed, rank=rank, world_size=world_size, shard_counts=counts
+        )
 
     ranks = [sampler(rank).rank_order(0) for rank in range(world)]
     base, extra = divmod(total, world)
     assert [len(r) for r in ranks] == [base + (r < extra) for r in range(world)]  # lengths differ by at most one
-    assert len({len(sampler(rank)) for rank in range(world)}) == 1                # every rank: the same steps
+    assert len({len(sampler(rank)) for rank in range(world)}) == 1  # every rank: the same steps
     every = np.concatenate(ranks)
-    assert sorted(every.tolist()) == list(range(total))                           # each sample once, none dropped
+    assert sorted(every.tolist()) == list(range(total))  # each sample once, none dropped
     order = sampler().order(0)
-    assert every.tolist() == order.tolist()                       # contiguous runs of the epoch's order ...
+    assert every.tolist() == order.tolist()  # contiguous runs of the epoch's order ...
     assert sampler(world_size=1).rank_order(0).tolist() == order.tolist()  # ... which does not depend on the ranks
     # shuffle "shards": the order visits whole shards one after another, each shard's samples permuted
     shard_of = owners(order, counts)
@@ -51,10 +61,10 @@ def test_ranks_take_near_equal_disjoint_runs_of_one_order(counts, world):
     for r in ranks:  # a rank's run covers a contiguous stretch of that shard sequence
         touched = list(dict.fromkeys(owners(r, counts).tolist()))
         start = blocks.index(touched[0]) if touched else 0
-        assert touched == blocks[start:start + len(touched)]
+        assert touched == blocks[start : start + len(touched)]
     assert all(np.array_equal(sampler(rank).rank_order(0), ranks[rank]) for rank in range(world))  # seeded
     if len(counts) > 4:  # (few shards have few orders: two seeds may give the same one)
-        assert not np.array_equal(sampler().order(1), order)                 # a new order each epoch
+        assert not np.array_equal(sampler().order(1), order)  # a new order each epoch
         assert not np.array_equal(sampler(seed=2).order(0), order)
 
 
@@ -64,8 +74,10 @@ def test_few_large_shards_drop_nothing():
     counts = [32768, 27232]
 
     def runs(world):
-        samplers = [ShardSampler(60000, 256, shuffle="shards", seed=42, rank=rank, world_size=world,
-                                 shard_counts=counts) for rank in range(world)]
+        samplers = [
+            ShardSampler(60000, 256, shuffle="shards", seed=42, rank=rank, world_size=world, shard_counts=counts)
+            for rank in range(world)
+        ]
         assert len({len(s) for s in samplers}) == 1
         return [s.rank_order(0) for s in samplers]
 
@@ -78,8 +90,9 @@ def test_few_large_shards_drop_nothing():
 @pytest.mark.parametrize("compression", ["none", "zstd"])
 def test_rank_epochs_are_disjoint_and_cover_the_split(tmp_path, compression):
     images, labels = make_split(581, 0)
-    write_shards(images, labels, tmp_path / "train", dataset="t", split="train", samples_per_shard=50,
-                 compression=compression)
+    write_shards(
+        images, labels, tmp_path / "train", dataset="t", split="train", samples_per_shard=50, compression=compression
+    )
     data = ShardDataset(tmp_path / "train", dataset="t", split="train")
 
     def epoch(rank, seed=3, number=0):
@@ -100,12 +113,16 @@ def test_rank_epochs_are_disjoint_and_cover_the_split(tmp_path, compression):
             assert (y.numpy() == labels[ids.numpy()]).all() and (x.numpy() == images[ids.numpy()]).all()
     for ids in seen:  # shuffled within its shards
         assert ids != sorted(ids)
-    expected = [ShardSampler(581, 30, shuffle="shards", seed=3, rank=rank, world_size=2,
-                             shard_counts=[50] * 11 + [31]).rank_order(0).tolist() for rank in range(2)]
+    expected = [
+        ShardSampler(581, 30, shuffle="shards", seed=3, rank=rank, world_size=2, shard_counts=[50] * 11 + [31])
+        .rank_order(0)
+        .tolist()
+        for rank in range(2)
+    ]
     assert seen == expected
     again = [ids for ids, _, _ in epoch(0)]
-    assert torch.cat(again).tolist() == seen[0]                                        # seeded
-    assert torch.cat([ids for ids, _, _ in epoch(0, number=1)]).tolist() != seen[0]    # a new order each epoch
+    assert torch.cat(again).tolist() == seen[0]  # seeded
+    assert torch.cat([ids for ids, _, _ in epoch(0, number=1)]).tolist() != seen[0]  # a new order each epoch
     assert torch.cat([ids for ids, _, _ in epoch(0, seed=4)]).tolist() != seen[0]
 
 
@@ -117,7 +134,7 @@ def test_rank_loaders_check_their_arguments_and_labels(tmp_path):
         data.loader(10, shuffle="shards", rank=2, world_size=2)
     with pytest.raises(ValueError, match="verify must be one of"):
         ShardDataset(tmp_path / "ok", verify="md5")
-    with pytest.raises(ValueError, match='shuffle must be True, False or one of'):
+    with pytest.raises(ValueError, match="shuffle must be True, False or one of"):
         data.loader(10, shuffle="shard")
     # one sample per rank is enough; with more ranks than samples a rank steps on an empty batch
     forty = [data.loader(10, shuffle="shards", rank=rank, world_size=40) for rank in range(40)]
@@ -167,12 +184,37 @@ def ddp_runs(tmp_path_factory):
     docs = {}
     for world in (1, 2):
         out = root / f"w{world}" / "train.json"
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                        str(world), "-m", "pipeline", "train", "t", "--shards", str(root / "shards"), "--out",
-                        str(out), "--record", "--params", str(root / "params.yaml")],
-                       cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=300)
-        docs[world] = (json.loads(out.read_text()),
-                       [json.loads((out.parent / f"train.rank{r}.json").read_text()) for r in range(world)])
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                str(world),
+                "-m",
+                "pipeline",
+                "train",
+                "t",
+                "--shards",
+                str(root / "shards"),
+                "--out",
+                str(out),
+                "--record",
+                "--params",
+                str(root / "params.yaml"),
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        docs[world] = (
+            json.loads(out.read_text()),
+            [json.loads((out.parent / f"train.rank{r}.json").read_text()) for r in range(world)],
+        )
     return docs, params["train"]["seed"]
 
 

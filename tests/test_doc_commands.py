@@ -25,11 +25,16 @@ STARTS = ("make ", "python ", "python3 ", ".venv/bin/", "dvc ", "torchrun ", "PI
 def blocks(text: str) -> list[list[str]]:
     """The lines of each fenced block of no language or a shell's, and of each block indented
     four spaces (outside fences), with continuation lines (ending in a backslash) joined."""
-    found = [body.splitlines() for language, body in FENCE.findall(text)
-             if language in ("", "sh", "bash", "console", "shell")]
+    found = [
+        body.splitlines()
+        for language, body in FENCE.findall(text)
+        if language in ("", "sh", "bash", "console", "shell")
+    ]
     outside = FENCE.sub("", text)
-    found += [[line[4:] for line in block.group(0).splitlines()]
-              for block in re.finditer(r"(?:^    .*\S.*\n)+", outside, re.MULTILINE)]
+    found += [
+        [line[4:] for line in block.group(0).splitlines()]
+        for block in re.finditer(r"(?:^    .*\S.*\n)+", outside, re.MULTILINE)
+    ]
     joined = []
     for lines in found:
         out: list[str] = []
@@ -84,9 +89,11 @@ def check(command: str) -> None:
         return
     if head == "dvc":
         sub = [w for w in words[1:3] if not w.startswith("-")][:2]
-        text = help_text(sys.executable, "-m", "dvc", *sub[:1]) if len(sub) < 2 or sub[0] not in (
-            "exp", "experiments", "plots", "metrics", "params", "cache", "remote") else \
-            help_text(sys.executable, "-m", "dvc", *sub)
+        text = (
+            help_text(sys.executable, "-m", "dvc", *sub[:1])
+            if len(sub) < 2 or sub[0] not in ("exp", "experiments", "plots", "metrics", "params", "cache", "remote")
+            else help_text(sys.executable, "-m", "dvc", *sub)
+        )
         unknown = [o for o in options(words) if o not in text]
         assert not unknown, f"dvc {' '.join(sub)}: no option {unknown}"
         return
@@ -99,7 +106,7 @@ def check(command: str) -> None:
         if at is not None:
             sub = rest[at]
             text = help_text(sys.executable, "-m", "pipeline", sub)
-            unknown = [o for o in options(rest[at + 1:]) if o not in text and not _script_args(rest[at + 1:], o)]
+            unknown = [o for o in options(rest[at + 1 :]) if o not in text and not _script_args(rest[at + 1 :], o)]
             assert not unknown, f"pipeline {sub}: no option {unknown}"
         elif rest and rest[0].endswith(".py"):
             script = ROOT / rest[0]
@@ -126,13 +133,16 @@ def test_every_command_in_the_docs_is_one_the_project_has(page, command):
     check(command)
 
 
-@pytest.mark.parametrize(("command", "said"), [
-    ("make no-such-target", "no make target"),
-    (".venv/bin/python benchmarks/peers.py --docs docs/shards.md", "no option ['--docs']"),
-    ("python benchmarks/no_such.py", "no such script"),
-    ("python -m pipeline profile --no-such-option train.py --epochs 2", "no option ['--no-such-option']"),
-    ("dvc exp show --no-such-flag", "no option ['--no-such-flag']"),
-])
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        ("make no-such-target", "no make target"),
+        (".venv/bin/python benchmarks/peers.py --docs docs/shards.md", "no option ['--docs']"),
+        ("python benchmarks/no_such.py", "no such script"),
+        ("python -m pipeline profile --no-such-option train.py --epochs 2", "no option ['--no-such-option']"),
+        ("dvc exp show --no-such-flag", "no option ['--no-such-flag']"),
+    ],
+)
 def test_the_check_refuses_a_command_the_project_does_not_have(command, said):
     with pytest.raises(AssertionError, match=re.escape(said)):
         check(command)

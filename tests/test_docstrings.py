@@ -105,13 +105,21 @@ def test_cited_names_and_files_exist():
 
 
 def test_the_package_docstrings_carry_no_measured_figure():
-    found = [f"{where}: {m.group(0)!r}" for path in sorted((ROOT / "pipeline").rglob("*.py"))
-             for where, text in docstrings(path) for m in FIGURE.finditer(text)]
+    found = [
+        f"{where}: {m.group(0)!r}"
+        for path in sorted((ROOT / "pipeline").rglob("*.py"))
+        for where, text in docstrings(path)
+        for m in FIGURE.finditer(text)
+    ]
     assert not found, found
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_docstrings_describe_the_code_not_its_history(folder):
-    found = [f"{where}: {m.group(0)!r}" for path in sorted((ROOT / folder).rglob("*.py"))
-             for where, text in docstrings(path) for m in HISTORY.finditer(text)]
+    found = [
+        f"{where}: {m.group(0)!r}"
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for where, text in docstrings(path)
+        for m in HISTORY.finditer(text)
+    ]
     assert not found, found

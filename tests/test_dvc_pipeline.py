@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -11,9 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-import json
-
 from conftest import dvc_repo, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,8 +53,12 @@ def test_corrupt_mirror_fails_cleanly(repo, tmp_path):
     shutil.copytree(mirror, broken)
     blob = broken / "tiny" / "train-images-idx3-ubyte.gz"
     blob.write_bytes(blob.read_bytes()[:-100])
-    result = run([sys.executable, "-m", "pipeline", "fetch", "tiny", "--out", str(tmp_path / "raw")],
-                 root, {**env, "PIPELINE_MIRROR": str(broken)}, check=False)
+    result = run(
+        [sys.executable, "-m", "pipeline", "fetch", "tiny", "--out", str(tmp_path / "raw")],
+        root,
+        {**env, "PIPELINE_MIRROR": str(broken)},
+        check=False,
+    )
     assert result.returncode == 2  # bad input
     assert "could not fetch train-images-idx3-ubyte.gz" in result.stderr
     assert "truncated gzip" in result.stderr and "Traceback" not in result.stderr
@@ -153,8 +155,11 @@ def outputs(root: Path, paths: list[str]) -> dict[str, dict[str, str]]:
 CONVERT_OUTPUTS = ["data/parquet/tiny/gzip", "metrics/convert/tiny/gzip.json"]
 REFUSED = [
     ({"convert": {"row_group_rows": -5}}, ["repro", "-s", "convert@tiny-gzip"], CONVERT_OUTPUTS),
-    ({"convert": {"row_group_rows": -5}}, ["repro", "-f", "-s", "codecs"],
-     ["metrics/codecs.json", "metrics/codec_sizes.csv"]),
+    (
+        {"convert": {"row_group_rows": -5}},
+        ["repro", "-f", "-s", "codecs"],
+        ["metrics/codecs.json", "metrics/codec_sizes.csv"],
+    ),
     ({"convert": {"row_group_rows": -5}}, ["exp", "run", "-s", "convert@tiny-gzip"], CONVERT_OUTPUTS),
     ({"shard": {"samples_per_shard": 0}}, ["repro", "-s", "shard@tiny"], ["data/shards/tiny"]),
     ({"shard": {"samples_per_shard": 0}}, ["repro", "--single-item", "-f", "shard@tiny-b"], ["data/shards/tiny-b"]),
@@ -189,7 +194,7 @@ def test_a_value_the_command_refuses_removes_no_output_however_the_stage_is_run(
             done = dvc(repo, *args, check=False)
             said = done.stdout + done.stderr
             assert done.returncode != 0, said
-            (section, values), = change.items()
+            ((section, values),) = change.items()
             key = f"{section}.{next(iter(values))}"
             ours = [line for line in said.splitlines() if line.startswith("Error: ")]
             assert len(ours) == 1 and ours[0].startswith("Error: params.yaml: ") and key in ours[0], said
@@ -198,7 +203,7 @@ def test_a_value_the_command_refuses_removes_no_output_however_the_stage_is_run(
             params_path.write_text(params_text)
         # A valid change replaces the output whole: more shards, then back to one per split
         # (none of the four left over), and the same bytes and lock as before.
-        assert params["shard"]["samples_per_shard"] >= 64   # one shard per split with the test's params
+        assert params["shard"]["samples_per_shard"] >= 64  # one shard per split with the test's params
         before = outputs(root, ["data/shards/tiny"])
         edited({"shard": {"samples_per_shard": 16}})
         dvc(repo, "repro", "-s", "shard@tiny")
@@ -221,17 +226,20 @@ def stale(repo) -> set[str]:
 CONVERTS = {f"convert@{name}-{codec}" for name in ("tiny", "tiny-b") for codec in ("snappy", "zstd-3", "gzip", "none")}
 
 
-@pytest.mark.parametrize("path, stages", [
-    ("pipeline/stages/fetch.py", {"fetch@tiny", "fetch@tiny-b"}),
-    ("pipeline/stages/report/tables.py", {"report"}),
-    ("pipeline/bench/runners.py", {"bench@tiny", "bench@tiny-b"}),
-    ("pipeline/shards/writer.py", {"shard@tiny", "shard@tiny-b"}),
-    # a stage's settings model: that stage and the params check, nothing upstream
-    ("pipeline/stages/shard_settings.py", {"params", "shard@tiny", "shard@tiny-b"}),
-    # the rung names, and which train the write-up's recipe (read where results are judged)
-    ("pipeline/bench/variants.py", {"params", "bench@tiny", "bench@tiny-b", "summary", "report"}),
-    ("pipeline/core/codec.py", {"params", "codecs", "summary"} | CONVERTS),        # the codec parser
-])
+@pytest.mark.parametrize(
+    "path, stages",
+    [
+        ("pipeline/stages/fetch.py", {"fetch@tiny", "fetch@tiny-b"}),
+        ("pipeline/stages/report/tables.py", {"report"}),
+        ("pipeline/bench/runners.py", {"bench@tiny", "bench@tiny-b"}),
+        ("pipeline/shards/writer.py", {"shard@tiny", "shard@tiny-b"}),
+        # a stage's settings model: that stage and the params check, nothing upstream
+        ("pipeline/stages/shard_settings.py", {"params", "shard@tiny", "shard@tiny-b"}),
+        # the rung names, and which train the write-up's recipe (read where results are judged)
+        ("pipeline/bench/variants.py", {"params", "bench@tiny", "bench@tiny-b", "summary", "report"}),
+        ("pipeline/core/codec.py", {"params", "codecs", "summary"} | CONVERTS),  # the codec parser
+    ],
+)
 def test_an_edit_makes_stale_only_the_stages_that_run_it(repo, path, stages):
     """dvc.yaml's code deps are exact: an edit to one stage's code leaves every other stage's
     lock entry, the bench's included, up to date."""
@@ -257,8 +265,9 @@ def test_experiments_queue_and_temp_fit_a_terminal(repo):
     dvc(repo, "exp", "run", "--queue", "-n", "codec-snappy", "-S", "convert.codec=snappy")
     dvc(repo, "queue", "start")
     dvc(repo, "queue", "wait", "codec-snappy") if "wait" in dvc(repo, "queue", "--help").stdout else None
-    shown = run([sys.executable, "-m", "dvc", "exp", "show", "--only-changed", "--no-pager"], root,
-                {**env, "COLUMNS": "120"}).stdout
+    shown = run(
+        [sys.executable, "-m", "dvc", "exp", "show", "--only-changed", "--no-pager"], root, {**env, "COLUMNS": "120"}
+    ).stdout
     assert "codec-gzip" in shown and "codec-snappy" in shown and "gzip" in shown, shown
     assert widest(shown) <= 120, shown
     assert "…" not in shown, shown  # nothing cut away
@@ -288,8 +297,12 @@ def test_plots_page_draws_every_chart_in_a_browser(repo):
         dvc(repo, "repro")
     dvc(repo, "plots", "show", "-o", "plots-browser")
     index = root / "plots-browser" / "index.html"
-    seen = open_pages([index], DRAWN, ready=f"document.querySelectorAll('.vega-embed svg, .vega-embed canvas')"
-                                             f".length >= {index.read_text().count('vegaEmbed(')}")[index]
+    seen = open_pages(
+        [index],
+        DRAWN,
+        ready=f"document.querySelectorAll('.vega-embed svg, .vega-embed canvas')"
+        f".length >= {index.read_text().count('vegaEmbed(')}",
+    )[index]
     calls = index.read_text().count("vegaEmbed(")
     assert seen["errors"] == [], seen["errors"]
     assert seen["result"] == {"charts": calls, "drawn": calls}, (seen["result"], calls)
@@ -318,21 +331,36 @@ def s3_server():
     server.start()
     port = server.get_host_and_port()[1]
     endpoint = f"http://127.0.0.1:{port}"
-    admin = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "admin",
-             "aws_secret_access_key": "admin"}
+    admin = {
+        "endpoint_url": endpoint,
+        "region_name": "us-east-1",
+        "aws_access_key_id": "admin",
+        "aws_secret_access_key": "admin",
+    }
     boto3.client("s3", **admin).create_bucket(Bucket="pipeline")
     iam = boto3.client("iam", **admin)
     iam.create_user(UserName="dvc")
-    iam.put_user_policy(UserName="dvc", PolicyName="bucket", PolicyDocument=json.dumps({
-        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    iam.put_user_policy(
+        UserName="dvc",
+        PolicyName="bucket",
+        PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+        ),
+    )
     key = iam.create_access_key(UserName="dvc")["AccessKey"]
     # From here on every request must be signed by a known key with a policy that allows it.
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
-                                                  headers={"Content-Type": "text/plain"}))
+    urllib.request.urlopen(
+        urllib.request.Request(
+            f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST", headers={"Content-Type": "text/plain"}
+        )
+    )
     yield endpoint, {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
     # moto's authentication switch is process-wide: off again for the servers of later tests.
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"inf", method="POST",
-                                                  headers={"Content-Type": "text/plain"}))
+    urllib.request.urlopen(
+        urllib.request.Request(
+            f"{endpoint}/moto-api/reset-auth", data=b"inf", method="POST", headers={"Content-Type": "text/plain"}
+        )
+    )
     server.stop()
 
 
@@ -368,16 +396,22 @@ def test_s3_remote_round_trip(repo, s3_server, tmp_path):
     assert ran(again.stdout) == {"machine"}, again.stdout  # the same machine: its fingerprint is unchanged
 
     def workspace(folder: Path) -> list[str]:
-        return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                      if ".git" not in p.parts and "tmp" not in p.parts and p.name != "config.local")
+        return sorted(
+            str(p.relative_to(folder))
+            for p in folder.rglob("*")
+            if ".git" not in p.parts and "tmp" not in p.parts and p.name != "config.local"
+        )
 
     wrong_key = {**s3_env, "AWS_ACCESS_KEY_ID": "AKIAWRONGWRONGWRONG0", "AWS_SECRET_ACCESS_KEY": "wrong"}
     for name, env_, local in (("wrong-key", wrong_key, None), ("unreachable", s3_env, "http://127.0.0.1:9")):
         broken = tmp_path / name
         run(["git", "clone", "-q", str(root), str(broken)], tmp_path, env)
         if local:
-            run([sys.executable, "-m", "dvc", "remote", "modify", "--local", "store", "endpointurl", local],
-                broken, env_)
+            run(
+                [sys.executable, "-m", "dvc", "remote", "modify", "--local", "store", "endpointurl", local],
+                broken,
+                env_,
+            )
         before = workspace(broken)
         failed = run([sys.executable, "-m", "dvc", "pull"], broken, env_, check=False)
         assert failed.returncode != 0 and "Traceback" not in failed.stderr, (name, failed.stderr)
@@ -434,8 +468,14 @@ def test_ctrl_c_in_the_bench_keeps_its_committed_results_and_the_lock(repo):
     results = {p: p.read_bytes() for p in (root / "metrics" / "bench").glob("*.json")}
     assert results, "no committed bench results to protect"
     lock = (root / "dvc.lock").read_bytes()
-    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "-f", "-s", "bench@tiny"], cwd=root, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dvc", "repro", "-f", "-s", "bench@tiny"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         assert _stage_process(proc.pid, ("pipeline", "bench", "tiny"), 60), "the bench stage never started"
         time.sleep(2)  # inside the stage: its imports done, data loading or a variant training

@@ -10,24 +10,52 @@ import time
 
 import pytest
 import torch
-
 from conftest import bench_settings
-from pipeline.bench.estimate import (Calibration, Pace, announce, busy_processes, calibrate, find_reference,
-                                     host_report, pace_for, parts, predict, reference_step_s, settings_of)
+
+from pipeline.bench.estimate import (
+    Calibration,
+    Pace,
+    announce,
+    busy_processes,
+    calibrate,
+    find_reference,
+    host_report,
+    pace_for,
+    parts,
+    predict,
+    reference_step_s,
+    settings_of,
+)
 
 # What the `document` below ran: two rungs, `naive` sampled, 5 epochs, 20 sampled steps over 4 epochs.
-RAN = bench_settings(variants=["naive", "device"], sample=["naive"], epochs=5, sample_steps=20, sample_epochs=4,
-                     quick=False)
+RAN = bench_settings(
+    variants=["naive", "device"], sample=["naive"], epochs=5, sample_steps=20, sample_epochs=4, quick=False
+)
 
 
-def document(machine: str, wall_s: float = 600.0, quick: bool = False, device_type: str = "cpu",
-             recorded: bool = True) -> dict:
+def document(
+    machine: str, wall_s: float = 600.0, quick: bool = False, device_type: str = "cpu", recorded: bool = True
+) -> dict:
     """A bench document of two variants, `device` fully run, `naive` sampled."""
-    variants = {"naive": {"train_s": 60.0, "wall_s": 300.0, "extrapolated": True},
-                "device": {"train_s": 11.8, "wall_s": 70.0, "extrapolated": False}}
-    doc = {"dataset": "mnist", "wall_s": wall_s, "machine": {"name": machine}, "env": {"device_type": device_type},
-           "params": {"quick": quick, "train_samples": 60000, "batch_size": 512, "epochs": 5, "sample_steps": 20,
-                      "sample_epochs": 4}, "variants": variants}
+    variants = {
+        "naive": {"train_s": 60.0, "wall_s": 300.0, "extrapolated": True},
+        "device": {"train_s": 11.8, "wall_s": 70.0, "extrapolated": False},
+    }
+    doc = {
+        "dataset": "mnist",
+        "wall_s": wall_s,
+        "machine": {"name": machine},
+        "env": {"device_type": device_type},
+        "params": {
+            "quick": quick,
+            "train_samples": 60000,
+            "batch_size": 512,
+            "epochs": 5,
+            "sample_steps": 20,
+            "sample_epochs": 4,
+        },
+        "variants": variants,
+    }
     if recorded:
         variants["naive"]["bench_s"], variants["device"]["bench_s"] = 200.0, 300.0
         doc.update(floor_s=40.0, seeds_s=60.0, calibration={"step_s": 0.1, "spread": 0.02})
@@ -57,8 +85,17 @@ def test_another_kind_of_run_is_predicted_from_the_references_per_epoch_figures(
     doc = document("a", recorded=False)
     for entry in doc["variants"].values():
         entry.update(setup_s=1.0, first_epoch_train_s=entry["train_s"], test_s=1.0)
-    quick = bench_settings(variants=["naive", "device", "compiled"], sample=["naive"], epochs=2, sample_steps=5,
-                           sample_epochs=2, quick=True, floor=False, budget=False, accuracy_seeds=0)
+    quick = bench_settings(
+        variants=["naive", "device", "compiled"],
+        sample=["naive"],
+        epochs=2,
+        sample_steps=5,
+        sample_epochs=2,
+        quick=True,
+        floor=False,
+        budget=False,
+        accuracy_seeds=0,
+    )
     parts_ = predict(doc, quick)
     assert parts_["device"] == pytest.approx(1.0 + 2 * (11.8 + 1.0))
     assert parts_["naive"] == pytest.approx(1.0 + 2 * 5 / 118 * (60.0 + 1.0))
@@ -68,13 +105,18 @@ def test_another_kind_of_run_is_predicted_from_the_references_per_epoch_figures(
     assert 600 / own > 2 and pace.total() == pytest.approx(sum(parts_.values()) * 2)  # a miss past 2x is capped
     doc["wall_s"] = 1.5 * own
     assert pace_for(doc, Calibration(step_s=11.8 / 118, spread=0.0), quick).total() == pytest.approx(
-        sum(parts_.values()) * 1.5)
+        sum(parts_.values()) * 1.5
+    )
 
 
 def test_the_reference_is_this_machines_run_of_this_device_type_and_mode(tmp_path):
     paths = []
-    for folder, doc in (("a", document("a")), ("b", document("b")), ("c", document("c", quick=True)),
-                        ("d", document("d", device_type="cuda"))):
+    for folder, doc in (
+        ("a", document("a")),
+        ("b", document("b")),
+        ("c", document("c", quick=True)),
+        ("d", document("d", device_type="cuda")),
+    ):
         (tmp_path / folder).mkdir()
         paths.append(tmp_path / folder / "mnist.json")
         paths[-1].write_text(json.dumps(doc))
@@ -107,7 +149,8 @@ def test_a_busy_host_is_named_with_what_runs_on_it():
     assert "took 45% apart (over 2x bench.max_spread, 20%)" in shaky
     # blocks a quarter of a second long spread by a quarter on a quiet host: no warning for that
     assert host_report(Calibration(step_s=0.1, spread=0.28), 0.2, []) is None or "load average" in host_report(
-        Calibration(step_s=0.1, spread=0.28), 0.2, [])
+        Calibration(step_s=0.1, spread=0.28), 0.2, []
+    )
 
 
 def _spin(seconds: float) -> None:
@@ -140,12 +183,20 @@ def test_pace_with_nothing_done_is_the_whole_estimate():
     assert pace.left({"a": 20.0}) == 30.0  # a sampled part's pace says nothing of the full ones
 
 
-@pytest.mark.parametrize("change", [
-    lambda d: d.update(env=[1]), lambda d: d.update(machine="amd"), lambda d: d["variants"].update(naive=None),
-    lambda d: d["params"].update(epochs=None), lambda d: d.update(floor=3), lambda d: d.update(seeds={"seeds": 4}),
-    lambda d: d.update(calibration={"step_s": -1.0}), lambda d: d.update(calibration={"step_s": float("nan")}),
-    lambda d: d.pop("wall_s"),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d.update(env=[1]),
+        lambda d: d.update(machine="amd"),
+        lambda d: d["variants"].update(naive=None),
+        lambda d: d["params"].update(epochs=None),
+        lambda d: d.update(floor=3),
+        lambda d: d.update(seeds={"seeds": 4}),
+        lambda d: d.update(calibration={"step_s": -1.0}),
+        lambda d: d.update(calibration={"step_s": float("nan")}),
+        lambda d: d.pop("wall_s"),
+    ],
+)
 def test_a_malformed_earlier_run_gives_no_estimate_or_a_sound_one_never_an_error(tmp_path, change):
     doc = document("a")
     change(doc)
@@ -170,13 +221,27 @@ def test_the_tuned_rung_is_predicted_over_its_own_epochs_and_each_of_its_seeds()
     """`tuned` runs its recipe's epochs, then its whole schedule once per seed: both parts of
     the estimate, from the earlier run's setup and per-epoch figures."""
     doc = document("a", recorded=False)
-    doc["variants"]["tuned"] = {"train_s": 3.0, "test_s": 0.5, "setup_s": 2.0, "first_epoch_train_s": 3.0,
-                                "wall_s": 12.5, "extrapolated": False}
+    doc["variants"]["tuned"] = {
+        "train_s": 3.0,
+        "test_s": 0.5,
+        "setup_s": 2.0,
+        "first_epoch_train_s": 3.0,
+        "wall_s": 12.5,
+        "extrapolated": False,
+    }
     recipe = {"epochs": 3, "batch_size": 256, "max_lr": 0.01, "pct_start": 0.25, "betas": [0.9, 0.99], "seeds": 10}
-    settings = bench_settings(variants=["naive", "device", "tuned"], sample=["naive"], epochs=5, floor=False,
-                              budget=False, accuracy_seeds=0, tuned=recipe)
+    settings = bench_settings(
+        variants=["naive", "device", "tuned"],
+        sample=["naive"],
+        epochs=5,
+        floor=False,
+        budget=False,
+        accuracy_seeds=0,
+        tuned=recipe,
+    )
     parts_ = predict(doc, settings)
     assert parts_["tuned"] == pytest.approx(2.0 + 3 * 3.5)  # its 3 epochs, not the bench's 5
     assert parts_["tuned_seeds"] == pytest.approx(10 * (2.0 + 3 * 3.5))
-    assert "tuned_seeds" not in predict(doc, bench_settings(variants=["naive", "device", "tuned"], sample=["naive"],
-                                                            tuned={**recipe, "seeds": 0}))
+    assert "tuned_seeds" not in predict(
+        doc, bench_settings(variants=["naive", "device", "tuned"], sample=["naive"], tuned={**recipe, "seeds": 0})
+    )

@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline.stages.fetch import (FetchError, FetchSettings, FileSpec, _Content, fetch_dataset, load_sources, mirror_bases,
-                                   parse_files)
+from pipeline.stages.fetch import (
+    FetchError,
+    FetchSettings,
+    FileSpec,
+    _Content,
+    fetch_dataset,
+    load_sources,
+    mirror_bases,
+    parse_files,
+)
 from pipeline.stages.idx import idx_bytes, read_idx
 
 FAST = FetchSettings(timeout_s=1.0, retries=1, backoff_s=0.01)
@@ -24,7 +32,12 @@ def assert_fetched(out, tiny):
     from pipeline.core.atomic import MARKER
 
     assert sorted(p.name for p in out.iterdir()) == [
-        MARKER, "test-images.idx", "test-labels.idx", "train-images.idx", "train-labels.idx"]
+        MARKER,
+        "test-images.idx",
+        "test-labels.idx",
+        "train-images.idx",
+        "train-labels.idx",
+    ]
     for role, array in tiny.arrays.items():
         kind, what = role.split("_")
         np.testing.assert_array_equal(read_idx(out / f"{kind}-{what}.idx"), array)
@@ -53,8 +66,14 @@ def test_env_mirror_folder_first(tmp_path, tiny, http_server):
     """Both mirrors hold good files: the $PIPELINE_MIRROR folder must be the one used."""
     tiny.write_mirror(tmp_path / "mirror" / "tiny")
     serve(http_server, "/m", tiny)
-    fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw", FAST,
-                  env={"PIPELINE_MIRROR": str(tmp_path / "mirror") + "/"})
+    fetch_dataset(
+        "tiny",
+        tiny.files,
+        [http_server.url + "/m"],
+        tmp_path / "raw",
+        FAST,
+        env={"PIPELINE_MIRROR": str(tmp_path / "mirror") + "/"},
+    )
     assert_fetched(tmp_path / "raw", tiny)
     assert sum(http_server.hits.values()) == 0
 
@@ -68,8 +87,14 @@ def test_mirror_order():
 def test_backoff_doubles_between_retries(tmp_path, tiny, http_server, pauses, capsys):
     serve(http_server, "/m", tiny)
     http_server.fail_first["/m/train-images-idx3-ubyte.gz"] = 3
-    fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw",
-                  FetchSettings(timeout_s=1.0, retries=3, backoff_s=0.5), env={})
+    fetch_dataset(
+        "tiny",
+        tiny.files,
+        [http_server.url + "/m"],
+        tmp_path / "raw",
+        FetchSettings(timeout_s=1.0, retries=3, backoff_s=0.5),
+        env={},
+    )
     assert pauses == [0.5, 1.0, 2.0]
     assert http_server.hits["/m/train-images-idx3-ubyte.gz"] == 4
     err = capsys.readouterr().err
@@ -81,8 +106,14 @@ def test_retries_exhausted_then_next_mirror(tmp_path, tiny, http_server, pauses)
     serve(http_server, "/bad", tiny)
     serve(http_server, "/good", tiny)
     http_server.fail_first["/bad/train-images-idx3-ubyte.gz"] = 99
-    fetch_dataset("tiny", tiny.files, [http_server.url + "/bad", http_server.url + "/good"], tmp_path / "raw",
-                  FetchSettings(timeout_s=1.0, retries=2, backoff_s=1.0), env={})
+    fetch_dataset(
+        "tiny",
+        tiny.files,
+        [http_server.url + "/bad", http_server.url + "/good"],
+        tmp_path / "raw",
+        FetchSettings(timeout_s=1.0, retries=2, backoff_s=1.0),
+        env={},
+    )
     assert http_server.hits["/bad/train-images-idx3-ubyte.gz"] == 3 and pauses == [1.0, 2.0]
     assert http_server.hits["/good/train-images-idx3-ubyte.gz"] == 1
 
@@ -98,8 +129,9 @@ def test_file_url_mirror_and_uncompressed_content(tmp_path, tiny):
 
 def test_404_then_second_mirror(tmp_path, tiny, http_server):
     serve(http_server, "/good", tiny)
-    fetch_dataset("tiny", tiny.files, [http_server.url + "/missing", http_server.url + "/good"],
-                  tmp_path / "raw", FAST, env={})
+    fetch_dataset(
+        "tiny", tiny.files, [http_server.url + "/missing", http_server.url + "/good"], tmp_path / "raw", FAST, env={}
+    )
     assert_fetched(tmp_path / "raw", tiny)
     assert http_server.hits["/missing/train-images-idx3-ubyte.gz"] == 1  # 404 is not retried
 
@@ -135,16 +167,18 @@ def test_checksum_mismatch_lists_every_mirror(tmp_path, tiny, http_server):
     bad = tiny.arrays["test_labels"].copy()
     bad[0] = (bad[0] + 1) % 10
     from pipeline.stages.idx import idx_bytes
+
     corrupt = gzip.compress(idx_bytes(bad))
     serve(http_server, "/m", tiny, {"t10k-labels-idx1-ubyte.gz": corrupt})
     from pipeline.core.atomic import MARKER
 
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "stale.idx").write_bytes(b"old")
-    (tmp_path / "raw" / MARKER).write_text("an earlier run's\n")   # the stage's own earlier output
+    (tmp_path / "raw" / MARKER).write_text("an earlier run's\n")  # the stage's own earlier output
     with pytest.raises(FetchError) as err:
-        fetch_dataset("tiny", tiny.files, [http_server.url + "/m", str(tmp_path / "empty")],
-                      tmp_path / "raw", FAST, env={})
+        fetch_dataset(
+            "tiny", tiny.files, [http_server.url + "/m", str(tmp_path / "empty")], tmp_path / "raw", FAST, env={}
+        )
     message = str(err.value)
     expected = tiny.files["test_labels"]["sha256"]
     actual = hashlib.sha256(idx_bytes(bad)).hexdigest()
@@ -166,8 +200,9 @@ def test_stall_honours_timeout(tmp_path, tiny, http_server, capsys):
     serve(http_server, "/slow", tiny, {name: ("stall", tiny.blobs[name])})
     serve(http_server, "/fast", tiny)
     settings = FetchSettings(timeout_s=1.0, retries=0, backoff_s=0)
-    fetch_dataset("tiny", tiny.files, [http_server.url + "/slow", http_server.url + "/fast"],
-                  tmp_path / "raw", settings, env={})
+    fetch_dataset(
+        "tiny", tiny.files, [http_server.url + "/slow", http_server.url + "/fast"], tmp_path / "raw", settings, env={}
+    )
     assert f"train-labels.idx <- {http_server.url}/fast/{name}" in capsys.readouterr().err
     assert http_server.hits[f"/slow/{name}"] == 1
     assert_fetched(tmp_path / "raw", tiny)
@@ -177,14 +212,26 @@ def test_stall_reported(tmp_path, tiny, http_server):
     name = "train-labels-idx1-ubyte.gz"
     serve(http_server, "/slow", tiny, {name: ("stall", tiny.blobs[name])})
     with pytest.raises(FetchError, match=r"read timed out after 10 bytes \(gave up after 1 tries\)"):
-        fetch_dataset("tiny", tiny.files, [http_server.url + "/slow"], tmp_path / "raw",
-                      FetchSettings(timeout_s=1.0, retries=0), env={})
+        fetch_dataset(
+            "tiny",
+            tiny.files,
+            [http_server.url + "/slow"],
+            tmp_path / "raw",
+            FetchSettings(timeout_s=1.0, retries=0),
+            env={},
+        )
 
 
 def test_connection_refused_is_reported(tmp_path, tiny):
     with pytest.raises(FetchError, match="cannot connect"):
-        fetch_dataset("tiny", tiny.files, ["http://127.0.0.1:9"], tmp_path / "raw",
-                      FetchSettings(timeout_s=0.5, retries=0), env={})
+        fetch_dataset(
+            "tiny",
+            tiny.files,
+            ["http://127.0.0.1:9"],
+            tmp_path / "raw",
+            FetchSettings(timeout_s=0.5, retries=0),
+            env={},
+        )
 
 
 def test_files_block_validated():
@@ -194,15 +241,18 @@ def test_files_block_validated():
         parse_files({"train_images": {"name": "a", "sha256": "0" * 64}})
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("- a\n- b\n", r"no data set 'tiny' with a `files` mapping \(known: \[\]\)"),
-    ("other: {files: {}}\n", r"no data set 'tiny' with a `files` mapping \(known: \['other'\]\)"),
-    ("tiny: {mirrors: [a]}\n", r"no data set 'tiny' with a `files` mapping"),
-    ("tiny: {files: [a]}\n", r"no data set 'tiny' with a `files` mapping"),
-    ("tiny: {files: {}, mirrors: a-string}\n", r"tiny.mirrors must be a list of URLs or folders"),
-    ("tiny: {files: {}, mirrors: [a, 3]}\n", r"tiny.mirrors must be a list of URLs or folders"),
-    ("tiny: [unclosed\n", r"not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a\n- b\n", r"no data set 'tiny' with a `files` mapping \(known: \[\]\)"),
+        ("other: {files: {}}\n", r"no data set 'tiny' with a `files` mapping \(known: \['other'\]\)"),
+        ("tiny: {mirrors: [a]}\n", r"no data set 'tiny' with a `files` mapping"),
+        ("tiny: {files: [a]}\n", r"no data set 'tiny' with a `files` mapping"),
+        ("tiny: {files: {}, mirrors: a-string}\n", r"tiny.mirrors must be a list of URLs or folders"),
+        ("tiny: {files: {}, mirrors: [a, 3]}\n", r"tiny.mirrors must be a list of URLs or folders"),
+        ("tiny: [unclosed\n", r"not valid YAML"),
+    ],
+)
 def test_sources_file_checked(tmp_path, text, message):
     (tmp_path / "sources.yaml").write_text(text)
     with pytest.raises(FetchError, match=message):
@@ -213,8 +263,9 @@ def test_sources_file_read(tmp_path):
     digest = "0" * 64
     files = {"train_csv": {"name": "a.csv", "sha256": digest}, "test_csv": {"name": "b.csv", "sha256": digest}}
     other = {"train_csv": {"name": "c.csv", "sha256": digest, "bytes": 10}, "test_csv": {"name": "d", "sha256": digest}}
-    (tmp_path / "sources.yaml").write_text(yaml.safe_dump({"tiny": {"files": files, "mirrors": ["http://m/x", "/data"]},
-                                                           "small": {"files": other}}))
+    (tmp_path / "sources.yaml").write_text(
+        yaml.safe_dump({"tiny": {"files": files, "mirrors": ["http://m/x", "/data"]}, "small": {"files": other}})
+    )
     assert load_sources(tmp_path / "sources.yaml", "tiny") == (files, ["http://m/x", "/data"])
     assert load_sources(tmp_path / "sources.yaml", "small") == (other, [])
     with pytest.raises(FetchError, match="no such sources file"):
@@ -222,15 +273,15 @@ def test_sources_file_read(tmp_path):
 
 
 @pytest.mark.parametrize(("status", "retried"), [(500, True), (429, True), (499, False), (403, False)])
-def test_server_errors_and_rate_limits_are_retried_client_errors_are_not(tmp_path, tiny, http_server, status,
-                                                                         retried):
+def test_server_errors_and_rate_limits_are_retried_client_errors_are_not(tmp_path, tiny, http_server, status, retried):
     name = "train-images-idx3-ubyte.gz"
     serve(http_server, "/m", tiny)
     serve(http_server, "/other", tiny)
     http_server.fail_first[f"/m/{name}"] = 1
     http_server.fail_status = status
-    fetch_dataset("tiny", tiny.files, [http_server.url + "/m", http_server.url + "/other"], tmp_path / "raw",
-                  FAST, env={})
+    fetch_dataset(
+        "tiny", tiny.files, [http_server.url + "/m", http_server.url + "/other"], tmp_path / "raw", FAST, env={}
+    )
     assert http_server.hits[f"/m/{name}"] == (2 if retried else 1)
     assert http_server.hits.get(f"/other/{name}", 0) == (0 if retried else 1)
     assert_fetched(tmp_path / "raw", tiny)
@@ -247,8 +298,14 @@ def test_server_that_never_answers(tmp_path, tiny, http_server):
     name = "train-labels-idx1-ubyte.gz"
     serve(http_server, "/m", tiny, {name: ("mute", tiny.blobs[name])})
     with pytest.raises(FetchError) as err:
-        fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw",
-                      FetchSettings(timeout_s=1.0, retries=0), env={})
+        fetch_dataset(
+            "tiny",
+            tiny.files,
+            [http_server.url + "/m"],
+            tmp_path / "raw",
+            FetchSettings(timeout_s=1.0, retries=0),
+            env={},
+        )
     assert f"{http_server.url}/m/{name}: cannot connect: timed out (gave up after 1 tries)" in str(err.value)
 
 
@@ -256,12 +313,20 @@ def test_server_that_never_answers(tmp_path, tiny, http_server):
 def test_connection_refused_names_the_reason(tmp_path, tiny, scheme):
     """https goes over the network like http (not to a local path called 'https:...')."""
     with pytest.raises(FetchError) as err:
-        fetch_dataset("tiny", tiny.files, [f"{scheme}://127.0.0.1:9"], tmp_path / "raw",
-                      FetchSettings(timeout_s=0.5, retries=0), env={})
+        fetch_dataset(
+            "tiny",
+            tiny.files,
+            [f"{scheme}://127.0.0.1:9"],
+            tmp_path / "raw",
+            FetchSettings(timeout_s=0.5, retries=0),
+            env={},
+        )
     lines = str(err.value).splitlines()
     assert lines[0] == "could not fetch train-images-idx3-ubyte.gz from any of 1 mirrors:"
-    assert lines[1] == (f"  - {scheme}://127.0.0.1:9/train-images-idx3-ubyte.gz: cannot connect: "
-                        "[Errno 111] Connection refused (gave up after 1 tries)")
+    assert lines[1] == (
+        f"  - {scheme}://127.0.0.1:9/train-images-idx3-ubyte.gz: cannot connect: "
+        "[Errno 111] Connection refused (gave up after 1 tries)"
+    )
 
 
 def test_mirror_paths_with_url_characters(tmp_path, tiny, monkeypatch):
@@ -294,21 +359,29 @@ _DIGEST = "0123456789abcdef" * 4
 
 
 def test_files_block_roles_and_digests():
-    csv = parse_files({"train_csv": {"name": "a.csv", "sha256": _DIGEST},
-                       "test_csv": {"name": "b.csv", "sha256": _DIGEST}})
+    csv = parse_files(
+        {"train_csv": {"name": "a.csv", "sha256": _DIGEST}, "test_csv": {"name": "b.csv", "sha256": _DIGEST}}
+    )
     assert [(s.role, s.name) for s in csv] == [("train_csv", "a.csv"), ("test_csv", "b.csv")]
-    assert parse_files({"test_csv": {"name": "b", "sha256": _DIGEST.upper()},
-                        "train_csv": {"name": "a", "sha256": _DIGEST}})[0].sha256 == _DIGEST
+    assert (
+        parse_files(
+            {"test_csv": {"name": "b", "sha256": _DIGEST.upper()}, "train_csv": {"name": "a", "sha256": _DIGEST}}
+        )[0].sha256
+        == _DIGEST
+    )
     for bad in (_DIGEST[:-1], "g" * 64, _DIGEST + "0"):
         with pytest.raises(ValueError, match="64 hex digits"):
             parse_files({"train_csv": {"name": "a", "sha256": bad}, "test_csv": {"name": "b", "sha256": _DIGEST}})
 
 
-@pytest.mark.parametrize(("entry", "stored"), [
-    ({"name": "x" * 255, "sha256": _DIGEST}, ("x" * 255, None)),       # the longest file name
-    ({"name": "X.csv", "sha256": _DIGEST, "bytes": 0}, ("X.csv", 0)),     # an empty file, pinned as such
-    ({"name": "b", "sha256": _DIGEST, "bytes": 1 << 32}, ("b", 1 << 32)),  # the largest size a file may state
-])
+@pytest.mark.parametrize(
+    ("entry", "stored"),
+    [
+        ({"name": "x" * 255, "sha256": _DIGEST}, ("x" * 255, None)),  # the longest file name
+        ({"name": "X.csv", "sha256": _DIGEST, "bytes": 0}, ("X.csv", 0)),  # an empty file, pinned as such
+        ({"name": "b", "sha256": _DIGEST, "bytes": 1 << 32}, ("b", 1 << 32)),  # the largest size a file may state
+    ],
+)
 def test_a_files_entry_at_each_limit_is_kept_as_written(entry, stored):
     """Name and size at their limits are accepted, and the size is kept for the download to
     be held to."""
@@ -316,20 +389,23 @@ def test_a_files_entry_at_each_limit_is_kept_as_written(entry, stored):
     assert (specs[0].name, specs[0].bytes) == stored
 
 
-@pytest.mark.parametrize(("entry", "message"), [
-    ({"name": "a", "sha256": _DIGEST, "size": 3}, r"expected \{name: \.\.\., sha256: \.\.\.\}"),
-    ({"name": "a", "sha256": _DIGEST, "bytes": "12"}, r"bytes must be an integer in 0\.\.4,294,967,296, got '12'"),
-    ({"name": "a", "sha256": _DIGEST, "bytes": True}, r"bytes must be an integer .* got True"),
-    ({"name": "a", "sha256": _DIGEST, "bytes": -1}, r"bytes must be an integer .* got -1"),
-    ({"name": "a", "sha256": _DIGEST, "bytes": (1 << 32) + 1}, r"bytes must be an integer .* got 4294967297"),
-    ({"name": "x" * 256, "sha256": _DIGEST}, r"name must be a plain file name"),
-    ({"name": "", "sha256": _DIGEST}, r"name must be a plain file name"),
-    ({"name": ".", "sha256": _DIGEST}, r"name must be a plain file name"),
-    ({"name": "..", "sha256": _DIGEST}, r"name must be a plain file name"),
-    ({"name": "a/b", "sha256": _DIGEST}, r"name must be a plain file name"),
-    ({"name": "a\\b", "sha256": _DIGEST}, r"name must be a plain file name"),
-    ({"name": "a\0b", "sha256": _DIGEST}, r"name must be a plain file name"),
-])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"name": "a", "sha256": _DIGEST, "size": 3}, r"expected \{name: \.\.\., sha256: \.\.\.\}"),
+        ({"name": "a", "sha256": _DIGEST, "bytes": "12"}, r"bytes must be an integer in 0\.\.4,294,967,296, got '12'"),
+        ({"name": "a", "sha256": _DIGEST, "bytes": True}, r"bytes must be an integer .* got True"),
+        ({"name": "a", "sha256": _DIGEST, "bytes": -1}, r"bytes must be an integer .* got -1"),
+        ({"name": "a", "sha256": _DIGEST, "bytes": (1 << 32) + 1}, r"bytes must be an integer .* got 4294967297"),
+        ({"name": "x" * 256, "sha256": _DIGEST}, r"name must be a plain file name"),
+        ({"name": "", "sha256": _DIGEST}, r"name must be a plain file name"),
+        ({"name": ".", "sha256": _DIGEST}, r"name must be a plain file name"),
+        ({"name": "..", "sha256": _DIGEST}, r"name must be a plain file name"),
+        ({"name": "a/b", "sha256": _DIGEST}, r"name must be a plain file name"),
+        ({"name": "a\\b", "sha256": _DIGEST}, r"name must be a plain file name"),
+        ({"name": "a\0b", "sha256": _DIGEST}, r"name must be a plain file name"),
+    ],
+)
 def test_a_files_entry_past_a_limit_is_refused_by_role(entry, message):
     """sources.yaml is input: an unknown key, a size that is not a plain integer in range, or a
     name that is not one plain file name is refused, naming the file's role."""

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import device_path, resident
-from pipeline.budget import TimeBudget
+
 from pipeline.bench.model import SimpleCNN
 from pipeline.bench.runners import Execution, TrainConfig, train_eager, train_static
+from pipeline.budget import TimeBudget
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -89,9 +89,9 @@ def test_one_captured_step_replayed_per_step_trains_as_the_captured_epoch():
     config = TrainConfig(batch_size=32, lr=0.01, betas=(0.9, 0.99), schedule=OneCycle(max_lr=0.01))
     for options in ({}, {"compile_mode": "default", "autocast": True, "channels_last": True}):
         epoch = train_static(data, CUDA, config, Execution(cuda_graph=True, **options), epochs=3, budget=3)
-        step = train_static(data, CUDA, config, Execution(cuda_graph=True, graph_scope="step", **options),
-                            epochs=3, budget=3)
+        step = train_static(
+            data, CUDA, config, Execution(cuda_graph=True, graph_scope="step", **options), epochs=3, budget=3
+        )
         assert step.cuda_graph is True and step.budget["kernels_per_step"] > 10, options
         assert step.loss == pytest.approx(epoch.loss, rel=1e-2), options
         assert step.accuracies == pytest.approx(epoch.accuracies, abs=0.03), options
-

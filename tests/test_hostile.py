@@ -14,25 +14,28 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import PARAMS, write_shards
 
 from pipeline.core.atomic import BusyError, atomic_dir, locked
-from pipeline.stages.convert import convert_dataset
-from pipeline.stages.csvread import iter_csv
-from pipeline.core.parquet import read_parquet_arrays
-from pipeline.stages.csvdata import write_csv
 from pipeline.core.errors import DataError
 from pipeline.core.params import ParamsError
-from pipeline.stages.params import validate_params
+from pipeline.core.parquet import read_parquet_arrays
 from pipeline.shards import ShardDataset, ShardError, read_manifest, read_split
+from pipeline.stages.convert import convert_dataset
+from pipeline.stages.csvdata import write_csv
+from pipeline.stages.csvread import iter_csv
+from pipeline.stages.params import validate_params
 from pipeline.stages.shard import shard_dataset
-from conftest import PARAMS, write_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 # ---------------------------------------------------------------- manifests
@@ -40,8 +43,14 @@ def tree_digest(folder: Path) -> dict[str, str]:
 
 @pytest.fixture
 def shard_dir(tmp_path, tiny):
-    write_shards(tiny.arrays["train_images"], tiny.arrays["train_labels"], tmp_path / "split", dataset="tiny",
-                 split="train", samples_per_shard=24)
+    write_shards(
+        tiny.arrays["train_images"],
+        tiny.arrays["train_labels"],
+        tmp_path / "split",
+        dataset="tiny",
+        split="train",
+        samples_per_shard=24,
+    )
     return tmp_path / "split"
 
 
@@ -54,17 +63,23 @@ def _set(path: list, value):
             del node[path[-1]]
         else:
             node[path[-1]] = value
+
     return edit
 
 
 MANIFEST_CASES = {
-    "parent path": (_set(["shards", 0, "file"], "../../outside/evil.safetensors"), r"shards\[0\]\.file: .* not a plain"),
+    "parent path": (
+        _set(["shards", 0, "file"], "../../outside/evil.safetensors"),
+        r"shards\[0\]\.file: .* not a plain",
+    ),
     "absolute path": (_set(["shards", 0, "file"], "/etc/passwd"), r"shards\[0\]\.file: '/etc/passwd' is not a plain"),
     "separator inside": (_set(["shards", 0, "file"], "shard-a/b.safetensors"), r"not a plain shard file name"),
     "dot dot alone": (_set(["shards", 0, "file"], ".."), r"not a plain shard file name"),
     "not a string": (_set(["shards", 0, "file"], 7), r"shards\[0\]\.file: expected a file name, got 7"),
-    "listed twice": (lambda m: m["shards"].__setitem__(1, copy.deepcopy(m["shards"][0])),
-                     r"shards\[1\]\.file: 'shard-00000.safetensors' is listed twice$"),
+    "listed twice": (
+        lambda m: m["shards"].__setitem__(1, copy.deepcopy(m["shards"][0])),
+        r"shards\[1\]\.file: 'shard-00000.safetensors' is listed twice$",
+    ),
     "absurd count": (_set(["count"], 10**18), r"count: 1000000000000000000 is outside 0\.\.2147483648"),
     "count a string": (_set(["count"], "64"), r"count: expected an integer, got '64'"),
     "count a bool": (_set(["shards", 0, "count"], True), r"shards\[0\]\.count: expected an integer, got True"),
@@ -74,7 +89,10 @@ MANIFEST_CASES = {
     "missing key": (_set(["shards"], KeyError), r"\(keys\): missing \['shards'\]"),
     "unknown key": (_set(["extra"], 1), r"\(keys\): missing \[\], unknown \['extra'\]"),
     "bad sha256": (_set(["shards", 0, "sha256"], "zz"), r"shards\[0\]\.sha256: expected 64 lowercase hex"),
-    "bad dtype": (_set(["fields", 0, "dtype"], "float65"), r"fields\[0\]: field 'images': dtype 'float65' is not one of"),
+    "bad dtype": (
+        _set(["fields", 0, "dtype"], "float65"),
+        r"fields\[0\]: field 'images': dtype 'float65' is not one of",
+    ),
     "bad codec": (_set(["compression", "codec"], "lzma"), r"compression\.codec: 'lzma', expected"),
     "shards not a list": (_set(["shards"], {"a": 1}), r"shards: expected a list"),
     "wrong version": (_set(["format_version"], 1), r"format_version: 1, expected one of \[2, 3, 4\]"),
@@ -82,10 +100,14 @@ MANIFEST_CASES = {
     "block size tiny": (_set(["block_bytes"], 512), r"block_bytes: 512 is outside 4096\.\."),
     "block size huge": (_set(["block_bytes"], 1 << 31), r"block_bytes: 2147483648 is outside 4096\.\.1073741824$"),
     "field not an object": (_set(["fields", 0], 5), r"fields\[0\]: expected an object, got 5$"),
-    "header digest short": (_set(["shards", 0, "header_xxh3_64"], "ab"),
-                            r"shards\[0\]\.header_xxh3_64: expected 16 lowercase hex digits, got 'ab'"),
-    "header digest missing": (_set(["shards", 1, "header_xxh3_64"], KeyError),
-                              r"shards\[1\]\.header_xxh3_64: expected 16 hex digits, got None$"),
+    "header digest short": (
+        _set(["shards", 0, "header_xxh3_64"], "ab"),
+        r"shards\[0\]\.header_xxh3_64: expected 16 lowercase hex digits, got 'ab'",
+    ),
+    "header digest missing": (
+        _set(["shards", 1, "header_xxh3_64"], KeyError),
+        r"shards\[1\]\.header_xxh3_64: expected 16 hex digits, got None$",
+    ),
     "dataset not a string": (_set(["dataset"], 3), r"dataset: expected a string, got 3$"),
     "compression not an object": (_set(["compression"], []), r"compression: expected an object, got \[\]$"),
     "shard entry not an object": (_set(["shards", 0], 5), r"shards\[0\]: expected an object, got 5$"),
@@ -104,12 +126,29 @@ def _manifest(count: int, shard_counts: list[int], codec: str = "none") -> dict:
     from pipeline.shards.format import BLOCK_BYTES, V2_SAMPLE, new_manifest, shard_file
 
     SAMPLE_BYTES = V2_SAMPLE.row_bytes
-    shards = [{"file": shard_file(i, codec), "count": n, "bytes": n * SAMPLE_BYTES + 100, "sha256": "a" * 64,
-               "xxh3_128": "b" * 32} for i, n in enumerate(shard_counts)]
+    shards = [
+        {
+            "file": shard_file(i, codec),
+            "count": n,
+            "bytes": n * SAMPLE_BYTES + 100,
+            "sha256": "a" * 64,
+            "xxh3_128": "b" * 32,
+        }
+        for i, n in enumerate(shard_counts)
+    ]
     for entry in shards if codec == "none" else []:
         entry["header_xxh3_64"] = "c" * 16
-    return new_manifest(sample=V2_SAMPLE, dataset="d", split="train", count=count, codec=codec, level=3, source={},
-                        shards=shards, block=BLOCK_BYTES if codec == "none" else None)
+    return new_manifest(
+        sample=V2_SAMPLE,
+        dataset="d",
+        split="train",
+        count=count,
+        codec=codec,
+        level=3,
+        source={},
+        shards=shards,
+        block=BLOCK_BYTES if codec == "none" else None,
+    )
 
 
 def test_manifest_boundaries_accepted():
@@ -137,8 +176,12 @@ def test_manifest_boundaries_accepted():
     from pipeline.shards.format import MAX_HEADER, V2_SAMPLE
 
     SAMPLE_BYTES = V2_SAMPLE.row_bytes
-    for size, ok in ((3 * SAMPLE_BYTES, False), (3 * SAMPLE_BYTES + 1, True),
-                     (3 * SAMPLE_BYTES + 8 + MAX_HEADER, True), (3 * SAMPLE_BYTES + 9 + MAX_HEADER, False)):
+    for size, ok in (
+        (3 * SAMPLE_BYTES, False),
+        (3 * SAMPLE_BYTES + 1, True),
+        (3 * SAMPLE_BYTES + 8 + MAX_HEADER, True),
+        (3 * SAMPLE_BYTES + 9 + MAX_HEADER, False),
+    ):
         manifest = _manifest(3, [3])
         manifest["shards"][0]["bytes"] = size
         if ok:
@@ -162,11 +205,14 @@ def test_hostile_manifest(shard_dir, case):
         assert str(err.value).startswith(str(shard_dir / "manifest.json")) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[1, 2]", r"\(top level\): expected a JSON object"),
-    ("{", r"not valid JSON"),
-    ("[" * 100000, r"not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[1, 2]", r"\(top level\): expected a JSON object"),
+        ("{", r"not valid JSON"),
+        ("[" * 100000, r"not valid JSON"),
+    ],
+)
 def test_unreadable_manifest(shard_dir, text, message):
     (shard_dir / "manifest.json").write_text(text)
     for reader in (read_split, ShardDataset):
@@ -182,7 +228,9 @@ def test_symlinked_shard_is_refused(shard_dir, tmp_path):
     first.unlink()
     first.symlink_to(outside)
     for read in (read_split, lambda folder: ShardDataset(folder).batch([0])):
-        with pytest.raises(ShardError, match=r"shard-00000.safetensors: a link, not a plain file; shards must be plain"):
+        with pytest.raises(
+            ShardError, match=r"shard-00000.safetensors: a link, not a plain file; shards must be plain"
+        ):
             read(shard_dir)
 
 
@@ -193,16 +241,29 @@ def test_a_fifo_as_a_shard_is_refused_without_waiting(shard_dir):
     first.unlink()
     os.mkfifo(first)
     for read in (read_split, lambda folder: ShardDataset(folder).batch([0])):  # (a ShardDataset maps on first use)
-        with within(5), pytest.raises(ShardError, match=r"shard-00000.safetensors: a FIFO \(named pipe\), not a "
-                                                        r"regular file; expected a file here; shards must be plain"):
+        with (
+            within(5),
+            pytest.raises(
+                ShardError,
+                match=r"shard-00000.safetensors: a FIFO \(named pipe\), not a "
+                r"regular file; expected a file here; shards must be plain",
+            ),
+        ):
             read(shard_dir)
 
 
 def test_zstd_frame_that_claims_too_much(tmp_path, tiny):
     import zstandard
 
-    write_shards(tiny.arrays["train_images"], tiny.arrays["train_labels"], tmp_path / "z", dataset="tiny",
-                 split="train", samples_per_shard=64, compression="zstd")
+    write_shards(
+        tiny.arrays["train_images"],
+        tiny.arrays["train_labels"],
+        tmp_path / "z",
+        dataset="tiny",
+        split="train",
+        samples_per_shard=64,
+        compression="zstd",
+    )
     bomb = zstandard.ZstdCompressor().compress(bytes(64 * 785 * 50))  # 50x the data, tiny on disk
     shard = tmp_path / "z" / "shard-00000.safetensors.zst"
     shard.write_bytes(bomb)
@@ -210,8 +271,11 @@ def test_zstd_frame_that_claims_too_much(tmp_path, tiny):
     manifest["shards"][0].update(bytes=len(bomb))
     (tmp_path / "z" / "manifest.json").write_text(json.dumps(manifest))
     for read in (read_split, ShardDataset):  # (a ShardDataset decompresses zstd shards when opened)
-        with pytest.raises(ShardError, match=r"shard-00000.safetensors.zst: zstd frame holds 2,512,000 bytes, not 64 "
-                                             r"samples"):
+        with pytest.raises(
+            ShardError,
+            match=r"shard-00000.safetensors.zst: zstd frame holds 2,512,000 bytes, not 64 "
+            r"samples",
+        ):
             read(tmp_path / "z", verify="none")
 
 
@@ -224,16 +288,32 @@ def params():
 
 
 PARAMS_CASES = {
-    "fractional shard size": (["shard", "samples_per_shard"], 1.5, r"shard\.samples_per_shard: Input should be a valid integer"),
+    "fractional shard size": (
+        ["shard", "samples_per_shard"],
+        1.5,
+        r"shard\.samples_per_shard: Input should be a valid integer",
+    ),
     "zstd level absurd": (["shard", "level"], -200000, r"shard\.level: Input should be greater than or equal to 1"),
     "zero epochs": (["bench", "epochs"], 0, r"bench\.epochs: Input should be greater than or equal to 1"),
     "zero sample steps": (["bench", "sample_steps"], 0, r"bench\.sample_steps: Input should be greater"),
     "unknown bench key": (["bench", "speed"], "max", r"bench\.speed: Extra inputs are not permitted"),
     "null param": (["fetch", "retries"], None, r"fetch\.retries: Input should be a valid integer \(got None\)"),
-    "escaping data set": (["datasets"], ["mnist", "../evil"], r"datasets: data set names must be plain slugs.*\.\./evil"),
-    "gzip level 10": (["convert", "codecs"], ["gzip-10", "snappy"], r"convert\.codecs: codec 'gzip-10': gzip levels are 1\.\.9"),
+    "escaping data set": (
+        ["datasets"],
+        ["mnist", "../evil"],
+        r"datasets: data set names must be plain slugs.*\.\./evil",
+    ),
+    "gzip level 10": (
+        ["convert", "codecs"],
+        ["gzip-10", "snappy"],
+        r"convert\.codecs: codec 'gzip-10': gzip levels are 1\.\.9",
+    ),
     "zstd level 99": (["convert", "codecs"], ["zstd-99", "snappy"], r"codec 'zstd-99': zstd levels are 1\.\.22"),
-    "brotli level 12": (["convert", "codecs"], ["brotli-12", "snappy"], r"codec 'brotli-12': brotli levels are 0\.\.11"),
+    "brotli level 12": (
+        ["convert", "codecs"],
+        ["brotli-12", "snappy"],
+        r"codec 'brotli-12': brotli levels are 0\.\.11",
+    ),
     "empty codec list": (["convert", "codecs"], [], r"convert\.codecs: List should have at least 1 item"),
     "unknown codec": (["convert", "codecs"], ["lzma", "snappy"], r"unknown codec 'lzma'"),
     "codec not listed": (["convert", "codec"], "brotli-3", r"convert: codec 'brotli-3' is not one of codecs"),
@@ -259,8 +339,11 @@ def test_hostile_params(params, case):
 
 def test_every_params_problem_is_listed_at_once(params):
     params["shard"]["samples_per_shard"], params["bench"]["epochs"], params["fetch"]["bogus"] = 1.5, 0, 1
-    with pytest.raises(ParamsError, match=r"3 problem\(s\): .*samples_per_shard.*bench\.epochs.*fetch\.bogus|"
-                                          r"3 problem\(s\)"):
+    with pytest.raises(
+        ParamsError,
+        match=r"3 problem\(s\): .*samples_per_shard.*bench\.epochs.*fetch\.bogus|"
+        r"3 problem\(s\)",
+    ):
         validate_params(params)
 
 
@@ -286,8 +369,13 @@ def test_bad_test_csv_leaves_the_old_parquet_whole(csv_dir, tmp_path):
     out = tmp_path / "pq"
     convert_dataset(csv_dir, out, tmp_path / "f.json", "snappy")
     before = tree_digest(out)
-    (csv_dir / "train.csv").write_bytes((csv_dir / "train.csv").read_bytes().replace(b"\n3,", b"\n3,x", 1)
-                                        .replace(b"\n1,", b"\n1,x", 1).replace(b"\n7,", b"\n7,x", 1))
+    (csv_dir / "train.csv").write_bytes(
+        (csv_dir / "train.csv")
+        .read_bytes()
+        .replace(b"\n3,", b"\n3,x", 1)
+        .replace(b"\n1,", b"\n1,x", 1)
+        .replace(b"\n7,", b"\n7,x", 1)
+    )
     (csv_dir / "test.csv").write_bytes((csv_dir / "test.csv").read_bytes()[:-1])
     with pytest.raises(DataError):
         convert_dataset(csv_dir, out, tmp_path / "f.json", "snappy")
@@ -301,11 +389,14 @@ def parquet(csv_dir, tmp_path):
     return tmp_path / "pq" / "compact"
 
 
-@pytest.mark.parametrize("where, message", [
-    (lambda n: n // 2, r"checksum mismatch: SHA256SUMS says"),   # a byte in a data page
-    (lambda n: n - 20, r"checksum mismatch: SHA256SUMS says"),   # the footer
-    (lambda n: None, r"checksum mismatch: SHA256SUMS says"),     # cut in half
-])
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        (lambda n: n // 2, r"checksum mismatch: SHA256SUMS says"),  # a byte in a data page
+        (lambda n: n - 20, r"checksum mismatch: SHA256SUMS says"),  # the footer
+        (lambda n: None, r"checksum mismatch: SHA256SUMS says"),  # cut in half
+    ],
+)
 def test_damaged_parquet_stops_the_shard_stage(parquet, tmp_path, where, message):
     path = parquet / "train.parquet"
     data = bytearray(path.read_bytes())
@@ -337,10 +428,13 @@ def test_damaged_parquet_is_refused_by_the_reader_itself(parquet, where):
     path = parquet / "train.parquet"
     data = bytearray(path.read_bytes())
     at = where(len(data))
-    data = data[: len(data) // 2] if at is None else data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+    data = data[: len(data) // 2] if at is None else data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
     path.write_bytes(bytes(data))
-    with pytest.raises(DataError, match=r"train.parquet: (not a readable Parquet file|row group \d+ unreadable), "
-                                        r"damaged or cut\?"):
+    with pytest.raises(
+        DataError,
+        match=r"train.parquet: (not a readable Parquet file|row group \d+ unreadable), "
+        r"damaged or cut\?",
+    ):
         read_parquet_arrays(path)
 
 
@@ -383,8 +477,10 @@ def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
 @pytest.mark.slow
 def test_a_concurrent_process_is_refused(tmp_path):
     dest = tmp_path / "out"
-    code = ("import sys, time; from pipeline.core.atomic import atomic_dir\n"
-            "with atomic_dir(sys.argv[1]) as t:\n print('in', flush=True); time.sleep(3)\n")
+    code = (
+        "import sys, time; from pipeline.core.atomic import atomic_dir\n"
+        "with atomic_dir(sys.argv[1]) as t:\n print('in', flush=True); time.sleep(3)\n"
+    )
     first = subprocess.Popen([sys.executable, "-c", code, str(dest)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert first.stdout.readline().strip() == "in"
     with pytest.raises(BusyError):
@@ -396,8 +492,10 @@ def test_a_concurrent_process_is_refused(tmp_path):
 @pytest.mark.slow
 def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
     dest = tmp_path / "out.parquet"
-    code = ("import os, sys; from pipeline.core.atomic import atomic_path\n"
-            "with atomic_path(sys.argv[1]) as t:\n open(t, 'w').write('half'); os._exit(9)\n")
+    code = (
+        "import os, sys; from pipeline.core.atomic import atomic_path\n"
+        "with atomic_path(sys.argv[1]) as t:\n open(t, 'w').write('half'); os._exit(9)\n"
+    )
     killed = subprocess.run([sys.executable, "-c", code, str(dest)], cwd=ROOT)
     assert killed.returncode == 9 and list(tmp_path.glob(".out.parquet.*.tmp")) and not dest.exists()
     from pipeline.core.atomic import write_text
@@ -418,13 +516,23 @@ def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_cli_bad_params_is_one_line_and_exit_2(tmp_path, params, csv_dir):
     params["shard"]["samples_per_shard"] = 1.5
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(params))
-    result = cli("shard", "tiny", "--parquet", str(csv_dir), "--out", str(tmp_path / "s"), "--params",
-                 str(tmp_path / "p.yaml"))
+    result = cli(
+        "shard", "tiny", "--parquet", str(csv_dir), "--out", str(tmp_path / "s"), "--params", str(tmp_path / "p.yaml")
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1 and "shard.samples_per_shard" in result.stderr
     assert not (tmp_path / "s").exists()
-    debug = cli("--debug", "shard", "tiny", "--parquet", str(csv_dir), "--out", str(tmp_path / "s"), "--params",
-                str(tmp_path / "p.yaml"))
+    debug = cli(
+        "--debug",
+        "shard",
+        "tiny",
+        "--parquet",
+        str(csv_dir),
+        "--out",
+        str(tmp_path / "s"),
+        "--params",
+        str(tmp_path / "p.yaml"),
+    )
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 
 
@@ -432,9 +540,21 @@ def test_cli_bad_params_is_one_line_and_exit_2(tmp_path, params, csv_dir):
 def test_cli_missing_test_csv_is_named(tmp_path, csv_dir):
     (csv_dir / "test.csv").unlink()
     (tmp_path / "sources.yaml").write_text("tiny: {rows: {train: 64, test: 32}, files: {}}\n")
-    result = cli("convert", "tiny", "snappy", "--csv", str(csv_dir), "--out", str(tmp_path / "pq"),
-                 "--figures", str(tmp_path / "f.json"), "--sources", str(tmp_path / "sources.yaml"),
-                 "--params", str(PARAMS))
+    result = cli(
+        "convert",
+        "tiny",
+        "snappy",
+        "--csv",
+        str(csv_dir),
+        "--out",
+        str(tmp_path / "pq"),
+        "--figures",
+        str(tmp_path / "f.json"),
+        "--sources",
+        str(tmp_path / "sources.yaml"),
+        "--params",
+        str(PARAMS),
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "test.csv" in result.stderr and not (tmp_path / "pq").exists()
 
@@ -485,15 +605,18 @@ def test_zstd_frame_size_bounds():
         _check_frame(Path("s.zst"), unsized, 2, SAMPLE_BYTES)
 
 
-@pytest.mark.parametrize(("damage", "line"), [
-    (lambda text: text.replace("  ", " ", 1), 1),                       # one space, not two
-    (lambda text: text.replace(text[:1], "G", 1), 1),                    # not hex
-    (lambda text: text[1:], 1),                                          # 63 digits
-    (lambda text: text + "\n", 5),                                        # an empty line after the four
-    (lambda text: text + text.splitlines()[0] + "\n", 5),                 # a file listed twice
-    (lambda text: text.splitlines()[0][:66] + "\n" + text, 1),            # no file name
-    (lambda text: "\n".join(text.splitlines()[:2] + [text.splitlines()[2][:64]] + text.splitlines()[3:]), 3),
-])
+@pytest.mark.parametrize(
+    ("damage", "line"),
+    [
+        (lambda text: text.replace("  ", " ", 1), 1),  # one space, not two
+        (lambda text: text.replace(text[:1], "G", 1), 1),  # not hex
+        (lambda text: text[1:], 1),  # 63 digits
+        (lambda text: text + "\n", 5),  # an empty line after the four
+        (lambda text: text + text.splitlines()[0] + "\n", 5),  # a file listed twice
+        (lambda text: text.splitlines()[0][:66] + "\n" + text, 1),  # no file name
+        (lambda text: "\n".join(text.splitlines()[:2] + [text.splitlines()[2][:64]] + text.splitlines()[3:]), 3),
+    ],
+)
 def test_damaged_checksum_list_is_refused_not_read_around(parquet, damage, line):
     """Each damage is named by the line it is on, counted from 1 as editors do."""
     from pipeline.core.parquet import verify_checksum
@@ -519,8 +642,11 @@ def test_a_parquet_file_that_links_out_of_its_codec_folder_is_refused(parquet, t
     outside.write_bytes(inside.read_bytes())
     train.unlink()
     train.symlink_to(outside)
-    with pytest.raises(UnsafeFileError, match=rf"^{re.escape(str(train))}: a link to {re.escape(str(outside.resolve()))}, outside "
-                                                rf"{re.escape(str(parquet.parent.resolve()))}"):
+    with pytest.raises(
+        UnsafeFileError,
+        match=rf"^{re.escape(str(train))}: a link to {re.escape(str(outside.resolve()))}, outside "
+        rf"{re.escape(str(parquet.parent.resolve()))}",
+    ):
         verify_checksum(train)
 
 

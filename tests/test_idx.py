@@ -35,7 +35,9 @@ def test_truncated_data():
 
 def test_wrong_count_trailing_bytes():
     data = idx_bytes(np.zeros(10, np.uint8)) + b"\x00"
-    with pytest.raises(IdxError, match=r"^x: trailing bytes: header says shape \(10,\) \(18 bytes\), file has 19 bytes$"):
+    with pytest.raises(
+        IdxError, match=r"^x: trailing bytes: header says shape \(10,\) \(18 bytes\), file has 19 bytes$"
+    ):
         parse_idx(data, "x")
     with pytest.raises(IdxError, match=r"^x: truncated: header says shape \(10,\) \(18 bytes\), file has 17 bytes$"):
         parse_idx(data[:-2], "x")
@@ -54,15 +56,26 @@ def _split(tmp_path, images, labels):
     return tmp_path
 
 
-@pytest.mark.parametrize(("images", "labels", "message"), [
-    (np.zeros((4, 28, 28), np.int8), np.zeros(4, np.uint8), r"train-images.idx: expected uint8 images .* got int8 \[4, 28, 28\]"),
-    (np.zeros((4, 28, 27), np.uint8), np.zeros(4, np.uint8), r"train-images.idx: .* got uint8 \[4, 28, 27\]"),
-    (np.zeros((4, 784), np.uint8), np.zeros(4, np.uint8), r"train-images.idx: .* got uint8 \[4, 784\]"),
-    (np.zeros((4, 28, 28), np.uint8), np.zeros((4, 1), np.uint8), r"train-labels.idx: expected uint8 labels .* got uint8 \[4, 1\]"),
-    (np.zeros((4, 28, 28), np.uint8), np.zeros(4, np.int8), r"train-labels.idx: .* got int8 \[4\]"),
-    (np.zeros((4, 28, 28), np.uint8), np.zeros(5, np.uint8), r"train: 4 images in .* but 5 labels"),
-    (np.zeros((4, 28, 28), np.uint8), np.array([0, 9, 10, 3], np.uint8), r"label 10 at index 2 is outside 0..9"),
-])
+@pytest.mark.parametrize(
+    ("images", "labels", "message"),
+    [
+        (
+            np.zeros((4, 28, 28), np.int8),
+            np.zeros(4, np.uint8),
+            r"train-images.idx: expected uint8 images .* got int8 \[4, 28, 28\]",
+        ),
+        (np.zeros((4, 28, 27), np.uint8), np.zeros(4, np.uint8), r"train-images.idx: .* got uint8 \[4, 28, 27\]"),
+        (np.zeros((4, 784), np.uint8), np.zeros(4, np.uint8), r"train-images.idx: .* got uint8 \[4, 784\]"),
+        (
+            np.zeros((4, 28, 28), np.uint8),
+            np.zeros((4, 1), np.uint8),
+            r"train-labels.idx: expected uint8 labels .* got uint8 \[4, 1\]",
+        ),
+        (np.zeros((4, 28, 28), np.uint8), np.zeros(4, np.int8), r"train-labels.idx: .* got int8 \[4\]"),
+        (np.zeros((4, 28, 28), np.uint8), np.zeros(5, np.uint8), r"train: 4 images in .* but 5 labels"),
+        (np.zeros((4, 28, 28), np.uint8), np.array([0, 9, 10, 3], np.uint8), r"label 10 at index 2 is outside 0..9"),
+    ],
+)
 def test_read_split_cross_checks(tmp_path, images, labels, message):
     with pytest.raises(DataError, match=message):
         read_split(_split(tmp_path, images, labels), "train")
@@ -75,25 +88,39 @@ def test_read_split_returns_both_arrays(tmp_path):
     np.testing.assert_array_equal(back_labels, labels)
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    (b"\x00\x00\x08", r"^<bytes>: 3 bytes, too short for an IDX header \(4 bytes\)$"),
-    (b"\x00\x00\x08\x00", r"^<bytes>: header declares 0 dimensions$"),
-    (b"\x00\x00\x08\x01\x00\x00", r"^<bytes>: truncated header: 1 dimensions need 8 bytes$"),
-    (b"\x00\x01\x08\x01" + bytes(4), r"^<bytes>: bad magic number 0x00010801"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\x00\x00\x08", r"^<bytes>: 3 bytes, too short for an IDX header \(4 bytes\)$"),
+        (b"\x00\x00\x08\x00", r"^<bytes>: header declares 0 dimensions$"),
+        (b"\x00\x00\x08\x01\x00\x00", r"^<bytes>: truncated header: 1 dimensions need 8 bytes$"),
+        (b"\x00\x01\x08\x01" + bytes(4), r"^<bytes>: bad magic number 0x00010801"),
+    ],
+)
 def test_parse_idx_says_why(data, message):
     with pytest.raises(IdxError, match=message):
         parse_idx(data)
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b"\x1f\x8b\x08\x00", r"bad magic number 0x1f8b0800.*gzip file not unpacked"),  # a gzip file, not unpacked
-    (bytes([0, 0, 8, 3, 0, 0, 0, 1]), r"truncated header: 3 dimensions need 16 bytes"),
-    (idx_bytes(np.zeros(10, np.uint8))[:-1], r"truncated: header says shape \(10,\) \(18 bytes\), file has 17 bytes"),
-    (idx_bytes(np.zeros(10, np.uint8)) + b"\0", r"trailing bytes: header says shape \(10,\) \(18 bytes\), file has 19"),
-    (bytes([0, 0, 8, 4]) + bytes(4) + (2**32 - 1).to_bytes(4, "big") * 3,
-     r"header says shape \(0, 4294967295, 4294967295, 4294967295\), which no array can have"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\x1f\x8b\x08\x00", r"bad magic number 0x1f8b0800.*gzip file not unpacked"),  # a gzip file, not unpacked
+        (bytes([0, 0, 8, 3, 0, 0, 0, 1]), r"truncated header: 3 dimensions need 16 bytes"),
+        (
+            idx_bytes(np.zeros(10, np.uint8))[:-1],
+            r"truncated: header says shape \(10,\) \(18 bytes\), file has 17 bytes",
+        ),
+        (
+            idx_bytes(np.zeros(10, np.uint8)) + b"\0",
+            r"trailing bytes: header says shape \(10,\) \(18 bytes\), file has 19",
+        ),
+        (
+            bytes([0, 0, 8, 4]) + bytes(4) + (2**32 - 1).to_bytes(4, "big") * 3,
+            r"header says shape \(0, 4294967295, 4294967295, 4294967295\), which no array can have",
+        ),
+    ],
+)
 def test_read_idx_names_the_file_whatever_is_wrong(tmp_path, content, message):
     """Magic, header, size and shape: each fault of a file on disk is named by its path."""
     path = tmp_path / "x.idx"
@@ -118,12 +145,27 @@ def test_a_file_cut_while_it_is_read_is_named_as_truncated(tmp_path, monkeypatch
         if st.st_ino != inode:
             return st
         faked.append(fd)
-        return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid, len(whole),
-                               st.st_atime, st.st_mtime, st.st_ctime))
+        return os.stat_result(
+            (
+                st.st_mode,
+                st.st_ino,
+                st.st_dev,
+                st.st_nlink,
+                st.st_uid,
+                st.st_gid,
+                len(whole),
+                st.st_atime,
+                st.st_mtime,
+                st.st_ctime,
+            )
+        )
 
     monkeypatch.setattr(os, "fstat", before_the_cut)
-    with pytest.raises(IdxError, match=rf"^{re.escape(str(path))}: truncated: header says shape \(10,\) \(18 bytes\), "
-                                       r"file has 15 bytes$"):
+    with pytest.raises(
+        IdxError,
+        match=rf"^{re.escape(str(path))}: truncated: header says shape \(10,\) \(18 bytes\), "
+        r"file has 15 bytes$",
+    ):
         read_idx(path)
     assert faked  # (the fake was consulted)
 
@@ -164,8 +206,11 @@ def test_a_shape_no_array_can_have_is_named_with_its_source():
     """An empty body whose other dimensions multiply past what numpy can hold (their product
     with 0 is 0 bytes, so the size check passes) is one IdxError naming the file."""
     header = (0x0804).to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in (0, 2**32 - 1, 2**32 - 1, 2**32 - 1))
-    with pytest.raises(IdxError, match=r"^odd\.idx: header says shape \(0, 4294967295, 4294967295, 4294967295\), "
-                                       r"which no array can have$"):
+    with pytest.raises(
+        IdxError,
+        match=r"^odd\.idx: header says shape \(0, 4294967295, 4294967295, 4294967295\), "
+        r"which no array can have$",
+    ):
         parse_idx(header, "odd.idx")
 
 
@@ -175,7 +220,9 @@ def test_read_split_bounds_and_confines_the_labels_file_too(tmp_path):
     from pipeline.core.bounded import UnsafeFileError
 
     raw = _split(tmp_path / "raw", np.zeros((3, 28, 28), np.uint8), np.zeros(4, np.uint8))
-    with pytest.raises(IdxError, match=r"train-labels\.idx: header says shape \(4,\) \(12 bytes\), more than the 11 bytes"):
+    with pytest.raises(
+        IdxError, match=r"train-labels\.idx: header says shape \(4,\) \(12 bytes\), more than the 11 bytes"
+    ):
         read_split(raw, "train", rows=3)
     write_idx(tmp_path / "elsewhere.idx", np.zeros(3, np.uint8))
     (raw / "train-labels.idx").unlink()

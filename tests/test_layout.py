@@ -52,13 +52,17 @@ def test_dvc_yaml_is_what_the_generator_writes():
 
 
 def test_the_generator_replaces_code_deps_only():
-    text = ("# top\nstages:\n  a:\n    deps:\n      - data/x   # kept\n      - pipeline/old.py\n"
-            "      - pipeline/gone\n    outs:\n      - y\n  b:\n    do:\n      deps:\n        - pipeline/z.py\n"
-            "plots:\n  - pipeline/not-a-dep\n")
+    text = (
+        "# top\nstages:\n  a:\n    deps:\n      - data/x   # kept\n      - pipeline/old.py\n"
+        "      - pipeline/gone\n    outs:\n      - y\n  b:\n    do:\n      deps:\n        - pipeline/z.py\n"
+        "plots:\n  - pipeline/not-a-dep\n"
+    )
     out = rewrite(text, {"a": ["pipeline/n1.py", "pipeline/n2.py"], "b": []})
-    assert out == ("# top\nstages:\n  a:\n    deps:\n      - data/x   # kept\n      - pipeline/n1.py\n"
-                   "      - pipeline/n2.py\n    outs:\n      - y\n  b:\n    do:\n      deps:\n"
-                   "plots:\n  - pipeline/not-a-dep\n")
+    assert out == (
+        "# top\nstages:\n  a:\n    deps:\n      - data/x   # kept\n      - pipeline/n1.py\n"
+        "      - pipeline/n2.py\n    outs:\n      - y\n  b:\n    do:\n      deps:\n"
+        "plots:\n  - pipeline/not-a-dep\n"
+    )
 
 
 # Whose code each module of pipeline/ is: the stages an edit of it must rerun, and no other.
@@ -66,16 +70,21 @@ def test_the_generator_replaces_code_deps_only():
 # `params` is the check every stage waits for: it reads every stage's settings model.
 EVERY = {"params", "fetch", "csv", "convert", "codecs", "shard", "machine", "bench", "train", "summary", "report"}
 READ_PARAMS = {"params", "fetch", "convert", "codecs", "shard", "bench", "train", "summary"}
-SAMPLES = {"csv", "convert", "shard", "bench", "train"}   # the sample schema (stages/sample.py) and readers
+SAMPLES = {"csv", "convert", "shard", "bench", "train"}  # the sample schema (stages/sample.py) and readers
 OWNERS: list[tuple[str, set[str]]] = [
     # Entry points, no stage's code: cli.py parses options (every path a stage uses is in its
     # cmd) and imports each stage's code inside that stage's command.
-    ("pipeline/__init__.py", set()), ("pipeline/__main__.py", set()), ("pipeline/cli.py", set()),
+    ("pipeline/__init__.py", set()),
+    ("pipeline/__main__.py", set()),
+    ("pipeline/cli.py", set()),
     ("pipeline/standalone.py", set()),
     # core: what many stages share, nothing one stage alone uses.
-    ("pipeline/core/__init__.py", EVERY), ("pipeline/core/atomic.py", EVERY), ("pipeline/core/errors.py", EVERY),
+    ("pipeline/core/__init__.py", EVERY),
+    ("pipeline/core/atomic.py", EVERY),
+    ("pipeline/core/errors.py", EVERY),
     ("pipeline/core/bounded.py", EVERY - {"machine"}),
-    ("pipeline/core/params.py", READ_PARAMS), ("pipeline/core/strict.py", READ_PARAMS),
+    ("pipeline/core/params.py", READ_PARAMS),
+    ("pipeline/core/strict.py", READ_PARAMS),
     ("pipeline/core/codec.py", {"params", "convert", "codecs", "summary"}),
     ("pipeline/core/dataset.py", {"fetch", "csv", "convert", "codecs", "shard", "bench", "train"}),
     ("pipeline/core/parquet.py", {"convert", "codecs", "shard", "bench"}),
@@ -91,25 +100,32 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/stages/train_settings.py", {"params", "train"}),
     ("pipeline/stages/fetch.py", {"fetch"}),
     ("pipeline/stages/idxheader.py", {"fetch", "csv", "convert", "shard"}),
-    ("pipeline/stages/idx.py", {"csv", "convert"}), ("pipeline/stages/csvdata.py", {"csv", "convert"}),
+    ("pipeline/stages/idx.py", {"csv", "convert"}),
+    ("pipeline/stages/csvdata.py", {"csv", "convert"}),
     ("pipeline/stages/sample.py", {"csv", "convert", "shard"}),
     # a stage's module, and what its two engines share (the CSV read in blocks, the Parquet
     # source read as samples and cut into blocks): the engines import these, never the stage
-    ("pipeline/stages/convert.py", {"convert"}), ("pipeline/stages/csvread.py", {"convert"}),
+    ("pipeline/stages/convert.py", {"convert"}),
+    ("pipeline/stages/csvread.py", {"convert"}),
     ("pipeline/stages/codecs.py", {"codecs"}),
-    ("pipeline/stages/shard.py", {"shard"}), ("pipeline/stages/shard_source.py", {"shard"}),
+    ("pipeline/stages/shard.py", {"shard"}),
+    ("pipeline/stages/shard_source.py", {"shard"}),
     ("pipeline/stages/machine.py", {"machine"}),
     # The Ray engine of the data stages (engine: ray): its setting is read by every reader of
     # their settings models; the cluster is both stages'; each stage's tasks are its own.
     ("pipeline/stages/engine_settings.py", {"params", "convert", "codecs", "summary", "shard"}),
     ("pipeline/stages/ray_cluster.py", {"convert", "shard"}),
-    ("pipeline/stages/ray_convert.py", {"convert"}), ("pipeline/stages/ray_shard.py", {"shard"}),
-    ("pipeline/stages/bench.py", {"bench"}), ("pipeline/stages/train.py", {"train"}),
-    ("pipeline/stages/metrics.py", {"summary", "report", "bench"}), ("pipeline/stages/summary.py", {"summary"}),
+    ("pipeline/stages/ray_convert.py", {"convert"}),
+    ("pipeline/stages/ray_shard.py", {"shard"}),
+    ("pipeline/stages/bench.py", {"bench"}),
+    ("pipeline/stages/train.py", {"train"}),
+    ("pipeline/stages/metrics.py", {"summary", "report", "bench"}),
+    ("pipeline/stages/summary.py", {"summary"}),
     ("pipeline/stages/report/", {"report"}),
     # The shard library: the sample schema for every stage that writes or checks samples,
     # the writer for the shard stage, the rest for the stages that read shards.
-    ("pipeline/shards/__init__.py", SAMPLES), ("pipeline/shards/format.py", SAMPLES),
+    ("pipeline/shards/__init__.py", SAMPLES),
+    ("pipeline/shards/format.py", SAMPLES),
     ("pipeline/shards/writer.py", {"shard"}),
     ("pipeline/shards/", {"bench", "train"}),
     # The ladder: the bench's; its model is also what train trains, its rung names what the
@@ -118,23 +134,27 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/bench/model.py", {"bench", "train"}),
     # the rung names and which rungs train the write-up's recipe: read where results are judged
     ("pipeline/bench/variants.py", {"bench", "params", "summary", "report"}),
-    ("pipeline/bench/findloop.py", set()),   # `python -m pipeline profile`, no stage
+    ("pipeline/bench/findloop.py", set()),  # `python -m pipeline profile`, no stage
     # The ladder's settings, its figures and the part that trains: the bench's alone.
-    ("pipeline/bench/settings.py", {"bench"}), ("pipeline/bench/figures.py", {"bench"}),
+    ("pipeline/bench/settings.py", {"bench"}),
+    ("pipeline/bench/figures.py", {"bench"}),
     ("pipeline/bench/ladder.py", {"bench"}),
     ("pipeline/bench/", {"bench"}),
     # The time budget: the ladder profiles every rung with it; the machine's name is also the
     # machine stage's; the loop finder is `profile`'s, no stage's.
     ("pipeline/budget/findloop.py", set()),
-    ("pipeline/budget/machine.py", {"bench", "machine"}), ("pipeline/budget/__init__.py", {"bench", "machine"}),
+    ("pipeline/budget/machine.py", {"bench", "machine"}),
+    ("pipeline/budget/__init__.py", {"bench", "machine"}),
     ("pipeline/budget/", {"bench"}),
 ]
 
 
 def owners(path: str) -> set[str] | None:
     """The stages whose code `path` is, from OWNERS; None where no entry names it."""
-    return next((stages for prefix, stages in OWNERS
-                 if path == prefix or (prefix.endswith("/") and path.startswith(prefix))), None)
+    return next(
+        (stages for prefix, stages in OWNERS if path == prefix or (prefix.endswith("/") and path.startswith(prefix))),
+        None,
+    )
 
 
 def test_every_module_is_listed_by_exactly_the_stages_whose_code_it_is():
@@ -157,9 +177,15 @@ def test_the_cli_imports_no_project_module_at_its_top():
     """Each command imports its stage's code inside its function: a top-level import would
     run in every stage without being in any stage's deps."""
     tree = ast.parse((PACKAGE / "cli.py").read_text())
-    top = [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
-           and any(name.startswith("pipeline") for name in
-                   ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]))]
+    top = [
+        ast.unparse(node)
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and any(
+            name.startswith("pipeline")
+            for name in ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names])
+        )
+    ]
     assert not top, top
 
 
@@ -179,8 +205,13 @@ def test_the_walk_follows_lazy_imports_and_the_cli_helpers_a_command_calls():
     train = set(stage_code(stage_definitions()["train"]))
     assert {"pipeline/core/dataset.py", "pipeline/shards/format.py", "pipeline/stages/train.py"} <= train
     shard = set(stage_code(stage_definitions()["shard"]))
-    assert {"pipeline/stages/shard.py", "pipeline/shards/writer.py", "pipeline/stages/sample.py",
-            "pipeline/core/parquet.py", "pipeline/stages/shard_settings.py"} <= shard
+    assert {
+        "pipeline/stages/shard.py",
+        "pipeline/shards/writer.py",
+        "pipeline/stages/sample.py",
+        "pipeline/core/parquet.py",
+        "pipeline/stages/shard_settings.py",
+    } <= shard
     assert "pipeline/stages/convert.py" not in shard and "pipeline/bench/ladder.py" not in shard
     assert not shard & {"pipeline/stages/bench_settings.py", "pipeline/bench/variants.py", "pipeline/core/codec.py"}
 
@@ -243,6 +274,7 @@ def private_uses(path: Path) -> list[str]:
     """Private names reached from outside the module that defines them: `import a._b`,
     `from a._b import c`, `from a import _c` (any library) and `obj._x` (a name starting with
     one underscore; dunders are public)."""
+
     def private(name: str) -> bool:
         return any(part.startswith("_") and not part.startswith("__") for part in name.split("."))
 
@@ -275,15 +307,18 @@ def test_no_module_reaches_into_another_modules_private_names():
 
 def test_the_shard_library_imports_no_stage():
     library = closure({f"pipeline.shards.{p.stem}" for p in (PACKAGE / "shards").glob("*.py")})
-    outside = sorted(str(p.relative_to(ROOT)) for p in library
-                     if "shards" not in p.parts and p.parent != PACKAGE / "core")
+    outside = sorted(
+        str(p.relative_to(ROOT)) for p in library if "shards" not in p.parts and p.parent != PACKAGE / "core"
+    )
     assert not outside, f"the shard library imports {outside}"
     assert PACKAGE / "core" / "params.py" not in library
 
 
 def test_importing_the_shard_library_loads_no_heavy_dependency():
-    code = ("import sys, pipeline.shards as s; s.read_split, s.DeviceBatches, s.ShardDataset, s.ShardWriter, s.merge_parts, s.ShardSampler; "
-            "print(sorted(m for m in ('polars', 'pyarrow', 'dvc', 'pydantic', 'pandas') if m in sys.modules))")
+    code = (
+        "import sys, pipeline.shards as s; s.read_split, s.DeviceBatches, s.ShardDataset, s.ShardWriter, s.merge_parts, s.ShardSampler; "
+        "print(sorted(m for m in ('polars', 'pyarrow', 'dvc', 'pydantic', 'pandas') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
 

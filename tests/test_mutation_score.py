@@ -25,13 +25,15 @@ def meta(path: Path, codes: dict) -> None:
 
 def test_the_table_has_a_row_per_module_run_and_names_the_rest(tmp_path):
     meta(tmp_path / "shards" / "mapped.py.meta", {"a": 1, "b": 1, "c": 0, "d": 36})  # 2 killed, 1 survived, 1 timeout
-    meta(tmp_path / "stages" / "fetch.py.meta", {"a": None, "b": None})               # never run
+    meta(tmp_path / "stages" / "fetch.py.meta", {"a": None, "b": None})  # never run
     table = mutation_score.scores(tmp_path)
     assert set(table) == {"shards/mapped", "stages/fetch"}
     text = mutation_score.render(table, 125.0)
     rows = [line for line in text.splitlines() if line.startswith("| `") or line.startswith("| **")]
-    assert rows == ["| `shards/mapped` | 4 | 2 | 1 | 1 | 0 | 0 | 0 | 75% |",
-                    "| **all** | 4 | 2 | 1 | 1 | 0 | 0 | 0 | 75% |"]
+    assert rows == [
+        "| `shards/mapped` | 4 | 2 | 1 | 1 | 0 | 0 | 0 | 75% |",
+        "| **all** | 4 | 2 | 1 | 1 | 0 | 0 | 0 | 75% |",
+    ]
     assert "took 2 min on" in text and "Not run this time: `stages/fetch`." in text
 
 
@@ -40,12 +42,14 @@ def test_rows_of_an_earlier_run_stand_for_the_modules_not_run_marked_with_its_co
     with the commit that measured it (carried over again with that same commit) and whether
     the module's code changed since, and counts them in the total; a module neither run
     measured is named below the table."""
-    earlier = ("| module | mutants | killed | survived | timeout | no tests | suspicious | not checked | score |\n"
-               "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-               "| `shards/order` | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80% |\n"
-               "| `bench/verdict` (commit 0123abc, same code) | 4 | 4 | 0 | 0 | 0 | 0 | 0 | 100% |\n"
-               "| **all** | 14 | 12 | 2 | 0 | 0 | 0 | 0 | 86% |\n\n"
-               "mutmut a fresh run took 35 min on 2 cores, commit 8c08e9a; score = ...\n")
+    earlier = (
+        "| module | mutants | killed | survived | timeout | no tests | suspicious | not checked | score |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| `shards/order` | 10 | 8 | 2 | 0 | 0 | 0 | 0 | 80% |\n"
+        "| `bench/verdict` (commit 0123abc, same code) | 4 | 4 | 0 | 0 | 0 | 0 | 0 | 100% |\n"
+        "| **all** | 14 | 12 | 2 | 0 | 0 | 0 | 0 | 86% |\n\n"
+        "mutmut a fresh run took 35 min on 2 cores, commit 8c08e9a; score = ...\n"
+    )
     rows = mutation_score.earlier_rows(earlier)
     assert rows["shards/order"] == (mutation_score.Counter(killed=8, survived=2), "8c08e9a")
     assert rows["bench/verdict"][1] == "0123abc" and "**all**" not in str(rows)
@@ -54,8 +58,13 @@ def test_rows_of_an_earlier_run_stand_for_the_modules_not_run_marked_with_its_co
     meta(tmp_path / "bench" / "verdict.py.meta", {"a": None})
     meta(tmp_path / "stages" / "fetch.py.meta", {"a": None})
     asked = []
-    text = mutation_score.render(mutation_score.scores(tmp_path), None, earlier=rows, commit="fedcba9",
-                                 same_code=lambda module, at: asked.append((module, at)) or module == "bench/verdict")
+    text = mutation_score.render(
+        mutation_score.scores(tmp_path),
+        None,
+        earlier=rows,
+        commit="fedcba9",
+        same_code=lambda module, at: asked.append((module, at)) or module == "bench/verdict",
+    )
     assert sorted(asked) == [("bench/verdict", "0123abc"), ("shards/order", "8c08e9a")]
     assert "mutmut results, commit fedcba9;" in text  # the run's own commit, not a carried row's
     lines = text.splitlines()
@@ -113,9 +122,13 @@ def test_a_table_reads_back_whatever_its_commit_is_called():
     reads back with every row and the commit each was measured at."""
     for commit in ("unknown", "v1.2", "fedcba9"):
         rows = {"bench/verdict": (mutation_score.Counter(killed=4), "0123abc")}
-        table = {"shards/order": mutation_score.Counter(killed=2, survived=1), "bench/verdict":
-                 mutation_score.Counter({"not checked": 4})}
+        table = {
+            "shards/order": mutation_score.Counter(killed=2, survived=1),
+            "bench/verdict": mutation_score.Counter({"not checked": 4}),
+        }
         text = mutation_score.render(table, None, earlier=rows, commit=commit, same_code=lambda module, at: True)
         again = mutation_score.earlier_rows(text)
-        assert again == {"shards/order": (mutation_score.Counter(killed=2, survived=1), commit),
-                         "bench/verdict": (mutation_score.Counter(killed=4), "0123abc")}, commit
+        assert again == {
+            "shards/order": (mutation_score.Counter(killed=2, survived=1), commit),
+            "bench/verdict": (mutation_score.Counter(killed=4), "0123abc"),
+        }, commit

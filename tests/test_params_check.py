@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import PARAMS, dvc_repo, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +27,12 @@ def check(params: dict, folder: Path) -> subprocess.CompletedProcess:
     """`python -m pipeline check-params` on `params` written to `folder`."""
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
-    return subprocess.run([sys.executable, "-m", "pipeline", "check-params", "--params", str(path),
-                           "--out", str(folder / "params.ok")], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "check-params", "--params", str(path), "--out", str(folder / "params.ok")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_the_committed_params_pass_the_check(tmp_path):
@@ -65,8 +68,11 @@ def repo(tmp_path_factory):
 
 def outputs(root: Path) -> dict[str, str]:
     """Every file under data/ but the check's own, by its sha256."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((root / "data").rglob("*")) if p.is_file() and p.name != "params.ok"}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((root / "data").rglob("*"))
+        if p.is_file() and p.name != "params.ok"
+    }
 
 
 def restore(repo) -> None:
@@ -135,8 +141,11 @@ def test_an_experiment_on_any_one_key_is_a_one_line_diff_of_params_yaml(tmp_path
         path = tmp_path / "params.yaml"
         path.write_text(text)
         apply_overrides(path, [f"{key}={another(value)}"])
-        changed = [line for line in difflib.unified_diff(text.splitlines(), path.read_text().splitlines(), n=0,
-                                                         lineterm="") if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+        changed = [
+            line
+            for line in difflib.unified_diff(text.splitlines(), path.read_text().splitlines(), n=0, lineterm="")
+            if line[:1] in "+-" and line[:3] not in ("+++", "---")
+        ]
         if len(changed) != 2:
             wider[key] = changed
     assert not wider, wider

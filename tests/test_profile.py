@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # A loop built to wait for its data: each item sleeps in __getitem__, the model is tiny.
 # A test loader is iterated after every epoch, without an optimizer step: it must not be
 # the one profiled. The script's own arguments set the epochs; it writes a file at its end.
-SCRIPT = '''
+SCRIPT = """
 import sys, time
 from pathlib import Path
 import torch
@@ -45,7 +45,7 @@ for epoch in range(epochs):
         for x, y in test:
             model(x)
 done.write_text("finished")
-'''
+"""
 
 
 def script(tmp_path: Path, sleep: float = 0.02, body: str = SCRIPT) -> Path:
@@ -55,16 +55,35 @@ def script(tmp_path: Path, sleep: float = 0.02, body: str = SCRIPT) -> Path:
 
 
 def profile(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", "profile", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-                                                     "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]})
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "profile", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]},
+    )
 
 
 @pytest.mark.slow
 def test_a_script_is_profiled_unchanged_and_stopped_after_the_window(tmp_path):
     path = script(tmp_path)
-    done = profile("--device", "cpu", "--steps", "6", "--skip", "2", "--json", "budget.json", "--trace", "trace.json",
-                   str(path), "3", "done.txt", cwd=tmp_path)
+    done = profile(
+        "--device",
+        "cpu",
+        "--steps",
+        "6",
+        "--skip",
+        "2",
+        "--json",
+        "budget.json",
+        "--trace",
+        "trace.json",
+        str(path),
+        "3",
+        "done.txt",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "DATA WAIT-BOUND" in done.stdout and "(6 steps on cpu, " in done.stdout
     budget = json.loads((tmp_path / "budget.json").read_text())
@@ -82,8 +101,21 @@ def test_a_script_is_profiled_unchanged_and_stopped_after_the_window(tmp_path):
 def test_keep_going_lets_the_script_finish_and_the_test_loader_is_never_taken(tmp_path):
     path = script(tmp_path, sleep=0.0)
     # 16 train batches an epoch: the window of 20 after 2 cannot fit the first epoch it starts in
-    done = profile("--device", "cpu", "--steps", "20", "--skip", "2", "--keep-going", "--json", "b.json",
-                   str(path), "2", "done.txt", cwd=tmp_path)
+    done = profile(
+        "--device",
+        "cpu",
+        "--steps",
+        "20",
+        "--skip",
+        "2",
+        "--keep-going",
+        "--json",
+        "b.json",
+        str(path),
+        "2",
+        "done.txt",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "done.txt").read_text() == "finished"
     budget = json.loads((tmp_path / "b.json").read_text())
@@ -103,12 +135,27 @@ def test_a_window_the_epochs_end_cut_short_still_stops_the_script_and_says_parti
 
 @pytest.mark.slow
 def test_a_script_that_changes_folder_and_exits_through_sys_exit_keeps_its_budget(tmp_path):
-    body = SCRIPT.replace("epochs, done = int(sys.argv[1]), Path(sys.argv[2])",
-                          "epochs, done = int(sys.argv[1]), Path(sys.argv[2]).resolve()\nimport os; os.chdir('/')")
+    body = SCRIPT.replace(
+        "epochs, done = int(sys.argv[1]), Path(sys.argv[2])",
+        "epochs, done = int(sys.argv[1]), Path(sys.argv[2]).resolve()\nimport os; os.chdir('/')",
+    )
     body += "sys.exit(0)\n"
     path = script(tmp_path, sleep=0.0, body=body)
-    done = profile("--steps", "4", "--skip", "2", "--keep-going", "--json", "b.json", "--trace", "t.json",
-                   str(path), "1", "done.txt", cwd=tmp_path)
+    done = profile(
+        "--steps",
+        "4",
+        "--skip",
+        "2",
+        "--keep-going",
+        "--json",
+        "b.json",
+        "--trace",
+        "t.json",
+        str(path),
+        "1",
+        "done.txt",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "done.txt").exists() and json.loads((tmp_path / "b.json").read_text())["steps"] == 4
     assert (tmp_path / "t.json").is_file()  # written where it was asked, not in the script's new folder
@@ -125,32 +172,46 @@ def test_the_budget_runs_on_the_device_the_loop_trains_on():
     assert watch.start().device == torch.device("cpu") and watch.optimizer_steps == 1
     wrong = Watch(torch.device("cuda"), steps=3, skip=1, trace=None, keep_going=False)
     wrong.stepped(optimizer, (), {})
-    with pytest.raises(ProfileError, match=r"--device cuda: the script's loop trains on cpu \(its optimizer's "
-                                           r"parameters\); give --device cpu or leave --device out"):
+    with pytest.raises(
+        ProfileError,
+        match=r"--device cuda: the script's loop trains on cpu \(its optimizer's "
+        r"parameters\); give --device cpu or leave --device out",
+    ):
         wrong.start()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("body, message", [
-    ("import torch\nprint('no loop')\n", r"found no training loop \(it iterated 0 DataLoader\(s\) and stepped an "
-                                         r"optimizer 0 time\(s\)"),
-    (SCRIPT.replace("optimizer.step()", "pass"), r"found no training loop \(it iterated 4 DataLoader\(s\)"),
-    (SCRIPT.replace("range(epochs)", "range(1)").replace("return 64", "return 8"),
-     r"ended after 2 batches, before the profiled window's first step \(skip 5\); lower --skip"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            "import torch\nprint('no loop')\n",
+            r"found no training loop \(it iterated 0 DataLoader\(s\) and stepped an "
+            r"optimizer 0 time\(s\)",
+        ),
+        (SCRIPT.replace("optimizer.step()", "pass"), r"found no training loop \(it iterated 4 DataLoader\(s\)"),
+        (
+            SCRIPT.replace("range(epochs)", "range(1)").replace("return 64", "return 8"),
+            r"ended after 2 batches, before the profiled window's first step \(skip 5\); lower --skip",
+        ),
+    ],
+)
 def test_a_script_without_a_loop_the_command_can_see_is_one_line(tmp_path, body, message):
     path = script(tmp_path, sleep=0.0, body=body)
     done = profile("--device", "cpu", str(path), "2", "done.txt", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert len(done.stderr.strip().splitlines()) == 1
     import re
+
     assert re.search(message, done.stderr), done.stderr
 
 
 def test_a_missing_script_is_one_line(tmp_path):
     done = profile("--device", "cpu", str(tmp_path / "nope.py"), cwd=tmp_path)
-    assert done.returncode == 2 and done.stderr.strip() == f"Error: {tmp_path / 'nope.py'}: no such script " \
-                                                           "(give the path of a Python file)"
+    assert (
+        done.returncode == 2
+        and done.stderr.strip() == f"Error: {tmp_path / 'nope.py'}: no such script (give the path of a Python file)"
+    )
 
 
 @pytest.mark.slow
@@ -158,11 +219,13 @@ def test_the_examples_run_and_give_a_verdict(tmp_path):
     """examples/own_loop.py (TimeBudget in the loop) and examples/plain_train.py under the
     command (no edit) profile the same per-item loop: both print a budget and its bound."""
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]}
-    own = subprocess.run([sys.executable, "examples/own_loop.py"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=300, env=env)
+    own = subprocess.run(
+        [sys.executable, "examples/own_loop.py"], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env
+    )
     assert own.returncode == 0, own.stderr[-2000:]
-    plain = profile("--device", "cpu", "--json", str(tmp_path / "b.json"), "examples/plain_train.py", "--epochs", "1",
-                    cwd=ROOT)
+    plain = profile(
+        "--device", "cpu", "--json", str(tmp_path / "b.json"), "examples/plain_train.py", "--epochs", "1", cwd=ROOT
+    )
     assert plain.returncode == 0, plain.stderr[-2000:]
     for out in (own.stdout, plain.stdout):
         assert "(20 steps on cpu, " in out, out

@@ -7,13 +7,10 @@ about the planning rule, never about a measured time.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
 from conftest import bench_settings
+
 from pipeline.bench.quickplan import FILL, MIN_SAMPLE_STEPS, plan_rest
 
 RUNGS = ("naive", "preprocessed", "device", "compiled", "tuned")
@@ -21,9 +18,15 @@ RUNGS = ("naive", "preprocessed", "device", "compiled", "tuned")
 
 def pricer(sampled_step_s: float = 1.0, epoch_s: float = 10.0):
     """A sampled rung costs its steps x `sampled_step_s` x 2 epochs; a whole rung 2 epochs."""
+
     def price(settings, rest):
-        return {r: (settings.sample_epochs * settings.sample_steps * sampled_step_s if r in settings.sample
-                    else 2 * epoch_s) for r in rest}
+        return {
+            r: (
+                settings.sample_epochs * settings.sample_steps * sampled_step_s if r in settings.sample else 2 * epoch_s
+            )
+            for r in rest
+        }
+
     return price
 
 
@@ -76,6 +79,7 @@ def test_a_quick_bench_with_too_little_time_cuts_and_records_what_it_cut(tmp_pat
     """A real (tiny) quick bench given almost no time left: it says what it cut, records it in
     the document, and every rung it ran is in the document."""
     from conftest import make_split
+
     from pipeline.bench.ladder import run_bench
     from pipeline.stages.convert import convert_dataset
     from pipeline.stages.csvdata import write_csv
@@ -87,11 +91,28 @@ def test_a_quick_bench_with_too_little_time_cuts_and_records_what_it_cut(tmp_pat
     convert_dataset(data / "csv", data / "pq", data / "fig.json", "snappy", 65536)
     shard_dataset(data / "pq" / "compact", data / "shards", "tiny", 128, "none", 3)
     reference = tmp_path / "results" / "earlier" / "tiny.json"
-    s = bench_settings(quick=True, quick_minutes=0.05, batch_size=64, num_workers=1,
-                       variants=["naive", "preprocessed", "device", "compiled"], sample=["naive"])
-    first = run_bench("tiny", data / "pq" / "wide", data / "shards", "cpu", bench_settings(
-        quick=True, quick_minutes=60, batch_size=64, num_workers=1,
-        variants=["naive", "preprocessed", "device", "compiled"], sample=["naive"]))
+    s = bench_settings(
+        quick=True,
+        quick_minutes=0.05,
+        batch_size=64,
+        num_workers=1,
+        variants=["naive", "preprocessed", "device", "compiled"],
+        sample=["naive"],
+    )
+    first = run_bench(
+        "tiny",
+        data / "pq" / "wide",
+        data / "shards",
+        "cpu",
+        bench_settings(
+            quick=True,
+            quick_minutes=60,
+            batch_size=64,
+            num_workers=1,
+            variants=["naive", "preprocessed", "device", "compiled"],
+            sample=["naive"],
+        ),
+    )
     reference.parent.mkdir(parents=True)
     reference.write_text(json.dumps(first))
     assert first["quick_plan"]["cuts"] == [] and first["quick_plan"]["skipped"] == []

@@ -17,7 +17,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from conftest import PARAMS, ROOT, make_split, tiny_dataset
 
 from pipeline.core.errors import InputError
@@ -33,8 +32,11 @@ NODE = {"num_cpus": 1, "object_store_memory": 200 << 20}
 
 def tree(folder: Path) -> dict[str, str]:
     """{relative path: sha256} of every file under `folder`."""
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +49,12 @@ def s3():
 
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.get_host_and_port()[1]}", "AWS_ACCESS_KEY_ID": "test",
-           "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.get_host_and_port()[1]}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"]).create_bucket(Bucket="data")
@@ -62,8 +68,10 @@ def s3():
 def cluster(s3):
     """A head and a second node on 127.0.0.1, one CPU each; this process joined to it. The
     test module is pickled by value, so the hooks below run in the workers."""
-    ray = pytest.importorskip("ray", reason="Ray is not installed (the [ray] extra: pip install -e '.[ray]'); "
-                                            "the Ray engine's cluster tests skip")
+    ray = pytest.importorskip(
+        "ray",
+        reason="Ray is not installed (the [ray] extra: pip install -e '.[ray]'); the Ray engine's cluster tests skip",
+    )
     from ray.cluster_utils import Cluster
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -130,6 +138,7 @@ def test_ray_reads_the_split_from_s3(cluster, data, s3, tmp_path):
 
 def kill_once(marker: str):
     """A hook that kills its own worker (SIGKILL) the first time any task has written a shard."""
+
     def hook(first: int, written: int) -> None:
         if written >= 25:
             try:
@@ -137,6 +146,7 @@ def kill_once(marker: str):
             except FileExistsError:
                 return
             os.kill(os.getpid(), signal.SIGKILL)
+
     return hook
 
 
@@ -150,8 +160,9 @@ def kill_always(first: int, written: int) -> None:
 def test_a_worker_killed_mid_task_is_retried_to_the_same_shards(cluster, data, tmp_path):
     expected = local_shards(data, tmp_path / "local")
     marker = tmp_path / "killed"
-    shard_dataset_ray(data / "pq" / "compact", tmp_path / "ray", "tiny", 25, "none", 3, rows=ROWS,
-                      hook=kill_once(str(marker)))
+    shard_dataset_ray(
+        data / "pq" / "compact", tmp_path / "ray", "tiny", 25, "none", 3, rows=ROWS, hook=kill_once(str(marker))
+    )
     assert marker.exists(), "no worker was killed"
     assert tree(tmp_path / "ray") == expected
 
@@ -166,7 +177,7 @@ def test_a_part_that_never_arrives_is_one_line_and_no_split(cluster, data, tmp_p
     assert "the part from sample 200 (100 samples) never arrived" in message
     assert "nothing was merged or published" in message
     assert not out.exists()
-    assert [p.name for p in tmp_path.iterdir()] == []   # no temporary folder left beside it
+    assert [p.name for p in tmp_path.iterdir()] == []  # no temporary folder left beside it
 
 
 def params_with(folder: Path, **engines: str) -> Path:
@@ -180,8 +191,14 @@ def params_with(folder: Path, **engines: str) -> Path:
 
 
 def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -189,16 +206,31 @@ def test_the_shard_command_joins_the_cluster_of_ray_address(cluster, data, tmp_p
     expected = local_shards(data, tmp_path / "local")
     params = params_with(tmp_path, shard="ray")
     common = ["--sources", str(data / "sources.yaml"), "--params", str(params)]
-    done = cli(["shard", "tiny", "--parquet", str(data / "pq" / "compact"), "--out", str(tmp_path / "ray"),
-                *common], {"RAY_ADDRESS": cluster.address})
+    done = cli(
+        ["shard", "tiny", "--parquet", str(data / "pq" / "compact"), "--out", str(tmp_path / "ray"), *common],
+        {"RAY_ADDRESS": cluster.address},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "(engine: ray)" in done.stderr
     assert tree(tmp_path / "ray") == expected
     # A split of another data set's samples: one line, exit 2, as the local engine says it.
     other = tiny_dataset(ROWS["train"], ROWS["test"], seed=4).files
     (tmp_path / "other.yaml").write_text(yaml.safe_dump({"tiny": {"rows": ROWS, "files": other}}))
-    done = cli(["shard", "tiny", "--parquet", str(data / "pq" / "compact"), "--out", str(tmp_path / "bad"),
-                "--sources", str(tmp_path / "other.yaml"), "--params", str(params)], {"RAY_ADDRESS": cluster.address})
+    done = cli(
+        [
+            "shard",
+            "tiny",
+            "--parquet",
+            str(data / "pq" / "compact"),
+            "--out",
+            str(tmp_path / "bad"),
+            "--sources",
+            str(tmp_path / "other.yaml"),
+            "--params",
+            str(params),
+        ],
+        {"RAY_ADDRESS": cluster.address},
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and "not tiny's train labels" in errors[0], done.stderr[-3000:]
@@ -207,12 +239,26 @@ def test_the_shard_command_joins_the_cluster_of_ray_address(cluster, data, tmp_p
 
 def test_a_url_with_the_local_engine_is_one_line(data, tmp_path):
     params = params_with(tmp_path)
-    done = cli(["shard", "tiny", "--parquet", "s3://data/pq/compact", "--out", str(tmp_path / "o"),
-                "--sources", str(data / "sources.yaml"), "--params", str(params)], {})
+    done = cli(
+        [
+            "shard",
+            "tiny",
+            "--parquet",
+            "s3://data/pq/compact",
+            "--out",
+            str(tmp_path / "o"),
+            "--sources",
+            str(data / "sources.yaml"),
+            "--params",
+            str(params),
+        ],
+        {},
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "Error: s3://data/pq/compact: a URL is read by shard.engine ray only; copy it to a folder, or set "
-        "shard.engine: ray"]
+        "shard.engine: ray"
+    ]
 
 
 def test_without_ray_the_engine_is_refused_in_one_line(monkeypatch):
@@ -221,8 +267,11 @@ def test_without_ray_the_engine_is_refused_in_one_line(monkeypatch):
     from pipeline.stages.shard_settings import ShardParams
 
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(InputError, match=r"engine: ray needs Ray, which is not installed: pip install "
-                                         r"'trainpath\[ray\]'"):
+    with pytest.raises(
+        InputError,
+        match=r"engine: ray needs Ray, which is not installed: pip install "
+        r"'trainpath\[ray\]'",
+    ):
         ray_module()
     with pytest.raises(ValueError, match="engine ray needs Ray"):
         ShardParams(samples_per_shard=25, compression="none", level=3, engine="ray")
@@ -235,9 +284,17 @@ def test_without_ray_the_engine_is_refused_in_one_line(monkeypatch):
 def column_chunks(path: Path) -> list[tuple]:
     """(row group, column, codec, rows, encodings) of every column chunk of a Parquet file."""
     meta = pq.ParquetFile(path).metadata
-    return [(g, meta.row_group(g).column(c).path_in_schema, meta.row_group(g).column(c).compression,
-             meta.row_group(g).column(c).num_values, meta.row_group(g).column(c).encodings)
-            for g in range(meta.num_row_groups) for c in range(meta.num_columns)]
+    return [
+        (
+            g,
+            meta.row_group(g).column(c).path_in_schema,
+            meta.row_group(g).column(c).compression,
+            meta.row_group(g).column(c).num_values,
+            meta.row_group(g).column(c).encodings,
+        )
+        for g in range(meta.num_row_groups)
+        for c in range(meta.num_columns)
+    ]
 
 
 @pytest.mark.slow
@@ -251,8 +308,9 @@ def test_ray_convert_writes_the_local_engines_parquet(cluster, data, tmp_path, m
 
     assert len(plan_ranges(data / "csv" / "train.csv", 20_000)) > 40
     convert_dataset(data / "csv", tmp_path / "local", tmp_path / "local.json", codec, row_group_rows=100)
-    figures = convert_dataset(data / "csv", tmp_path / "ray", tmp_path / "ray.json", codec, row_group_rows=100,
-                              rows=ROWS, engine="ray")
+    figures = convert_dataset(
+        data / "csv", tmp_path / "ray", tmp_path / "ray.json", codec, row_group_rows=100, rows=ROWS, engine="ray"
+    )
     assert figures["train"]["rows"] == ROWS["train"]
     for layout in ("compact", "wide"):
         for split in ROWS:
@@ -265,7 +323,7 @@ def test_ray_convert_writes_the_local_engines_parquet(cluster, data, tmp_path, m
     images, labels = make_split(ROWS["train"], 3)
     table = pq.read_table(tmp_path / "ray" / "compact" / "train.parquet")
     assert np.array_equal(table.column("label").to_numpy(), labels)
-    assert table.column("image").combine_chunks().buffers()[1].to_pybytes()[:images.size] == images.tobytes()
+    assert table.column("image").combine_chunks().buffers()[1].to_pybytes()[: images.size] == images.tobytes()
 
 
 @pytest.mark.slow
@@ -278,7 +336,7 @@ def test_ray_convert_names_a_bad_line_as_the_local_engine(cluster, data, tmp_pat
     for split in ROWS:
         (csv / f"{split}.csv").write_bytes((data / "csv" / f"{split}.csv").read_bytes())
     lines = (csv / "train.csv").read_bytes().split(b"\n")
-    lines[400] = lines[400].rsplit(b",", 1)[0] + b",256"   # line 401's last pixel
+    lines[400] = lines[400].rsplit(b",", 1)[0] + b",256"  # line 401's last pixel
     (csv / "train.csv").write_bytes(b"\n".join(lines))
     from pipeline.core.errors import DataError
 
@@ -294,13 +352,33 @@ def test_ray_convert_names_a_bad_line_as_the_local_engine(cluster, data, tmp_pat
 @pytest.mark.slow
 def test_the_convert_command_runs_on_the_cluster_of_ray_address(cluster, data, tmp_path):
     params = params_with(tmp_path, convert="ray")
-    done = cli(["convert", "tiny", "zstd-3", "--csv", str(data / "csv"), "--out", str(tmp_path / "ray"),
-                "--figures", str(tmp_path / "f.json"), "--sources", str(data / "sources.yaml"), "--params",
-                str(params)], {"RAY_ADDRESS": cluster.address})
+    done = cli(
+        [
+            "convert",
+            "tiny",
+            "zstd-3",
+            "--csv",
+            str(data / "csv"),
+            "--out",
+            str(tmp_path / "ray"),
+            "--figures",
+            str(tmp_path / "f.json"),
+            "--sources",
+            str(data / "sources.yaml"),
+            "--params",
+            str(params),
+        ],
+        {"RAY_ADDRESS": cluster.address},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    convert_dataset(data / "csv", tmp_path / "local", tmp_path / "l.json", "zstd-3",
-                    row_group_rows=yaml.safe_load(params.read_text())["convert"]["row_group_rows"])
-    assert tree(tmp_path / "ray") == tree(tmp_path / "local")   # compact and wide: the same bytes
+    convert_dataset(
+        data / "csv",
+        tmp_path / "local",
+        tmp_path / "l.json",
+        "zstd-3",
+        row_group_rows=yaml.safe_load(params.read_text())["convert"]["row_group_rows"],
+    )
+    assert tree(tmp_path / "ray") == tree(tmp_path / "local")  # compact and wide: the same bytes
 
 
 @pytest.mark.slow
@@ -316,9 +394,12 @@ def test_an_engine_switch_reruns_nothing_and_a_forced_ray_run_keeps_the_outputs(
 
     def outs() -> dict:
         lock = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
-        return {name: [(o["path"], o["md5"]) for o in lock[name]["outs"]
-                       if not o["path"].startswith("metrics/")]   # (this run's timings: git metrics)
-                for name in ("shard@tiny", "convert@tiny-zstd-3")}
+        return {
+            name: [
+                (o["path"], o["md5"]) for o in lock[name]["outs"] if not o["path"].startswith("metrics/")
+            ]  # (this run's timings: git metrics)
+            for name in ("shard@tiny", "convert@tiny-zstd-3")
+        }
 
     before = outs()
     params = yaml.safe_load((root / "params.yaml").read_text())
@@ -326,8 +407,9 @@ def test_an_engine_switch_reruns_nothing_and_a_forced_ray_run_keeps_the_outputs(
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     said = run([*dvc, "repro", "shard@tiny"], root, env).stdout
     assert [line for line in said.splitlines() if line.startswith("Running stage")] == ["Running stage 'params':"]
-    done = run([*dvc, "repro", "-f", "-s", "shard@tiny", "convert@tiny-zstd-3"], root,
-               {**env, "RAY_ADDRESS": cluster.address})
+    done = run(
+        [*dvc, "repro", "-f", "-s", "shard@tiny", "convert@tiny-zstd-3"], root, {**env, "RAY_ADDRESS": cluster.address}
+    )
     said = done.stdout + done.stderr
     assert said.count("(engine: ray)") == 4 and "train.csv: parsed by Ray tasks on 2 CPUs" in said, said
     assert outs() == before
@@ -340,9 +422,21 @@ def convert_and_shard(data: Path, tmp_path: Path) -> list[list[str]]:
     """The convert and shard commands on the Ray engine, writing under `tmp_path`."""
     params = params_with(tmp_path, convert="ray", shard="ray")
     common = ["--sources", str(data / "sources.yaml"), "--params", str(params)]
-    return [["convert", "tiny", "zstd-3", "--csv", str(data / "csv"), "--out", str(tmp_path / "pq"), "--figures",
-             str(tmp_path / "f.json"), *common],
-            ["shard", "tiny", "--parquet", str(data / "pq" / "compact"), "--out", str(tmp_path / "shards"), *common]]
+    return [
+        [
+            "convert",
+            "tiny",
+            "zstd-3",
+            "--csv",
+            str(data / "csv"),
+            "--out",
+            str(tmp_path / "pq"),
+            "--figures",
+            str(tmp_path / "f.json"),
+            *common,
+        ],
+        ["shard", "tiny", "--parquet", str(data / "pq" / "compact"), "--out", str(tmp_path / "shards"), *common],
+    ]
 
 
 def written(tmp_path: Path) -> list[str]:
@@ -364,9 +458,10 @@ def test_a_ray_address_where_nothing_listens_is_one_line_at_once(data, tmp_path)
         done = cli(args, {"RAY_ADDRESS": address})
         waited = time.monotonic() - start
         assert done.returncode == 2, done.stderr[-3000:]
-        assert done.stderr.splitlines() == [f"Error: RAY_ADDRESS={address}: no Ray cluster to join there ([Errno 111] "
-                                            f"Connection refused)"], done.stderr[-3000:]
-        assert waited < CONNECT_S + 30, waited   # a bound on the wait, not a speed: no deadline was reached
+        assert done.stderr.splitlines() == [
+            f"Error: RAY_ADDRESS={address}: no Ray cluster to join there ([Errno 111] Connection refused)"
+        ], done.stderr[-3000:]
+        assert waited < CONNECT_S + 30, waited  # a bound on the wait, not a speed: no deadline was reached
         assert written(tmp_path) == []
 
 
@@ -407,10 +502,12 @@ def test_a_ray_address_that_never_answers_ends_at_the_deadline(data, tmp_path, s
         waited = time.monotonic() - start
         assert done.returncode == 2, done.stderr[-3000:]
         errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
-        assert errors == [f"Error: RAY_ADDRESS={address}: no Ray cluster to join there (no answer within {deadline} "
-                          f"s, PIPELINE_RAY_CONNECT_S); is a Ray head listening at that address?"], done.stderr[-3000:]
+        assert errors == [
+            f"Error: RAY_ADDRESS={address}: no Ray cluster to join there (no answer within {deadline} "
+            f"s, PIPELINE_RAY_CONNECT_S); is a Ray head listening at that address?"
+        ], done.stderr[-3000:]
         assert done.stderr.splitlines()[-1] == errors[0] and "Traceback" not in done.stderr, done.stderr[-3000:]
-        assert waited < deadline + 30, waited   # a bound on the wait: the deadline held
+        assert waited < deadline + 30, waited  # a bound on the wait: the deadline held
         assert written(tmp_path) == []
 
 
@@ -421,17 +518,22 @@ def test_ctrl_c_and_sigterm_end_the_wait_for_a_cluster_at_once(data, tmp_path, s
     42 s), either signal ends the command at once, nothing written."""
     pytest.importorskip("ray")
     args = convert_and_shard(data, tmp_path)[0]
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": f"127.0.0.1:{silent_port}"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": f"127.0.0.1:{silent_port}"},
+    )
     try:
         said = ""
         while "joining its Ray cluster" not in said and (line := proc.stderr.readline()):
-            said += line                 # until the join has begun
+            said += line  # until the join has begun
         assert "joining its Ray cluster" in said, said
-        time.sleep(1)                    # inside Ray's join
+        time.sleep(1)  # inside Ray's join
         proc.send_signal(sig)
-        proc.wait(timeout=10)            # a bound on the wait (the join alone retries for minutes)
+        proc.wait(timeout=10)  # a bound on the wait (the join alone retries for minutes)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -450,8 +552,11 @@ def test_the_join_deadline_is_seconds_or_one_line(monkeypatch):
     assert connect_deadline() == 2.5
     for bad in ("0", "-1", "nan", "inf", "1e9", "soon"):
         monkeypatch.setenv("PIPELINE_RAY_CONNECT_S", bad)
-        with pytest.raises(InputError, match=r"^PIPELINE_RAY_CONNECT_S='.*': expected the seconds joining a Ray "
-                                             r"cluster may take, a number in \(0, 3600\]$"):
+        with pytest.raises(
+            InputError,
+            match=r"^PIPELINE_RAY_CONNECT_S='.*': expected the seconds joining a Ray "
+            r"cluster may take, a number in \(0, 3600\]$",
+        ):
             connect_deadline()
 
 
@@ -468,9 +573,11 @@ def test_a_task_that_never_answers_is_one_line_at_its_deadline(cluster, data, tm
     start = time.monotonic()
     with pytest.raises(PartLost) as err:
         shard_dataset_ray(data / "pq" / "compact", out, "tiny", 25, "none", 3, rows=ROWS, hook=sleep_at_200)
-    assert time.monotonic() - start < 5 + 120   # a bound on the wait: the task's deadline, then its cancel
+    assert time.monotonic() - start < 5 + 120  # a bound on the wait: the task's deadline, then its cancel
     assert "\n" not in str(err.value)
-    assert str(err.value).endswith(": the part from sample 200 (100 samples) never arrived: no result within 5 s (the "
-                                   "task is stuck, or the cluster answers no more); nothing was merged or published")
+    assert str(err.value).endswith(
+        ": the part from sample 200 (100 samples) never arrived: no result within 5 s (the "
+        "task is stuck, or the cluster answers no more); nothing was merged or published"
+    )
     assert not out.exists()
-    assert [p.name for p in tmp_path.iterdir()] == []   # no temporary folder left beside it
+    assert [p.name for p in tmp_path.iterdir()] == []  # no temporary folder left beside it

@@ -17,8 +17,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from pipeline.stages.report.render import render_all
 from pipeline.stages.report.blocks import GENERATED
+from pipeline.stages.report.render import render_all
 
 pytestmark = pytest.mark.docs
 
@@ -50,8 +50,8 @@ def links(page: Path) -> list[str]:
 def test_readme_is_short_and_shows_a_generated_chart_early():
     """At most 200 lines, counting the rows a user's own machines would add: the README shows
     up to `README_MACHINES` machines, each a headline row per data set and a bench-time line."""
-    from pipeline.stages.report.render import README_MACHINES
     from pipeline.stages.report.data import collect_runs, newest
+    from pipeline.stages.report.render import README_MACHINES
 
     lines = README.read_text().splitlines()
     machines = newest(collect_runs(sorted((ROOT / "metrics" / "bench").glob("*.json")), ROOT / "results"))
@@ -89,7 +89,8 @@ def test_generated_blocks_are_current():
     from pipeline.core.atomic import MARKER
 
     assert {p.name for p in images.iterdir()} == {f"{n}{ext}" for n in out.specs for ext in (".vl.json", ".svg")} | {
-        MARKER}
+        MARKER
+    }
     for name, spec in out.specs.items():
         assert (images / f"{name}.vl.json").read_text() == spec, f"docs/img/{name}.vl.json is stale"
         assert ET.parse(images / f"{name}.svg").getroot().tag.endswith("svg")
@@ -111,10 +112,24 @@ def test_every_embed_names_a_recorded_file():
             assert (ROOT / name).is_file(), f"{page.name}: {name}"
 
 
-@pytest.mark.parametrize("phrase", [
-    "the team", "seed.md", "design outline", "before this work", "the issue", "earlier claim",
-    "an earlier", "no longer", "this session", "../shared", "re-measured afterwards", "was not done", "not done",
-])
+@pytest.mark.parametrize(
+    "phrase",
+    [
+        "the team",
+        "seed.md",
+        "design outline",
+        "before this work",
+        "the issue",
+        "earlier claim",
+        "an earlier",
+        "no longer",
+        "this session",
+        "../shared",
+        "re-measured afterwards",
+        "was not done",
+        "not done",
+    ],
+)
 def test_pages_describe_the_product_not_its_history(phrase):
     for page in PAGES:
         assert phrase not in page.read_text().lower(), f"{page.relative_to(ROOT)}: {phrase!r}"
@@ -143,8 +158,11 @@ def test_every_chart_image_draws_in_a_browser():
         pytest.skip("no Chromium here (apt install chromium, or set $CHROMIUM)")
     images = sorted((ROOT / "docs" / "img").glob("*.svg"))
     assert len(images) >= 3  # ladder, codecs, budget at least
-    seen = open_pages(images, "const r = document.documentElement; return {tag: r.tagName, "
-                              "width: r.getBBox ? r.getBBox().width : 0, texts: document.querySelectorAll('text').length};")
+    seen = open_pages(
+        images,
+        "const r = document.documentElement; return {tag: r.tagName, "
+        "width: r.getBBox ? r.getBBox().width : 0, texts: document.querySelectorAll('text').length};",
+    )
     for image in images:
         result = seen[image]["result"]
         assert seen[image]["errors"] == [] and result["tag"] == "svg", (image.name, seen[image])

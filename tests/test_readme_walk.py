@@ -35,8 +35,13 @@ def test_the_walk_runs_sh_and_program_blocks_in_order_and_the_recorded_commands(
     (tmp_path / "results" / "dvc" / "one.txt").write_text("$ dvc exp show --drop 'A|B'   # a note\nout\n")
     text = readme_walk.script(README, tmp_path)
     runs = [line for line in text.splitlines() if not line.startswith(("echo ", "set ", "export "))]
-    assert runs == ["make repro", "python - <<'README_PYTHON'", 'print("a program")', "README_PYTHON",
-                    "dvc exp show --drop 'A|B'"]
+    assert runs == [
+        "make repro",
+        "python - <<'README_PYTHON'",
+        'print("a program")',
+        "README_PYTHON",
+        "dvc exp show --drop 'A|B'",
+    ]
     assert "TimeBudget" not in text and "not a command block" not in text
     assert "make test: left to CI" in text
     dry = subprocess.run(["bash", "-n", "-c", text], capture_output=True, text=True)  # bash parses it

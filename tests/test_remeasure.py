@@ -9,21 +9,20 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import ROOT, bench_settings, make_split
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_new_machine_gets_its_own_table_and_the_suite_still_passes(tmp_path, monkeypatch):
+    import test_readme
+
+    from pipeline.budget.machine import fingerprint
     from pipeline.stages.bench import bench_dataset
     from pipeline.stages.convert import convert_dataset
     from pipeline.stages.csvdata import write_csv
-    from pipeline.budget.machine import fingerprint
     from pipeline.stages.report.render import write_report
     from pipeline.stages.shard import shard_dataset
-
-    import test_readme
 
     repo = tmp_path / "repo"  # a clone: every tracked file
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
@@ -39,14 +38,36 @@ def test_a_new_machine_gets_its_own_table_and_the_suite_still_passes(tmp_path, m
     convert_dataset(data / "csv", data / "pq", data / "fig.json", "snappy", 65536)
     shard_dataset(data / "pq" / "compact", data / "shards", "tiny", 128, "none", 3)
     machine = {**fingerprint("cpu"), "name": "a-laptop-8c", "cpu": "A Laptop CPU", "cores": 8}
-    settings = bench_settings(epochs=2, batch_size=64, num_workers=1, variants=["naive", "device", "compiled"],
-                              sample=["naive"], sample_steps=2, sample_epochs=2, budget=True)
-    doc = bench_dataset("tiny", data / "pq" / "wide", data / "shards", repo / "metrics" / "bench" / "tiny.json",
-                        "cpu", settings, machine)
+    settings = bench_settings(
+        epochs=2,
+        batch_size=64,
+        num_workers=1,
+        variants=["naive", "device", "compiled"],
+        sample=["naive"],
+        sample_steps=2,
+        sample_epochs=2,
+        budget=True,
+    )
+    doc = bench_dataset(
+        "tiny",
+        data / "pq" / "wide",
+        data / "shards",
+        repo / "metrics" / "bench" / "tiny.json",
+        "cpu",
+        settings,
+        machine,
+    )
     assert doc["machine"]["name"] == "a-laptop-8c" and doc["date"]
-    write_report(sorted((repo / "metrics" / "bench").glob("*.json")), repo / "metrics" / "codecs.json",
-                 repo / "README.md", repo / "results", repo / "docs" / "results.md", repo / "docs" / "img",
-                 repo / "metrics" / "ladder.csv", repo / "metrics" / "budget.csv")
+    write_report(
+        sorted((repo / "metrics" / "bench").glob("*.json")),
+        repo / "metrics" / "codecs.json",
+        repo / "README.md",
+        repo / "results",
+        repo / "docs" / "results.md",
+        repo / "docs" / "img",
+        repo / "metrics" / "ladder.csv",
+        repo / "metrics" / "budget.csv",
+    )
     results = (repo / "docs" / "results.md").read_text()
     assert "a-laptop-8c" in results and "a-laptop-8c" in (repo / "README.md").read_text()
     for committed in (ROOT / "results").iterdir():  # every committed machine's table is still there

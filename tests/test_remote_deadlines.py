@@ -9,8 +9,8 @@ import threading
 import time
 
 import pytest
-
 from conftest import make_split, write_shards
+
 from pipeline.shards import ShardDataset, ShardError
 from pipeline.shards.remote import Deadlines
 
@@ -101,11 +101,14 @@ def test_a_healthy_store_is_read(store, tmp_path):
 
 
 @pytest.mark.slow  # several seconds: deadlines waited out, three tries each
-@pytest.mark.parametrize("mode, message", [
-    ("mute", "no data within 1 s of asking (connect + first byte)"),
-    ("trickle", "no data within 1 s of asking"),   # 200 bytes/s: a 1 MiB read never completes in time
-    ("stall", "no data within 1 s of asking"),
-])
+@pytest.mark.parametrize(
+    "mode, message",
+    [
+        ("mute", "no data within 1 s of asking (connect + first byte)"),
+        ("trickle", "no data within 1 s of asking"),  # 200 bytes/s: a 1 MiB read never completes in time
+        ("stall", "no data within 1 s of asking"),
+    ],
+)
 def test_a_slow_store_ends_the_fetch_within_its_deadlines(store, tmp_path, mode, message):
     server, url = store
     data = ShardDataset(url, cache=tmp_path / "cache", deadlines=DEADLINES)
@@ -117,8 +120,8 @@ def test_a_slow_store_ends_the_fetch_within_its_deadlines(store, tmp_path, mode,
     text = str(caught.value)
     assert text.startswith(f"{url}/shard-00000.safetensors: ") and message in text and "(after 3 tries)" in text
     assert "\n" not in text
-    assert took < 3 * (DEADLINES.connect_s + DEADLINES.first_byte_s) + 3, took   # three tries, each bounded
-    assert not list((tmp_path / "cache" / "objects").glob("*.safetensors"))      # nothing half-fetched kept
+    assert took < 3 * (DEADLINES.connect_s + DEADLINES.first_byte_s) + 3, took  # three tries, each bounded
+    assert not list((tmp_path / "cache" / "objects").glob("*.safetensors"))  # nothing half-fetched kept
 
 
 @pytest.mark.slow  # several seconds: deadlines waited out, three tries each

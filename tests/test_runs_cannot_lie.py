@@ -29,15 +29,22 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import PARAMS, free_port, make_split, tiny_dataset, write_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE_FRAME = f'File "{ROOT / "pipeline"}'  # a traceback through the project's code
-SCRATCH = ".scratch"                          # TMPDIR of the case's processes, inside its folder
+SCRATCH = ".scratch"  # TMPDIR of the case's processes, inside its folder
 SKIP = {".git", ".venv", ".venv-peers", "__pycache__", ".hypothesis", ".pytest_cache", "mutants"}
-DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-             "TORCHELASTIC_RUN_ID")
+DIST_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+)
 
 
 # ---------------------------------------------------------------- helpers
@@ -68,19 +75,40 @@ def env_for(folder: Path, **extra: str) -> dict[str, str]:
     scratch = folder / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
-    return {**env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
-            "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(scratch), **extra}
+    return {
+        **env,
+        "PYTHONPATH": str(ROOT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        "TMPDIR": str(scratch),
+        **extra,
+    }
 
 
 def cli(args: list, cwd: Path, timeout: float = 90, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=cwd, env=env or env_for(cwd),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        cwd=cwd,
+        env=env or env_for(cwd),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def rank_process(args: list, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     """`python -m pipeline train ...` as the only rank of a torchrun job would run it."""
-    env = env_for(cwd, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
-                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    env = env_for(
+        cwd,
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_WORLD_SIZE="1",
+        GROUP_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+    )
     return cli(args, cwd, timeout, env)
 
 
@@ -103,9 +131,11 @@ def snapshot(path: Path):
         return "link", os.readlink(path)
     if path.is_file():
         return "file", path.read_bytes()
-    return "folder", {str(p.relative_to(path)): (os.readlink(p) if p.is_symlink() else
-                                                  p.read_bytes() if p.is_file() else "folder")
-                      for p in sorted(path.rglob("*")) if SCRATCH not in p.relative_to(path).parts}
+    return "folder", {
+        str(p.relative_to(path)): (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else "folder")
+        for p in sorted(path.rglob("*"))
+        if SCRATCH not in p.relative_to(path).parts
+    }
 
 
 def params_file(path: Path, **train) -> Path:
@@ -120,8 +150,13 @@ def params_file(path: Path, **train) -> Path:
 def torchrun(args: list, cwd: Path, log: Path) -> subprocess.Popen:
     """torchrun, its output (and its ranks') into `log`."""
     with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *map(str, args)], cwd=cwd,
-                                env=env_for(cwd), stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", *map(str, args)],
+            cwd=cwd,
+            env=env_for(cwd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def stop(process: subprocess.Popen, ranks: tuple[int, ...] = ()) -> None:
@@ -156,7 +191,7 @@ def _stat(pid: int) -> tuple[str, int, int]:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return "", -1, -1
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     return fields[0], int(fields[1]), int(fields[2])
 
 
@@ -173,8 +208,11 @@ def environ(pid: int) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("codec, named", [("gzip-10", "'gzip-10': gzip levels are 1..9"), ("zstd-³", "³"),
-                                          ("", "unknown codec ''")], ids=["gzip-10", "zstd-superscript-3", "empty"])
+@pytest.mark.parametrize(
+    "codec, named",
+    [("gzip-10", "'gzip-10': gzip levels are 1..9"), ("zstd-³", "³"), ("", "unknown codec ''")],
+    ids=["gzip-10", "zstd-superscript-3", "empty"],
+)
 def test_a_bad_codec_argument_is_one_line(tmp_path, codec, named):
     (tmp_path / "csv").mkdir()
     line = one_line(cli(["convert", "mnist", codec, "--csv", "csv", "--out", "pq", "--figures", "f.json"], tmp_path))
@@ -199,17 +237,20 @@ def params():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [["check-params", "--out", "out"],
-                                     ["codecs", "--figures", "pq", "--metrics", "out", "--plot", "plot.csv"]],
-                         ids=["check-params", "codecs"])
+@pytest.mark.parametrize(
+    "command",
+    [["check-params", "--out", "out"], ["codecs", "--figures", "pq", "--metrics", "out", "--plot", "plot.csv"]],
+    ids=["check-params", "codecs"],
+)
 def test_a_data_set_name_with_a_newline_stops_a_stage_in_one_line(tmp_path, params, command):
     """The params check, and a stage that reads `datasets` itself."""
     params["datasets"] = ["mnist\n"]
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(params))
     (tmp_path / "pq").mkdir()
     line = one_line(cli([*command, "--params", "p.yaml"], tmp_path))
-    assert line == ("Error: p.yaml: 1 problem(s): datasets: data set names must be plain slugs (a-z, 0-9, '-', '_'): "
-                    "['mnist\\n']"), line
+    assert line == (
+        "Error: p.yaml: 1 problem(s): datasets: data set names must be plain slugs (a-z, 0-9, '-', '_'): ['mnist\\n']"
+    ), line
     assert not (tmp_path / "out").exists()
 
 
@@ -240,14 +281,18 @@ def newline_entry(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [
-    ["fetch", "--out", "out"],
-    ["csv", "--raw", "{root}/raw", "--out", "out"],
-    ["convert", "zstd-3", "--csv", "{root}/csv", "--out", "out", "--figures", "figures.json"],
-    ["shard", "--parquet", "{root}/pq/compact", "--out", "out"],
-    ["bench", "--parquet", "{root}/pq/wide", "--shards", "{root}/shards", "--out", "out", "--machine", "m.json"],
-    ["train", "--shards", "{root}/shards", "--out", "out"],
-], ids=lambda command: command[0])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["fetch", "--out", "out"],
+        ["csv", "--raw", "{root}/raw", "--out", "out"],
+        ["convert", "zstd-3", "--csv", "{root}/csv", "--out", "out", "--figures", "figures.json"],
+        ["shard", "--parquet", "{root}/pq/compact", "--out", "out"],
+        ["bench", "--parquet", "{root}/pq/wide", "--shards", "{root}/shards", "--out", "out", "--machine", "m.json"],
+        ["train", "--shards", "{root}/shards", "--out", "out"],
+    ],
+    ids=lambda command: command[0],
+)
 def test_a_dataset_argument_with_a_newline_is_refused_before_anything_is_written(tmp_path, newline_entry, command):
     """Even where sources.yaml has an entry of that name (fetch, csv and convert exited 0 with
     it, and wrote their output): one line naming it, exit status 2, nothing written."""
@@ -316,18 +361,32 @@ def parquet_input(tmp_path_factory):
 
 
 def shard_args(parquet_input: Path, out: str, params: Path = PARAMS) -> list:
-    return ["shard", "tiny", "--parquet", parquet_input / "pq" / "compact", "--out", out, "--params", params,
-            "--sources", parquet_input / "sources.yaml"]
+    return [
+        "shard",
+        "tiny",
+        "--parquet",
+        parquet_input / "pq" / "compact",
+        "--out",
+        out,
+        "--params",
+        params,
+        "--sources",
+        parquet_input / "sources.yaml",
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, out, message", [
-    ("file", "out", "out: exists and is not a folder; refusing to replace it"),
-    ("user folder", "out", "out: a folder this project did not write (no .pipeline-output inside); refusing"),
-    ("link to a folder", "out", "out: exists and is not a folder; refusing to replace it"),
-    ("current folder", ".", ".: is the current folder or one above it; refusing to replace it"),
-    ("folder above", "..", "..: is the current folder or one above it; refusing to replace it"),
-], ids=["file", "user folder", "link to a folder", "current folder", "folder above"])
+@pytest.mark.parametrize(
+    "kind, out, message",
+    [
+        ("file", "out", "out: exists and is not a folder; refusing to replace it"),
+        ("user folder", "out", "out: a folder this project did not write (no .pipeline-output inside); refusing"),
+        ("link to a folder", "out", "out: exists and is not a folder; refusing to replace it"),
+        ("current folder", ".", ".: is the current folder or one above it; refusing to replace it"),
+        ("folder above", "..", "..: is the current folder or one above it; refusing to replace it"),
+    ],
+    ids=["file", "user folder", "link to a folder", "current folder", "folder above"],
+)
 def test_shard_refuses_an_output_it_did_not_write(tmp_path, parquet_input, kind, out, message):
     work = tmp_path / "work"
     work.mkdir()
@@ -362,7 +421,8 @@ def test_shard_replaces_its_own_earlier_output(tmp_path, parquet_input):
     assert again.returncode == 0 and "Error" not in again.stderr, again.stderr[-3000:]
     assert sorted(os.listdir(work / "out")) == [".pipeline-output", "test", "train"]
     assert sorted(os.listdir(work / "out" / "train")) == ["manifest.json"] + [
-        f"shard-0000{i}.safetensors" for i in range(4)]  # the new folder whole: 4 shards of 16, no leftover
+        f"shard-0000{i}.safetensors" for i in range(4)
+    ]  # the new folder whole: 4 shards of 16, no leftover
     assert sorted(os.listdir(work)) == ["out"]  # no lock, no temporary left beside it
 
 
@@ -370,8 +430,14 @@ def _pinned_sources(root: Path) -> Path:
     """A sources file pinning the tiny data set's IDX files and those of another data set."""
     other = tiny_dataset(seed=7)
     path = root / "pinned.yaml"
-    path.write_text(yaml.safe_dump({"tiny": {"rows": {"train": 64, "test": 32}, "files": tiny_dataset().files},
-                                    "other": {"rows": {"train": 64, "test": 32}, "files": other.files}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "tiny": {"rows": {"train": 64, "test": 32}, "files": tiny_dataset().files},
+                "other": {"rows": {"train": 64, "test": 32}, "files": other.files},
+            }
+        )
+    )
     return path
 
 
@@ -380,12 +446,25 @@ def test_shard_refuses_parquet_of_another_data_set_naming_what_it_holds(tmp_path
     """`shard other --parquet <tiny's Parquet>`: the labels, hashed as the published IDX file
     would be, are tiny's, not other's: refused before a shard is written, rc 2, one line."""
     sources = _pinned_sources(tmp_path)
-    args = ["shard", "other", "--parquet", parquet_input / "pq" / "compact", "--out", "out", "--params", PARAMS,
-            "--sources", sources]
+    args = [
+        "shard",
+        "other",
+        "--parquet",
+        parquet_input / "pq" / "compact",
+        "--out",
+        "out",
+        "--params",
+        PARAMS,
+        "--sources",
+        sources,
+    ]
     line = one_line(cli(args, tmp_path, env=env_for(tmp_path)))
-    assert re.fullmatch(r"Error: \S+/compact/train\.parquet: holds tiny's train labels, not other's train labels "
-                        r"\(sha256 of the labels as an IDX file: [0-9a-f]{16}\.\.\., sources\.yaml pins "
-                        r"[0-9a-f]{16}\.\.\.\)", line), line
+    assert re.fullmatch(
+        r"Error: \S+/compact/train\.parquet: holds tiny's train labels, not other's train labels "
+        r"\(sha256 of the labels as an IDX file: [0-9a-f]{16}\.\.\., sources\.yaml pins "
+        r"[0-9a-f]{16}\.\.\.\)",
+        line,
+    ), line
     assert not (tmp_path / "out").exists()
 
 
@@ -394,22 +473,40 @@ def test_shard_records_the_published_digests_it_checked(tmp_path, parquet_input)
     """The data set the Parquet is named for: sharded, and each manifest's source carries the
     sha256 of the published IDX files its samples are (equal to sources.yaml's pins)."""
     sources = _pinned_sources(tmp_path)
-    args = ["shard", "tiny", "--parquet", parquet_input / "pq" / "compact", "--out", "out", "--params", PARAMS,
-            "--sources", sources]
+    args = [
+        "shard",
+        "tiny",
+        "--parquet",
+        parquet_input / "pq" / "compact",
+        "--out",
+        "out",
+        "--params",
+        PARAMS,
+        "--sources",
+        sources,
+    ]
     result = cli(args, tmp_path, env=env_for(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
     files = tiny_dataset().files
     for split in ("train", "test"):
         source = json.loads((tmp_path / "out" / split / "manifest.json").read_text())["source"]
-        assert source["idx_sha256"] == {"images": files[f"{split}_images"]["sha256"],
-                                        "labels": files[f"{split}_labels"]["sha256"]}
+        assert source["idx_sha256"] == {
+            "images": files[f"{split}_images"]["sha256"],
+            "labels": files[f"{split}_labels"]["sha256"],
+        }
 
 
-@pytest.mark.parametrize("level, hint", [
-    ("codec", "holds no train.parquet (folders: compact, wide): pass a layout folder: {pq}/compact"),
-    ("data set", "holds no train.parquet (folders: zstd-3): pass the convert stage's <codec>/<layout> folder, "
-                 "e.g. data/parquet/<dataset>/zstd-3/compact"),
-])
+@pytest.mark.parametrize(
+    "level, hint",
+    [
+        ("codec", "holds no train.parquet (folders: compact, wide): pass a layout folder: {pq}/compact"),
+        (
+            "data set",
+            "holds no train.parquet (folders: zstd-3): pass the convert stage's <codec>/<layout> folder, "
+            "e.g. data/parquet/<dataset>/zstd-3/compact",
+        ),
+    ],
+)
 def test_shard_names_a_folder_one_level_too_high(tmp_path, parquet_input, level, hint):
     """`--parquet` naming the codec folder (the layout forgotten), or one above: one line that
     says which folder is expected, not a SHA256SUMS missing one level up."""
@@ -438,8 +535,7 @@ def test_shard_refuses_the_other_split_and_images_nobody_published(tmp_path, par
     pins = published_pins(_pinned_sources(tmp_path), "tiny")
     test_file = parquet_input / "pq" / "compact" / "test.parquet"
     with pytest.raises(DataError, match=r"test\.parquet: holds tiny's test labels, not tiny's train labels"):
-        stream_split(test_file, tmp_path / "a", dataset="tiny", split="train", samples_per_shard=16,
-                     pins=pins["train"])
+        stream_split(test_file, tmp_path / "a", dataset="tiny", split="train", samples_per_shard=16, pins=pins["train"])
     table = pq.read_table(test_file)
     images = bytearray(table.column("image")[5].as_py())
     images[100] ^= 1
@@ -447,10 +543,19 @@ def test_shard_refuses_the_other_split_and_images_nobody_published(tmp_path, par
     column[5] = bytes(images)
     changed = table.set_column(1, "image", pa.array(column, IMAGE_TYPE))
     pq.write_table(changed, tmp_path / "test.parquet")
-    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path / 'test.parquet'))}: holds samples no data set in sources\.yaml "
-                                        r"has, not tiny's test images"):
-        stream_split(tmp_path / "test.parquet", tmp_path / "b", dataset="tiny", split="test", samples_per_shard=16,
-                     pins=pins["test"])
+    with pytest.raises(
+        DataError,
+        match=rf"^{re.escape(str(tmp_path / 'test.parquet'))}: holds samples no data set in sources\.yaml "
+        r"has, not tiny's test images",
+    ):
+        stream_split(
+            tmp_path / "test.parquet",
+            tmp_path / "b",
+            dataset="tiny",
+            split="test",
+            samples_per_shard=16,
+            pins=pins["test"],
+        )
 
 
 def test_the_shard_stage_checks_each_split_against_its_own_pins(tmp_path, parquet_input):
@@ -463,8 +568,12 @@ def test_the_shard_stage_checks_each_split_against_its_own_pins(tmp_path, parque
 
     sources, compact = _pinned_sources(tmp_path), parquet_input / "pq" / "compact"
     rows = {"train": 64, "test": 32}
-    with pytest.raises(DataError, match=rf"^{re.escape(str(compact / 'train.parquet'))}: holds tiny's train labels, not other's"):
-        shard_dataset(compact, tmp_path / "out", "other", 16, "none", 3, rows=rows, pins=published_pins(sources, "other"))
+    with pytest.raises(
+        DataError, match=rf"^{re.escape(str(compact / 'train.parquet'))}: holds tiny's train labels, not other's"
+    ):
+        shard_dataset(
+            compact, tmp_path / "out", "other", 16, "none", 3, rows=rows, pins=published_pins(sources, "other")
+        )
     assert not (tmp_path / "out").exists()
     shard_dataset(compact, tmp_path / "out", "tiny", 16, "none", 3, rows=rows, pins=published_pins(sources, "tiny"))
     files = tiny_dataset().files
@@ -473,10 +582,13 @@ def test_the_shard_stage_checks_each_split_against_its_own_pins(tmp_path, parque
         assert source["idx_sha256"]["labels"] == files[f"{split}_labels"]["sha256"]
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (1, r"more rows than its footer states \(64\)"),
-    (-1, r"63 rows, but its footer states 64"),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (1, r"more rows than its footer states \(64\)"),
+        (-1, r"63 rows, but its footer states 64"),
+    ],
+)
 def test_rows_streamed_must_be_the_footers_count(tmp_path, parquet_input, monkeypatch, extra, message):
     """Pages holding more rows than the footer states are refused as they stream, before the
     extra rows are written; fewer, once the last batch is in. pyarrow reads by the footer, so
@@ -501,8 +613,7 @@ def test_rows_streamed_must_be_the_footers_count(tmp_path, parquet_input, monkey
         shard.stream_split(source, tmp_path / "out", dataset="tiny", split="train", samples_per_shard=16)
     assert not (tmp_path / "out" / "manifest.json").exists()
     # the writer works in a folder of its own and swaps it in only whole: nothing half-written is left
-    assert not list((tmp_path / "out").glob("shard-*")) and sorted(p.name for p in tmp_path.iterdir()) in (
-        [], ["out"])
+    assert not list((tmp_path / "out").glob("shard-*")) and sorted(p.name for p in tmp_path.iterdir()) in ([], ["out"])
 
 
 def test_write_split_refuses_a_users_folder_and_replaces_its_own(tmp_path):
@@ -515,16 +626,18 @@ def test_write_split_refuses_a_users_folder_and_replaces_its_own(tmp_path):
     before = snapshot(tmp_path)
     with pytest.raises(InputError) as caught:
         write_shards(images, labels, user, dataset="t", split="train", samples_per_shard=16)
-    assert str(caught.value) == (f"{user}: a folder this project did not write (not only what it writes, a "
-                                 f"manifest.json and its files); refusing to replace it (remove it yourself, or "
-                                 f"choose another output)")
+    assert str(caught.value) == (
+        f"{user}: a folder this project did not write (not only what it writes, a "
+        f"manifest.json and its files); refusing to replace it (remove it yourself, or "
+        f"choose another output)"
+    )
     assert snapshot(tmp_path) == before
     own = tmp_path / "own"
     write_shards(images, labels, own, dataset="t", split="train", samples_per_shard=16)
     assert sorted(os.listdir(own)) == ["manifest.json"] + [f"shard-0000{i}.safetensors" for i in range(3)]
-    write_shards(images, labels, own, dataset="t", split="train", samples_per_shard=40)   # its own output: replaced
+    write_shards(images, labels, own, dataset="t", split="train", samples_per_shard=40)  # its own output: replaced
     assert sorted(os.listdir(own)) == ["manifest.json", "shard-00000.safetensors"]
-    (own / "leftover.txt").write_text("a file of the user's, put in beside\n")      # then it holds the user's too
+    (own / "leftover.txt").write_text("a file of the user's, put in beside\n")  # then it holds the user's too
     with pytest.raises(InputError, match="a folder this project did not write"):
         write_shards(images, labels, own, dataset="t", split="train", samples_per_shard=16)
     assert (own / "leftover.txt").read_text() == "a file of the user's, put in beside\n"
@@ -558,9 +671,14 @@ def test_only_a_manifest_of_the_shard_format_inside_the_folder_makes_a_folder_ou
     own = tmp_path / "own"
     write_shards(images, labels, own, dataset="t", split="train", samples_per_shard=40)
     manifest = json.loads((own / "manifest.json").read_text())
-    for i, text in enumerate([json.dumps({k: v for k, v in manifest.items() if k != "format_version"}),
-                              json.dumps({**manifest, "format_version": str(manifest["format_version"])}),
-                              json.dumps({k: v for k, v in manifest.items() if k != "shards"}), "[1, 2]"]):
+    for i, text in enumerate(
+        [
+            json.dumps({k: v for k, v in manifest.items() if k != "format_version"}),
+            json.dumps({**manifest, "format_version": str(manifest["format_version"])}),
+            json.dumps({k: v for k, v in manifest.items() if k != "shards"}),
+            "[1, 2]",
+        ]
+    ):
         other = tmp_path / f"other{i}"
         other.mkdir()
         (other / "manifest.json").write_text(text)
@@ -591,11 +709,25 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
     for folder, dataset, seed in (("a", "a", 0), ("b", "b", 10), ("a-other", "a", 20)):
         for split, n, offset in (("train", 600, 0), ("test", 100, 1)):
-            write_shards(*make_split(n, seed + offset), root / folder / split, dataset=dataset, split=split,
-                         samples_per_shard=50)
+            write_shards(
+                *make_split(n, seed + offset), root / folder / split, dataset=dataset, split=split, samples_per_shard=50
+            )
     params = params_file(root / "params.yaml", epochs=1, batch_size=60, checkpoint_every=0, timeout_s=20)
-    run = rank_process(["train", "a", "--shards", root / "a", "--out", root / "run" / "train.json",
-                        "--checkpoint", root / "a.pt", "--params", params], root)
+    run = rank_process(
+        [
+            "train",
+            "a",
+            "--shards",
+            root / "a",
+            "--out",
+            root / "run" / "train.json",
+            "--checkpoint",
+            root / "a.pt",
+            "--params",
+            params,
+        ],
+        root,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     shutil.rmtree(root / SCRATCH)
     return root, params
@@ -608,13 +740,44 @@ def test_two_nodes_that_run_other_settings_both_stop(tmp_path, data, key, values
     port, run_id = free_port(), uuid.uuid4().hex[:8]
     launches = []
     for node, value in enumerate(values):
-        params = params_file(tmp_path / f"node{node}" / "params.yaml", epochs=1, batch_size=60, timeout_s=20,
-                             checkpoint_every=0, **{key: value})
-        launches.append(torchrun(["--nnodes", "2", "--node-rank", node, "--nproc-per-node", "1", "--rdzv-backend",
-                                  "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id, "-m",
-                                  "pipeline", "train", "a", "--shards", shards / "a", "--out",
-                                  tmp_path / f"node{node}" / "train.json", "--params", params],
-                                 tmp_path, tmp_path / f"node{node}.log"))
+        params = params_file(
+            tmp_path / f"node{node}" / "params.yaml",
+            epochs=1,
+            batch_size=60,
+            timeout_s=20,
+            checkpoint_every=0,
+            **{key: value},
+        )
+        launches.append(
+            torchrun(
+                [
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    node,
+                    "--nproc-per-node",
+                    "1",
+                    "--rdzv-backend",
+                    "c10d",
+                    "--rdzv-endpoint",
+                    f"127.0.0.1:{port}",
+                    "--rdzv-id",
+                    run_id,
+                    "-m",
+                    "pipeline",
+                    "train",
+                    "a",
+                    "--shards",
+                    shards / "a",
+                    "--out",
+                    tmp_path / f"node{node}" / "train.json",
+                    "--params",
+                    params,
+                ],
+                tmp_path,
+                tmp_path / f"node{node}.log",
+            )
+        )
     try:
         for launch in launches:
             launch.wait(timeout=150)
@@ -622,8 +785,10 @@ def test_two_nodes_that_run_other_settings_both_stop(tmp_path, data, key, values
         for launch in launches:
             stop(launch)
     a, b = (re.escape(str(v)) for v in values)
-    line = re.compile(rf"Error: rank 1 runs with {key} = ({a}|{b}), rank 0 with ({a}|{b}); every rank must run the "
-                      rf"same settings")
+    line = re.compile(
+        rf"Error: rank 1 runs with {key} = ({a}|{b}), rank 0 with ({a}|{b}); every rank must run the "
+        rf"same settings"
+    )
     for node, launch in enumerate(launches):
         output = (tmp_path / f"node{node}.log").read_text()
         assert launch.returncode != 0, output[-3000:]
@@ -640,26 +805,58 @@ def test_two_nodes_that_run_other_settings_both_stop(tmp_path, data, key, values
 @pytest.mark.slow
 def test_train_on_a_split_of_another_data_set_is_one_line(tmp_path, data):
     shards, params = data
-    line = one_line(rank_process(["train", "fashion-mnist", "--shards", shards / "b", "--out", "o/train.json",
-                                  "--params", params], tmp_path), alone=False)
-    assert line == (f"Error: {shards / 'b' / 'train' / 'manifest.json'}: manifest is for dataset 'b', expected "
-                    f"'fashion-mnist'"), line
+    line = one_line(
+        rank_process(
+            ["train", "fashion-mnist", "--shards", shards / "b", "--out", "o/train.json", "--params", params], tmp_path
+        ),
+        alone=False,
+    )
+    assert line == (
+        f"Error: {shards / 'b' / 'train' / 'manifest.json'}: manifest is for dataset 'b', expected 'fashion-mnist'"
+    ), line
     assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("folder, dataset, difference", [
-    ("b", "b", r"dataset = 'a', this run has 'b'"),
-    ("a-other", "a", r"test = \{'dataset': 'a', 'split': 'test', 'count': 100, 'shards': '([0-9a-f]{16})'\}, this run "
-                     r"has \{'dataset': 'a', 'split': 'test', 'count': 100, 'shards': '(?!\1)[0-9a-f]{16}'\}"),
-], ids=["another data set", "other samples of the same name"])
+@pytest.mark.parametrize(
+    "folder, dataset, difference",
+    [
+        ("b", "b", r"dataset = 'a', this run has 'b'"),
+        (
+            "a-other",
+            "a",
+            r"test = \{'dataset': 'a', 'split': 'test', 'count': 100, 'shards': '([0-9a-f]{16})'\}, this run "
+            r"has \{'dataset': 'a', 'split': 'test', 'count': 100, 'shards': '(?!\1)[0-9a-f]{16}'\}",
+        ),
+    ],
+    ids=["another data set", "other samples of the same name"],
+)
 def test_resuming_on_other_data_is_refused_naming_the_difference(tmp_path, data, folder, dataset, difference):
     shards, params = data
     shutil.copy(shards / "a.pt", tmp_path / "ck.pt")
     before = (tmp_path / "ck.pt").read_bytes()
-    line = one_line(rank_process(["train", dataset, "--shards", shards / folder, "--out", "o/train.json",
-                                  "--checkpoint", "ck.pt", "--resume", "--params", params], tmp_path), alone=False)
-    assert re.fullmatch(rf"Error: ck.pt: saved by a run with {difference}; resume only the run that saved it", line), line
+    line = one_line(
+        rank_process(
+            [
+                "train",
+                dataset,
+                "--shards",
+                shards / folder,
+                "--out",
+                "o/train.json",
+                "--checkpoint",
+                "ck.pt",
+                "--resume",
+                "--params",
+                params,
+            ],
+            tmp_path,
+        ),
+        alone=False,
+    )
+    assert re.fullmatch(rf"Error: ck.pt: saved by a run with {difference}; resume only the run that saved it", line), (
+        line
+    )
     assert not (tmp_path / "o").exists() and (tmp_path / "ck.pt").read_bytes() == before
 
 
@@ -674,22 +871,42 @@ def _edit(state: dict, key: str, value) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key, value, message", [
-    ("loss_so_far", float("nan"), "ck.pt: loss_so_far nan is not a finite non-negative number"),
-    ("data", [1, 2], "ck.pt: data position is not a dict"),
-    ("data.epoch", 2 ** 62, "ck.pt: data position is in epoch 4611686018427387904, but its history holds 1 finished "
-                            "epochs"),
-    ("global_step", -1, "ck.pt: global_step -1 is out of range"),
-    # the history a resumed run copies into its out.json: checked as any input is
-    ("history.0.loss", -4.25, "ck.pt: history epoch 1: loss -4.25 is not a finite number >= 0"),
-    ("history.0.accuracy", 3.5, "ck.pt: history epoch 1: accuracy 3.5 is not in [0, 1]"),
-    ("history.0.epoch", 2, "ck.pt: history epoch 1: is numbered 2: a history holds epochs 1, 2, ... in order"),
-    ("history.0.steps", True, "ck.pt: history epoch 1: steps True is not a whole number >= 0"),
-    ("history.0.extra", 1.0, "ck.pt: history epoch 1: holds ['accuracy', 'epoch', 'extra', 'fetched_bytes', 'loss', "
-                             "'read_seconds', 'seconds', 'steps'], not an epoch's figures ['accuracy', 'epoch', "
-                             "'fetched_bytes', 'loss', 'read_seconds', 'seconds', 'steps']"),
-], ids=["loss_so_far NaN", "data a list", "data epoch 2**62", "global_step -1", "history loss -4.25",
-        "history accuracy 3.5", "history epoch out of order", "history steps a bool", "history an unknown figure"])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("loss_so_far", float("nan"), "ck.pt: loss_so_far nan is not a finite non-negative number"),
+        ("data", [1, 2], "ck.pt: data position is not a dict"),
+        (
+            "data.epoch",
+            2**62,
+            "ck.pt: data position is in epoch 4611686018427387904, but its history holds 1 finished epochs",
+        ),
+        ("global_step", -1, "ck.pt: global_step -1 is out of range"),
+        # the history a resumed run copies into its out.json: checked as any input is
+        ("history.0.loss", -4.25, "ck.pt: history epoch 1: loss -4.25 is not a finite number >= 0"),
+        ("history.0.accuracy", 3.5, "ck.pt: history epoch 1: accuracy 3.5 is not in [0, 1]"),
+        ("history.0.epoch", 2, "ck.pt: history epoch 1: is numbered 2: a history holds epochs 1, 2, ... in order"),
+        ("history.0.steps", True, "ck.pt: history epoch 1: steps True is not a whole number >= 0"),
+        (
+            "history.0.extra",
+            1.0,
+            "ck.pt: history epoch 1: holds ['accuracy', 'epoch', 'extra', 'fetched_bytes', 'loss', "
+            "'read_seconds', 'seconds', 'steps'], not an epoch's figures ['accuracy', 'epoch', "
+            "'fetched_bytes', 'loss', 'read_seconds', 'seconds', 'steps']",
+        ),
+    ],
+    ids=[
+        "loss_so_far NaN",
+        "data a list",
+        "data epoch 2**62",
+        "global_step -1",
+        "history loss -4.25",
+        "history accuracy 3.5",
+        "history epoch out of order",
+        "history steps a bool",
+        "history an unknown figure",
+    ],
+)
 def test_a_checkpoint_with_numbers_out_of_range_is_one_line(tmp_path, data, key, value, message):
     """Refused on resume, before any step: one line, exit status 2, no out.json, the
     checkpoint as it was."""
@@ -700,8 +917,25 @@ def test_a_checkpoint_with_numbers_out_of_range_is_one_line(tmp_path, data, key,
     _edit(state, key, value)
     torch.save(state, tmp_path / "ck.pt")
     before = (tmp_path / "ck.pt").read_bytes()
-    line = one_line(rank_process(["train", "a", "--shards", shards / "a", "--out", "o/train.json", "--checkpoint",
-                                  "ck.pt", "--resume", "--params", params], tmp_path), alone=False)
+    line = one_line(
+        rank_process(
+            [
+                "train",
+                "a",
+                "--shards",
+                shards / "a",
+                "--out",
+                "o/train.json",
+                "--checkpoint",
+                "ck.pt",
+                "--resume",
+                "--params",
+                params,
+            ],
+            tmp_path,
+        ),
+        alone=False,
+    )
     assert line == f"Error: {message}", line
     assert not (tmp_path / "o").exists() and (tmp_path / "ck.pt").read_bytes() == before
 
@@ -715,8 +949,22 @@ def test_a_checkpoint_whose_data_position_disagrees_with_its_history_is_refused(
     assert state["data"]["epoch"] == len(state["history"]) == 1  # saved at the end of epoch 1
     state["data"]["epoch"] = 0
     torch.save(state, tmp_path / "ck.pt")
-    result = rank_process(["train", "a", "--shards", shards / "a", "--out", "o/train.json", "--checkpoint", "ck.pt",
-                           "--resume", "--params", params], tmp_path)
+    result = rank_process(
+        [
+            "train",
+            "a",
+            "--shards",
+            shards / "a",
+            "--out",
+            "o/train.json",
+            "--checkpoint",
+            "ck.pt",
+            "--resume",
+            "--params",
+            params,
+        ],
+        tmp_path,
+    )
     try:
         line = one_line(result, alone=False)
         assert line.startswith("Error: ck.pt: ") and "history" in line, line
@@ -729,8 +977,26 @@ def test_a_fifo_as_the_checkpoint_is_one_line_without_waiting(tmp_path, data):
     shards, params = data
     os.mkfifo(tmp_path / "ck.pt")
     start = time.monotonic()
-    line = one_line(rank_process(["train", "a", "--shards", shards / "a", "--out", "o/train.json", "--checkpoint",
-                                  "ck.pt", "--resume", "--params", params], tmp_path, timeout=60), alone=False)
+    line = one_line(
+        rank_process(
+            [
+                "train",
+                "a",
+                "--shards",
+                shards / "a",
+                "--out",
+                "o/train.json",
+                "--checkpoint",
+                "ck.pt",
+                "--resume",
+                "--params",
+                params,
+            ],
+            tmp_path,
+            timeout=60,
+        ),
+        alone=False,
+    )
     assert line == "Error: ck.pt: not a regular file (a checkpoint is one)", line
     assert time.monotonic() - start < 60
     assert not (tmp_path / "o").exists()
@@ -747,9 +1013,27 @@ def test_a_stopped_rank_ends_the_other_within_the_timeout(tmp_path, data):
     shards, _ = data
     timeout_s = 15
     params = params_file(tmp_path / "params.yaml", epochs=100, batch_size=60, checkpoint_every=1, timeout_s=timeout_s)
-    launch = torchrun(["--standalone", "--nproc-per-node", "2", "-m", "pipeline", "train", "a", "--shards",
-                       shards / "a", "--out", tmp_path / "o" / "train.json", "--checkpoint", tmp_path / "ck.pt",
-                       "--params", params], tmp_path, tmp_path / "torchrun.log")
+    launch = torchrun(
+        [
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "pipeline",
+            "train",
+            "a",
+            "--shards",
+            shards / "a",
+            "--out",
+            tmp_path / "o" / "train.json",
+            "--checkpoint",
+            tmp_path / "ck.pt",
+            "--params",
+            params,
+        ],
+        tmp_path,
+        tmp_path / "torchrun.log",
+    )
     ranks: dict[int, int] = {}
     try:
         deadline = time.monotonic() + 120
@@ -769,10 +1053,12 @@ def test_a_stopped_rank_ends_the_other_within_the_timeout(tmp_path, data):
     finally:
         stop(launch, tuple(ranks.values()))
     output = (tmp_path / "torchrun.log").read_text()
-    ended_line = re.compile(r"Error: rank (\d): (a collective did not complete within train\.timeout_s \(15 s\): "
-                            r"another rank stopped or failed|a collective waited past train\.timeout_s \(15 s\): "
-                            r"another rank stopped or failed|another rank's connection closed: it stopped or failed "
-                            r"\(its own line says why\))")
+    ended_line = re.compile(
+        r"Error: rank (\d): (a collective did not complete within train\.timeout_s \(15 s\): "
+        r"another rank stopped or failed|a collective waited past train\.timeout_s \(15 s\): "
+        r"another rank stopped or failed|another rank's connection closed: it stopped or failed "
+        r"\(its own line says why\))"
+    )
     errors = [line for line in output.splitlines() if line.startswith("Error:")]
     ours = [ended_line.fullmatch(line) for line in errors]
     # rank 0's one line; rank 1, continued once rank 0 has ended, may find its collective timed out too
@@ -812,8 +1098,9 @@ def test_a_cache_whose_objects_folder_is_a_link_is_refused(tmp_path, remote_spli
     (tmp_path / "cache" / "objects").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ShardError) as caught:
         RemoteShards(url, tmp_path / "cache", 1 << 30)
-    assert str(caught.value) == (f"{tmp_path / 'cache' / 'objects'}: a link; the cache writes only inside a folder of "
-                                 f"its own")
+    assert str(caught.value) == (
+        f"{tmp_path / 'cache' / 'objects'}: a link; the cache writes only inside a folder of its own"
+    )
     assert os.listdir(tmp_path / "elsewhere") == [] and os.listdir(tmp_path / "cache") == ["objects"]
 
 
@@ -870,16 +1157,20 @@ def test_a_stale_temporary_counts_against_the_bound_and_goes_first(tmp_path, rem
 # ---------------------------------------------------------------- 11. a JSON output with NaN
 
 
-@pytest.mark.parametrize("document", [{"x": float("nan")}, {"epochs": [{"loss": float("inf")}]},
-                                      [1.0, -math.inf]], ids=["nan", "inf nested", "-inf in a list"])
+@pytest.mark.parametrize(
+    "document",
+    [{"x": float("nan")}, {"epochs": [{"loss": float("inf")}]}, [1.0, -math.inf]],
+    ids=["nan", "inf nested", "-inf in a list"],
+)
 def test_write_json_refuses_a_value_that_is_not_a_finite_number(tmp_path, document):
     from pipeline.core.atomic import write_json
     from pipeline.core.errors import InputError
 
     with pytest.raises(InputError) as caught:
         write_json(tmp_path / "metrics.json", document)
-    assert str(caught.value) == (f"{tmp_path / 'metrics.json'}: refusing to write a value that is not a finite number "
-                                 f"(NaN or inf)")
+    assert str(caught.value) == (
+        f"{tmp_path / 'metrics.json'}: refusing to write a value that is not a finite number (NaN or inf)"
+    )
     assert os.listdir(tmp_path) == []  # no file, no temporary, no lock
     (tmp_path / "metrics.json").write_text("{}\n")
     with pytest.raises(InputError):

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
-
 from conftest import PARAMS, free_port, make_split, write_shards
+
 from pipeline.shards import DeviceBatches, ShardDataset, ShardError, ShardSampler
 from pipeline.shards.remote import RemoteShards
 
@@ -72,8 +72,9 @@ def test_a_rank_fetches_only_the_shards_its_run_covers(remote_split, tmp_path):
         for (ids, x, y), (ids_want, x_want, y_want) in zip(part, want, strict=True):
             assert torch.equal(ids, ids_want) and torch.equal(x, x_want) and torch.equal(y, y_want)
             assert (y.numpy() == labels[ids.numpy()]).all() and (x.numpy() == images[ids.numpy()]).all()
-        order = ShardSampler(230, 20, shuffle="shards", seed=7, rank=rank, world_size=3,
-                             shard_counts=counts).rank_order(0)
+        order = ShardSampler(
+            230, 20, shuffle="shards", seed=7, rank=rank, world_size=3, shard_counts=counts
+        ).rank_order(0)
         assert torch.cat([ids for ids, _, _ in part]).tolist() == order.tolist()
         needed = sorted(shards_of(order, counts))
         assert len(needed) < len(counts)
@@ -100,22 +101,30 @@ def test_the_cache_stays_within_its_bound(remote_split, tmp_path):
         assert sum((tmp_path / "cache" / p).stat().st_size for p in cached(tmp_path / "cache")) <= bound
     assert len(cached(tmp_path / "cache")) == 2
     assert split.counts.shards[-1] == "shard-00000.safetensors"  # shard 0 was evicted (least recently used)
-    with pytest.raises(ShardError, match=r"/train/shard-00000.safetensors: [\d,]+ bytes do not fit the cache bound of 100 bytes"):
+    with pytest.raises(
+        ShardError, match=r"/train/shard-00000.safetensors: [\d,]+ bytes do not fit the cache bound of 100 bytes"
+    ):
         RemoteShards(url, tmp_path / "small", 100)
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "checksum mismatch: manifest xxh3_128"),
-    (lambda b: b[: len(b) // 2], r"only [\d,]+ of the manifest's [\d,]+ bytes \(partial download\)"),
-    (lambda b: b + b"x", r"longer than the manifest's [\d,]+ bytes \(not this shard\)"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "checksum mismatch: manifest xxh3_128"),
+        (lambda b: b[: len(b) // 2], r"only [\d,]+ of the manifest's [\d,]+ bytes \(partial download\)"),
+        (lambda b: b + b"x", r"longer than the manifest's [\d,]+ bytes \(not this shard\)"),
+    ],
+)
 def test_a_damaged_download_is_refused_naming_the_shard(remote_split, tmp_path, damage, message):
     local, url, _, _ = remote_split
     fs, root = fsspec.core.url_to_fs(url)
     fs.pipe_file(f"{root}/shard-00002.safetensors", damage((local / "shard-00002.safetensors").read_bytes()))
     split = RemoteShards(url, tmp_path / "cache", 1 << 30)
-    with pytest.raises(ShardError, match=rf"^{url}/shard-00002.safetensors: {message}.* \(after 3 tries\); "
-                                         "nothing cached$") as caught:
+    with pytest.raises(
+        ShardError,
+        match=rf"^{url}/shard-00002.safetensors: {message}.* \(after 3 tries\); "
+        "nothing cached$",
+    ) as caught:
         split.local(2)
     assert "\n" not in str(caught.value)
     assert cached(tmp_path / "cache") == []  # no copy, no temporary
@@ -134,7 +143,8 @@ def test_ranks_sharing_a_cache_fetch_each_shard_once(remote_split, tmp_path):
     for thread in threads:
         thread.join()
     assert sorted(splits[0].counts.shards + splits[1].counts.shards) == sorted(
-        f"shard-0000{i}.safetensors" for i in range(4))
+        f"shard-0000{i}.safetensors" for i in range(4)
+    )
     assert splits[0].counts.hits + splits[1].counts.hits == 4 and len(cached(tmp_path / "cache")) == 4
 
 
@@ -163,7 +173,7 @@ def test_a_missing_or_foreign_location_is_one_line(tmp_path):
     with pytest.raises(ShardError, match=r"^memory://nowhere-\w+/train/manifest.json: missing"):
         RemoteShards(f"memory://nowhere-{uuid.uuid4().hex}/train", tmp_path / "c", 1 << 20)
     url = f"memory://junk-{uuid.uuid4().hex}"
-    fsspec.filesystem("memory").pipe_file(url[len("memory://"):] + "/manifest.json", b'{"format_version": 2}')
+    fsspec.filesystem("memory").pipe_file(url[len("memory://") :] + "/manifest.json", b'{"format_version": 2}')
     with pytest.raises(ShardError, match=r"junk-\w+/manifest.json: \(keys\): missing"):
         RemoteShards(url, tmp_path / "c", 1 << 20)
     with pytest.raises(ShardError, match=r"^memory://junk-\w+: a split at a URL needs a cache folder \(cache=...\)$"):
@@ -176,11 +186,18 @@ def test_a_missing_or_foreign_location_is_one_line(tmp_path):
 def test_an_unreachable_store_is_one_line(tmp_path, monkeypatch):
     """(s3fs and botocore retry the connection a few times first: seconds.)"""
     pytest.importorskip("s3fs")
-    for name, value in (("AWS_ENDPOINT_URL", "http://127.0.0.1:9"), ("AWS_ACCESS_KEY_ID", "a"),
-                        ("AWS_SECRET_ACCESS_KEY", "a"), ("AWS_DEFAULT_REGION", "us-east-1")):
+    for name, value in (
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+        ("AWS_ACCESS_KEY_ID", "a"),
+        ("AWS_SECRET_ACCESS_KEY", "a"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
         monkeypatch.setenv(name, value)
-    with pytest.raises(ShardError, match=r"^s3://bucket/train/manifest.json: cannot read \(EndpointConnectionError: "
-                                         r"[^\n]*127.0.0.1:9[^\n]*\)$"):
+    with pytest.raises(
+        ShardError,
+        match=r"^s3://bucket/train/manifest.json: cannot read \(EndpointConnectionError: "
+        r"[^\n]*127.0.0.1:9[^\n]*\)$",
+    ):
         RemoteShards("s3://bucket/train", tmp_path / "cache", 1 << 20)
     assert cached(tmp_path / "cache") == []
 
@@ -210,9 +227,19 @@ def test_a_shard_loader_resumes_mid_epoch_with_the_same_or_another_world_size(tm
                     break
     state = firsts[1].state_dict()
     # the same on every rank: runs [0, 115) and [115, 230), 40 taken of each
-    assert state == firsts[0].state_dict() == {
-        "epoch": 1, "due": [[40, 115], [155, 230]], "seed": 3, "shuffle": "shards", "count": 230,
-        "shard_counts": counts, "drop_last": False}
+    assert (
+        state
+        == firsts[0].state_dict()
+        == {
+            "epoch": 1,
+            "due": [[40, 115], [155, 230]],
+            "seed": 3,
+            "shuffle": "shards",
+            "count": 230,
+            "shard_counts": counts,
+            "drop_last": False,
+        }
+    )
     resumed = loader()
     resumed.load_state_dict(state)
     assert taken[1] + batches(resumed, 2) == full
@@ -236,8 +263,9 @@ def test_a_shard_loader_resumes_mid_epoch_with_the_same_or_another_world_size(tm
     for key, value in (("seed", 4), ("count", 231), ("shuffle", "samples"), ("shard_counts", [23] * 10)):
         with pytest.raises(ShardError, match=re.escape(f"saved with {key} {value!r}")):
             loader().load_state_dict({**state, key: value})
-    with pytest.raises(ShardError, match=re.escape("due interval [115, 40] is not ordered, disjoint and inside "
-                                                   "0..230")):
+    with pytest.raises(
+        ShardError, match=re.escape("due interval [115, 40] is not ordered, disjoint and inside 0..230")
+    ):
         loader().load_state_dict({**state, "due": [[115, 40]]})
     with pytest.raises(ShardError, match="due interval .* inside 0..230"):
         loader().load_state_dict({**state, "due": [[40, 115], [100, 231]]})
@@ -277,11 +305,14 @@ def test_device_batches_resume_mid_epoch_exactly():
     assert one.epoch == 1
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--shards", "s3://bucket/shards"], "Error: --shards s3://bucket/shards: a URL needs --cache"),
-    (["--shards", ".", "--resume"], "--resume needs --checkpoint"),
-    (["--shards", "no/such/folder"], "no/such/folder is neither a folder nor a URL"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--shards", "s3://bucket/shards"], "Error: --shards s3://bucket/shards: a URL needs --cache"),
+        (["--shards", ".", "--resume"], "--resume needs --checkpoint"),
+        (["--shards", "no/such/folder"], "no/such/folder is neither a folder nor a URL"),
+    ],
+)
 def test_train_arguments_are_checked_in_one_line(args, message, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
@@ -289,8 +320,7 @@ def test_train_arguments_are_checked_in_one_line(args, message, tmp_path, monkey
 
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    result = CliRunner().invoke(main, ["train", "t", "--out", str(tmp_path / "o.json"), *args,
-                                       "--params", str(PARAMS)])
+    result = CliRunner().invoke(main, ["train", "t", "--out", str(tmp_path / "o.json"), *args, "--params", str(PARAMS)])
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
 
 
@@ -310,13 +340,28 @@ def s3():
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # the system's free port
     server.start()
     port = server.get_host_and_port()[1]
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
-           "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     # Authentication off whatever an earlier test in this process set (moto's switch is global).
-    urllib.request.urlopen(urllib.request.Request(f"{env['AWS_ENDPOINT_URL']}/moto-api/reset-auth", data=b"inf",
-                                                  method="POST", headers={"Content-Type": "text/plain"}))
-    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1", aws_access_key_id="test",
-                 aws_secret_access_key="test").create_bucket(Bucket="scale")
+    urllib.request.urlopen(
+        urllib.request.Request(
+            f"{env['AWS_ENDPOINT_URL']}/moto-api/reset-auth",
+            data=b"inf",
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+    )
+    boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    ).create_bucket(Bucket="scale")
     yield env
     server.stop()
 
@@ -324,8 +369,13 @@ def s3():
 def put_s3(local: Path, key: str, env: dict) -> None:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                          aws_access_key_id="test", aws_secret_access_key="test")
+    client = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
     for file in sorted(local.iterdir()):
         client.put_object(Bucket="scale", Key=f"{key}/{file.name}", Body=file.read_bytes())
 
@@ -339,9 +389,15 @@ def params_file(folder: Path, **train) -> Path:
 
 
 def torchrun(args: list[str], env: dict, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args], cwd=ROOT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", *args],
+        cwd=ROOT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        **kw,
+    )
 
 
 def finish(process: subprocess.Popen, code: int = 0) -> str:
@@ -367,12 +423,39 @@ def two_nodes(s3, tmp_path_factory):
     runs = []
     for run in ("cold", "warm"):
         port = free_port()
-        launches = [torchrun(["--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
-                              "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run,
-                              "-m", "pipeline", "train", "t", "--shards", "s3://scale/t",
-                              "--cache", str(root / f"cache{node}"), "--out", str(root / run / f"node{node}" /
-                                                                                 "train.json"),
-                              "--record", "--params", str(params)], s3) for node in range(2)]
+        launches = [
+            torchrun(
+                [
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    str(node),
+                    "--nproc-per-node",
+                    "1",
+                    "--rdzv-backend",
+                    "c10d",
+                    "--rdzv-endpoint",
+                    f"127.0.0.1:{port}",
+                    "--rdzv-id",
+                    run,
+                    "-m",
+                    "pipeline",
+                    "train",
+                    "t",
+                    "--shards",
+                    "s3://scale/t",
+                    "--cache",
+                    str(root / f"cache{node}"),
+                    "--out",
+                    str(root / run / f"node{node}" / "train.json"),
+                    "--record",
+                    "--params",
+                    str(params),
+                ],
+                s3,
+            )
+            for node in range(2)
+        ]
         for launch in launches:
             finish(launch)
         runs.append([ranks_of(root / run / f"node{node}") for node in range(2)])
@@ -388,8 +471,11 @@ def rank_ids(root: Path, split: str, epoch: int, rank: int, seed: int) -> list[i
     the train split in shard order ("shards"), the test split in order."""
     counts = [e["count"] for e in manifest_of(root, split)["shards"]]
     shuffle = "shards" if split == "train" else "none"
-    return ShardSampler(sum(counts), 30, shuffle=shuffle, seed=seed, rank=rank, world_size=2,
-                        shard_counts=counts).rank_order(epoch).tolist()
+    return (
+        ShardSampler(sum(counts), 30, shuffle=shuffle, seed=seed, rank=rank, world_size=2, shard_counts=counts)
+        .rank_order(epoch)
+        .tolist()
+    )
 
 
 @pytest.mark.slow
@@ -419,7 +505,7 @@ def test_each_node_downloads_only_its_ranks_shards_and_nothing_when_warm(two_nod
     root, (cold, warm), seed = two_nodes
     needed = {}
     for node, docs in enumerate(cold):
-        (rank, doc), = docs.items()
+        ((rank, doc),) = docs.items()
         files = set()
         for split, epochs in (("train", range(2)), ("test", range(1))):
             manifest = manifest_of(root, split)
@@ -452,14 +538,39 @@ def test_a_split_of_another_data_set_is_refused_in_one_line(s3, tmp_path):
         write_shards(*make_split(n, 0), tmp_path / "shards" / split, dataset="t", split=split, samples_per_shard=25)
         put_s3(tmp_path / "shards" / split, f"other/{split}", s3)
     for where, extra, line in (
-            ("s3://scale/other", ["--cache", str(tmp_path / "cache")],
-             "Error: s3://scale/other/train/manifest.json: manifest is for dataset 't', expected 'mnist'"),
-            (str(tmp_path / "shards"), [],
-             f"Error: {tmp_path / 'shards' / 'train' / 'manifest.json'}: manifest is for dataset 't', "
-             f"expected 'mnist'")):
-        output = finish(torchrun(["--standalone", "--nproc-per-node", "1", "-m", "pipeline", "train", "mnist",
-                                  "--shards", where, *extra, "--out", str(tmp_path / "o" / "train.json"),
-                                  "--params", str(params_file(tmp_path, epochs=1, batch_size=10))], s3), 1)
+        (
+            "s3://scale/other",
+            ["--cache", str(tmp_path / "cache")],
+            "Error: s3://scale/other/train/manifest.json: manifest is for dataset 't', expected 'mnist'",
+        ),
+        (
+            str(tmp_path / "shards"),
+            [],
+            f"Error: {tmp_path / 'shards' / 'train' / 'manifest.json'}: manifest is for dataset 't', expected 'mnist'",
+        ),
+    ):
+        output = finish(
+            torchrun(
+                [
+                    "--standalone",
+                    "--nproc-per-node",
+                    "1",
+                    "-m",
+                    "pipeline",
+                    "train",
+                    "mnist",
+                    "--shards",
+                    where,
+                    *extra,
+                    "--out",
+                    str(tmp_path / "o" / "train.json"),
+                    "--params",
+                    str(params_file(tmp_path, epochs=1, batch_size=10)),
+                ],
+                s3,
+            ),
+            1,
+        )
         assert sum(text == line for text in output.splitlines()) == 1, output[-3000:]
         assert f'File "{ROOT / "pipeline"}' not in output, output[-3000:]  # no traceback through the pipeline
     assert not (tmp_path / "o" / "train.json").exists() and cached(tmp_path / "cache") == []
@@ -477,16 +588,40 @@ def resumed(tmp_path_factory):
         write_shards(images, labels, root / "shards" / split, dataset="t", split=split, samples_per_shard=50)
     params = params_file(root, epochs=2, batch_size=60, checkpoint_every=4)
 
-    def launch(name: str, *extra: str, entry: tuple[str, ...] = ("-m", "pipeline", "train"), nproc: int = 2,
-               code: int = 0) -> str:
-        return finish(torchrun(["--standalone", "--nproc-per-node", str(nproc), *entry, "t",
-                                "--shards", str(root / "shards"), "--out", str(root / name / "train.json"),
-                                "--record", "--params", str(params), *extra], {}), code)
+    def launch(
+        name: str, *extra: str, entry: tuple[str, ...] = ("-m", "pipeline", "train"), nproc: int = 2, code: int = 0
+    ) -> str:
+        return finish(
+            torchrun(
+                [
+                    "--standalone",
+                    "--nproc-per-node",
+                    str(nproc),
+                    *entry,
+                    "t",
+                    "--shards",
+                    str(root / "shards"),
+                    "--out",
+                    str(root / name / "train.json"),
+                    "--record",
+                    "--params",
+                    str(params),
+                    *extra,
+                ],
+                {},
+            ),
+            code,
+        )
 
     launch("full", "--checkpoint", str(root / "full.pt"))
     # the same training entry, with a hook that SIGKILLs rank 1 after step 14
-    killed = launch("killed", "--checkpoint", str(root / "run.pt"), code=1,
-                    entry=(str(ROOT / "tests" / "train_killing_rank.py"), "--kill-rank", "1", "--after-step", "14"))
+    killed = launch(
+        "killed",
+        "--checkpoint",
+        str(root / "run.pt"),
+        code=1,
+        entry=(str(ROOT / "tests" / "train_killing_rank.py"), "--kill-rank", "1", "--after-step", "14"),
+    )
     saved = torch.load(root / "run.pt", weights_only=True)
     outputs = {}
     for nproc in (2, 1, 3):  # each from its own copy: a resumed run saves checkpoints of its own
@@ -511,8 +646,14 @@ def test_a_killed_run_resumes_with_the_same_samples_and_weights(resumed):
     assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)\s*exitcode\s*:\s*-9 ", killed), killed[-3000:]
     assert not (root / "killed" / "train.json").exists()
     assert saved["global_step"] == 12 and saved["data"] == {
-        "epoch": 1, "due": [[60, 300], [360, 600]], "seed": seed, "shuffle": "shards", "count": 600,
-        "shard_counts": [50] * 12, "drop_last": False}  # runs [0, 300) and [300, 600), 2 steps of 30 taken of each
+        "epoch": 1,
+        "due": [[60, 300], [360, 600]],
+        "seed": seed,
+        "shuffle": "shards",
+        "count": 600,
+        "shard_counts": [50] * 12,
+        "drop_last": False,
+    }  # runs [0, 300) and [300, 600), 2 steps of 30 taken of each
     line = f"train: resumed from {root / 'on2.pt'} at epoch 2, sample 120 of the epoch, on 2 ranks"
     assert sum(text == line for text in outputs[2].splitlines()) == 1, outputs[2][-2000:]
     full, again = ranks_of(root / "full"), ranks_of(root / "on2")
@@ -581,10 +722,13 @@ def test_the_docs_show_the_measured_results():
         assert all(0 < node["train_bytes"] <= layout["train_bytes"] for node in cold)
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"not a checkpoint", "not a readable checkpoint"),
-    (None, "not a train checkpoint (expected keys"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"not a checkpoint", "not a readable checkpoint"),
+        (None, "not a train checkpoint (expected keys"),
+    ],
+)
 def test_a_bad_checkpoint_is_one_line(tmp_path, content, message):
     from pipeline.core.errors import InputError
     from pipeline.stages.train import Checkpoints
@@ -606,8 +750,12 @@ def test_an_endpoint_changed_in_the_environment_is_the_one_read(tmp_path, monkey
     pytest.importorskip("s3fs")
     import fsspec
 
-    for name, value in (("AWS_ENDPOINT_URL", "http://127.0.0.1:1"), ("AWS_ACCESS_KEY_ID", "a"),
-                        ("AWS_SECRET_ACCESS_KEY", "a"), ("AWS_DEFAULT_REGION", "us-east-1")):
+    for name, value in (
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
+        ("AWS_ACCESS_KEY_ID", "a"),
+        ("AWS_SECRET_ACCESS_KEY", "a"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
         monkeypatch.setenv(name, value)
     earlier = fsspec.filesystem("s3")  # an instance cached and connected for port 1, as an earlier user leaves it
     with pytest.raises(Exception):

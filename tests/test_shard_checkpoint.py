@@ -20,16 +20,21 @@ dist.init_process_group("gloo", init_method=f"file://{folder / 'store'}", rank=0
 checkpoints = Checkpoints(folder / "ckpt.pt", 1, False)
 """
 
-HOLD = PRELUDE + """
+HOLD = (
+    PRELUDE
+    + """
 with checkpoints.held():
     print("holding", flush=True)
     sys.stdin.readline()
 dist.destroy_process_group()
 """
+)
 
 # As the train stage does, the process group is destroyed before the process exits (gloo's
 # threads left running at exit can abort the interpreter on a busy host).
-SECOND = PRELUDE + """
+SECOND = (
+    PRELUDE
+    + """
 code = 0
 try:
     with checkpoints.held():
@@ -41,8 +46,11 @@ finally:
     dist.destroy_process_group()
 sys.exit(code)
 """
+)
 
-FULL = PRELUDE + """
+FULL = (
+    PRELUDE
+    + """
 import resource
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))  # (Python ignores SIGXFSZ)
 code = 0
@@ -55,11 +63,18 @@ finally:
     dist.destroy_process_group()
 sys.exit(code)
 """
+)
 
 
 def _python(code: str, folder: Path, **options) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code, str(folder)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **options)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(folder)],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **options,
+    )
 
 
 def test_a_second_run_on_one_checkpoint_is_refused_up_front(tmp_path):

@@ -32,11 +32,14 @@ def write(folder: Path, n: int, per_shard: int, seed: int = 0) -> dict[str, np.n
 def _run(code: str, *args: str, **options) -> subprocess.CompletedProcess:
     """`code` in a fresh interpreter (a fault that kills a process must not kill pytest),
     InputErrors printed as the CLI prints them: one line, exit status 2."""
-    wrapped = ("import sys\nfrom pipeline.core.errors import InputError\ntry:\n"
-               + "".join(f"    {line}\n" for line in code.strip().splitlines())
-               + "except InputError as err:\n    print(err, file=sys.stderr)\n    sys.exit(2)\n")
-    return subprocess.run([sys.executable, "-c", wrapped, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, **options)
+    wrapped = (
+        "import sys\nfrom pipeline.core.errors import InputError\ntry:\n"
+        + "".join(f"    {line}\n" for line in code.strip().splitlines())
+        + "except InputError as err:\n    print(err, file=sys.stderr)\n    sys.exit(2)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", wrapped, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, **options
+    )
 
 
 TRUNCATE = """
@@ -66,12 +69,15 @@ def test_a_shard_replaced_after_its_map_was_closed_is_refused(tmp_path):
     split = MappedSplit(tmp_path / "s", max_open=1, verify="none")
     assert split.take([0])["y"].tolist() == [0]
     assert split.take([40])["y"].tolist() == [40]
-    assert split.shards[0].mapped is None            # closed: one map open
-    assert split.take([1])["y"].tolist() == [1]      # mapped again: the same file
+    assert split.shards[0].mapped is None  # closed: one map open
+    assert split.take([1])["y"].tolist() == [1]  # mapped again: the same file
     split.take([40])
     os.replace(tmp_path / "t" / "shard-00000.safetensors", tmp_path / "s" / "shard-00000.safetensors")
-    with pytest.raises(ShardError, match=r"shard-00000.safetensors: another file than the one this process "
-                                         r"verified"):
+    with pytest.raises(
+        ShardError,
+        match=r"shard-00000.safetensors: another file than the one this process "
+        r"verified",
+    ):
         split.take([2])
     np.testing.assert_array_equal(split.take([41])["x"], data["x"][[41]])
 
@@ -166,8 +172,9 @@ def test_workers_read_through_maps_and_give_the_same_values_under_every_start_me
     assert all(bool(flag.all()) for flag in through_maps)
     np.testing.assert_array_equal(torch.cat(xs).numpy(), data["x"])
     np.testing.assert_array_equal(torch.cat(ys).numpy(), data["y"])
-    batches = ShardDataset(tmp_path / "s").loader(16, shuffle=True, seed=2, num_workers=2,
-                                                  multiprocessing_context=method)
+    batches = ShardDataset(tmp_path / "s").loader(
+        16, shuffle=True, seed=2, num_workers=2, multiprocessing_context=method
+    )
     got = torch.cat([y for _, y in batches])
     assert sorted(got.tolist()) == data["y"].tolist()
 

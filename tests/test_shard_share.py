@@ -13,8 +13,22 @@ import pytest
 import torch
 
 from pipeline.core.atomic import BusyError, locked
-from pipeline.shards import (DeviceBatches, Field, Int64, Sample, ShardBusyError, ShardDataset, ShardError, ShardWriter,
-                             UnitFloat, merge_parts, read_manifest, read_split, write_part, write_split)
+from pipeline.shards import (
+    DeviceBatches,
+    Field,
+    Int64,
+    Sample,
+    ShardBusyError,
+    ShardDataset,
+    ShardError,
+    ShardWriter,
+    UnitFloat,
+    merge_parts,
+    read_manifest,
+    read_split,
+    write_part,
+    write_split,
+)
 from pipeline.shards.watched import Deadlines
 
 SAMPLE = Sample((Field("x", "float64", (4,)), Field("y", "int64", ())))
@@ -46,7 +60,7 @@ def test_a_writer_over_an_open_split_never_feeds_the_reader_new_bytes(tmp_path, 
         writer.add(new)
         writer.finish()
     assert torch.equal(read_split(folder)["x"], torch.from_numpy(new["x"]))  # the new split is published
-    assert torch.equal(reader[0][0], torch.from_numpy(old["x"][0]))        # the old reader: the old bytes
+    assert torch.equal(reader[0][0], torch.from_numpy(old["x"][0]))  # the old reader: the old bytes
     try:
         got = reader[12][0]
     except ShardError as err:
@@ -83,10 +97,21 @@ def test_a_part_writer_refuses_a_shard_the_folder_publishes(tmp_path):
     folder = tmp_path / "split"
     write(folder, columns(16, 0))
     published = (folder / "shard-00000.safetensors").read_bytes()
-    with pytest.raises(ShardError, match=r"shard-00000.safetensors: listed in .*manifest.json; a published shard "
-                                         r"is never rewritten"):
-        write_part(columns(8, 1), folder, first_sample=0, total=16, sample=SAMPLE, dataset="d", split="train",
-                   samples_per_shard=8)
+    with pytest.raises(
+        ShardError,
+        match=r"shard-00000.safetensors: listed in .*manifest.json; a published shard "
+        r"is never rewritten",
+    ):
+        write_part(
+            columns(8, 1),
+            folder,
+            first_sample=0,
+            total=16,
+            sample=SAMPLE,
+            dataset="d",
+            split="train",
+            samples_per_shard=8,
+        )
     assert (folder / "shard-00000.safetensors").read_bytes() == published
 
 
@@ -95,8 +120,16 @@ def test_a_part_writer_refuses_a_shard_the_folder_publishes(tmp_path):
 
 def _parts(folder, data: dict, cuts: list[int], total: int | None = None) -> None:
     for a, b in zip(cuts, cuts[1:]):
-        write_part({k: v[a:b] for k, v in data.items()}, folder, first_sample=a, total=total, sample=SAMPLE,
-                   dataset="d", split="train", samples_per_shard=8)
+        write_part(
+            {k: v[a:b] for k, v in data.items()},
+            folder,
+            first_sample=a,
+            total=total,
+            sample=SAMPLE,
+            dataset="d",
+            split="train",
+            samples_per_shard=8,
+        )
 
 
 def test_a_part_whose_writer_died_is_named_not_merged_short(tmp_path):
@@ -104,16 +137,20 @@ def test_a_part_whose_writer_died_is_named_not_merged_short(tmp_path):
     the merge names the missing part and the dead writer's shard, and writes nothing."""
     folder, data = tmp_path / "p", columns(48, 0)
     _parts(folder, data, [0, 16, 32], total=48)
-    dead = ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, first_sample=32,
-                       total=48)
-    dead.add({k: v[32:40] for k, v in data.items()})   # one whole shard written, then the process dies
+    dead = ShardWriter(
+        folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, first_sample=32, total=48
+    )
+    dead.add({k: v[32:40] for k, v in data.items()})  # one whole shard written, then the process dies
     dead.abort()
     assert (folder / "shard-00004.safetensors").exists()
-    with pytest.raises(ShardError, match=r"p: the parts hold samples 0..32 of the split's 48: the part from sample "
-                                         r"32 is missing .*; shard files no part lists: shard-00004.safetensors$"):
+    with pytest.raises(
+        ShardError,
+        match=r"p: the parts hold samples 0..32 of the split's 48: the part from sample "
+        r"32 is missing .*; shard files no part lists: shard-00004.safetensors$",
+    ):
         merge_parts(folder)
     assert not (folder / "manifest.json").exists()
-    _parts(folder, data, [32, 48], total=48)                # the part rerun: merged whole
+    _parts(folder, data, [32, 48], total=48)  # the part rerun: merged whole
     assert merge_parts(folder)["count"] == 48
     assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
 
@@ -156,8 +193,11 @@ def test_a_merge_while_the_split_is_written_whole_is_one_line_and_a_late_merge_s
             merge_parts(folder)
     assert isinstance(caught.value, BusyError) and "\n" not in str(caught.value)
     assert merge_parts(folder)["count"] == 16
-    with pytest.raises(ShardError, match=rf"^{re.escape(str(folder))}: no parts to merge: another merge_parts "
-                                         rf"merged them already \(its manifest.json holds the split, 16 samples\)$"):
+    with pytest.raises(
+        ShardError,
+        match=rf"^{re.escape(str(folder))}: no parts to merge: another merge_parts "
+        rf"merged them already \(its manifest.json holds the split, 16 samples\)$",
+    ):
         merge_parts(folder)
 
 
@@ -180,10 +220,16 @@ def _merge_outcomes(folder, outcomes: list, manifest: dict) -> None:
     merged, and the split reads back whole with no part, lock or temporary left."""
     said = f"{folder}: no parts to merge: another merge_parts merged them already"
     assert any(outcome == manifest for outcome in outcomes), outcomes
-    assert all(outcome == manifest or isinstance(outcome, str) and outcome.startswith(f"ShardError: {said}")
-               and "\n" not in outcome.strip() for outcome in outcomes), outcomes
+    assert all(
+        outcome == manifest
+        or isinstance(outcome, str)
+        and outcome.startswith(f"ShardError: {said}")
+        and "\n" not in outcome.strip()
+        for outcome in outcomes
+    ), outcomes
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"] + [
-        f"shard-{i:05d}.safetensors" for i in range(manifest["count"] // 8)]
+        f"shard-{i:05d}.safetensors" for i in range(manifest["count"] // 8)
+    ]
     assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]
 
 
@@ -199,12 +245,21 @@ def test_merges_at_once_in_processes_one_merges_the_others_wait_and_return_its_m
     for trial in range(5):
         folder, go = tmp_path / f"t{trial}" / "p", tmp_path / f"go{trial}"
         _parts(folder, data, list(range(0, 72, 8)), total=64)
-        runs = [subprocess.Popen([sys.executable, "-c", MERGE, str(folder), str(go)], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True) for _ in range(3)]
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-c", MERGE, str(folder), str(go)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
         go.touch()
         outputs = [run.communicate(timeout=120) for run in runs]
-        outcomes = [json.loads(out) if run.returncode == 0 else err.strip() if run.returncode == 2 else (out, err)
-                    for run, (out, err) in zip(runs, outputs)]
+        outcomes = [
+            json.loads(out) if run.returncode == 0 else err.strip() if run.returncode == 2 else (out, err)
+            for run, (out, err) in zip(runs, outputs)
+        ]
         manifest = json.loads((folder / "manifest.json").read_text())
         _merge_outcomes(folder, outcomes, manifest)
         assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
@@ -260,9 +315,12 @@ def test_a_merge_waits_for_another_merge_a_bounded_time(tmp_path, monkeypatch):
     _parts(folder, data, [0, 8, 16], total=16)
     began = time.monotonic()
     with parts_held(folder, exclusive=True):  # as another merge holds them
-        with pytest.raises(ShardBusyError, match=rf"^{re.escape(str(folder))}: another merge of its parts has held "
-                                                 rf"them for over 0.3 s \(lock .*\.writers\.lock\); try again once "
-                                                 rf"it has ended$"):
+        with pytest.raises(
+            ShardBusyError,
+            match=rf"^{re.escape(str(folder))}: another merge of its parts has held "
+            rf"them for over 0.3 s \(lock .*\.writers\.lock\); try again once "
+            rf"it has ended$",
+        ):
             merge_parts(folder)
     assert 0.3 <= time.monotonic() - began < 5
     assert merge_parts(folder)["count"] == 16
@@ -344,8 +402,9 @@ def test_a_part_rerun_that_dies_leaves_no_record_of_its_earlier_run_to_merge():
     with tempfile.TemporaryDirectory() as scratch:
         folder, data = Path(scratch) / "p", columns(16, 0)
         _parts(folder, data, [0, 8, 16], total=16)
-        again = ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, first_sample=0,
-                            total=16)
+        again = ShardWriter(
+            folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, first_sample=0, total=16
+        )
         again.add({k: np.ones_like(v[:8]) for k, v in data.items()})  # one new shard over the old, then it dies
         again.abort()
         with pytest.raises(ShardError, match=r"starts at sample 8, expected 0 \(a part missing"):
@@ -363,16 +422,25 @@ def test_a_merge_while_a_part_is_being_written_is_refused_and_no_part_starts_und
     the part, and writes nothing; while a merge holds the parts, a writer of one is refused."""
     folder, data = tmp_path / "p", columns(24, 0)
     _parts(folder, data, [0, 8, 16, 24], total=24)
-    with ShardWriter(folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, first_sample=8,
-                     total=24):  # a rerun of the middle part, under way
+    with ShardWriter(
+        folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, first_sample=8, total=24
+    ):  # a rerun of the middle part, under way
         with pytest.raises(ShardError, match=r"p: the part from sample 8 is being written right now"):
             merge_parts(folder)
         assert not (folder / "manifest.json").exists()
     _parts(folder, data, [8, 16], total=24)
     with locked(folder / ".parts" / "000000000016"):  # as the merge holds it
         with pytest.raises(ShardBusyError, match=r"another run is writing it right now"):
-            write_part({k: v[16:24] for k, v in data.items()}, folder, first_sample=16, total=24, sample=SAMPLE,
-                       dataset="d", split="train", samples_per_shard=8)
+            write_part(
+                {k: v[16:24] for k, v in data.items()},
+                folder,
+                first_sample=16,
+                total=24,
+                sample=SAMPLE,
+                dataset="d",
+                split="train",
+                samples_per_shard=8,
+            )
     assert merge_parts(folder)["count"] == 24
     assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
 
@@ -389,8 +457,16 @@ def test_a_part_writer_not_on_record_yet_stops_a_merge_and_a_merge_stops_a_new_w
             merge_parts(folder)
     with parts_held(folder, exclusive=True):  # as a merge
         with pytest.raises(ShardBusyError, match=r"p: a merge of its parts is under way"):
-            write_part({k: v[8:16] for k, v in data.items()}, folder, first_sample=8, total=16, sample=SAMPLE,
-                       dataset="d", split="train", samples_per_shard=8)
+            write_part(
+                {k: v[8:16] for k, v in data.items()},
+                folder,
+                first_sample=8,
+                total=16,
+                sample=SAMPLE,
+                dataset="d",
+                split="train",
+                samples_per_shard=8,
+            )
     assert merge_parts(folder)["count"] == 16 and not (folder / PARTS).exists()
     assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
 
@@ -406,16 +482,21 @@ def test_write_split_over_a_split_never_removes_a_file_its_manifest_does_not_lis
     file the manifest does not list."""
     folder, old, new = tmp_path / "split", columns(16, 0), columns(16, 1)
     write(folder, old)
-    for name, make in (("shard-notes.txt", lambda p: p.write_text("my notes\n")),
-                       ("shard-00000.safetensors.bak", lambda p: p.write_bytes(b"a copy")),
-                       ("shard-00007.safetensors", lambda p: p.write_bytes(b"not listed")),
-                       ("shard-extra", lambda p: (p.mkdir(), (p / "inside.txt").write_text("mine\n")))):
+    for name, make in (
+        ("shard-notes.txt", lambda p: p.write_text("my notes\n")),
+        ("shard-00000.safetensors.bak", lambda p: p.write_bytes(b"a copy")),
+        ("shard-00007.safetensors", lambda p: p.write_bytes(b"not listed")),
+        ("shard-extra", lambda p: (p.mkdir(), (p / "inside.txt").write_text("mine\n"))),
+    ):
         make(folder / name)
         before = {p.name: p.read_bytes() if p.is_file() else None for p in folder.iterdir()}
-        with pytest.raises(ShardError, match=rf"^{re.escape(str(folder))}: holds '{re.escape(name)}', which its "
-                                             rf"manifest.json does not list: a folder this project did not write "
-                                             rf"alone; refusing to replace it \(only the files a split's manifest "
-                                             rf"lists are ever removed: move that one out, or choose another folder\)$"):
+        with pytest.raises(
+            ShardError,
+            match=rf"^{re.escape(str(folder))}: holds '{re.escape(name)}', which its "
+            rf"manifest.json does not list: a folder this project did not write "
+            rf"alone; refusing to replace it \(only the files a split's manifest "
+            rf"lists are ever removed: move that one out, or choose another folder\)$",
+        ):
             write(folder, new)
         assert {p.name: p.read_bytes() if p.is_file() else None for p in folder.iterdir()} == before
         assert torch.equal(read_split(folder)["x"], torch.from_numpy(old["x"]))
@@ -467,11 +548,17 @@ def test_read_split_names_a_device_torch_does_not_know(tmp_path):
     type over several lines; now one line naming the argument."""
     folder = tmp_path / "split"
     write(folder, columns(8, 0))
-    with pytest.raises(ShardError, match=r"^device 'gpu' is not a torch device \(such as 'cpu', 'cuda' or "
-                                         r"'cuda:1'\)$"):
+    with pytest.raises(
+        ShardError,
+        match=r"^device 'gpu' is not a torch device \(such as 'cpu', 'cuda' or "
+        r"'cuda:1'\)$",
+    ):
         read_split(folder, "gpu")
-    with pytest.raises(ShardError, match=r"^device must be a torch device or its name \(such as 'cpu' or "
-                                         r"'cuda:0'\), got float 1.5$"):
+    with pytest.raises(
+        ShardError,
+        match=r"^device must be a torch device or its name \(such as 'cpu' or "
+        r"'cuda:0'\), got float 1.5$",
+    ):
         read_split(folder, 1.5)
     assert read_split(folder, torch.device("cpu"))["x"].shape == (8, 4)
 
@@ -498,13 +585,23 @@ ARGUMENTS = [  # (call, the one line it gives): every argument of the public API
     (_writer(sample="x"), r"sample must be a Sample of Fields \(pipeline.shards.Sample\), got str"),
     (_writer(folder=None), r"folder must be a path \(str or pathlib.Path\), got NoneType"),
     (_writer(source=["a"]), r"source must be a dict \(recorded in manifest.json\), got list"),
-    (_writer(source={"at": {1}}), r"source must hold only what JSON holds \(it is recorded in manifest.json\): "
-                                  r"Object of type set is not JSON serializable"),
+    (
+        _writer(source={"at": {1}}),
+        r"source must hold only what JSON holds \(it is recorded in manifest.json\): "
+        r"Object of type set is not JSON serializable",
+    ),
     (_writer(source={"x": float("nan")}), r"source must hold only what JSON holds .*: Out of range float values"),
-    (lambda p: write_part(columns(8, 0), p / "q", first_sample=4, sample=SAMPLE, dataset="d", split="train",
-                          samples_per_shard=8), r"first_sample must be a multiple of samples_per_shard \(8\), got 4"),
-    (lambda p: merge_parts(p / "q", total=2.0), r"total must be the split's sample count \(an integer, 1 or more\), "
-                                                r"got 2\.0"),
+    (
+        lambda p: write_part(
+            columns(8, 0), p / "q", first_sample=4, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8
+        ),
+        r"first_sample must be a multiple of samples_per_shard \(8\), got 4",
+    ),
+    (
+        lambda p: merge_parts(p / "q", total=2.0),
+        r"total must be the split's sample count \(an integer, 1 or more\), "
+        r"got 2\.0",
+    ),
     (lambda p: merge_parts(p / "q", source=5), r"source must be a dict \(recorded in manifest.json\), got int"),
     (lambda p: Sample("xy"), r"a sample's fields are a tuple of Field, got str"),
     (lambda p: Sample((Field("x", "uint8"), "y")), r"a sample's fields are a tuple of Field: fields\[1\] is str 'y'"),
@@ -514,24 +611,39 @@ ARGUMENTS = [  # (call, the one line it gives): every argument of the public API
     (lambda p: ShardDataset(_folder(p), dataset=1), r"dataset must be a name \(str\) or None, got int"),
     (lambda p: ShardDataset(_folder(p), cache_bytes=0), r"cache_bytes must be a number of bytes \(1 or more\), got 0"),
     (lambda p: ShardDataset(_folder(p), storage_options=[1]), r"storage_options must be a dict, got list"),
-    (lambda p: ShardDataset(_folder(p), transform=5), r"a transform must be callable, got int \(transform= takes a "
-                                                      r"callable of a batch dict, or a list of them\)"),
+    (
+        lambda p: ShardDataset(_folder(p), transform=5),
+        r"a transform must be callable, got int \(transform= takes a "
+        r"callable of a batch dict, or a list of them\)",
+    ),
     (lambda p: ShardDataset(_folder(p)).loader(2, drop_last="yes"), r"drop_last must be True or False, got 'yes'"),
-    (lambda p: ShardDataset(_folder(p)).loader(2, num_workers="2"), r"num_workers must be an integer \(0 or more\), "
-                                                                    r"got '2'"),
-    (lambda p: ShardDataset(_folder(p)).loader(2, prefetch_factor=2), r"loader: prefetch_factor option could only be "
-                                                                      r"specified in multiprocessing"),
+    (
+        lambda p: ShardDataset(_folder(p)).loader(2, num_workers="2"),
+        r"num_workers must be an integer \(0 or more\), "
+        r"got '2'",
+    ),
+    (
+        lambda p: ShardDataset(_folder(p)).loader(2, prefetch_factor=2),
+        r"loader: prefetch_factor option could only be "
+        r"specified in multiprocessing",
+    ),
     (lambda p: ShardDataset(_folder(p)).loader(2, freeze=1), r"freeze must be True or False, got 1"),
-    (lambda p: ShardDataset(_folder(p)).sampler(2, shuffle="random"), r"shuffle must be True, False or one of "
-                                                                      r"\('none', 'samples', 'shards'\), got 'random'"),
+    (
+        lambda p: ShardDataset(_folder(p)).sampler(2, shuffle="random"),
+        r"shuffle must be True, False or one of "
+        r"\('none', 'samples', 'shards'\), got 'random'",
+    ),
     (lambda p: ShardDataset(_folder(p)).sampler(2, rank=1), r"rank 1 is outside 0\.\.0"),
     (lambda p: Int64(3), r"Int64: field must be a field's name \(str\), got int"),
     (lambda p: UnitFloat("x", mean=0.5, std=0.0), r"UnitFloat\('x'\): std must be above 0, got 0\.0"),
     (lambda p: UnitFloat("x", mean="0.5", std=1.0), r"UnitFloat\('x'\): mean must be a finite number, got '0\.5'"),
     (lambda p: UnitFloat("x", dtype=torch.int32), r"UnitFloat\('x'\): dtype must be a torch float dtype "),
     (lambda p: UnitFloat("x", add_channel=1), r"UnitFloat\('x'\): add_channel must be True or False, got 1"),
-    (lambda p: DeviceBatches({"x": [1, 2]}, 2), r"DeviceBatches: columns must map field names to tensors, got "
-                                                r"\{'x': 'list'\}"),
+    (
+        lambda p: DeviceBatches({"x": [1, 2]}, 2),
+        r"DeviceBatches: columns must map field names to tensors, got "
+        r"\{'x': 'list'\}",
+    ),
     (lambda p: DeviceBatches({"x": torch.zeros(4)}, 0), r"batch_size must be an integer of at least 1, got 0"),
     (lambda p: Deadlines(connect_s=-1), r"Deadlines.connect_s must be a positive number, got -1"),
 ]
@@ -563,12 +675,28 @@ def test_a_full_disk_is_a_shard_error_naming_the_folder(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(ShardWriter, "_write", full)
-    for name, call in (("whole", lambda f: write(f, columns(16, 0))),
-                       ("part", lambda f: write_part(columns(8, 0), f, first_sample=0, total=16, sample=SAMPLE,
-                                                     dataset="d", split="train", samples_per_shard=8))):
+    for name, call in (
+        ("whole", lambda f: write(f, columns(16, 0))),
+        (
+            "part",
+            lambda f: write_part(
+                columns(8, 0),
+                f,
+                first_sample=0,
+                total=16,
+                sample=SAMPLE,
+                dataset="d",
+                split="train",
+                samples_per_shard=8,
+            ),
+        ),
+    ):
         folder = tmp_path / name
-        with pytest.raises(ShardSystemError, match=rf"^{re.escape(str(folder))}: No space left on device \(ENOSPC\); "
-                                                   rf"the disk is full") as caught:
+        with pytest.raises(
+            ShardSystemError,
+            match=rf"^{re.escape(str(folder))}: No space left on device \(ENOSPC\); "
+            rf"the disk is full",
+        ) as caught:
             call(folder)
         assert isinstance(caught.value, SystemFailure) and "\n" not in str(caught.value)
         assert ".tmp" not in str(caught.value) and not (folder / "manifest.json").exists()
@@ -603,8 +731,9 @@ def test_a_writer_never_closed_aborts_quietly_at_exit(tmp_path, kind, kept):
 
     folder = tmp_path / "out" / "split"
     folder.parent.mkdir()
-    run = subprocess.run([sys.executable, "-c", UNFINISHED, str(folder), kind, kept], capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", UNFINISHED, str(folder), kind, kept], capture_output=True, text=True, timeout=120
+    )
     assert run.stderr == "" and run.returncode == (3 if kept == "raised" else 0)
     if kind == "whole":
         assert sorted(p.name for p in folder.parent.iterdir()) == []

@@ -3,10 +3,9 @@ digest in the manifest), and a mapped split that maps a shard when a batch first
 verifies the blocks each batch touches instead of hashing everything before the first batch."""
 
 import json
+import os
 import pickle
 import re
-
-import os
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +13,10 @@ import pytest
 import torch
 import xxhash
 
-from pipeline.stages.sample import MNIST
 from pipeline.shards import ShardDataset, ShardError, write_split
 from pipeline.shards.format import BLOCK_BYTES, DATA_ALIGN, read_manifest
 from pipeline.shards.mapped import MappedSplit
+from pipeline.stages.sample import MNIST
 
 PER_SHARD = 300  # 300 x 785 bytes of data: 15 blocks of 16 KiB per shard
 
@@ -25,8 +24,10 @@ PER_SHARD = 300  # 300 x 785 bytes of data: 15 blocks of 16 KiB per shard
 @pytest.fixture
 def split(tmp_path):
     rng = np.random.default_rng(3)
-    data = {"images": rng.integers(0, 256, (900, 28, 28), dtype=np.uint8),
-            "labels": rng.integers(0, 10, 900, dtype=np.uint8)}
+    data = {
+        "images": rng.integers(0, 256, (900, 28, 28), dtype=np.uint8),
+        "labels": rng.integers(0, 10, 900, dtype=np.uint8),
+    }
     folder = tmp_path / "split"
     write_split(data, folder, sample=MNIST, dataset="d", split="train", samples_per_shard=PER_SHARD)
     return folder, data
@@ -109,9 +110,12 @@ def test_a_damaged_block_is_found_by_the_batch_that_touches_it(split):
     mapped = MappedSplit(folder)  # opening reads the manifest; mapping a shard hashes its header only
     np.testing.assert_array_equal(mapped.take([0, 1, 899])["labels"], data["labels"][[0, 1, 899]])
     block = data_offset // BLOCK_BYTES
-    with pytest.raises(ShardError, match=rf"{name}: checksum mismatch in block {block} \(bytes "
-                                         rf"{block * BLOCK_BYTES:,}\.\.{(block + 1) * BLOCK_BYTES:,} after the header\): "
-                                         rf"header xxh3_64 [0-9a-f]{{16}}, file"):
+    with pytest.raises(
+        ShardError,
+        match=rf"{name}: checksum mismatch in block {block} \(bytes "
+        rf"{block * BLOCK_BYTES:,}\.\.{(block + 1) * BLOCK_BYTES:,} after the header\): "
+        rf"header xxh3_64 [0-9a-f]{{16}}, file",
+    ):
         mapped.take([450])
 
 
@@ -144,9 +148,15 @@ def test_a_damaged_header_is_refused_by_every_use_of_its_shard(split):
     _flip(folder / "shard-00001.safetensors", raw.index(b"xxh3_64_blocks") + 30)  # one of the digests
     dataset = ShardDataset(folder)
     np.testing.assert_array_equal(dataset.batch([0, 899])[1].numpy(), data["labels"][[0, 899]])  # other shards
-    message = r"shard-00001.safetensors: header checksum mismatch: manifest header_xxh3_64 [0-9a-f]{16}, file [0-9a-f]{16}$"
-    for use in (lambda: dataset.batch([PER_SHARD]), lambda: dataset.batch([0, 2 * PER_SHARD - 1]), dataset.wait,
-                lambda: list(dataset.loader(8, shuffle=True))):
+    message = (
+        r"shard-00001.safetensors: header checksum mismatch: manifest header_xxh3_64 [0-9a-f]{16}, file [0-9a-f]{16}$"
+    )
+    for use in (
+        lambda: dataset.batch([PER_SHARD]),
+        lambda: dataset.batch([0, 2 * PER_SHARD - 1]),
+        dataset.wait,
+        lambda: list(dataset.loader(8, shuffle=True)),
+    ):
         with pytest.raises(ShardError, match=message):
             use()
     assert dataset.split.shards[1] is None
@@ -182,7 +192,9 @@ def test_a_header_longer_than_the_first_read_is_read_whole(split):
     text += b" " * (-len(text) % 8)
     path.write_bytes(len(text).to_bytes(8, "little") + text + raw[start:])
     manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["shards"][1].update(bytes=path.stat().st_size, header_xxh3_64=xxhash.xxh3_64_hexdigest(path.read_bytes()[: 8 + len(text)]))
+    manifest["shards"][1].update(
+        bytes=path.stat().st_size, header_xxh3_64=xxhash.xxh3_64_hexdigest(path.read_bytes()[: 8 + len(text)])
+    )
     (folder / "manifest.json").write_text(json.dumps(manifest))
     images, labels = ShardDataset(folder).batch([PER_SHARD, 2 * PER_SHARD - 1])
     assert np.array_equal(images.numpy(), data["images"][[PER_SHARD, 2 * PER_SHARD - 1]])
@@ -197,8 +209,14 @@ def test_a_bad_label_is_refused_by_the_batch_that_holds_it(split):
     labels = data["labels"].copy()
     labels[899] = 10
     wider = Sample((MNIST["images"], Field("labels", "uint8", (), classes=11)))
-    write_split({"images": data["images"], "labels": labels}, folder, sample=wider, dataset="d", split="train",
-                samples_per_shard=PER_SHARD)
+    write_split(
+        {"images": data["images"], "labels": labels},
+        folder,
+        sample=wider,
+        dataset="d",
+        split="train",
+        samples_per_shard=PER_SHARD,
+    )
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["fields"][1]["classes"] = 10
     (folder / "manifest.json").write_text(json.dumps(manifest))
@@ -253,8 +271,9 @@ def test_a_workers_copy_carries_its_arguments_and_verifies_what_it_touches(split
     parent.wait()
     assert len(pickle.dumps(parent)) < 1000
     hashed = []
-    monkeypatch.setattr("pipeline.shards.mapped._xxh3_64", lambda blob: hashed.append(len(blob)) or
-                        xxhash.xxh3_64_digest(blob))
+    monkeypatch.setattr(
+        "pipeline.shards.mapped._xxh3_64", lambda blob: hashed.append(len(blob)) or xxhash.xxh3_64_digest(blob)
+    )
     worker = pickle.loads(pickle.dumps(parent))
     assert worker.max_resident == 1 << 30 and worker.verify == "xxh3" and _verified(worker) == [None] * 3
     np.testing.assert_array_equal(worker.take([450])["images"], data["images"][[450]])
@@ -267,8 +286,9 @@ def test_a_workers_copy_carries_its_arguments_and_verifies_what_it_touches(split
 
 def test_zstd_shards_are_verified_whole(tmp_path, split):
     _, data = split
-    write_split(data, tmp_path / "z", sample=MNIST, dataset="d", split="train", samples_per_shard=PER_SHARD,
-                compression="zstd")
+    write_split(
+        data, tmp_path / "z", sample=MNIST, dataset="d", split="train", samples_per_shard=PER_SHARD, compression="zstd"
+    )
     checked = read_manifest(tmp_path / "z")
     assert checked["block_bytes"] is None and all("header_xxh3_64" not in e for e in checked["shards"])
     manifest = json.loads((tmp_path / "z" / "manifest.json").read_text())
@@ -280,13 +300,17 @@ def test_zstd_shards_are_verified_whole(tmp_path, split):
 
 def test_zstd_shards_are_decompressed_when_the_split_is_opened(tmp_path, split):
     _, data = split
-    write_split(data, tmp_path / "z", sample=MNIST, dataset="d", split="train", samples_per_shard=PER_SHARD,
-                compression="zstd")
+    write_split(
+        data, tmp_path / "z", sample=MNIST, dataset="d", split="train", samples_per_shard=PER_SHARD, compression="zstd"
+    )
     mapped = MappedSplit(tmp_path / "z", max_resident=900 * 785)
     assert all(shard is not None and shard.done is None for shard in mapped.shards)  # held, verified whole
     np.testing.assert_array_equal(mapped.take([899, 0, 450])["images"], data["images"][[899, 0, 450]])
-    with pytest.raises(ShardError, match=r"z: zstd shards are decompressed into memory \(706,500 bytes\), over "
-                                         r"max_resident 706,499; write the split uncompressed"):
+    with pytest.raises(
+        ShardError,
+        match=r"z: zstd shards are decompressed into memory \(706,500 bytes\), over "
+        r"max_resident 706,499; write the split uncompressed",
+    ):
         MappedSplit(tmp_path / "z", max_resident=900 * 785 - 1)
     shard = tmp_path / "z" / "shard-00002.safetensors.zst"
     blob = bytearray(shard.read_bytes())
@@ -398,8 +422,9 @@ def test_a_manifest_claiming_more_blocks_than_a_split_may_have_is_refused(tmp_pa
 
     sample = Sample((Field("x", "uint8", (40_000,)),))
     folder = tmp_path / "big"
-    write_split({"x": np.zeros((6, 40_000), np.uint8)}, folder, sample=sample, dataset="d", split="train",
-                samples_per_shard=2)
+    write_split(
+        {"x": np.zeros((6, 40_000), np.uint8)}, folder, sample=sample, dataset="d", split="train", samples_per_shard=2
+    )
     manifest = json.loads((folder / "manifest.json").read_text())
     per_shard = 400_000_000  # 16 TB a shard: within MAX_BYTES, 3 x 10^9 blocks in all
     manifest["count"] = 3 * per_shard
@@ -441,8 +466,9 @@ def test_a_row_whose_last_byte_opens_a_block_verifies_that_block(tmp_path):
     size = BLOCK_BYTES + 1
     data = {"x": np.random.default_rng(6).integers(0, 256, (4, size), dtype=np.uint8)}
     folder = tmp_path / "edge"
-    write_split(data, folder, sample=Sample((Field("x", "uint8", (size,)),)), dataset="d", split="train",
-                samples_per_shard=4)
+    write_split(
+        data, folder, sample=Sample((Field("x", "uint8", (size,)),)), dataset="d", split="train", samples_per_shard=4
+    )
     manifest = read_manifest(folder)
     block, entry = manifest["block_bytes"], manifest["shards"][0]
     start, header = _header((folder / entry["file"]).read_bytes())

@@ -7,35 +7,55 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import write_shards
 from torch.utils.data import DataLoader, DistributedSampler
 
-from conftest import write_shards
-from pipeline.stages.sample import MNIST
-from pipeline.shards import (DeviceBatches, Field, Int64, Sample, ShardDataset, ShardError, ShardSampler, UnitFloat,
-                             read_split, unit_float, write_split)
+from pipeline.shards import (
+    DeviceBatches,
+    Field,
+    Int64,
+    Sample,
+    ShardDataset,
+    ShardError,
+    ShardSampler,
+    UnitFloat,
+    read_split,
+    unit_float,
+    write_split,
+)
 from pipeline.shards.format import V2_SAMPLE, parse_fields, read_manifest
 from pipeline.shards.order import epoch_seed
 from pipeline.shards.writer import ShardWriter
+from pipeline.stages.sample import MNIST
 
 # A CIFAR-100-like sample with two extra fields of other dtypes.
-CIFAR = Sample((Field("image", "uint8", (3, 32, 32)), Field("label", "int64", (), classes=100),
-                Field("box", "float32", (4,)), Field("weight", "int64")))
+CIFAR = Sample(
+    (
+        Field("image", "uint8", (3, 32, 32)),
+        Field("label", "int64", (), classes=100),
+        Field("box", "float32", (4,)),
+        Field("weight", "int64"),
+    )
+)
 
 
 def cifar(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"image": rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
-            "label": rng.integers(0, 100, n),
-            "box": rng.standard_normal((n, 4)).astype(np.float32),
-            "weight": rng.integers(-2**40, 2**40, n)}
+    return {
+        "image": rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
+        "label": rng.integers(0, 100, n),
+        "box": rng.standard_normal((n, 4)).astype(np.float32),
+        "weight": rng.integers(-(2**40), 2**40, n),
+    }
 
 
 @pytest.fixture(params=["none", "zstd"])
 def cifar_split(request, tmp_path):
     data = cifar(50)
     folder = tmp_path / "cifar"
-    write_split(data, folder, sample=CIFAR, dataset="cifar", split="train", samples_per_shard=16,
-                compression=request.param)
+    write_split(
+        data, folder, sample=CIFAR, dataset="cifar", split="train", samples_per_shard=16, compression=request.param
+    )
     return folder, data
 
 
@@ -124,9 +144,13 @@ def as_version_2(folder: Path) -> dict:
     """The folder's manifest rewritten as format version 2 wrote it (fixed images/labels keys)."""
     manifest = json.loads((folder / "manifest.json").read_text())
     del manifest["fields"]
-    old = {"format_version": 2, **{k: manifest[k] for k in ("dataset", "split", "count")},
-           "images": {"dtype": "uint8", "shape": [28, 28]}, "labels": {"dtype": "uint8"},
-           **{k: manifest[k] for k in ("compression", "source", "shards")}}
+    old = {
+        "format_version": 2,
+        **{k: manifest[k] for k in ("dataset", "split", "count")},
+        "images": {"dtype": "uint8", "shape": [28, 28]},
+        "labels": {"dtype": "uint8"},
+        **{k: manifest[k] for k in ("compression", "source", "shards")},
+    }
     (folder / "manifest.json").write_text(json.dumps(old, indent=2) + "\n")
     return old
 
@@ -153,24 +177,35 @@ def test_version_2_manifests_are_still_read(tmp_path):
 def test_mnist_schema_is_what_version_2_fixed():
     """So the pipeline's shard files keep their bytes across the format change."""
     assert MNIST == V2_SAMPLE
-    assert MNIST.to_json() == [{"name": "images", "dtype": "uint8", "shape": [28, 28]},
-                               {"name": "labels", "dtype": "uint8", "shape": [], "classes": 10}]
+    assert MNIST.to_json() == [
+        {"name": "images", "dtype": "uint8", "shape": [28, 28]},
+        {"name": "labels", "dtype": "uint8", "shape": [], "classes": 10},
+    ]
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("image", 256, r"field 'image': value 256 at sample 5 does not fit uint8 \(int64 given\)"),
-    ("image", -1, r"field 'image': value -1 at sample 5 does not fit uint8 \(int64 given\)"),
-    ("label", 100, r"field 'label': value 100 at sample 5 is outside 0\.\.99"),
-    ("label", -1, r"field 'label': value -1 at sample 5 is outside 0\.\.99"),
-    ("label", 1.5, r"field 'label': value 1\.5 at sample 5 does not fit int64 \(float64 given\)"),
-    ("box", 1e39, r"field 'box': value 1e\+39 at sample 5 does not fit float32 \(float64 given\)"),
-    ("weight", 2.0**63, r"field 'weight': value 9\.223372036854776e\+18 at sample 5 does not fit int64 \(float64 given\)"),
-    ("weight", -2.0**63, None),  # the smallest int64: fits
-    ("weight", float("nan"), r"field 'weight': value nan at sample 5 does not fit int64 \(float64 given\)"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("image", 256, r"field 'image': value 256 at sample 5 does not fit uint8 \(int64 given\)"),
+        ("image", -1, r"field 'image': value -1 at sample 5 does not fit uint8 \(int64 given\)"),
+        ("label", 100, r"field 'label': value 100 at sample 5 is outside 0\.\.99"),
+        ("label", -1, r"field 'label': value -1 at sample 5 is outside 0\.\.99"),
+        ("label", 1.5, r"field 'label': value 1\.5 at sample 5 does not fit int64 \(float64 given\)"),
+        ("box", 1e39, r"field 'box': value 1e\+39 at sample 5 does not fit float32 \(float64 given\)"),
+        (
+            "weight",
+            2.0**63,
+            r"field 'weight': value 9\.223372036854776e\+18 at sample 5 does not fit int64 \(float64 given\)",
+        ),
+        ("weight", -(2.0**63), None),  # the smallest int64: fits
+        ("weight", float("nan"), r"field 'weight': value nan at sample 5 does not fit int64 \(float64 given\)"),
+    ],
+)
 def test_values_that_do_not_fit_are_refused_with_field_and_sample(tmp_path, field, value, message):
-    data = {name: values.astype(np.float64) if name != "image" else values.astype(np.int64)
-            for name, values in cifar(12).items()}
+    data = {
+        name: values.astype(np.float64) if name != "image" else values.astype(np.int64)
+        for name, values in cifar(12).items()
+    }
     data[field][5] = value
     if message is None:
         write_split(data, tmp_path / "s", sample=CIFAR, dataset="c", split="train", samples_per_shard=4)
@@ -181,25 +216,44 @@ def test_values_that_do_not_fit_are_refused_with_field_and_sample(tmp_path, fiel
     assert not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize(("dtype", "values", "fits"), [
-    ("uint8", np.array([0.0, 255.0]), True), ("uint8", np.array([256.0]), False),
-    ("int8", np.array([-128.0, 127.0]), True), ("int8", np.array([128.0]), False),
-    ("int64", np.array([2.0**62, -2.0**63]), True), ("int64", np.array([np.inf]), False),
-    ("int64", np.array([True, False]), True), ("uint8", np.array([True]), True),
-    ("uint8", np.array([-1, 255], np.int16), False), ("uint16", np.array([65535], np.int64), True),
-    ("bool", np.array([0, 1], np.int64), True), ("bool", np.array([2.0, 0.0]), False),
-    ("float16", np.array([2048, 65504, -65504], np.int64), True), ("float16", np.array([2049], np.int64), False),
-    ("float16", np.array([65519], np.int64), False), ("float16", np.array([-65520], np.int32), False),
-    ("float16", np.array([65520], np.uint32), False), ("float16", np.array([255, -128], np.int16), True),
-    ("float32", np.array([2**24, -(2**24), 2**31], np.int64), True), ("float32", np.array([2**24 + 1]), False),
-    ("float32", np.array([-(2**24) - 1], np.int32), False), ("float32", np.array([2**63 - 1], np.int64), False),
-    ("float32", np.array([-(2**63)], np.int64), True), ("float32", np.array([32767], np.int16), True),
-    ("float64", np.array([2**53, 2**63, 2**64 - 2**11], np.uint64), True), ("float64", np.array([2**53 + 1]), False),
-    ("float64", np.array([2**64 - 1], np.uint64), False), ("float64", np.array([-(2**63) + 1]), False),
-    ("float64", np.array([2**31 - 1, -(2**31)], np.int32), True), ("float64", np.array([0, 1], np.uint8), True),
-    ("float32", np.array([3.0e38]), True),
-    ("float32", np.array(["1.0"]), False), ("float64", np.array([1 + 1j]), False),
-])
+@pytest.mark.parametrize(
+    ("dtype", "values", "fits"),
+    [
+        ("uint8", np.array([0.0, 255.0]), True),
+        ("uint8", np.array([256.0]), False),
+        ("int8", np.array([-128.0, 127.0]), True),
+        ("int8", np.array([128.0]), False),
+        ("int64", np.array([2.0**62, -(2.0**63)]), True),
+        ("int64", np.array([np.inf]), False),
+        ("int64", np.array([True, False]), True),
+        ("uint8", np.array([True]), True),
+        ("uint8", np.array([-1, 255], np.int16), False),
+        ("uint16", np.array([65535], np.int64), True),
+        ("bool", np.array([0, 1], np.int64), True),
+        ("bool", np.array([2.0, 0.0]), False),
+        ("float16", np.array([2048, 65504, -65504], np.int64), True),
+        ("float16", np.array([2049], np.int64), False),
+        ("float16", np.array([65519], np.int64), False),
+        ("float16", np.array([-65520], np.int32), False),
+        ("float16", np.array([65520], np.uint32), False),
+        ("float16", np.array([255, -128], np.int16), True),
+        ("float32", np.array([2**24, -(2**24), 2**31], np.int64), True),
+        ("float32", np.array([2**24 + 1]), False),
+        ("float32", np.array([-(2**24) - 1], np.int32), False),
+        ("float32", np.array([2**63 - 1], np.int64), False),
+        ("float32", np.array([-(2**63)], np.int64), True),
+        ("float32", np.array([32767], np.int16), True),
+        ("float64", np.array([2**53, 2**63, 2**64 - 2**11], np.uint64), True),
+        ("float64", np.array([2**53 + 1]), False),
+        ("float64", np.array([2**64 - 1], np.uint64), False),
+        ("float64", np.array([-(2**63) + 1]), False),
+        ("float64", np.array([2**31 - 1, -(2**31)], np.int32), True),
+        ("float64", np.array([0, 1], np.uint8), True),
+        ("float32", np.array([3.0e38]), True),
+        ("float32", np.array(["1.0"]), False),
+        ("float64", np.array([1 + 1j]), False),
+    ],
+)
 def test_a_value_fits_its_field_exactly_at_the_edges(dtype, values, fits):
     """Each value either has its own exact counterpart in the field's dtype (a bool as 0/1,
     a whole float within the integer range, an integer the float type holds exactly: at most
@@ -221,19 +275,22 @@ def test_a_value_fits_its_field_exactly_at_the_edges(dtype, values, fits):
 F32, F64 = Sample((Field("x", "float32"),)), Sample((Field("x", "float64"),))
 
 
-@pytest.mark.parametrize(("sample", "values", "shown", "given"), [
-    (F32, np.array([0, 16_777_217]), "16777217", "int64"),            # float32 holds 2**24, not 2**24 + 1
-    (F32, [0, 16_777_217], "16777217", "int64"),                      # a Python list of ints
-    (F32, torch.tensor([0, 16_777_217]), "16777217", "int64"),        # a tensor
-    (F32, np.array([0, 16_777_217], object), "16777217", "object"),   # a mixed pandas frame's .values
-    (F32, [0.5, 16_777_217], "16777217", "list"),                     # numpy would make it 16777216.0 first
-    (F64, np.array([0, 2**53 + 1]), "9007199254740993", "int64"),
-    (F64, np.array([0, 2**64 - 1], np.uint64), "18446744073709551615", "uint64"),
-    (F64, [0, 2**64 - 1], "18446744073709551615", "list"),           # numpy: float64, 2**64 - 1 rounded
-    (F64, [0.5, 2**53 + 1], "9007199254740993", "list"),
-    (F64, np.array([0, 2**70], object), "1180591620717411303424", None),  # 2**70: exact in float64, stored
-    (F64, np.array([0, 2**70 + 1], object), "1180591620717411303425", "object"),
-])
+@pytest.mark.parametrize(
+    ("sample", "values", "shown", "given"),
+    [
+        (F32, np.array([0, 16_777_217]), "16777217", "int64"),  # float32 holds 2**24, not 2**24 + 1
+        (F32, [0, 16_777_217], "16777217", "int64"),  # a Python list of ints
+        (F32, torch.tensor([0, 16_777_217]), "16777217", "int64"),  # a tensor
+        (F32, np.array([0, 16_777_217], object), "16777217", "object"),  # a mixed pandas frame's .values
+        (F32, [0.5, 16_777_217], "16777217", "list"),  # numpy would make it 16777216.0 first
+        (F64, np.array([0, 2**53 + 1]), "9007199254740993", "int64"),
+        (F64, np.array([0, 2**64 - 1], np.uint64), "18446744073709551615", "uint64"),
+        (F64, [0, 2**64 - 1], "18446744073709551615", "list"),  # numpy: float64, 2**64 - 1 rounded
+        (F64, [0.5, 2**53 + 1], "9007199254740993", "list"),
+        (F64, np.array([0, 2**70], object), "1180591620717411303424", None),  # 2**70: exact in float64, stored
+        (F64, np.array([0, 2**70 + 1], object), "1180591620717411303425", "object"),
+    ],
+)
 def test_an_integer_a_float_field_cannot_hold_exactly_is_refused(tmp_path, sample, values, shown, given):
     """Issue 61: 16,777,217 written into float32 became 16,777,216, and 2**53 + 1 and 2**64 - 1
     into float64 changed, without a word. Now refused with the field, the value and the
@@ -242,8 +299,11 @@ def test_an_integer_a_float_field_cannot_hold_exactly_is_refused(tmp_path, sampl
         write_split({"x": values}, tmp_path / "s", sample=sample, dataset="d", split="s", samples_per_shard=4)
         assert [int(v) for v in read_split(tmp_path / "s")["x"].tolist()] == [int(v) for v in values]
         return
-    with pytest.raises(ShardError, match=rf"^d/s: field 'x': value {shown} at sample 1 does not fit "
-                                         rf"{sample['x'].dtype} \({given} given\)$"):
+    with pytest.raises(
+        ShardError,
+        match=rf"^d/s: field 'x': value {shown} at sample 1 does not fit "
+        rf"{sample['x'].dtype} \({given} given\)$",
+    ):
         write_split({"x": values}, tmp_path / "s", sample=sample, dataset="d", split="s", samples_per_shard=4)
     assert not (tmp_path / "s").exists()
 
@@ -252,12 +312,10 @@ def test_an_integer_field_takes_a_list_of_ints_and_whole_floats_exactly(tmp_path
     """numpy makes [2**53 + 1, 2.0] float64 (2**53 + 1 rounded); the writer reads such a list
     number by number, so an int64 field stores 2**53 + 1 itself, and a fraction is refused."""
     sample = Sample((Field("x", "int64"),))
-    write_split({"x": [2**53 + 1, 2.0, -3]}, tmp_path / "s", sample=sample, dataset="d", split="s",
-                samples_per_shard=4)
+    write_split({"x": [2**53 + 1, 2.0, -3]}, tmp_path / "s", sample=sample, dataset="d", split="s", samples_per_shard=4)
     assert read_split(tmp_path / "s")["x"].tolist() == [2**53 + 1, 2, -3]
     with pytest.raises(ShardError, match=r"^d/s: field 'x': value 2\.5 at sample 1 does not fit int64 \(list given\)$"):
-        write_split({"x": [2**53 + 1, 2.5]}, tmp_path / "t", sample=sample, dataset="d", split="s",
-                    samples_per_shard=4)
+        write_split({"x": [2**53 + 1, 2.5]}, tmp_path / "t", sample=sample, dataset="d", split="s", samples_per_shard=4)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
@@ -268,29 +326,49 @@ def test_special_floats_round_trip_bit_exact_and_floats_narrow_as_before(tmp_pat
     kind = np.dtype(dtype)
     bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[kind.itemsize]
     info = np.finfo(kind)
-    special = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, info.smallest_subnormal,
-                        -info.smallest_subnormal, info.max, info.min], kind)
+    special = np.array(
+        [
+            np.nan,
+            -np.nan,
+            np.inf,
+            -np.inf,
+            -0.0,
+            0.0,
+            info.smallest_subnormal,
+            -info.smallest_subnormal,
+            info.max,
+            info.min,
+        ],
+        kind,
+    )
     payload = special.view(bits).copy()
     payload[0] |= bits(1)  # a NaN with a payload bit set
     values = payload.view(kind)
     sample = Sample((Field("x", dtype),))
     for name, given in (("same", values), ("tensor", torch.from_numpy(values))):
         write_split({"x": given}, tmp_path / name, sample=sample, dataset="d", split="s", samples_per_shard=4)
-        for got in (read_split(tmp_path / name)["x"].numpy(), ShardDataset(tmp_path / name).batch(range(10))[0].numpy()):
+        for got in (
+            read_split(tmp_path / name)["x"].numpy(),
+            ShardDataset(tmp_path / name).batch(range(10))[0].numpy(),
+        ):
             assert got.view(bits).tolist() == payload.tolist()
     if dtype != "float64":
         wide = np.array([0.1, 1 / 3, 65504.0, 1e-8])
         write_split({"x": wide}, tmp_path / "narrowed", sample=sample, dataset="d", split="s", samples_per_shard=4)
         assert read_split(tmp_path / "narrowed")["x"].numpy().tobytes() == wide.astype(kind).tobytes()
-        write_split({"x": [0.1, 1 / 3]}, tmp_path / "listed", sample=sample, dataset="d", split="s",
-                    samples_per_shard=4)
+        write_split(
+            {"x": [0.1, 1 / 3]}, tmp_path / "listed", sample=sample, dataset="d", split="s", samples_per_shard=4
+        )
         assert read_split(tmp_path / "listed")["x"].numpy().tobytes() == np.array([0.1, 1 / 3]).astype(kind).tobytes()
 
 
 def test_a_batch_that_is_not_a_mapping_is_named_by_its_type(tmp_path):
     writer = ShardWriter(tmp_path / "a" / "b", sample=MNIST, dataset="d", split="train", samples_per_shard=4)
-    with pytest.raises(ShardError, match=r"^d/train: a batch must map exactly the fields \['images', 'labels'\], "
-                                         r"got list$"):
+    with pytest.raises(
+        ShardError,
+        match=r"^d/train: a batch must map exactly the fields \['images', 'labels'\], "
+        r"got list$",
+    ):
         writer.add([np.zeros((1, 28, 28), np.uint8), np.zeros(1, np.uint8)])
     writer.abort()
     assert (tmp_path / "a").is_dir() and not (tmp_path / "a" / "b").exists()  # parents made; nothing published
@@ -302,25 +380,45 @@ def test_the_sample_index_counts_across_batches(tmp_path):
     writer.add({"images": images, "labels": np.arange(6) % 10})
     with pytest.raises(ShardError, match=r"^d/train: field 'labels': value 12 at sample 8 is outside 0\.\.9$"):
         writer.add({"images": images, "labels": [1, 2, 12, 3, 4, 5]})
-    with pytest.raises(ShardError, match=r"a batch must map exactly the fields \['images', 'labels'\], got \['images'\]"):
+    with pytest.raises(
+        ShardError, match=r"a batch must map exactly the fields \['images', 'labels'\], got \['images'\]"
+    ):
         writer.add({"images": images})
 
 
 def test_bool_and_float16_fields(tmp_path):
     sample = Sample((Field("mask", "bool", (2, 3)), Field("x", "float16")))
     mask = np.arange(24).reshape(4, 2, 3) % 2
-    write_split({"mask": mask, "x": [0.5, 1, 2, 65504]}, tmp_path / "ok", sample=sample, dataset="d", split="s",
-                samples_per_shard=3)
+    write_split(
+        {"mask": mask, "x": [0.5, 1, 2, 65504]},
+        tmp_path / "ok",
+        sample=sample,
+        dataset="d",
+        split="s",
+        samples_per_shard=3,
+    )
     columns = read_split(tmp_path / "ok")
     assert columns["mask"].dtype == torch.bool and torch.equal(columns["mask"], torch.from_numpy(mask.astype(bool)))
     assert columns["x"].tolist() == [0.5, 1, 2, 65504]
     mask[2, 1, 0] = 2
     with pytest.raises(ShardError, match=r"field 'mask': value .* at sample 2 does not fit bool"):
-        write_split({"mask": mask, "x": [0, 0, 0, 0]}, tmp_path / "b", sample=sample, dataset="d", split="s",
-                    samples_per_shard=3)
+        write_split(
+            {"mask": mask, "x": [0, 0, 0, 0]},
+            tmp_path / "b",
+            sample=sample,
+            dataset="d",
+            split="s",
+            samples_per_shard=3,
+        )
     with pytest.raises(ShardError, match=r"field 'x': value 70000 at sample 1 does not fit float16"):
-        write_split({"mask": mask % 2, "x": [0, 70000, 0, 0]}, tmp_path / "b", sample=sample, dataset="d",
-                    split="s", samples_per_shard=3)
+        write_split(
+            {"mask": mask % 2, "x": [0, 70000, 0, 0]},
+            tmp_path / "b",
+            sample=sample,
+            dataset="d",
+            split="s",
+            samples_per_shard=3,
+        )
 
 
 @pytest.mark.parametrize("batch", [1, 3, 16, 17, 50])
@@ -328,27 +426,34 @@ def test_bytes_depend_neither_on_batching_nor_on_the_dtype_handed_over(tmp_path,
     data = cifar(50)
     write_split(data, tmp_path / "whole", sample=CIFAR, dataset="c", split="t", samples_per_shard=16)
     writer = ShardWriter(tmp_path / "fed", sample=CIFAR, dataset="c", split="t", samples_per_shard=16)
-    wide = {"image": data["image"].astype(np.int32), "label": data["label"].astype(np.uint8),
-            "box": data["box"].astype(np.float64), "weight": data["weight"]}
+    wide = {
+        "image": data["image"].astype(np.int32),
+        "label": data["label"].astype(np.uint8),
+        "box": data["box"].astype(np.float64),
+        "weight": data["weight"],
+    }
     for start in range(0, 50, batch):
-        writer.add({name: values[start:start + batch] for name, values in wide.items()})
+        writer.add({name: values[start : start + batch] for name, values in wide.items()})
     writer.finish()
     for name in ("manifest.json", "shard-00000.safetensors", "shard-00003.safetensors"):
         assert (tmp_path / "fed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda: Field("a b", "uint8"), r"the name must be a Python identifier"),
-    (lambda: Field("x", "float128"), r"dtype 'float128' is not one of"),
-    (lambda: Field("x", "float32", (), classes=10), r"classes need an integer dtype, not float32"),
-    (lambda: Field("x", "uint8", (), classes=257), r"classes 257 must be an integer in 1\.\.256"),
-    (lambda: Field("x", "int8", (), classes=0), r"classes 0 must be an integer in 1\.\.128"),
-    (lambda: Field("x", "uint8", (0, 3)), r"shape \(0, 3\) must be"),
-    (lambda: Field("x", "uint8", [3]), r"shape \[3\] must be"),
-    (lambda: Field("x", "float64", (1 << 15, 1 << 15)), r"one sample takes over"),
-    (lambda: Sample((Field("x", "uint8"), Field("x", "int8"))), r"field names must be distinct"),
-    (lambda: Sample(()), r"a sample has 1\.\.64 fields, got 0"),
-])
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Field("a b", "uint8"), r"the name must be a Python identifier"),
+        (lambda: Field("x", "float128"), r"dtype 'float128' is not one of"),
+        (lambda: Field("x", "float32", (), classes=10), r"classes need an integer dtype, not float32"),
+        (lambda: Field("x", "uint8", (), classes=257), r"classes 257 must be an integer in 1\.\.256"),
+        (lambda: Field("x", "int8", (), classes=0), r"classes 0 must be an integer in 1\.\.128"),
+        (lambda: Field("x", "uint8", (0, 3)), r"shape \(0, 3\) must be"),
+        (lambda: Field("x", "uint8", [3]), r"shape \[3\] must be"),
+        (lambda: Field("x", "float64", (1 << 15, 1 << 15)), r"one sample takes over"),
+        (lambda: Sample((Field("x", "uint8"), Field("x", "int8"))), r"field names must be distinct"),
+        (lambda: Sample(()), r"a sample has 1\.\.64 fields, got 0"),
+    ],
+)
 def test_bad_declarations_are_refused(make, message):
     with pytest.raises(ValueError, match=message):
         make()
@@ -359,17 +464,25 @@ def test_declarations_at_each_limit_are_taken_and_one_past_it_refused():
     a sample of exactly MAX_SAMPLE_BYTES, classes 1..what the dtype holds, MAX_FIELDS fields."""
     from pipeline.shards.format import MAX_DIMS, MAX_FIELDS, MAX_SAMPLE_BYTES, field_problem
 
-    edge = [Field("x", "uint8", (1,) * MAX_DIMS), Field("x", "uint8", (MAX_SAMPLE_BYTES,)),
-            Field("x", "uint16", (MAX_SAMPLE_BYTES // 2,)), Field("x", "uint8", classes=1),
-            Field("x", "uint8", classes=256), Field("x", "int8", classes=128), Field("x", "int64", classes=1 << 63)]
+    edge = [
+        Field("x", "uint8", (1,) * MAX_DIMS),
+        Field("x", "uint8", (MAX_SAMPLE_BYTES,)),
+        Field("x", "uint16", (MAX_SAMPLE_BYTES // 2,)),
+        Field("x", "uint8", classes=1),
+        Field("x", "uint8", classes=256),
+        Field("x", "int8", classes=128),
+        Field("x", "int64", classes=1 << 63),
+    ]
     assert [field_problem(f) for f in edge] == [None] * len(edge)
-    past = [((1,) * (MAX_DIMS + 1), "uint8", None, "must be at most 8 dimensions"),
-            ((MAX_SAMPLE_BYTES + 1,), "uint8", None, "must be at most 8 dimensions of 1..1073741824"),
-            ((MAX_SAMPLE_BYTES // 2 + 1,), "uint16", None, "one sample takes over 1,073,741,824 bytes"),
-            ((), "uint8", 0, r"classes 0 must be an integer in 1\.\.256"),
-            ((), "uint8", 257, r"classes 257 must be an integer in 1\.\.256"),
-            ((), "int8", 129, r"classes 129 must be an integer in 1\.\.128"),
-            ((), "uint8", True, r"classes True must be an integer")]
+    past = [
+        ((1,) * (MAX_DIMS + 1), "uint8", None, "must be at most 8 dimensions"),
+        ((MAX_SAMPLE_BYTES + 1,), "uint8", None, "must be at most 8 dimensions of 1..1073741824"),
+        ((MAX_SAMPLE_BYTES // 2 + 1,), "uint16", None, "one sample takes over 1,073,741,824 bytes"),
+        ((), "uint8", 0, r"classes 0 must be an integer in 1\.\.256"),
+        ((), "uint8", 257, r"classes 257 must be an integer in 1\.\.256"),
+        ((), "int8", 129, r"classes 129 must be an integer in 1\.\.128"),
+        ((), "uint8", True, r"classes True must be an integer"),
+    ]
     for shape, dtype, classes, message in past:
         with pytest.raises(ValueError, match=message):
             Field("x", dtype, shape, classes)
@@ -386,24 +499,30 @@ def test_declarations_at_each_limit_are_taken_and_one_past_it_refused():
         Sample((Field("a", "uint8", (MAX_SAMPLE_BYTES // 2,)), Field("b", "uint8", (MAX_SAMPLE_BYTES // 2 + 1,))))
 
 
-@pytest.mark.parametrize(("fields", "message"), [
-    ({"a": 1}, r"fields: expected a list of fields"),
-    ([], r"fields: 0 fields, expected 1\.\.64"),
-    ([{"name": "x", "dtype": "uint8"}], r"fields\[0\]: expected keys name, dtype, shape"),
-    ([{"name": "x", "dtype": "uint8", "shape": [2], "extra": 1}], r"fields\[0\]: expected keys"),
-    ([{"name": "x", "dtype": ["uint8"], "shape": []}], r"fields\[0\]: field 'x': dtype \['uint8'\] is not one of"),
-    ([{"name": "x", "dtype": "uint8", "shape": 3}], r"fields\[0\]\.shape: expected a list of sizes, got 3"),
-    ([{"name": "x", "dtype": "uint8", "shape": [True]}], r"fields\[0\]: field 'x': shape \(True,\) must be"),
-    ([{"name": "x", "dtype": "uint8", "shape": []}, {"name": "x", "dtype": "uint8", "shape": []}],
-     r"fields: field names must be distinct"),
-    ([{"name": "../x", "dtype": "uint8", "shape": []}], r"fields\[0\]: field '\.\./x': the name must be"),
-])
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"a": 1}, r"fields: expected a list of fields"),
+        ([], r"fields: 0 fields, expected 1\.\.64"),
+        ([{"name": "x", "dtype": "uint8"}], r"fields\[0\]: expected keys name, dtype, shape"),
+        ([{"name": "x", "dtype": "uint8", "shape": [2], "extra": 1}], r"fields\[0\]: expected keys"),
+        ([{"name": "x", "dtype": ["uint8"], "shape": []}], r"fields\[0\]: field 'x': dtype \['uint8'\] is not one of"),
+        ([{"name": "x", "dtype": "uint8", "shape": 3}], r"fields\[0\]\.shape: expected a list of sizes, got 3"),
+        ([{"name": "x", "dtype": "uint8", "shape": [True]}], r"fields\[0\]: field 'x': shape \(True,\) must be"),
+        (
+            [{"name": "x", "dtype": "uint8", "shape": []}, {"name": "x", "dtype": "uint8", "shape": []}],
+            r"fields: field names must be distinct",
+        ),
+        ([{"name": "../x", "dtype": "uint8", "shape": []}], r"fields\[0\]: field '\.\./x': the name must be"),
+    ],
+)
 def test_hostile_field_declarations_in_a_manifest(fields, message):
     with pytest.raises(ShardError, match=rf"^m\.json: {message}"):
         parse_fields(fields, Path("m.json"))
 
 
 # ---- The standard PyTorch contracts ------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def mnist_split(tmp_path_factory):
@@ -440,8 +559,16 @@ def test_shuffle_samplers_and_a_users_collate(mnist_split):
     assert list(DataLoader(data, batch_size=40, collate_fn=collate)) == [40, 40, 20] and seen == [40, 40, 20]
     halves = [list(DistributedSampler(data, num_replicas=2, rank=r, shuffle=True, seed=3)) for r in range(2)]
     for rank, mine in enumerate(halves):
-        got = torch.cat([y for _, y in DataLoader(data, batch_size=16, sampler=DistributedSampler(
-            data, num_replicas=2, rank=rank, shuffle=True, seed=3))])
+        got = torch.cat(
+            [
+                y
+                for _, y in DataLoader(
+                    data,
+                    batch_size=16,
+                    sampler=DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=3),
+                )
+            ]
+        )
         assert torch.equal(got, torch.from_numpy(labels[mine]))
     assert sorted(halves[0] + halves[1]) == list(range(100))
 
@@ -567,9 +694,12 @@ def test_the_epoch_order_does_not_depend_on_the_world_size():
     for shuffle in ("none", "samples", "shards"):
         alone = np.concatenate(list(ShardSampler(23, 3, shuffle=shuffle, seed=9, shard_counts=counts)))
         for world in (2, 3, 5):
-            runs = [np.concatenate(list(ShardSampler(23, 3, shuffle=shuffle, seed=9, rank=r, world_size=world,
-                                                     shard_counts=counts)))
-                    for r in range(world)]
+            runs = [
+                np.concatenate(
+                    list(ShardSampler(23, 3, shuffle=shuffle, seed=9, rank=r, world_size=world, shard_counts=counts))
+                )
+                for r in range(world)
+            ]
             assert max(map(len, runs)) - min(map(len, runs)) <= 1
             assert np.concatenate(runs).tolist() == alone.tolist()
     shards = ShardSampler(23, 3, shuffle="shards", seed=9, shard_counts=counts).order(0)
@@ -615,8 +745,9 @@ def test_an_epoch_stopped_many_times_on_changing_worlds_takes_every_sample_once(
         taken, state = [], None
         for stop in range(int(rng.integers(1, 5)) + 1):
             world, batch = int(rng.integers(1, 5)), int(rng.integers(1, 9))
-            samplers = [ShardSampler(count, batch, shuffle=shuffle, seed=4, rank=r, world_size=world)
-                        for r in range(world)]
+            samplers = [
+                ShardSampler(count, batch, shuffle=shuffle, seed=4, rank=r, world_size=world) for r in range(world)
+            ]
             for sampler in samplers:
                 if state is not None:
                     sampler.load_state_dict(state)
@@ -664,20 +795,23 @@ def test_the_loader_resumes_mid_epoch(mnist_split, workers):
     assert resumed.epoch == 1
 
 
-@pytest.mark.parametrize("arguments, message", [
-    ({"count": -1}, r"count must be an integer of at least 0, got -1"),
-    ({"count": 3.0}, r"count must be an integer of at least 0, got 3\.0"),
-    ({"batch_size": 0}, r"batch_size must be an integer of at least 1, got 0"),
-    ({"batch_size": True}, r"batch_size must be an integer of at least 1, got True"),
-    ({"world_size": 0}, r"world_size must be an integer of at least 1, got 0"),
-    ({"seed": -1}, r"seed must be an integer of at least 0, got -1"),
-    ({"rank": 2, "world_size": 2}, r"rank 2 is outside 0\.\.1"),
-    ({"rank": -1}, r"rank -1 is outside 0\.\.0"),
-    ({"rank": 0.0}, r"rank 0\.0 is outside 0\.\.0"),
-    ({"shard_counts": [2, 2]}, r"shard_counts must be positive and add up to count 5"),
-    ({"shard_counts": [5, 0]}, r"shard_counts must be positive and add up to count 5"),
-    ({"shard_counts": [6, -1]}, r"shard_counts must be positive and add up to count 5"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"count": -1}, r"count must be an integer of at least 0, got -1"),
+        ({"count": 3.0}, r"count must be an integer of at least 0, got 3\.0"),
+        ({"batch_size": 0}, r"batch_size must be an integer of at least 1, got 0"),
+        ({"batch_size": True}, r"batch_size must be an integer of at least 1, got True"),
+        ({"world_size": 0}, r"world_size must be an integer of at least 1, got 0"),
+        ({"seed": -1}, r"seed must be an integer of at least 0, got -1"),
+        ({"rank": 2, "world_size": 2}, r"rank 2 is outside 0\.\.1"),
+        ({"rank": -1}, r"rank -1 is outside 0\.\.0"),
+        ({"rank": 0.0}, r"rank 0\.0 is outside 0\.\.0"),
+        ({"shard_counts": [2, 2]}, r"shard_counts must be positive and add up to count 5"),
+        ({"shard_counts": [5, 0]}, r"shard_counts must be positive and add up to count 5"),
+        ({"shard_counts": [6, -1]}, r"shard_counts must be positive and add up to count 5"),
+    ],
+)
 def test_sampler_arguments_are_checked_at_their_bounds(arguments, message):
     """Each argument is refused one past its bound, in one line naming it (mutation testing
     found the bounds unpinned); the bounds themselves are accepted below."""
@@ -699,7 +833,19 @@ def test_an_epochs_order_is_part_of_the_resume_format():
     assert ShardSampler(12, 3, shuffle=True, seed=7).order(0).tolist() == [5, 8, 6, 9, 1, 2, 3, 7, 0, 10, 11, 4]
     assert ShardSampler(12, 3, shuffle=True, seed=7).order(2).tolist() == [4, 10, 9, 7, 1, 6, 0, 5, 11, 2, 8, 3]
     assert ShardSampler(12, 3, shuffle="shards", seed=7, shard_counts=[5, 4, 3]).order(1).tolist() == [
-        6, 8, 5, 7, 10, 9, 11, 0, 4, 3, 1, 2]
+        6,
+        8,
+        5,
+        7,
+        10,
+        9,
+        11,
+        0,
+        4,
+        3,
+        1,
+        2,
+    ]
     assert epoch_seed(7, 2) == 7 * 1_000_003 + 2
 
 
@@ -707,7 +853,10 @@ def test_an_epochs_order_is_part_of_the_resume_format():
 def test_an_empty_split_has_no_batches_and_a_position_that_loads(shuffle):
     """A split of 0 samples: no batches, an empty int64 order, and a saved position (no
     interval due) that a new sampler accepts, before and after an epoch."""
-    make = lambda: ShardSampler(0, 4, shuffle=shuffle, seed=3, shard_counts=[] if shuffle == "shards" else None)
+
+    def make():
+        return ShardSampler(0, 4, shuffle=shuffle, seed=3, shard_counts=[] if shuffle == "shards" else None)
+
     sampler = make()
     for epoch in (0, 5):
         order = sampler.order(epoch)
@@ -722,7 +871,10 @@ def test_an_empty_split_has_no_batches_and_a_position_that_loads(shuffle):
 
 
 def test_the_sampler_defaults_to_seed_0():
-    assert ShardSampler(40, 8, shuffle=True).order(1).tolist() == ShardSampler(40, 8, shuffle=True, seed=0).order(1).tolist()
+    assert (
+        ShardSampler(40, 8, shuffle=True).order(1).tolist()
+        == ShardSampler(40, 8, shuffle=True, seed=0).order(1).tolist()
+    )
     assert ShardSampler(40, 8, shuffle=True).state_dict()["seed"] == 0
 
 

@@ -18,37 +18,53 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from pipeline.shards import (DeviceBatches, Field, Int64, Sample, ShardDataset, ShardError, ShardSampler, UnitFloat,
-                             merge_parts, read_split, write_part, write_split)
+from pipeline.shards import (
+    DeviceBatches,
+    Field,
+    Int64,
+    Sample,
+    ShardDataset,
+    ShardError,
+    ShardSampler,
+    UnitFloat,
+    merge_parts,
+    read_split,
+    write_part,
+    write_split,
+)
 from pipeline.shards.mapped import MappedSplit
 from pipeline.shards.order import MAX_INTERVALS
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MIXED = Sample((
-    Field("x", "float32", (16,)),
-    Field("target", "float32", ()),
-    Field("image", "uint8", (3, 8, 8)),
-    Field("label", "int64", (), classes=100),
-    Field("half", "float16", (2,)),
-    Field("wide", "float64", ()),
-    Field("count", "int16", (3,)),
-    Field("mask", "bool", (5,)),
-    Field("big", "uint16", ()),
-))
+MIXED = Sample(
+    (
+        Field("x", "float32", (16,)),
+        Field("target", "float32", ()),
+        Field("image", "uint8", (3, 8, 8)),
+        Field("label", "int64", (), classes=100),
+        Field("half", "float16", (2,)),
+        Field("wide", "float64", ()),
+        Field("count", "int16", (3,)),
+        Field("mask", "bool", (5,)),
+        Field("big", "uint16", ()),
+    )
+)
 
 
 def mixed_columns(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"x": rng.standard_normal((n, 16)).astype(np.float32),
-            "target": (rng.standard_normal(n) * 5).astype(np.float32),   # -4.257 stays -4.257
-            "image": rng.integers(0, 256, (n, 3, 8, 8), dtype=np.uint8),
-            "label": rng.integers(0, 100, n),
-            "half": rng.standard_normal((n, 2)).astype(np.float16),
-            "wide": rng.standard_normal(n),
-            "count": rng.integers(-30000, 30000, (n, 3)).astype(np.int16),
-            "mask": rng.random((n, 5)) < 0.5,
-            "big": rng.integers(0, 65536, n).astype(np.uint16)}
+    return {
+        "x": rng.standard_normal((n, 16)).astype(np.float32),
+        "target": (rng.standard_normal(n) * 5).astype(np.float32),  # -4.257 stays -4.257
+        "image": rng.integers(0, 256, (n, 3, 8, 8), dtype=np.uint8),
+        "label": rng.integers(0, 100, n),
+        "half": rng.standard_normal((n, 2)).astype(np.float16),
+        "wide": rng.standard_normal(n),
+        "count": rng.integers(-30000, 30000, (n, 3)).astype(np.int16),
+        "mask": rng.random((n, 5)) < 0.5,
+        "big": rng.integers(0, 65536, n).astype(np.uint16),
+    }
 
 
 def same(got: torch.Tensor | np.ndarray, want: np.ndarray, name: str) -> None:
@@ -71,8 +87,9 @@ def mixed(tmp_path_factory):
     root = tmp_path_factory.mktemp("mixed")
     columns = mixed_columns(230)
     for codec in ("none", "zstd") if has_zstandard() else ("none",):
-        write_split(columns, root / codec, sample=MIXED, dataset="mixed", split="train", samples_per_shard=64,
-                    compression=codec)
+        write_split(
+            columns, root / codec, sample=MIXED, dataset="mixed", split="train", samples_per_shard=64, compression=codec
+        )
     return root, columns
 
 
@@ -130,10 +147,12 @@ def test_values_change_only_through_a_named_transform_that_fits(mixed):
     assert fields["image"].dtype == torch.float32 and fields["image"].shape == (2, 1, 3, 8, 8)
     assert torch.equal(fields["image"][:, 0], torch.from_numpy(columns["image"][:2]).float() / 255)
     assert fields["label"].dtype == torch.int64
-    same(fields["x"], columns["x"][:2], "x")   # the fields no transform names: untouched
-    for transform, message in ((UnitFloat("x"), "field 'x' is float32, not uint8"),
-                               (Int64("target"), "field 'target' is float32, not an integer field"),
-                               (UnitFloat("images"), "no field 'images'")):
+    same(fields["x"], columns["x"][:2], "x")  # the fields no transform names: untouched
+    for transform, message in (
+        (UnitFloat("x"), "field 'x' is float32, not uint8"),
+        (Int64("target"), "field 'target' is float32, not an integer field"),
+        (UnitFloat("images"), "no field 'images'"),
+    ):
         with pytest.raises(ValueError, match=re.escape(message)):
             ShardDataset(root / "none", transform=transform)
     resident = read_split(root / "none")
@@ -162,19 +181,21 @@ def test_an_epoch_resumed_with_another_world_size_takes_every_sample_once(shuffl
     n, counts = 1003, [300, 300, 300, 103]
 
     def ranks(world, batch):
-        return [ShardSampler(n, batch, shuffle=shuffle, seed=9, rank=r, world_size=world, shard_counts=counts)
-                for r in range(world)]
+        return [
+            ShardSampler(n, batch, shuffle=shuffle, seed=9, rank=r, world_size=world, shard_counts=counts)
+            for r in range(world)
+        ]
 
     first = ranks(old, 17)
     before, steps = take_steps(first, 5)
     states = [sampler.state_dict(5) for sampler in first]
-    assert all(state == states[0] for state in states)   # every rank saves the same position
+    assert all(state == states[0] for state in states)  # every rank saves the same position
     resumed = ranks(new, 23)
     for sampler in resumed:
         sampler.load_state_dict(states[0])
     after, counts_after = take_steps(resumed, None)
-    assert len(set(counts_after)) == 1                    # equal steps on every new rank
-    assert sorted(before + after) == list(range(n))       # nothing repeated, nothing dropped
+    assert len(set(counts_after)) == 1  # equal steps on every new rank
+    assert sorted(before + after) == list(range(n))  # nothing repeated, nothing dropped
     # the state's positions are those of the epoch's order (the same for any world size) not yet taken
     whole = ShardSampler(n, 50, shuffle=shuffle, seed=9, shard_counts=counts).order(0)
     due = {int(whole[p]) for a, b in states[0]["due"] for p in range(a, b)}
@@ -184,31 +205,38 @@ def test_an_epoch_resumed_with_another_world_size_takes_every_sample_once(shuffl
 def test_the_order_does_not_depend_on_the_world_size_and_steps_are_equal():
     n = 1001
     one = ShardSampler(n, 10, shuffle=True, seed=4)
-    orders = [np.concatenate(list(iter(ShardSampler(n, 10, shuffle=True, seed=4, rank=r, world_size=3))))
-              for r in range(3)]
+    orders = [
+        np.concatenate(list(iter(ShardSampler(n, 10, shuffle=True, seed=4, rank=r, world_size=3)))) for r in range(3)
+    ]
     assert np.array_equal(np.concatenate(orders), one.order(0))
     assert [len(o) for o in orders] == [334, 334, 333]
     assert len({len(ShardSampler(n, 10, shuffle=True, seed=4, rank=r, world_size=3)) for r in range(3)}) == 1
-    assert not np.array_equal(one.order(0), one.order(1))             # a new order each epoch
+    assert not np.array_equal(one.order(0), one.order(1))  # a new order each epoch
     assert np.array_equal(one.order(1), ShardSampler(n, 7, shuffle=True, seed=4).order(1))
 
 
 def test_a_state_for_another_order_is_refused_in_one_line():
     sampler = ShardSampler(100, 10, shuffle=True, seed=1)
     state = sampler.state_dict()
-    for key, value, message in (("seed", 2, "saved with seed 2"), ("count", 99, "saved with count 99"),
-                                ("shuffle", "none", "saved with shuffle 'none'"),
-                                ("due", [[5, 3]], "due interval [5, 3]"), ("epoch", 2 ** 62, "epoch 4611686018427387904"),
-                                ("due", [[0, 101]], "inside 0..100"), ("due", [[3, 3]], "due interval [3, 3]"),
-                                ("epoch", 2 ** 31, "epoch 2147483648"), ("epoch", 2 ** 32, "epoch 4294967296"),
-                                ("due", [[i, i + 1] for i in range(MAX_INTERVALS + 1)], "at most 65536 intervals"),
-                                ("due", {"0": 1}, "at most 65536 intervals")):
+    for key, value, message in (
+        ("seed", 2, "saved with seed 2"),
+        ("count", 99, "saved with count 99"),
+        ("shuffle", "none", "saved with shuffle 'none'"),
+        ("due", [[5, 3]], "due interval [5, 3]"),
+        ("epoch", 2**62, "epoch 4611686018427387904"),
+        ("due", [[0, 101]], "inside 0..100"),
+        ("due", [[3, 3]], "due interval [3, 3]"),
+        ("epoch", 2**31, "epoch 2147483648"),
+        ("epoch", 2**32, "epoch 4294967296"),
+        ("due", [[i, i + 1] for i in range(MAX_INTERVALS + 1)], "at most 65536 intervals"),
+        ("due", {"0": 1}, "at most 65536 intervals"),
+    ):
         with pytest.raises(ShardError, match=re.escape(message)):
             ShardSampler(100, 10, shuffle=True, seed=1).load_state_dict({**state, key: value})
     # the bounds themselves are a state: the last epoch the range holds, MAX_INTERVALS runs
     last = ShardSampler(100, 10, shuffle=True, seed=1)
-    last.load_state_dict({**state, "epoch": 2 ** 31 - 1})
-    assert last.epoch == 2 ** 31 - 1
+    last.load_state_dict({**state, "epoch": 2**31 - 1})
+    assert last.epoch == 2**31 - 1
     many = ShardSampler(MAX_INTERVALS * 2, 10, shuffle=True, seed=1)
     many.load_state_dict({**many.state_dict(), "due": [[2 * i, 2 * i + 1] for i in range(MAX_INTERVALS)]})
     assert len(many.due) == MAX_INTERVALS
@@ -304,9 +332,14 @@ def test_dataloader_workers_read_through_shared_maps_and_copy_nothing(tmp_path):
     data set of zeros plus one split (a copy in each worker: 3 more)."""
     n = 60_000
     rng = np.random.default_rng(0)
-    write_split({"images": rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), "labels": rng.integers(0, 10, n)},
-                tmp_path / "s", sample=Sample((Field("images", "uint8", (28, 28)), Field("labels", "int64", ()))),
-                dataset="d", split="train", samples_per_shard=16384)
+    write_split(
+        {"images": rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), "labels": rng.integers(0, 10, n)},
+        tmp_path / "s",
+        sample=Sample((Field("images", "uint8", (28, 28)), Field("labels", "int64", ()))),
+        dataset="d",
+        split="train",
+        samples_per_shard=16384,
+    )
     split_bytes = n * (28 * 28 + 8)
     dataset = ShardDataset(tmp_path / "s")
     dataset.batch([0, n - 1])  # the parent maps its first and last shard before the workers start
@@ -328,8 +361,14 @@ def test_a_shard_switched_to_pread_reads_the_file_it_mapped(tmp_path):
     """`use_pread` (what a worker does with a shard mapped before it started) reads the same
     values; where the path now holds another file, the shard keeps reading the one it checked."""
     sample = Sample((Field("x", "int32", ()),))
-    write_split({"x": np.arange(40, dtype=np.int32)}, tmp_path / "s", sample=sample, dataset="d", split="train",
-                samples_per_shard=16)
+    write_split(
+        {"x": np.arange(40, dtype=np.int32)},
+        tmp_path / "s",
+        sample=sample,
+        dataset="d",
+        split="train",
+        samples_per_shard=16,
+    )
     split = MappedSplit(tmp_path / "s")
     before = split.take([3, 20, 39])["x"]
     for number in range(3):
@@ -339,8 +378,14 @@ def test_a_shard_switched_to_pread_reads_the_file_it_mapped(tmp_path):
 
     other = MappedSplit(tmp_path / "s")
     other.take([3])
-    write_split({"x": np.arange(40, dtype=np.int32) + 100}, tmp_path / "t", sample=sample, dataset="d",
-                split="train", samples_per_shard=16)
+    write_split(
+        {"x": np.arange(40, dtype=np.int32) + 100},
+        tmp_path / "t",
+        sample=sample,
+        dataset="d",
+        split="train",
+        samples_per_shard=16,
+    )
     name = other.manifest["shards"][0]["file"]
     os.replace(tmp_path / "t" / name, tmp_path / "s" / name)
     other.shard(0).use_pread()
@@ -375,8 +420,14 @@ def test_freeze_inherited_is_a_worker_init_fn_for_your_own_dataloader(tmp_path):
 
     from pipeline.shards import freeze_inherited
 
-    write_split({"x": np.arange(40, dtype=np.int32)}, tmp_path / "s", sample=Sample((Field("x", "int32", ()),)),
-                dataset="d", split="train", samples_per_shard=16)
+    write_split(
+        {"x": np.arange(40, dtype=np.int32)},
+        tmp_path / "s",
+        sample=Sample((Field("x", "int32", ()),)),
+        dataset="d",
+        split="train",
+        samples_per_shard=16,
+    )
     before = gc.get_freeze_count()
     [[_, frozen]] = DataLoader(Frozen(tmp_path / "s"), batch_size=40, num_workers=1, worker_init_fn=freeze_inherited)
     assert (frozen > 1000).all(), frozen
@@ -411,8 +462,13 @@ def test_workers_started_by_forkserver_share_the_servers_torch_unless_told_not_t
     """Under forkserver the loader asks the fork server to import it (torch with it) before
     the server starts, so that every worker shares that one import instead of holding its
     own; `preload=False` leaves the server as Python starts it, without torch."""
-    done = subprocess.run([sys.executable, "-c", FORKSERVER_PROBE, str(tmp_path / "s"), str(int(preload))],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", FORKSERVER_PROBE, str(tmp_path / "s"), str(int(preload))],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"torch in the fork server: {preload}" in done.stdout
 
@@ -445,8 +501,14 @@ def test_a_split_reads_within_a_memory_bound(tmp_path):
     n = 40_000
     rng = np.random.default_rng(0)
     values = rng.integers(0, 256, (n, 800), dtype=np.uint8)
-    write_split({"v": values}, tmp_path / "s", sample=Sample((Field("v", "uint8", (800,)),)), dataset="d",
-                split="train", samples_per_shard=8192)
+    write_split(
+        {"v": values},
+        tmp_path / "s",
+        sample=Sample((Field("v", "uint8", (800,)),)),
+        dataset="d",
+        split="train",
+        samples_per_shard=8192,
+    )
     order = np.random.default_rng(1).permutation(n)
     for bound, within in ((4 << 20, True), (None, False)):
         split = MappedSplit(tmp_path / "s", max_resident=bound)
@@ -466,8 +528,16 @@ def test_a_split_reads_within_a_memory_bound(tmp_path):
 def _write_part(args) -> None:
     folder, first, n = args
     columns = mixed_columns(230)
-    write_part({k: v[first : first + n] for k, v in columns.items()}, folder, first_sample=first, sample=MIXED,
-               dataset="mixed", split="train", samples_per_shard=64, total=230)
+    write_part(
+        {k: v[first : first + n] for k, v in columns.items()},
+        folder,
+        first_sample=first,
+        sample=MIXED,
+        dataset="mixed",
+        split="train",
+        samples_per_shard=64,
+        total=230,
+    )
 
 
 @pytest.mark.slow
@@ -488,11 +558,14 @@ def test_parts_written_by_several_processes_merge_into_the_single_writers_bytes(
             assert (folder / name).read_bytes() == (root / "none" / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("plan, message", [
-    ([(0, 64), (128, 102)], "starts at sample 128, expected 64 (a part missing or overlapping)"),
-    ([(0, 100), (100, 130)], "ValueError"),
-    ([(64, 64)], "starts at sample 64, expected 0"),
-])
+@pytest.mark.parametrize(
+    "plan, message",
+    [
+        ([(0, 64), (128, 102)], "starts at sample 128, expected 64 (a part missing or overlapping)"),
+        ([(0, 100), (100, 130)], "ValueError"),
+        ([(64, 64)], "starts at sample 64, expected 0"),
+    ],
+)
 def test_parts_that_do_not_tile_the_split_are_refused_and_nothing_is_merged(tmp_path, plan, message):
     folder = tmp_path / "p"
     try:
@@ -508,10 +581,25 @@ def test_parts_that_do_not_tile_the_split_are_refused_and_nothing_is_merged(tmp_
 
 def test_parts_that_disagree_are_refused(tmp_path):
     columns = mixed_columns(128)
-    write_part({k: v[:64] for k, v in columns.items()}, tmp_path, first_sample=0, sample=MIXED, dataset="mixed",
-               split="train", samples_per_shard=64, total=128)
-    write_part({k: v[64:] for k, v in columns.items()}, tmp_path, first_sample=64, sample=MIXED, dataset="other",
-               split="train", samples_per_shard=64)
+    write_part(
+        {k: v[:64] for k, v in columns.items()},
+        tmp_path,
+        first_sample=0,
+        sample=MIXED,
+        dataset="mixed",
+        split="train",
+        samples_per_shard=64,
+        total=128,
+    )
+    write_part(
+        {k: v[64:] for k, v in columns.items()},
+        tmp_path,
+        first_sample=64,
+        sample=MIXED,
+        dataset="other",
+        split="train",
+        samples_per_shard=64,
+    )
     with pytest.raises(ShardError, match="dataset 'other' differs from the first part's 'mixed'"):
         merge_parts(tmp_path)
 
@@ -526,8 +614,14 @@ def test_the_code_blocks_of_docs_shards_md_run(tmp_path):
     assert len(blocks) >= 4
     script = tmp_path / "docs_shards.py"
     script.write_text("\n".join(blocks))
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -537,8 +631,10 @@ def test_a_loop_that_breaks_and_iterates_again_continues_where_it_stopped(mixed)
     root, columns = mixed
     data = ShardDataset(root / "none")
     labels = torch.from_numpy(columns["label"])
-    paths = {"loader": lambda: data.loader(16, shuffle=True, seed=5),
-             "device": lambda: DeviceBatches({"label": labels}, 16, shuffle=True, seed=5)}
+    paths = {
+        "loader": lambda: data.loader(16, shuffle=True, seed=5),
+        "device": lambda: DeviceBatches({"label": labels}, 16, shuffle=True, seed=5),
+    }
     for name, make in paths.items():
         whole = make()
         expected = torch.cat([whole.indices.cpu() for _ in whole])
@@ -557,8 +653,10 @@ def test_the_defaults_are_in_order_from_seed_0_and_options_reach_the_dataloader(
     root, columns = mixed
     data = ShardDataset(root / "none")
     assert np.array_equal(np.concatenate(list(data.sampler(16))), np.arange(230))  # no shuffle by default
-    assert np.array_equal(np.concatenate(list(data.sampler(16, shuffle=True))),
-                          np.concatenate(list(data.sampler(16, shuffle=True, seed=0))))
+    assert np.array_equal(
+        np.concatenate(list(data.sampler(16, shuffle=True))),
+        np.concatenate(list(data.sampler(16, shuffle=True, seed=0))),
+    )
     loader = data.loader(16, shuffle=True, timeout=7, prefetch_factor=None)
     assert loader.dataloader.timeout == 7
     assert loader.state_dict()["seed"] == 0 and data.sampler(16).state_dict()["seed"] == 0
@@ -603,7 +701,7 @@ def test_a_worker_freezes_what_it_inherited_and_the_main_process_does_not(mixed)
     before = gc.get_freeze_count()
     assert int(data.batch([0, 1])[-1][0]) == before and gc.get_freeze_count() == before
     counts = torch.cat([fields[-1] for fields in data.loader(64, num_workers=1)])
-    assert int(counts.min()) > before   # every batch the worker read, from its first
+    assert int(counts.min()) > before  # every batch the worker read, from its first
     assert gc.get_freeze_count() == before
     counts = torch.cat([fields[-1] for fields in data.loader(64, num_workers=1, freeze=False)])
     assert int(counts.max()) == before  # the opt-out: the worker's gc as it was

@@ -4,13 +4,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import write_shards, write_unchecked_split
 
-from pipeline.stages.convert import convert_dataset
-from pipeline.stages.csvdata import write_csv
 from pipeline.shards import DeviceBatches, Int64, ShardDataset, ShardError, UnitFloat, read_split, unit_float
 from pipeline.shards.order import epoch_seed
+from pipeline.stages.convert import convert_dataset
+from pipeline.stages.csvdata import write_csv
 from pipeline.stages.shard import shard_dataset
-from conftest import write_shards, write_unchecked_split
 
 
 def load(path, **options) -> tuple[torch.Tensor, ...]:
@@ -30,8 +30,16 @@ def arrays(tiny):
 @pytest.fixture(params=["none", "zstd"])
 def split_dir(request, tmp_path, arrays):
     images, labels = arrays
-    write_shards(images, labels, tmp_path / "s", dataset="tiny", split="train",
-                 samples_per_shard=24, compression=request.param, level=3)
+    write_shards(
+        images,
+        labels,
+        tmp_path / "s",
+        dataset="tiny",
+        split="train",
+        samples_per_shard=24,
+        compression=request.param,
+        level=3,
+    )
     return tmp_path / "s"
 
 
@@ -57,19 +65,26 @@ def test_manifest_and_sizes(split_dir):
     manifest = json.loads((split_dir / "manifest.json").read_text())
     assert manifest["dataset"] == "tiny" and manifest["split"] == "train"
     assert manifest["format_version"] == 4
-    assert manifest["fields"] == [{"name": "images", "dtype": "uint8", "shape": [28, 28]},
-                                  {"name": "labels", "dtype": "uint8", "shape": [], "classes": 10}]
+    assert manifest["fields"] == [
+        {"name": "images", "dtype": "uint8", "shape": [28, 28]},
+        {"name": "labels", "dtype": "uint8", "shape": [], "classes": 10},
+    ]
     for entry in manifest["shards"]:
         assert (split_dir / entry["file"]).stat().st_size == entry["bytes"]
 
 
 def test_deterministic_bytes(tmp_path, arrays):
     for name in ("a", "b"):
-        write_shards(*arrays, tmp_path / name, dataset="tiny", split="train", samples_per_shard=30,
-                     compression="zstd", level=5)
+        write_shards(
+            *arrays, tmp_path / name, dataset="tiny", split="train", samples_per_shard=30, compression="zstd", level=5
+        )
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert files == ["manifest.json", "shard-00000.safetensors.zst", "shard-00001.safetensors.zst",
-                     "shard-00002.safetensors.zst"]
+    assert files == [
+        "manifest.json",
+        "shard-00000.safetensors.zst",
+        "shard-00001.safetensors.zst",
+        "shard-00002.safetensors.zst",
+    ]
     for name in files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
@@ -137,8 +152,11 @@ def test_wrong_dataset_and_shape(tmp_path, split_dir, arrays):
     (split_dir / "manifest.json").write_text(json.dumps(manifest))
     # uncompressed: the manifest's sizes cannot hold its counts (caught before opening a file);
     # zstd: the frame or the header disagrees with the count
-    with pytest.raises(ShardError, match=r"shards\[1\]\.bytes: [\d,]+ bytes cannot hold 25 samples|"
-                                         r"zstd frame holds .* not 23 samples|expected U8 \(uint8\) \[23, 28, 28\]"):
+    with pytest.raises(
+        ShardError,
+        match=r"shards\[1\]\.bytes: [\d,]+ bytes cannot hold 25 samples|"
+        r"zstd frame holds .* not 23 samples|expected U8 \(uint8\) \[23, 28, 28\]",
+    ):
         load(split_dir)
 
 
@@ -173,11 +191,14 @@ def test_shard_dataset_converts_only_with_a_transform(split_dir, arrays):
     assert only_labels[0].dtype == torch.uint8 and only_labels[1].dtype == torch.int64
 
 
-@pytest.mark.parametrize(("transform", "message"), [
-    (UnitFloat("image"), r"UnitFloat: no field 'image' \(fields: \['images', 'labels'\]\)"),
-    (Int64("pixels"), r"Int64: no field 'pixels'"),
-    ("not callable", r"a transform must be callable, got str"),
-])
+@pytest.mark.parametrize(
+    ("transform", "message"),
+    [
+        (UnitFloat("image"), r"UnitFloat: no field 'image' \(fields: \['images', 'labels'\]\)"),
+        (Int64("pixels"), r"Int64: no field 'pixels'"),
+        ("not callable", r"a transform must be callable, got str"),
+    ],
+)
 def test_a_transform_is_checked_against_the_fields_when_the_reader_is_built(split_dir, transform, message):
     with pytest.raises(ValueError, match=message):
         ShardDataset(split_dir, transform=transform)
@@ -215,8 +236,12 @@ def test_device_batches_float_and_normalised(arrays):
     images, labels = (torch.from_numpy(a) for a in arrays)
     stored = next(iter(DeviceBatches(columns(images, labels), batch_size=8)))
     assert torch.equal(stored[0], images[:8]) and torch.equal(stored[1], labels[:8])  # as stored by default
-    batches = DeviceBatches(columns(images, labels), batch_size=8, shuffle=False,
-                            transform=[UnitFloat("images", mean=0.5, std=0.25, add_channel=True), Int64("labels")])
+    batches = DeviceBatches(
+        columns(images, labels),
+        batch_size=8,
+        shuffle=False,
+        transform=[UnitFloat("images", mean=0.5, std=0.25, add_channel=True), Int64("labels")],
+    )
     x, y = next(iter(batches))
     assert x.shape == (8, 1, 28, 28) and x.dtype == torch.float32
     torch.testing.assert_close(x[:, 0], (images[:8].float() / 255 - 0.5) / 0.25)
@@ -253,8 +278,12 @@ def test_rank_split_disjoint_equal_batches(arrays, drop_last):
     last batch is smaller, here empty), with it every rank takes 3 whole batches."""
     images, labels = torch.from_numpy(arrays[0][:61]), torch.arange(61)  # labels = sample ids
     world = 4
-    parts = [DeviceBatches(columns(images, labels), batch_size=5, shuffle=True, seed=3, rank=r, world_size=world,
-                           drop_last=drop_last) for r in range(world)]
+    parts = [
+        DeviceBatches(
+            columns(images, labels), batch_size=5, shuffle=True, seed=3, rank=r, world_size=world, drop_last=drop_last
+        )
+        for r in range(world)
+    ]
     lengths = [len(p) for p in parts]
     batches = [[y for _, y in p] for p in parts]  # epoch 0 of each rank
     sizes = [[len(y) for y in rank] for rank in batches]
@@ -273,26 +302,31 @@ def test_rank_split_disjoint_equal_batches(arrays, drop_last):
         assert torch.equal(ids, order)
 
 
-@pytest.mark.parametrize(("header", "message"), [
-    (b"[1, 2]", r"not a safetensors header \(JSON list, not an object\)"),
-    (b'{"images": {"dtype": "U8", "shape": [64, 28, 28]}}', r"tensor 'images' has no valid data_offsets"),
-    (b'{"images": ', r"not a readable safetensors header"),
-    (b'{"images": {}}' + b" " * 30 + b"x", r"not a readable safetensors header"),  # data after the padding
-    (b"[" * 100_000, r"not a readable safetensors header \(nested too deeply\)"),  # no RecursionError
-    (b'{"labels": {}, "labels": {}}', r"not a readable safetensors header \(key 'labels' is given twice\)"),
-    (b'{"images": NaN}', r"not a readable safetensors header \(NaN is not a number JSON allows\)"),
-    (b'{"images": "\xff"}', r"not a readable safetensors header \('utf-8' codec can't decode"),
-])
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (b"[1, 2]", r"not a safetensors header \(JSON list, not an object\)"),
+        (b'{"images": {"dtype": "U8", "shape": [64, 28, 28]}}', r"tensor 'images' has no valid data_offsets"),
+        (b'{"images": ', r"not a readable safetensors header"),
+        (b'{"images": {}}' + b" " * 30 + b"x", r"not a readable safetensors header"),  # data after the padding
+        (b"[" * 100_000, r"not a readable safetensors header \(nested too deeply\)"),  # no RecursionError
+        (b'{"labels": {}, "labels": {}}', r"not a readable safetensors header \(key 'labels' is given twice\)"),
+        (b'{"images": NaN}', r"not a readable safetensors header \(NaN is not a number JSON allows\)"),
+        (b'{"images": "\xff"}', r"not a readable safetensors header \('utf-8' codec can't decode"),
+    ],
+)
 def test_malformed_shard_header(tmp_path, arrays, header, message):
     write_shards(*arrays, tmp_path / "s", dataset="tiny", split="train", samples_per_shard=64)
     shard = tmp_path / "s" / "shard-00000.safetensors"
-    shard.write_bytes(len(header).to_bytes(8, "little") + header + bytes(64 * 785))  # a plausible size: the header is what is wrong
+    shard.write_bytes(
+        len(header).to_bytes(8, "little") + header + bytes(64 * 785)
+    )  # a plausible size: the header is what is wrong
     manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
     manifest["shards"][0]["bytes"] = shard.stat().st_size
     (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ShardError, match=rf"shard-00000.safetensors: {message}") as err:
         load(tmp_path / "s", verify="none")
-    assert str(err.value).count("shard-00000.safetensors") == 1   # the shard named once
+    assert str(err.value).count("shard-00000.safetensors") == 1  # the shard named once
 
 
 @pytest.mark.parametrize("pad", [b" " * 40, b"\n\t \r" * 10])
@@ -311,8 +345,10 @@ def test_a_header_padded_with_any_json_whitespace_reads(tmp_path, arrays, pad):
 
 def test_device_batches_follow_their_seed_and_epoch(arrays):
     images, labels = torch.from_numpy(arrays[0]), torch.arange(64)  # labels = sample ids
-    orders = {seed: DeviceBatches(columns(images, labels), batch_size=16, shuffle=True, seed=seed).rank_order(0)
-              for seed in (1, 2)}
+    orders = {
+        seed: DeviceBatches(columns(images, labels), batch_size=16, shuffle=True, seed=seed).rank_order(0)
+        for seed in (1, 2)
+    }
     assert not torch.equal(orders[1], orders[2])
     batches = DeviceBatches(columns(images, labels), batch_size=16, shuffle=True, seed=1)
     batches.set_epoch(5)
@@ -338,8 +374,15 @@ def test_device_batches_resume_where_the_loop_stopped(arrays):
         if step == 2:
             break
     state = first.state_dict()
-    assert state == {"epoch": 0, "due": [[30, 64]], "seed": 7, "shuffle": "samples", "count": 64,
-                     "shard_counts": None, "drop_last": False}
+    assert state == {
+        "epoch": 0,
+        "due": [[30, 64]],
+        "seed": 7,
+        "shuffle": "samples",
+        "count": 64,
+        "shard_counts": None,
+        "drop_last": False,
+    }
     resumed = DeviceBatches(columns(images, labels), batch_size=10, shuffle=True, seed=7)
     resumed.load_state_dict(state)
     rest = [y for _, y in resumed]
@@ -372,14 +415,26 @@ def test_read_split_refuses_a_label_outside_0_to_9(tmp_path, arrays):
     assert loaded[40] == 9
 
 
-@pytest.mark.parametrize(("images", "labels", "message"), [
-    (np.full((4, 28, 28), 0.5, np.float32), np.zeros(4, np.uint8),
-     r"^d/train: field 'images': value .*0\.5.* at sample 0 does not fit uint8 \(float32 given\)$"),
-    (np.zeros((4, 28, 27), np.uint8), np.zeros(4, np.uint8),
-     r"^d/train: field 'images': expected shape \[n, 28, 28\], got \[4, 28, 27\]$"),
-    (np.zeros((4, 28, 28), np.uint8), np.zeros(3, np.uint8),
-     r"^d/train: fields of one batch differ in length: \{'images': 4, 'labels': 3\}$"),
-])
+@pytest.mark.parametrize(
+    ("images", "labels", "message"),
+    [
+        (
+            np.full((4, 28, 28), 0.5, np.float32),
+            np.zeros(4, np.uint8),
+            r"^d/train: field 'images': value .*0\.5.* at sample 0 does not fit uint8 \(float32 given\)$",
+        ),
+        (
+            np.zeros((4, 28, 27), np.uint8),
+            np.zeros(4, np.uint8),
+            r"^d/train: field 'images': expected shape \[n, 28, 28\], got \[4, 28, 27\]$",
+        ),
+        (
+            np.zeros((4, 28, 28), np.uint8),
+            np.zeros(3, np.uint8),
+            r"^d/train: fields of one batch differ in length: \{'images': 4, 'labels': 3\}$",
+        ),
+    ],
+)
 def test_write_shards_checks_its_input(tmp_path, images, labels, message):
     with pytest.raises(ShardError, match=message):
         write_shards(images, labels, tmp_path / "s", dataset="d", split="train", samples_per_shard=2)
@@ -394,8 +449,9 @@ def test_write_shards_settings_checked(tmp_path, arrays):
     manifest = write_shards(*arrays, tmp_path / "c", dataset="d", split="train", samples_per_shard=64)
     assert [s["count"] for s in manifest["shards"]] == [64] and manifest["count"] == 64
     assert manifest["compression"] == {"codec": "none", "level": None}
-    zstd = write_shards(*arrays, tmp_path / "z", dataset="d", split="train", samples_per_shard=30,
-                        compression="zstd", level=7)
+    zstd = write_shards(
+        *arrays, tmp_path / "z", dataset="d", split="train", samples_per_shard=30, compression="zstd", level=7
+    )
     assert zstd["compression"] == {"codec": "zstd", "level": 7}
     assert [s["file"] for s in zstd["shards"]] == [f"shard-0000{i}.safetensors.zst" for i in range(3)]
 
@@ -467,16 +523,21 @@ def _raw_shard(tmp_path, arrays, body: bytes):
 
 
 def _tensors(images_at: tuple[int, int], labels_at: tuple[int, int]) -> bytes:
-    header = {"images": {"dtype": "U8", "shape": [64, 28, 28], "data_offsets": list(images_at)},
-              "labels": {"dtype": "U8", "shape": [64], "data_offsets": list(labels_at)}}
+    header = {
+        "images": {"dtype": "U8", "shape": [64, 28, 28], "data_offsets": list(images_at)},
+        "labels": {"dtype": "U8", "shape": [64], "data_offsets": list(labels_at)},
+    }
     return json.dumps(header).encode()
 
 
-@pytest.mark.parametrize(("size", "message"), [
-    (0, r"not a safetensors shard \(header length 0\)"),
-    (1 << 20, r"not a safetensors shard \(header length 1048576\)"),
-    (1, r"not a readable safetensors header"),  # a length of 1 is allowed; the byte is not JSON
-])
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [
+        (0, r"not a safetensors shard \(header length 0\)"),
+        (1 << 20, r"not a safetensors shard \(header length 1048576\)"),
+        (1, r"not a readable safetensors header"),  # a length of 1 is allowed; the byte is not JSON
+    ],
+)
 def test_header_length_bounds(tmp_path, arrays, size, message):
     body = size.to_bytes(8, "little") + b"x" * min(size, 64) + bytes(64 * 785)
     with pytest.raises(ShardError, match=rf"shard-00000.safetensors: {message}"):
@@ -507,7 +568,9 @@ def test_tensors_in_any_order_in_the_file(tmp_path, arrays):
 def test_tensor_of_the_wrong_size_where_it_should_start(tmp_path, arrays):
     header = _tensors((0, 64 * 784 - 1), (64 * 784 - 1, 64 * 784 + 63))
     body = len(header).to_bytes(8, "little") + header + bytes(64 * 785)
-    with pytest.raises(ShardError, match=r"shard-00000.safetensors: tensor 'images' at bytes 0..50175, expected 0..50176"):
+    with pytest.raises(
+        ShardError, match=r"shard-00000.safetensors: tensor 'images' at bytes 0..50175, expected 0..50176"
+    ):
         load(_raw_shard(tmp_path, arrays, body), verify="none")
 
 
@@ -542,8 +605,7 @@ def _zstd_shard(folder, body: bytes | None = None):
     compressed file, the manifest's size following it."""
     from conftest import make_split
 
-    write_shards(*make_split(400, 9), folder, dataset="tiny", split="train", samples_per_shard=400,
-                 compression="zstd")
+    write_shards(*make_split(400, 9), folder, dataset="tiny", split="train", samples_per_shard=400, compression="zstd")
     shard = folder / "shard-00000.safetensors.zst"
     if body is not None:
         shard.write_bytes(body)
@@ -566,19 +628,29 @@ def _unzstd(blob: bytes) -> bytes:
 
 
 def _safetensors(images_at: tuple[int, int], labels_at: tuple[int, int], tail: bytes = b"") -> bytes:
-    header = json.dumps({"images": {"dtype": "U8", "shape": [400, 28, 28], "data_offsets": list(images_at)},
-                         "labels": {"dtype": "U8", "shape": [400], "data_offsets": list(labels_at)}}).encode()
+    header = json.dumps(
+        {
+            "images": {"dtype": "U8", "shape": [400, 28, 28], "data_offsets": list(images_at)},
+            "labels": {"dtype": "U8", "shape": [400], "data_offsets": list(labels_at)},
+        }
+    ).encode()
     return len(header).to_bytes(8, "little") + header + bytes(400 * 785) + tail
 
 
-@pytest.mark.parametrize(("damage", "message"), [
-    (lambda blob: b"not a zstd frame" * 64, r"corrupt zstd data \("),
-    (lambda blob: blob[:40] + bytes(len(blob) - 40), r"corrupt zstd data \("),
-    (lambda blob: blob[: len(blob) * 3 // 4], r"ends early \(truncated\?\)"),
-    (lambda blob: _zstd((1 << 20).to_bytes(8, "little") + bytes(400 * 785)), r"not a safetensors shard"),
-    (lambda blob: _zstd(_safetensors((0, 313600), (313600, 314000), b"x" * 9)), r"bytes after the last tensor"),
-    (lambda blob: _zstd(_safetensors((400, 314000), (0, 390))), r"tensor 'labels' at bytes 0..390, expected 0..400"),
-])
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda blob: b"not a zstd frame" * 64, r"corrupt zstd data \("),
+        (lambda blob: blob[:40] + bytes(len(blob) - 40), r"corrupt zstd data \("),
+        (lambda blob: blob[: len(blob) * 3 // 4], r"ends early \(truncated\?\)"),
+        (lambda blob: _zstd((1 << 20).to_bytes(8, "little") + bytes(400 * 785)), r"not a safetensors shard"),
+        (lambda blob: _zstd(_safetensors((0, 313600), (313600, 314000), b"x" * 9)), r"bytes after the last tensor"),
+        (
+            lambda blob: _zstd(_safetensors((400, 314000), (0, 390))),
+            r"tensor 'labels' at bytes 0..390, expected 0..400",
+        ),
+    ],
+)
 @pytest.mark.parametrize("rows", [None, (0, 1), (399, 400)])
 def test_damaged_zstd_shard_without_verification(tmp_path, damage, message, rows):
     """Every way a zstd shard can be broken below its checksum is a ShardError naming the
@@ -589,8 +661,10 @@ def test_damaged_zstd_shard_without_verification(tmp_path, damage, message, rows
     shard = _zstd_shard(tmp_path / "bad", damage(good.read_bytes()))
     entry = json.loads((shard.parent / "manifest.json").read_text())["shards"][0]
     first, stop = rows or (0, 400)
-    targets = {"images": torch.empty(stop - first, 28, 28, dtype=torch.uint8),
-               "labels": torch.empty(stop - first, dtype=torch.uint8)}
+    targets = {
+        "images": torch.empty(stop - first, 28, 28, dtype=torch.uint8),
+        "labels": torch.empty(stop - first, dtype=torch.uint8),
+    }
     with pytest.raises(ShardError, match=message) as err:
         read_shard_into(shard.parent, entry, "zstd", "none", targets, rows=rows)
     assert str(err.value).startswith(f"{shard}: ")
@@ -629,7 +703,7 @@ def test_a_cuda_device_without_cuda_is_one_shard_error(split_dir):
 
 
 def test_read_split_returns_tensors_on_the_device_asked_for(split_dir, arrays):
-    """"meta" is a device every torch build has: the split must land where it was asked to."""
+    """ "meta" is a device every torch build has: the split must land where it was asked to."""
     images, labels = load(split_dir, device="meta")
     assert images.device.type == "meta" and labels.device.type == "meta"
     assert images.shape == (len(arrays[1]), 28, 28) and labels.shape == (len(arrays[1]),)

@@ -49,7 +49,9 @@ def _loop(kind: str, budget: TimeBudget, steps: int = 9) -> None:
                 for _ in range(4):
                     square @ square
             if kind == "overhead":
-                sum(i * i for i in range(200_000))  # Python between ops (long enough to outweigh a busy host's preemptions)
+                sum(
+                    i * i for i in range(200_000)
+                )  # Python between ops (long enough to outweigh a busy host's preemptions)
             (x @ w).sum().backward()
         if kind == "other":
             time.sleep(0.02)  # the loop's own code between steps: logging, a sync, a checkpoint
@@ -141,21 +143,26 @@ class _nothing:
 def test_the_verdict_quotes_this_machines_ladder_when_given():
     budget = TimeBudget("cpu", steps=4, skip=1, flops=False, threads_check=0)
     _loop("data_wait", budget, steps=6)
-    ladder = {"dataset": "mnist", "variants": {"naive": {"train_s": 76.8}, "preprocessed": {"train_s": 15.5},
-                                               "workers": {"train_s": 50.0}}}
+    ladder = {
+        "dataset": "mnist",
+        "variants": {"naive": {"train_s": 76.8}, "preprocessed": {"train_s": 15.5}, "workers": {"train_s": 50.0}},
+    }
     first = lambda said: said.split("\n")[0]  # noqa: E731 (the verdict's line; `Why:` follows)
     here = budget.result.machine
     ladder["machine"] = {"name": here, "device": "cpu"}
     said = first(verdict(budget.result, ladder))
-    assert said.endswith(f" On this machine's ladder (`{here}`, mnist, on cpu): `naive` 76.8 -> `preprocessed` 15.5 s/epoch.")
+    assert said.endswith(
+        f" On this machine's ladder (`{here}`, mnist, on cpu): `naive` 76.8 -> `preprocessed` 15.5 s/epoch."
+    )
     del ladder["variants"]["preprocessed"]  # the closest change not run: the next one quoted
     assert first(verdict(budget.result, ladder)).endswith(" on cpu): `naive` 76.8 -> `workers` 50 s/epoch.")
     ladder["variants"]["workers"].update(extrapolated=True, unstable=True)
     ladder.update(params={"quick": True})
     assert first(verdict(budget.result, ladder)).endswith(
-        ", a quick run): `naive` 76.8 -> `workers` 50 (sampled: extrapolated, unstable) s/epoch.")
+        ", a quick run): `naive` 76.8 -> `workers` 50 (sampled: extrapolated, unstable) s/epoch."
+    )
     ladder["machine"]["name"] = "another-machine-2c"  # figures of another machine are never this one's
-    assert f" On another machine's ladder (`another-machine-2c`, mnist" in verdict(budget.result, ladder)
+    assert " On another machine's ladder (`another-machine-2c`, mnist" in verdict(budget.result, ladder)
     assert "this machine's" not in verdict(budget.result, ladder)
 
 
@@ -171,7 +178,7 @@ def test_a_trace_and_a_summary_a_user_can_keep(tmp_path):
     assert {"budget:step", "budget:data_wait"} <= names
     summary = json.loads(json.dumps(budget.result.to_json()))
     assert summary["bound"] == "compute" and summary["steps"] == 3 and summary["partial"] is False
-    assert summary["flop_per_step"] == pytest.approx(4 * 2 * 640 ** 3, rel=0.01)  # the matmuls, once each
+    assert summary["flop_per_step"] == pytest.approx(4 * 2 * 640**3, rel=0.01)  # the matmuls, once each
 
 
 def test_outside_the_window_nothing_is_profiled_and_the_items_are_untouched():
@@ -209,7 +216,7 @@ def test_a_window_of_one_step_and_the_flops_only_when_asked():
         _loop("compute", budget, steps=2)
         assert budget.result is not None and budget.result.per_step["steps"] == 1
         if flops:
-            assert budget.result.flop_per_step >= 4 * 2 * 640 ** 3  # the four 640 x 640 products, at least
+            assert budget.result.flop_per_step >= 4 * 2 * 640**3  # the four 640 x 640 products, at least
         else:
             assert budget.result.flop_per_step is None
 
@@ -228,12 +235,18 @@ def test_a_cpu_budget_claims_nothing_of_a_device():
 def test_two_runs_of_one_loop_agree_on_what_is_counted_and_on_the_verdict():
     """What a budget counts (steps, ops per step, FLOPs, partial) is the same from one run of
     a loop to the next, and so is the verdict's bound on a loop built to be bound by it."""
+
     def once():
         budget = TimeBudget("cpu", steps=4, skip=1, threads_check=0, peak=LOW_PEAK)
         _loop("data_wait", budget, steps=6)
         result = budget.result
-        return (result.per_step["steps"], result.ops_per_step, result.flop_per_step, result.partial,
-                diagnose(result).label)
+        return (
+            result.per_step["steps"],
+            result.ops_per_step,
+            result.flop_per_step,
+            result.partial,
+            diagnose(result).label,
+        )
 
     first = once()
     assert first == once() and first[-1] == "DATA WAIT", first

@@ -30,14 +30,28 @@ ROOT = Path(__file__).resolve().parents[1]
 PEAK = Peak(rates={"float32": 1e11, "bfloat16": 4e11}, machine="test-machine", device="cpu", threads=2)
 
 
-def budget(shares: dict[str, float], step_s: float = 0.01, flop_per_step: float | None = None,
-           threads: ThreadCheck | None = None, peak: Peak | None = PEAK, ops: float = 40.0) -> Budget:
+def budget(
+    shares: dict[str, float],
+    step_s: float = 0.01,
+    flop_per_step: float | None = None,
+    threads: ThreadCheck | None = None,
+    peak: Peak | None = PEAK,
+    ops: float = 40.0,
+) -> Budget:
     """A CPU budget whose parts are `shares` of a step of `step_s` seconds."""
-    per_step = {f"{part}_s": shares.get(part, 0.0) * step_s for part in ("data_wait", "copy", "compute", "overhead",
-                                                                         "other")}
+    per_step = {
+        f"{part}_s": shares.get(part, 0.0) * step_s for part in ("data_wait", "copy", "compute", "overhead", "other")
+    }
     per_step.update(step_s=step_s, steps=20, host_wait_s=None, launch_gap_s=None)
-    return Budget(per_step=per_step, device="cpu", flop_per_step=flop_per_step, ops_per_step=ops, peak=peak,
-                  threads=threads, machine="test-machine")
+    return Budget(
+        per_step=per_step,
+        device="cpu",
+        flop_per_step=flop_per_step,
+        ops_per_step=ops,
+        peak=peak,
+        threads=threads,
+        machine="test-machine",
+    )
 
 
 def test_no_compute_advice_for_a_loop_below_one_percent_of_the_peak():
@@ -80,14 +94,27 @@ def test_compute_without_counted_flops_says_its_evidence_is_weak():
 
 def test_kernels_too_short_to_fill_a_gpu_are_dispatch_without_counted_flops():
     """A graph-replayed or compiled step counts no FLOPs; 73 kernels of 6 us each say enough."""
-    per = {"data_wait_s": 0.0, "copy_s": 0.0, "compute_s": 73 * 6e-6, "overhead_s": 0.0001, "other_s": 0.0,
-           "step_s": 73 * 6e-6 + 0.0001, "steps": 20, "host_wait_s": 0.0001, "launch_gap_s": 0.0}
+    per = {
+        "data_wait_s": 0.0,
+        "copy_s": 0.0,
+        "compute_s": 73 * 6e-6,
+        "overhead_s": 0.0001,
+        "other_s": 0.0,
+        "step_s": 73 * 6e-6 + 0.0001,
+        "steps": 20,
+        "host_wait_s": 0.0001,
+        "launch_gap_s": 0.0,
+    }
     replayed = Budget(per_step=per, device="cuda:0", kernels_per_step=73.0, machine="h100")
     said = verdict(replayed)
     assert said.startswith("DISPATCH-BOUND: time inside kernels is 81% of the step"), said
     assert "fewer, larger kernels" in said and "73 kernels a step, 6 us each" in said
-    big = Budget(per_step={**per, "compute_s": 73 * 60e-6, "step_s": 73 * 60e-6 + 0.0001}, device="cuda:0",
-                 kernels_per_step=73.0, machine="h100")
+    big = Budget(
+        per_step={**per, "compute_s": 73 * 60e-6, "step_s": 73 * 60e-6 + 0.0001},
+        device="cuda:0",
+        kernels_per_step=73.0,
+        machine="h100",
+    )
     assert verdict(big).startswith("COMPUTE-BOUND (weak evidence)")
 
 
@@ -114,7 +141,13 @@ def test_contending_threads_are_said_first_with_their_fix():
 
 def test_durations_read_in_their_unit():
     assert [duration(s) for s in (0.000743, 0.0591, 1.05, 99.4, 1049.6, 9000)] == [
-        "743 us", "59.1 ms", "1.05 s", "99.4 s", "17.5 min", "2.5 h"]
+        "743 us",
+        "59.1 ms",
+        "1.05 s",
+        "99.4 s",
+        "17.5 min",
+        "2.5 h",
+    ]
 
 
 def tiny_loop(budget_: TimeBudget, seen_threads: list[int] | None = None) -> None:
@@ -197,8 +230,9 @@ def test_kineto_lines_are_dropped_and_every_other_line_kept(capfd):
 @pytest.mark.slow
 def test_the_readme_loop_prints_no_profiler_log_line():
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]}
-    done = subprocess.run([sys.executable, "examples/own_loop.py"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300, env=env)
+    done = subprocess.run(
+        [sys.executable, "examples/own_loop.py"], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "USDT" not in done.stdout + done.stderr and "\nWhy: " in done.stdout
 
@@ -226,18 +260,26 @@ def test_the_thread_count_is_put_back_when_a_retimed_step_raises_and_left_alone_
         torch.set_num_threads(saved)
 
 
-@pytest.mark.parametrize("ladder", [[1, 2], {"variants": {"naive": {}, "preprocessed": {"train_s": 1.0}}},
-                                    {"variants": {"naive": {"train_s": None}, "preprocessed": {"train_s": 1.0}}},
-                                    {"variants": {"naive": {"train_s": 9.0}, "preprocessed": {"train_s": 1.0}},
-                                     "machine": "amd", "params": [1]}])
+@pytest.mark.parametrize(
+    "ladder",
+    [
+        [1, 2],
+        {"variants": {"naive": {}, "preprocessed": {"train_s": 1.0}}},
+        {"variants": {"naive": {"train_s": None}, "preprocessed": {"train_s": 1.0}}},
+        {"variants": {"naive": {"train_s": 9.0}, "preprocessed": {"train_s": 1.0}}, "machine": "amd", "params": [1]},
+    ],
+)
 def test_a_malformed_ladder_is_quoted_as_nothing_or_by_what_it_holds(ladder):
     said = verdict(budget({"data_wait": 0.8, "compute": 0.2}), ladder)
     assert said.startswith("DATA WAIT-BOUND") and "s/epoch" not in said or "`naive` 9 -> `preprocessed` 1" in said
 
 
 def test_a_ladder_is_this_machines_only_when_this_machine_is_known():
-    ladder = {"dataset": "mnist", "machine": {"name": "amd-epyc-2c", "device": "cpu"},
-              "variants": {"naive": {"train_s": 64.4}, "preprocessed": {"train_s": 12.6}}}
+    ladder = {
+        "dataset": "mnist",
+        "machine": {"name": "amd-epyc-2c", "device": "cpu"},
+        "variants": {"naive": {"train_s": 64.4}, "preprocessed": {"train_s": 12.6}},
+    }
     unknown = budget({"data_wait": 0.8, "compute": 0.2})
     unknown.machine = None
     assert " On `amd-epyc-2c`'s ladder (mnist, on cpu): " in verdict(unknown, ladder)
@@ -250,11 +292,11 @@ def test_a_peak_is_refused_without_a_float32_rate_and_scaled_to_the_loops_thread
             Peak(rates=rates, machine="m", device="cpu", threads=2)
     sixteen = Peak(rates={"float32": 1.6e12}, machine="m", device="cpu", threads=16)
     assert sixteen.float32_at(1) == pytest.approx(1e11) and sixteen.float32_at(32) == 1.6e12
-    one_thread = budget({"compute": 0.9, "overhead": 0.1}, step_s=0.01, flop_per_step=0.3 * 1e11 * 0.01,
-                        peak=sixteen)
+    one_thread = budget({"compute": 0.9, "overhead": 0.1}, step_s=0.01, flop_per_step=0.3 * 1e11 * 0.01, peak=sixteen)
     one_thread.intra_threads = 1  # a loop on one thread is weighed against one thread's share of the peak
-    assert verdict(one_thread).startswith("COMPUTE-BOUND: ") and "30% of this CPU's float32 peak at 1 thread" in \
-        verdict(one_thread)
+    assert verdict(one_thread).startswith(
+        "COMPUTE-BOUND: "
+    ) and "30% of this CPU's float32 peak at 1 thread" in verdict(one_thread)
 
 
 def test_no_descriptor_is_left_open_when_the_capture_file_cannot_be_made(monkeypatch):
@@ -275,14 +317,22 @@ def test_a_window_much_slower_than_the_plain_clock_is_said_to_be_weak_evidence()
     """Beside two spinning processes a per-item loop's profiled steps took 48.5 ms, the same
     steps on a plain clock 8.4 ms: the verdict says its window is not the loop."""
     calm = ThreadCheck(threads=2, step_s=0.0084, one_thread_s=0.0085, steps=6, cores=2, load=1.9)
-    disturbed = budget({"data_wait": 0.17, "compute": 0.8, "overhead": 0.03}, step_s=0.0485,
-                       flop_per_step=0.002 * PEAK.float32 * 0.0485, threads=calm)
+    disturbed = budget(
+        {"data_wait": 0.17, "compute": 0.8, "overhead": 0.03},
+        step_s=0.0485,
+        flop_per_step=0.002 * PEAK.float32 * 0.0485,
+        threads=calm,
+    )
     said = verdict(disturbed)
-    assert said.startswith("DISPATCH-BOUND (weak evidence: the profiled window ran 5.8x slower than the same steps "
-                           "unprofiled"), said
+    assert said.startswith(
+        "DISPATCH-BOUND (weak evidence: the profiled window ran 5.8x slower than the same steps unprofiled"
+    ), said
     assert "the profiled steps took 5.8x the plain clock's (48.5 ms against 8.4 ms)" in said
-    steady = budget({"data_wait": 0.7, "compute": 0.3}, step_s=0.004,
-                    threads=ThreadCheck(threads=2, step_s=0.0033, one_thread_s=0.0031, steps=6, cores=2, load=0.1))
+    steady = budget(
+        {"data_wait": 0.7, "compute": 0.3},
+        step_s=0.004,
+        threads=ThreadCheck(threads=2, step_s=0.0033, one_thread_s=0.0031, steps=6, cores=2, load=0.1),
+    )
     assert "weak evidence" not in verdict(steady) and "plain clock's" not in verdict(steady)
 
 
@@ -294,8 +344,9 @@ AVX2 = Peak(rates={"float32": 146e9, "bfloat16": 1.37e9}, machine="avx2-cpu", de
 def compute_bound(peak: Peak | None = PEAK, convolutions: bool | None = None) -> Budget:
     """A compute-bound CPU step at 40% of `peak`'s float32 rate (of PEAK's where `peak` is None)."""
     rate = (peak or PEAK).float32
-    loop = budget({"compute": 0.9, "data_wait": 0.05, "overhead": 0.05}, step_s=0.2, flop_per_step=0.4 * rate * 0.2,
-                  peak=peak)
+    loop = budget(
+        {"compute": 0.9, "data_wait": 0.05, "overhead": 0.05}, step_s=0.2, flop_per_step=0.4 * rate * 0.2, peak=peak
+    )
     loop.convolutions = convolutions  # what the trace said (`trace.step_convolutions`); None: not looked
     return loop
 
@@ -312,7 +363,8 @@ def test_bf16_autocast_is_advised_only_where_bfloat16_measured_faster_than_float
     assert "bf16 autocast (" not in slower and advice(slower).startswith(
         "a smaller model or a faster device: the step computes at 40% of this CPU's measured float32 peak, and no "
         "lever measured to pay here (bfloat16 matmuls measured 1.37 GFLOP/s against float32's 146 GFLOP/s: bf16 "
-        "autocast would slow the step)"), slower
+        "autocast would slow the step)"
+    ), slower
     barely = Peak(rates={"float32": 1e11, "bfloat16": 1.1e11}, machine="m", device="cpu", threads=2)
     assert "bf16 autocast (" not in verdict(compute_bound(barely))
     assert "would gain too little to pay for its casts" in verdict(compute_bound(barely))
@@ -335,7 +387,8 @@ def test_torch_compile_is_named_as_something_to_measure_never_as_a_claim():
     for loop in (compute_bound(PEAK, True), compute_bound(AVX2, False)):
         said = advice(verdict(loop))
         assert said.count("torch.compile") == 1 and said.endswith(
-            "torch.compile is unmeasured here: time the loop with it before counting on it."), said
+            "torch.compile is unmeasured here: time the loop with it before counting on it."
+        ), said
 
 
 def data_bound(loader: object, device: str = "cpu") -> Budget:
@@ -375,8 +428,10 @@ def test_a_tensor_dataset_is_told_to_hand_out_whole_batches_not_to_convert_in_in
 
 def test_a_dataset_doing_per_item_work_is_told_to_do_it_once_in_init():
     said = advice(verdict(data_bound(DataLoader(PerItem(), batch_size=8))))
-    assert said == ("do the per-item work once (convert the split in the Dataset's __init__), hand out whole batches "
-                    "by index instead of item by item, or add DataLoader workers."), said
+    assert said == (
+        "do the per-item work once (convert the split in the Dataset's __init__), hand out whole batches "
+        "by index instead of item by item, or add DataLoader workers."
+    ), said
     two = advice(verdict(data_bound(DataLoader(PerItem(), batch_size=8, num_workers=2))))
     assert "more DataLoader workers than its 2" in two and "add DataLoader workers" not in two
     unseen = verdict(data_bound(iter(range(3))))  # not a DataLoader: the general rule
@@ -395,11 +450,23 @@ def test_the_trace_says_whether_the_step_ran_convolutions():
     conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))
     assert profiled_step(conv, torch.randn(2, 3, 8, 8)).convolutions
     assert not profiled_step(torch.nn.Linear(8, 2), torch.randn(2, 8)).convolutions
-    names = ("conv1d", "conv2d", "convolution", "_convolution", "mkldnn_convolution", "cudnn_convolution",
-             "_slow_conv2d_forward", "conv_transpose2d", "convolution_backward", "_conv_depthwise2d")
+    names = (
+        "conv1d",
+        "conv2d",
+        "convolution",
+        "_convolution",
+        "mkldnn_convolution",
+        "cudnn_convolution",
+        "_slow_conv2d_forward",
+        "conv_transpose2d",
+        "convolution_backward",
+        "_conv_depthwise2d",
+    )
     assert all(CONVOLUTION.match("aten::" + name) for name in names)
-    assert not any(CONVOLUTION.match("aten::" + name) for name in ("_convert_indices_from_coo_to_csr", "addmm",
-                                                                    "conj", "contiguous"))
+    assert not any(
+        CONVOLUTION.match("aten::" + name)
+        for name in ("_convert_indices_from_coo_to_csr", "addmm", "conj", "contiguous")
+    )
 
 
 def test_a_script_over_a_tensor_dataset_is_seen_as_one_and_never_told_to_convert(tmp_path):
@@ -411,7 +478,8 @@ def test_a_script_over_a_tensor_dataset_is_seen_as_one_and_never_told_to_convert
         "model = torch.nn.Linear(8, 2)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for x, y in DataLoader(data, batch_size=16, shuffle=True):\n"
         "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
-        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n")
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
     result = profile_script(script, [], "cpu", steps=4, skip=1)
     assert result.loader == LoaderSeen(dataset="TensorDataset", kind="tensors", by_item=True, workers=0)
     assert "__init__" not in verdict(result)  # whatever bound this host's load gives it

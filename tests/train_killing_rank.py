@@ -36,8 +36,9 @@ def main() -> None:
         if rank == args.kill_rank and global_step == args.after_step:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    run = TrainRun.from_params(args.dataset, read_section(args.params, TrainParams, "train"), record=args.record,
-                               checkpoint=args.checkpoint)
+    run = TrainRun.from_params(
+        args.dataset, read_section(args.params, TrainParams, "train"), record=args.record, checkpoint=args.checkpoint
+    )
     train_ddp(args.shards, args.out, run, after_step=kill)
 
 

@@ -44,8 +44,11 @@ def finished(copy: Path) -> dict[str, Path]:
         except (OSError, ValueError):
             continue
         ours = ROOT / "metrics" / "bench" / path.name
-        if isinstance(doc, dict) and (doc.get("params") or {}).get("quick") is True and (
-                not ours.is_file() or ours.read_bytes() != path.read_bytes()):
+        if (
+            isinstance(doc, dict)
+            and (doc.get("params") or {}).get("quick") is True
+            and (not ours.is_file() or ours.read_bytes() != path.read_bytes())
+        ):
             found[path.stem] = path
     return found
 
@@ -70,8 +73,9 @@ def stopped(new: set[Path], datasets: list[str], why: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--budget-min", type=float, default=10.0,
-                        help="minutes the whole quick bench may take, every data set together")
+    parser.add_argument(
+        "--budget-min", type=float, default=10.0, help="minutes the whole quick bench may take, every data set together"
+    )
     parser.add_argument("--dvc", default="dvc", help="the dvc command")
     args = parser.parse_args(argv)
     if not 0 < args.budget_min <= 24 * 60:
@@ -79,11 +83,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     datasets = list(yaml.safe_load((ROOT / "params.yaml").read_text())["datasets"])
     per = round(args.budget_min / max(1, len(datasets)), 2)
-    print(f"bench-quick: {args.budget_min:g} min for {', '.join(datasets)}: {per:g} min each", file=sys.stderr,
-          flush=True)
+    print(
+        f"bench-quick: {args.budget_min:g} min for {', '.join(datasets)}: {per:g} min each", file=sys.stderr, flush=True
+    )
     before = scratch_copies()
-    command = [args.dvc, "exp", "run", "--temp", "-n", "bench-quick", "-S", "bench.quick=true",
-               "-S", f"bench.quick_minutes={per:g}"]
+    command = [
+        args.dvc,
+        "exp",
+        "run",
+        "--temp",
+        "-n",
+        "bench-quick",
+        "-S",
+        "bench.quick=true",
+        "-S",
+        f"bench.quick_minutes={per:g}",
+    ]
     child = subprocess.Popen(command, cwd=ROOT)
     try:
         status = child.wait()

@@ -58,24 +58,34 @@ def earlier_rows(text: str) -> dict[str, tuple[Counter, str]]:
     rows: dict[str, tuple[Counter, str]] = {}
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        named = (re.fullmatch(r"`([\w/]+)`(?: \(commit ([\w.-]+)(?:, [\w ]+)?\))?", cells[0])
-                 if line.startswith("| `") else None)
+        named = (
+            re.fullmatch(r"`([\w/]+)`(?: \(commit ([\w.-]+)(?:, [\w ]+)?\))?", cells[0])
+            if line.startswith("| `")
+            else None
+        )
         if named and len(cells) == len(COLUMNS) + 3:
             counts = Counter({column: int(cells[2 + i]) for i, column in enumerate(COLUMNS)})
             rows[named.group(1)] = (counts, named.group(2) or commit)
     return rows
 
 
-def render(table: dict[str, Counter], seconds: float | None, note: str = "",
-           earlier: dict[str, tuple[Counter, str]] | None = None, commit: str | None = None,
-           same_code: Callable[[str, str], bool | None] | None = None) -> str:
+def render(
+    table: dict[str, Counter],
+    seconds: float | None,
+    note: str = "",
+    earlier: dict[str, tuple[Counter, str]] | None = None,
+    commit: str | None = None,
+    same_code: Callable[[str, str], bool | None] | None = None,
+) -> str:
     """The table of the modules whose mutants were run, then those an earlier table measured
     (`earlier_rows`) marked with its commit and whether `same_code(module, at)` (default: git
     finds no change to the module's file between `at` and this run's `commit`, or the working
     tree; None where git cannot tell); the modules neither measured are named below."""
     same_code = same_code or (lambda module, at: _same_code(module, at, commit))
-    lines = ["| module | mutants | " + " | ".join(COLUMNS) + " | score |",
-             "|---|---:|" + "---:|" * len(COLUMNS) + "---:|"]
+    lines = [
+        "| module | mutants | " + " | ".join(COLUMNS) + " | score |",
+        "|---|---:|" + "---:|" * len(COLUMNS) + "---:|",
+    ]
     total: Counter = Counter()
     skipped, carried = [], []
     for module, counts in table.items():
@@ -95,12 +105,18 @@ def render(table: dict[str, Counter], seconds: float | None, note: str = "",
         lines.append(_row(f"`{module}` (commit {measured_at}{since})", counts))
     lines.append(_row("**all**", total))
     ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
-    footer = (f"\nmutmut {ran}, commit {commit or _commit()}; score = (killed + timeout) / (mutants - not checked)."
-              + (" A row marked with a commit was measured by the run at that commit (its module was not in this run);"
-                 " 'same code': the module's source is unchanged since (its tests may have changed), 'code changed"
-                 " since': it is not." if carried else "")
-              + (f" Not run this time: {', '.join(skipped)}." if skipped else "")
-              + (f" {note}" if note else ""))
+    footer = (
+        f"\nmutmut {ran}, commit {commit or _commit()}; score = (killed + timeout) / (mutants - not checked)."
+        + (
+            " A row marked with a commit was measured by the run at that commit (its module was not in this run);"
+            " 'same code': the module's source is unchanged since (its tests may have changed), 'code changed"
+            " since': it is not."
+            if carried
+            else ""
+        )
+        + (f" Not run this time: {', '.join(skipped)}." if skipped else "")
+        + (f" {note}" if note else "")
+    )
     return "\n".join(lines) + "\n" + footer + "\n"
 
 
@@ -138,8 +154,11 @@ def main() -> None:
     parser.add_argument("--note", default="", help="a sentence on how the run went (stopped, resumed, ...)")
     parser.add_argument("--keep", type=Path, help="an earlier table whose rows stand for the modules not run")
     parser.add_argument("--commit", help="the commit the run tested, where it is no longer HEAD")
-    parser.add_argument("--recheck-survivors", action="store_true",
-                        help="mark the survivors not checked (after new tests), print how many, write no table")
+    parser.add_argument(
+        "--recheck-survivors",
+        action="store_true",
+        help="mark the survivors not checked (after new tests), print how many, write no table",
+    )
     args = parser.parse_args()
     if args.recheck_survivors:
         print(f"{recheck_survivors(args.meta)} surviving mutants will be run again by the next `mutmut run`")

@@ -41,8 +41,9 @@ LEFT_TO_CI = re.compile(r"^make test\b")
 def blocks(readme: str) -> list[tuple[str, str]]:
     """(language, body) of the README's runnable blocks, in order: `sh` and `python` ones,
     a block whose info string says `sketch` left out."""
-    return [(lang, body) for lang, info, body in FENCE.findall(readme)
-            if lang in ("sh", "python") and "sketch" not in info]
+    return [
+        (lang, body) for lang, info, body in FENCE.findall(readme) if lang in ("sh", "python") and "sketch" not in info
+    ]
 
 
 def recorded(readme: str, root: Path) -> list[str]:
@@ -58,8 +59,12 @@ def script(readme: str, root: Path) -> str:
     lines = ["set -eo pipefail", "export COLUMNS=120 DVC_NO_ANALYTICS=1"]
     for lang, body in blocks(readme):
         if lang == "python":
-            lines += ["echo '+ python - (a README block)'", "python - <<'README_PYTHON'", body.rstrip("\n"),
-                      "README_PYTHON"]
+            lines += [
+                "echo '+ python - (a README block)'",
+                "python - <<'README_PYTHON'",
+                body.rstrip("\n"),
+                "README_PYTHON",
+            ]
             continue
         for line in body.splitlines():
             command = line.split("  #")[0].strip()
@@ -79,14 +84,18 @@ def clean_environment() -> dict[str, str]:
     """This environment as a new terminal has it: no virtual environment active."""
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
     venvs = {str(Path(os.environ["VIRTUAL_ENV"]) / "bin")} if "VIRTUAL_ENV" in os.environ else set()
-    env["PATH"] = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                                  if p not in venvs and not (Path(p).parent / "pyvenv.cfg").is_file())
+    env["PATH"] = os.pathsep.join(
+        p
+        for p in os.environ.get("PATH", "").split(os.pathsep)
+        if p not in venvs and not (Path(p).parent / "pyvenv.cfg").is_file()
+    )
     return env
 
 
 def bash(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def walk(clone: Path, env: dict[str, str]) -> list[str]:
@@ -102,10 +111,11 @@ def walk(clone: Path, env: dict[str, str]) -> list[str]:
     pages = bash("git status --porcelain -- README.md docs", clone, env).stdout.strip()
     if pages:
         problems.append(f"the README's commands changed tracked pages:\n{pages}")
-    back = bash(f"git checkout -- . && . .venv/bin/activate && dvc checkout -q && dvc repro {DATA_STAGES}",
-                clone, env)
+    back = bash(f"git checkout -- . && . .venv/bin/activate && dvc checkout -q && dvc repro {DATA_STAGES}", clone, env)
     if back.returncode != 0:
-        problems.append(f"git checkout -- . && dvc checkout, then the data stages' repro failed:\n{back.stdout[-2000:]}")
+        problems.append(
+            f"git checkout -- . && dvc checkout, then the data stages' repro failed:\n{back.stdout[-2000:]}"
+        )
     elif "Running stage" in back.stdout:
         ran = [line for line in back.stdout.splitlines() if line.startswith("Running stage")]
         problems.append("after git checkout -- . && dvc checkout, the data stages' repro ran: " + "; ".join(ran))
@@ -127,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"readme-walk: {problem}", file=sys.stderr)
     if not problems:
-        print("readme-walk: every README command ran as written; no tracked page changed; the data stages "
-              "came back with no rerun", file=sys.stderr)
+        print(
+            "readme-walk: every README command ran as written; no tracked page changed; the data stages "
+            "came back with no rerun",
+            file=sys.stderr,
+        )
     return 1 if problems else 0
 
 

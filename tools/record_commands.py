@@ -33,9 +33,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # (recording, where it runs): "repo" reads the repository as it is; "clone" runs in the
 # scratch clone, in this order (the experiments of one are the next one's rows).
-RECORDINGS = [("results/dvc/disk.txt", "repo"), ("results/dvc/metrics_show.txt", "clone"),
-              ("results/dvc/exp_run.txt", "clone"), ("results/dvc/exp_show.txt", "clone"),
-              ("results/dvc/params_diff.txt", "clone")]
+RECORDINGS = [
+    ("results/dvc/disk.txt", "repo"),
+    ("results/dvc/metrics_show.txt", "clone"),
+    ("results/dvc/exp_run.txt", "clone"),
+    ("results/dvc/exp_show.txt", "clone"),
+    ("results/dvc/params_diff.txt", "clone"),
+]
 TIMEOUT_S = 3600  # one command: an experiment reruns the shard stages of both data sets
 
 
@@ -53,20 +57,33 @@ def parse(text: str) -> list[tuple[str, str]]:
 
 
 def render(steps: list[tuple[str, str]]) -> str:
-    return "".join(f"$ {command}\n{output}" + ("" if not output or output.endswith("\n") else "\n")
-                   for command, output in steps)
+    return "".join(
+        f"$ {command}\n{output}" + ("" if not output or output.endswith("\n") else "\n") for command, output in steps
+    )
 
 
 def environment(repo: Path) -> dict[str, str]:
     venv = repo / ".venv" / "bin"
-    return {**os.environ, "COLUMNS": "120", "DVC_NO_ANALYTICS": "1", "NO_COLOR": "1",
-            "PATH": f"{venv}{os.pathsep}{os.environ['PATH']}" if venv.is_dir() else os.environ["PATH"]}
+    return {
+        **os.environ,
+        "COLUMNS": "120",
+        "DVC_NO_ANALYTICS": "1",
+        "NO_COLOR": "1",
+        "PATH": f"{venv}{os.pathsep}{os.environ['PATH']}" if venv.is_dir() else os.environ["PATH"],
+    }
 
 
 def run(command: str, cwd: Path, env: dict[str, str]) -> str:
     """What `command` prints, stdout and stderr in the order written; a failure is an error."""
-    result = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S)
+    result = subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"`{command}` in {cwd} exited {result.returncode}:\n{result.stdout[-3000:]}")
     return result.stdout
@@ -144,12 +161,18 @@ def refresh_pages(repo: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", type=Path, default=ROOT, help="the repository whose recordings these are")
-    parser.add_argument("--clone", type=Path, help="a ready clone to run the 'clone' recordings in "
-                                                   "(default: a scratch clone of --repo, removed after)")
+    parser.add_argument(
+        "--clone",
+        type=Path,
+        help="a ready clone to run the 'clone' recordings in (default: a scratch clone of --repo, removed after)",
+    )
     parser.add_argument("--check", action="store_true", help="compare with the recordings instead of rewriting")
-    parser.add_argument("--refill", action="store_true",
-                        help="only refill every page's embed and include blocks from the files as they are "
-                             "(after a benchmark wrote its results)")
+    parser.add_argument(
+        "--refill",
+        action="store_true",
+        help="only refill every page's embed and include blocks from the files as they are "
+        "(after a benchmark wrote its results)",
+    )
     args = parser.parse_args()
     repo = args.repo.resolve()
     if args.refill:

@@ -84,8 +84,11 @@ def cli_targets(root: Path = ROOT) -> dict[str, set[str]]:
 
     def reached(node: ast.FunctionDef, seen: set[str]) -> set[str]:
         inner = ast.Module(body=node.body, type_ignores=[])
-        found = {n.module for n in ast.walk(inner)
-                 if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("pipeline.")}
+        found = {
+            n.module
+            for n in ast.walk(inner)
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("pipeline.")
+        }
         for call in ast.walk(inner):
             name = getattr(call.func, "id", None) if isinstance(call, ast.Call) else None
             if name in functions and name not in seen:
@@ -136,7 +139,9 @@ def rewrite(text: str, code: dict[str, list[str]]) -> str:
             stage = STAGE.match(line).group(1)
         match = CODE_DEP.match(line)
         if stage is not None and not match and ANY_CODE_DEP.match(line):
-            raise SystemExit(f"dvc.yaml: stage {stage}: write a code dep as `- pipeline/<path>` (no quotes): {line.strip()}")
+            raise SystemExit(
+                f"dvc.yaml: stage {stage}: write a code dep as `- pipeline/<path>` (no quotes): {line.strip()}"
+            )
         if stage is None or not match:
             out.append(line)
             continue
@@ -163,11 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     current, wanted = path.read_text(), expected()
     if args.check:
         if current != wanted:
-            stale = [name for name, stage in stage_definitions().items()
-                     if sorted(str(d) for d in stage.get("deps", []) if str(d).startswith("pipeline"))
-                     != stage_code(stage)]
-            print(f"dvc.yaml: the code deps of {stale or 'some stage'} are not what the stage runs; "
-                  "run python tools/stage_deps.py", file=sys.stderr)
+            stale = [
+                name
+                for name, stage in stage_definitions().items()
+                if sorted(str(d) for d in stage.get("deps", []) if str(d).startswith("pipeline")) != stage_code(stage)
+            ]
+            print(
+                f"dvc.yaml: the code deps of {stale or 'some stage'} are not what the stage runs; "
+                "run python tools/stage_deps.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if current != wanted:

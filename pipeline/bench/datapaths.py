@@ -16,13 +16,12 @@ from pathlib import Path
 
 import torch
 
-from pipeline.core.dataset import SPLITS
+from pipeline.bench.model import MODEL_INPUT
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
 from pipeline.bench.variants import EAGER_VARIANTS, LOADER_VARIANTS
+from pipeline.core.dataset import SPLITS
 from pipeline.shards.dataset import DeviceBatches, ShardDataset
 from pipeline.shards.reader import read_split
-from pipeline.bench.model import MODEL_INPUT
-
 
 
 @dataclass
@@ -70,13 +69,16 @@ def checked_parquet(parquet: Path, split: str) -> Path:
     names = pq.read_schema(path).names
     if names != COLUMNS:
         first = next((i for i, (a, b) in enumerate(zip(names, COLUMNS)) if a != b), min(len(names), len(COLUMNS)))
-        raise DataError(f"{path}: columns are not label, pixel1..pixel{len(COLUMNS) - 1} in order "
-                        f"(column {first + 1} is {names[first] if first < len(names) else 'missing'!r})")
+        raise DataError(
+            f"{path}: columns are not label, pixel1..pixel{len(COLUMNS) - 1} in order "
+            f"(column {first + 1} is {names[first] if first < len(names) else 'missing'!r})"
+        )
     return path
 
 
-def _loader(dataset, batch_size: int, shuffle: bool, seed: int, samples: int | None = None,
-            **kwargs) -> torch.utils.data.DataLoader:
+def _loader(
+    dataset, batch_size: int, shuffle: bool, seed: int, samples: int | None = None, **kwargs
+) -> torch.utils.data.DataLoader:
     """The write-up's DataLoader; with `samples`, one whose epochs are `samples` samples of a fresh
     shuffle each (the first epoch's: the first of the order a whole one takes). A sampled
     epoch then ends when its sampler does, so persistent workers hold no batch prefetched for
@@ -84,10 +86,12 @@ def _loader(dataset, batch_size: int, shuffle: bool, seed: int, samples: int | N
     would time the previous epoch's leftovers as the new epoch's work)."""
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     if samples is None:
-        return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
-                                           generator=generator, **kwargs)
-    sampler = (torch.utils.data.RandomSampler(dataset, num_samples=samples, generator=generator) if shuffle
-               else range(samples))
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size, shuffle=shuffle, generator=generator, **kwargs
+        )
+    sampler = (
+        torch.utils.data.RandomSampler(dataset, num_samples=samples, generator=generator) if shuffle else range(samples)
+    )
     return torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, generator=generator, **kwargs)
 
 
@@ -124,8 +128,18 @@ def _samples(steps: int | None, batch: int, n: int) -> int | None:
     return None if steps is None or steps * batch >= n else steps * batch
 
 
-def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *, dataset: str, batch_size: int,
-              seed: int, workers: int, epoch_samples: int | None = None) -> DataPath:
+def data_path(
+    variant: str,
+    parquet: Path,
+    shards: Path,
+    device: torch.device,
+    *,
+    dataset: str,
+    batch_size: int,
+    seed: int,
+    workers: int,
+    epoch_samples: int | None = None,
+) -> DataPath:
     """Build one eager variant's batch sources from `dataset`'s inputs (wide Parquet or shards),
     each checked before use; with `epoch_samples`, for epochs of that many samples (sampled
     timing, `DataPath.sampled_steps`)."""
@@ -140,25 +154,48 @@ def data_path(variant: str, parquet: Path, shards: Path, device: torch.device, *
         sampled_test = sampled_test_steps(sampled, train_steps, test_steps)
         train_loader = _loader(train_set, batch, True, seed, _samples(sampled, batch, len(train_set)), **options)
         test_loader = _loader(test_set, batch, False, seed, _samples(sampled_test, batch, len(test_set)), **options)
-        return DataPath(lambda: train_loader, lambda: test_loader, train_steps, test_steps, batch, sampled,
-                        sampled_test)
+        return DataPath(
+            lambda: train_loader, lambda: test_loader, train_steps, test_steps, batch, sampled, sampled_test
+        )
     if variant == "batched":
-        train_set, test_set = (ShardDataset(Path(shards) / split, dataset=dataset, split=split,
-                                            transform=list(MODEL_INPUT)) for split in SPLITS)
+        train_set, test_set = (
+            ShardDataset(Path(shards) / split, dataset=dataset, split=split, transform=list(MODEL_INPUT))
+            for split in SPLITS
+        )
         pin = device.type == "cuda"
         train_loader = train_set.loader(batch_size, shuffle=True, seed=seed, pin_memory=pin)
         test_loader = test_set.loader(batch_size, pin_memory=pin)
         train_steps, test_steps = steps(len(train_set), batch_size), steps(len(test_set), batch_size)
         sampled = sampled_steps(epoch_samples, batch_size, train_steps)
-        return DataPath(lambda: train_loader, lambda: test_loader, train_steps, test_steps, batch_size, sampled,
-                        sampled_test_steps(sampled, train_steps, test_steps))
+        return DataPath(
+            lambda: train_loader,
+            lambda: test_loader,
+            train_steps,
+            test_steps,
+            batch_size,
+            sampled,
+            sampled_test_steps(sampled, train_steps, test_steps),
+        )
     if variant == "device":
         data = Resident.load(shards, device, dataset)
-        train = DeviceBatches({"images": data.train_images, "labels": data.train_labels}, batch_size, shuffle=True,
-                              seed=seed, transform=list(MODEL_INPUT))
-        test = DeviceBatches({"images": data.test_images, "labels": data.test_labels}, batch_size,
-                             transform=list(MODEL_INPUT))
+        train = DeviceBatches(
+            {"images": data.train_images, "labels": data.train_labels},
+            batch_size,
+            shuffle=True,
+            seed=seed,
+            transform=list(MODEL_INPUT),
+        )
+        test = DeviceBatches(
+            {"images": data.test_images, "labels": data.test_labels}, batch_size, transform=list(MODEL_INPUT)
+        )
         sampled = sampled_steps(epoch_samples, batch_size, len(train))
-        return DataPath(lambda: train, lambda: test, len(train), len(test), batch_size, sampled,
-                        sampled_test_steps(sampled, len(train), len(test)))
+        return DataPath(
+            lambda: train,
+            lambda: test,
+            len(train),
+            len(test),
+            batch_size,
+            sampled,
+            sampled_test_steps(sampled, len(train), len(test)),
+        )
     raise ValueError(f"unknown eager variant {variant!r}; expected one of {EAGER_VARIANTS}")

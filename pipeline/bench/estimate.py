@@ -31,8 +31,8 @@ from pipeline.budget.units import duration
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError
 
-BUSY_SHARE = 0.2      # of a core: a process using more than this during the window is listed
-SHAKY = 2.0           # calibration blocks spread past this many times bench.max_spread: an unsteady host
+BUSY_SHARE = 0.2  # of a core: a process using more than this during the window is listed
+SHAKY = 2.0  # calibration blocks spread past this many times bench.max_spread: an unsteady host
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ class Calibration:
     """Seconds per train step of the write-up's model at the bench's batch, on random data
     already on the device, and how much blocks of those steps disagreed."""
 
-    step_s: float         # the fastest block's
-    spread: float         # (slowest - fastest) / median over the blocks
+    step_s: float  # the fastest block's
+    spread: float  # (slowest - fastest) / median over the blocks
 
     def to_json(self) -> dict:
         return {"step_s": round(self.step_s, 6), "spread": round(self.spread, 3)}
@@ -78,10 +78,12 @@ def calibrate(device: torch.device, batch_size: int, blocks: int = 5, block_s: f
     return Calibration(step_s=min(timed), spread=(max(timed) - min(timed)) / middle if middle > 0 else 0.0)
 
 
-def busy_processes(window_s: float = 0.5, exclude: tuple[int, ...] = (),
-                   share: float = BUSY_SHARE) -> list[tuple[int, str, float]]:
+def busy_processes(
+    window_s: float = 0.5, exclude: tuple[int, ...] = (), share: float = BUSY_SHARE
+) -> list[tuple[int, str, float]]:
     """(pid, name, share of one core) of every process that used more than `share` of a
     core over `window_s` seconds, busiest first (Linux /proc; elsewhere none are seen)."""
+
     def cpu_ticks() -> dict[int, tuple[str, int]]:
         found = {}
         for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
@@ -103,8 +105,11 @@ def busy_processes(window_s: float = 0.5, exclude: tuple[int, ...] = (),
     after = cpu_ticks()
     hertz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     ignored = {os.getpid(), *exclude}
-    busy = [(pid, name, (ticks - before[pid][1]) / hertz / window_s) for pid, (name, ticks) in after.items()
-            if pid in before and pid not in ignored]
+    busy = [
+        (pid, name, (ticks - before[pid][1]) / hertz / window_s)
+        for pid, (name, ticks) in after.items()
+        if pid in before and pid not in ignored
+    ]
     return sorted((b for b in busy if b[2] > share), key=lambda b: -b[2])
 
 
@@ -124,13 +129,17 @@ def host_report(calibration: Calibration, max_spread: float, busy: list[tuple[in
     elif load > cores:
         troubles.append(f"its load average is {load:.1f} on {cores} usable cores")
     if calibration.spread > SHAKY * max_spread:  # short blocks spread more than whole epochs on any host
-        troubles.append(f"blocks of the same training steps took {calibration.spread:.0%} apart "
-                        f"(over {SHAKY:g}x bench.max_spread, {max_spread:.0%})")
+        troubles.append(
+            f"blocks of the same training steps took {calibration.spread:.0%} apart "
+            f"(over {SHAKY:g}x bench.max_spread, {max_spread:.0%})"
+        )
     if not troubles:
         return None
-    return ("warning: this host is busy: " + "; ".join(troubles) + ". Every figure will be slower and spread wider "
-            "than on a quiet host, and rungs whose epochs spread past bench.max_spread are marked unstable; for "
-            "figures to keep, stop them or run the bench later.")
+    return (
+        "warning: this host is busy: " + "; ".join(troubles) + ". Every figure will be slower and spread wider "
+        "than on a quiet host, and rungs whose epochs spread past bench.max_spread are marked unstable; for "
+        "figures to keep, stop them or run the bench later."
+    )
 
 
 def reference_step_s(document: dict) -> float | None:
@@ -141,8 +150,9 @@ def reference_step_s(document: dict) -> float | None:
         return float(calibration["step_s"])
     device = _mapping(_mapping(document, "variants"), "device")
     params = _mapping(document, "params")
-    if device.get("extrapolated") or not all(_positive(v) for v in (device.get("train_s"), params.get("train_samples"),
-                                                                    params.get("batch_size"))):
+    if device.get("extrapolated") or not all(
+        _positive(v) for v in (device.get("train_s"), params.get("train_samples"), params.get("batch_size"))
+    ):
         return None
     return float(device["train_s"]) / math.ceil(params["train_samples"] / params["batch_size"])
 
@@ -172,15 +182,22 @@ def usable_reference(path: Path, device_type: str) -> dict | None:
     return document if reference_step_s(document) else None
 
 
-def find_reference(dataset: str, candidates: list[Path], device_type: str, quick: bool,
-                   machine: str | None) -> dict | None:
+def find_reference(
+    dataset: str, candidates: list[Path], device_type: str, quick: bool, machine: str | None
+) -> dict | None:
     """The earlier bench of `dataset` on this device type to scale from: this machine's in
     this mode first, then this machine's in the other, then another machine's."""
-    usable = [doc for path in candidates if path.name == f"{dataset}.json"
-              for doc in [usable_reference(path, device_type)] if doc]
+    usable = [
+        doc
+        for path in candidates
+        if path.name == f"{dataset}.json"
+        for doc in [usable_reference(path, device_type)]
+        if doc
+    ]
 
     def rank(doc: dict) -> tuple[bool, bool]:
         return _mapping(doc, "machine").get("name") != machine, bool(_mapping(doc, "params").get("quick")) != quick
+
     return min(usable, key=rank, default=None)
 
 
@@ -195,10 +212,10 @@ def parts(document: dict) -> dict[str, float]:
         extra = {k: document[k] for k in ("floor_s", "seeds_s") if _positive(document.get(k))}
         return {**recorded, **{k.removesuffix("_s"): v for k, v in extra.items()}}
     steps = math.ceil(params.get("train_samples", 60000) / max(1, params.get("batch_size", 512)))
-    share = (params.get("sample_steps", 20) * params.get("sample_epochs", 4)
-             / max(1, steps * params.get("epochs", 5)))
-    rough = {name: float(v.get("wall_s", 0.0)) * (share if v.get("extrapolated") else 1.0)
-             for name, v in variants.items()}
+    share = params.get("sample_steps", 20) * params.get("sample_epochs", 4) / max(1, steps * params.get("epochs", 5))
+    rough = {
+        name: float(v.get("wall_s", 0.0)) * (share if v.get("extrapolated") else 1.0) for name, v in variants.items()
+    }
     total = sum(rough.values())
     wall = _number(document, "wall_s")
     scale = wall / total if total > 0 and wall > 0 else 1.0
@@ -239,8 +256,11 @@ def predict(document: dict, settings) -> dict[str, float]:
     tuned = variants.get("tuned")
     if "tuned" in settings.variants and settings.tuned is not None and settings.tuned.seeds:
         # each seed its whole schedule: the rung's setup and epochs, no profiled pass or floor
-        once = (_number(tuned, "setup_s") + settings.tuned.epochs * (_number(tuned, "train_s") + _number(tuned, "test_s"))
-                if isinstance(tuned, dict) else out["tuned"])
+        once = (
+            _number(tuned, "setup_s") + settings.tuned.epochs * (_number(tuned, "train_s") + _number(tuned, "test_s"))
+            if isinstance(tuned, dict)
+            else out["tuned"]
+        )
         out["tuned_seeds"] = settings.tuned.seeds * once
     return out
 
@@ -252,7 +272,7 @@ class Pace:
     speed apart from one machine to the next, so each kind keeps its own pace; a kind not
     yet seen keeps the calibration's."""
 
-    expected: dict[str, float]     # seconds per part, scaled by the calibration
+    expected: dict[str, float]  # seconds per part, scaled by the calibration
     kinds: dict[str, str] = dataclasses.field(default_factory=dict)  # part -> kind; unnamed parts: "full"
 
     def total(self) -> float:
@@ -261,6 +281,7 @@ class Pace:
     def left(self, done: dict[str, float]) -> float:
         """Seconds left after the parts `done` (part -> the seconds it took), each kind at
         the pace its parts were done at."""
+
         def kind(name: str) -> str:
             return self.kinds.get(name, "full")
 
@@ -277,10 +298,17 @@ def same_run(document: dict, settings) -> bool:
     recorded: then its recorded times are the estimate, else `predict`'s."""
     params = _mapping(document, "params")
     variants = _mapping(document, "variants")
-    asked = {"quick": settings.quick, "epochs": settings.epochs, "sample_steps": settings.sample_steps,
-             "sample_epochs": settings.sample_epochs}
-    return (all(params.get(key) == value for key, value in asked.items()) and list(variants) == list(settings.variants)
-            and all(isinstance(v.get("bench_s"), (int, float)) for v in variants.values()))
+    asked = {
+        "quick": settings.quick,
+        "epochs": settings.epochs,
+        "sample_steps": settings.sample_steps,
+        "sample_epochs": settings.sample_epochs,
+    }
+    return (
+        all(params.get(key) == value for key, value in asked.items())
+        and list(variants) == list(settings.variants)
+        and all(isinstance(v.get("bench_s"), (int, float)) for v in variants.values())
+    )
 
 
 def settings_of(document: dict, settings):
@@ -290,12 +318,19 @@ def settings_of(document: dict, settings):
 
     def count(key: str, default: int) -> int:
         return int(params[key]) if _positive(params.get(key)) else default
+
     return dataclasses.replace(
-        settings, variants=tuple(variants), sample=tuple(n for n, v in variants.items() if v.get("extrapolated")),
-        epochs=count("epochs", settings.epochs), sample_steps=count("sample_steps", 1),
-        sample_epochs=count("sample_epochs", 1), quick=bool(params.get("quick")),
-        floor=bool(_mapping(document, "floor")), budget=any(v.get("budget") for v in variants.values()),
-        accuracy_seeds=len(seeds) if isinstance(seeds, list) else 0)
+        settings,
+        variants=tuple(variants),
+        sample=tuple(n for n, v in variants.items() if v.get("extrapolated")),
+        epochs=count("epochs", settings.epochs),
+        sample_steps=count("sample_steps", 1),
+        sample_epochs=count("sample_epochs", 1),
+        quick=bool(params.get("quick")),
+        floor=bool(_mapping(document, "floor")),
+        budget=any(v.get("budget") for v in variants.values()),
+        accuracy_seeds=len(seeds) if isinstance(seeds, list) else 0,
+    )
 
 
 def pace_for(reference: dict, calibration: Calibration, settings) -> Pace:
@@ -316,14 +351,17 @@ def pace_for(reference: dict, calibration: Calibration, settings) -> Pace:
     return Pace({name: seconds * scale for name, seconds in earlier.items()}, kinds)
 
 
-def announce(dataset: str, reference: dict | None, calibration: Calibration, pace: Pace | None,
-             others: dict[str, float]) -> str:
+def announce(
+    dataset: str, reference: dict | None, calibration: Calibration, pace: Pace | None, others: dict[str, float]
+) -> str:
     """The estimate, printed before the first rung: this data set's, the whole bench's, and
     what it rests on."""
     here = f"a training step of the write-up's model takes {duration(calibration.step_s)} here"
     if reference is None or pace is None:
-        return (f"bench {dataset}: no earlier bench on this device type and mode to scale from, so no estimate "
-                f"yet ({here}); the time left is printed after each rung")
+        return (
+            f"bench {dataset}: no earlier bench on this device type and mode to scale from, so no estimate "
+            f"yet ({here}); the time left is printed after each rung"
+        )
     whose = _mapping(reference, "machine").get("name") or "an unnamed machine"
     wall = reference.get("wall_s")
     took = f", whose bench of {dataset} took {duration(float(wall))}" if _positive(wall) else ""
@@ -332,5 +370,7 @@ def announce(dataset: str, reference: dict | None, calibration: Calibration, pac
     if others:
         names = ", ".join(others)
         whole = f"; the whole bench, with {names}, about {duration(total + sum(others.values()))}"
-    return (f"bench {dataset}: about {duration(total)} here{whole} ({here}, "
-            f"{duration(reference_step_s(reference))} on {whose}{took})")
+    return (
+        f"bench {dataset}: about {duration(total)} here{whole} ({here}, "
+        f"{duration(reference_step_s(reference))} on {whose}{took})"
+    )

@@ -47,8 +47,14 @@ def times_to_accuracy(timing: Timing, targets: tuple[float, ...]) -> list[dict] 
     return [time_to_accuracy(timing, target) for target in targets] or None
 
 
-def summarise(timing: Timing, train_steps: int, test_steps: int, settings: BenchSettings,
-              targets: tuple[float, ...] = (), epochs: int | None = None) -> dict:
+def summarise(
+    timing: Timing,
+    train_steps: int,
+    test_steps: int,
+    settings: BenchSettings,
+    targets: tuple[float, ...] = (),
+    epochs: int | None = None,
+) -> dict:
     """Steady per-epoch figures and the whole cost of the configured epochs (`wall_s`); a
     timing of sampled epochs (`timing.sampled_steps`) is scaled to `epochs` whole ones (the
     bench's by default). With `targets` and whole epochs, the time to each test accuracy
@@ -75,8 +81,7 @@ def summarise(timing: Timing, train_steps: int, test_steps: int, settings: Bench
         "cuda_graph": timing.cuda_graph,
         "measured": {"train_s": [round(s, 4) for s in timing.train_s], "test_s": [round(s, 4) for s in timing.test_s]},
         "spread": spread(timing.train_s),
-        "budget": None if timing.budget is None else with_epoch_step(
-            timing.budget, steady_step(timing, train_steps)),
+        "budget": None if timing.budget is None else with_epoch_step(timing.budget, steady_step(timing, train_steps)),
         "accuracy_by_epoch": None if sampled else [round(a, 4) for a in timing.accuracies],
         "time_to_accuracy": None if sampled else times_to_accuracy(timing, targets),
     }
@@ -99,8 +104,7 @@ def spread(seconds: list[float]) -> dict:
     """min / median / max of the steady train epochs, in seconds per timed epoch (sampled
     variants: per sampled epoch, which is what was measured)."""
     steady = steady_epochs(seconds)
-    return {"min": round(min(steady), 4), "median": round(statistics.median(steady), 4),
-            "max": round(max(steady), 4)}
+    return {"min": round(min(steady), 4), "median": round(statistics.median(steady), 4), "max": round(max(steady), 4)}
 
 
 def steady_step(timing: Timing, train_steps: int) -> float:
@@ -113,11 +117,15 @@ def seconds_spread(seconds: list[float | None]) -> dict:
     """Seconds to a target over seeds, a seed that never reached it (None) counted as slower
     than every other: the median is None when half or more missed, the max when any did."""
     ranked = sorted(seconds, key=lambda s: math.inf if s is None else s)
-    middle = ranked[(len(ranked) - 1) // 2: len(ranked) // 2 + 1]
+    middle = ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]
     done = [s for s in seconds if s is not None]
-    return {"seconds": seconds, "reached": len(done), "min": min(done) if done else None,
-            "median": None if None in middle else round(statistics.mean(middle), 3),
-            "max": None if len(done) < len(seconds) else max(done)}
+    return {
+        "seconds": seconds,
+        "reached": len(done),
+        "min": min(done) if done else None,
+        "median": None if None in middle else round(statistics.mean(middle), 3),
+        "max": None if len(done) < len(seconds) else max(done),
+    }
 
 
 # The floor each rung is bounded by; every other rung runs plain eager steps. `tuned` has none:
@@ -134,11 +142,13 @@ def finish(document: dict, settings: BenchSettings) -> None:
     n_train = document["params"]["train_samples"]
     reference = variants.get("naive")
     anchor = variants.get("preprocessed") or next(
-        (v for name, v in variants.items() if v["accuracy"] is not None and writeup_recipe(name)), None)
+        (v for name, v in variants.items() if v["accuracy"] is not None and writeup_recipe(name)), None
+    )
     for name, entry in variants.items():
         if reference:
-            entry["speedup"] = round((reference["train_s"] + reference["test_s"])
-                                     / (entry["train_s"] + entry["test_s"]), 2)
+            entry["speedup"] = round(
+                (reference["train_s"] + reference["test_s"]) / (entry["train_s"] + entry["test_s"]), 2
+            )
             if writeup_recipe(name):
                 entry["wall_speedup"] = round(reference["wall_s"] / entry["wall_s"], 2)
         if n_train:
@@ -166,8 +176,11 @@ def flag_unstable(document: dict, max_spread: float) -> list[str]:
         low, mid, high = (entry["spread"][k] for k in ("min", "median", "max"))
         if mid > 0 and (high - low) / mid > max_spread:
             reasons[name].append(f"epochs spread {(high - low) / mid:.0%} of their median")
-        bound = floor_.get("train_s" if name not in FLOOR_OF else f"{FLOOR_OF[name]}_train_s") \
-            if FLOOR_OF.get(name, "eager") is not None else None
+        bound = (
+            floor_.get("train_s" if name not in FLOOR_OF else f"{FLOOR_OF[name]}_train_s")
+            if FLOOR_OF.get(name, "eager") is not None
+            else None
+        )
         if bound and entry["train_s"] < bound * (1 - max_spread):
             reasons[name].append(f"{entry['train_s']:.3g} s/epoch is below its floor {bound:.3g} s")
             entry["below_floor"] = True
@@ -177,7 +190,9 @@ def flag_unstable(document: dict, max_spread: float) -> list[str]:
             x, y = variants[a]["train_s"], variants[b]["train_s"]
             if min(x, y) > 0 and abs(x - y) / min(x, y) > max_spread:
                 for name, twin in ((a, b), (b, a)):
-                    reasons[name].append(f"{abs(x - y) / min(x, y):.0%} apart from {twin}, which does the same work here")
+                    reasons[name].append(
+                        f"{abs(x - y) / min(x, y):.0%} apart from {twin}, which does the same work here"
+                    )
     for name, entry in variants.items():
         entry["unstable"] = bool(reasons[name])
         entry["unstable_reason"] = "; ".join(reasons[name]) or None

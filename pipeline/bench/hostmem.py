@@ -21,9 +21,9 @@ import ctypes
 import ctypes.util
 from collections.abc import Iterator
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3       # mallopt's parameter numbers (malloc.h)
-GLIBC_DEFAULT = 128 * 1024                         # both thresholds' documented start value
-KEEP = 1 << 30                                     # blocks up to 1 GiB come from (and return to) the heap
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+GLIBC_DEFAULT = 128 * 1024  # both thresholds' documented start value
+KEEP = 1 << 30  # blocks up to 1 GiB come from (and return to) the heap
 
 
 def _glibc() -> ctypes.CDLL | None:

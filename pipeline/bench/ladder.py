@@ -34,22 +34,40 @@ from pathlib import Path
 import torch
 
 from pipeline.bench.datapaths import Resident, data_path
-from pipeline.bench.estimate import (Calibration, Pace, announce, busy_processes, calibrate, find_reference,
-                                     host_report, pace_for, predict, reference_step_s)
+from pipeline.bench.estimate import (
+    Calibration,
+    Pace,
+    announce,
+    busy_processes,
+    calibrate,
+    find_reference,
+    host_report,
+    pace_for,
+    predict,
+    reference_step_s,
+)
 from pipeline.bench.figures import FLOOR_OF, finish, seconds_spread, summarise, time_to_accuracy
-from pipeline.bench.model import SimpleCNN, parameter_count
-from pipeline.shards.format import read_manifest
-from pipeline.bench.variants import STATIC_VARIANTS, writeup_recipe
 from pipeline.bench.hostmem import reuse_host_memory
-from pipeline.bench.runners import Execution, Floor, Timing, cudnn_benchmark, train_eager, train_static
+from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.bench.quickplan import Plan, Pricer, plan_rest
+from pipeline.bench.runners import Execution, Floor, Timing, cudnn_benchmark, train_eager, train_static
 from pipeline.bench.settings import BenchSettings
+from pipeline.bench.variants import STATIC_VARIANTS, writeup_recipe
 from pipeline.budget.units import duration
+from pipeline.shards.format import read_manifest
 
 
 # pragma: no mutate start (runs training: exercised by test_bench, too slow per mutant)
-def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device: torch.device,
-                settings: BenchSettings, progress: str = "", until: float | None = None) -> tuple[Timing, int, int]:
+def run_variant(
+    variant: str,
+    dataset: str,
+    parquet: Path,
+    shards: Path,
+    device: torch.device,
+    settings: BenchSettings,
+    progress: str = "",
+    until: float | None = None,
+) -> tuple[Timing, int, int]:
     """Build one variant's inputs and train it; returns (timing, train steps, test steps).
     With `until`, its epochs stop at the first test pass at that accuracy.
 
@@ -59,34 +77,74 @@ def run_variant(variant: str, dataset: str, parquet: Path, shards: Path, device:
     config = settings.train_config(variant)
     if variant in STATIC_VARIANTS:
         data = Resident.load(shards, device, dataset)
-        timing = train_static(data, device, config, settings.execution(variant, device),
-                              epochs=settings.epochs_of(variant), started=started, progress=progress,
-                              budget=settings.budget_steps(),
-                              until=until)
-        return timing, math.ceil(len(data.train_labels) / config.batch_size), \
-            math.ceil(len(data.test_labels) / config.batch_size)
+        timing = train_static(
+            data,
+            device,
+            config,
+            settings.execution(variant, device),
+            epochs=settings.epochs_of(variant),
+            started=started,
+            progress=progress,
+            budget=settings.budget_steps(),
+            until=until,
+        )
+        return (
+            timing,
+            math.ceil(len(data.train_labels) / config.batch_size),
+            math.ceil(len(data.test_labels) / config.batch_size),
+        )
     sampled = variant in settings.sample
     # a sampled rung's epoch: the samples of `sample_steps` steps at the bench's batch size,
     # whatever its own batch, so every sampled rung is timed over the same data
-    path = data_path(variant, parquet, shards, device, dataset=dataset, batch_size=config.batch_size, seed=config.seed,
-                     workers=settings.workers(),
-                     epoch_samples=settings.sample_steps * settings.batch_size if sampled else None)
-    timing = train_eager(path, device, config, epochs=settings.sample_epochs if sampled else settings.epochs,
-                         steps=path.sampled_steps, test_steps=path.sampled_test_steps, started=started,
-                         progress=progress, budget=settings.budget_steps(), until=until)
+    path = data_path(
+        variant,
+        parquet,
+        shards,
+        device,
+        dataset=dataset,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        workers=settings.workers(),
+        epoch_samples=settings.sample_steps * settings.batch_size if sampled else None,
+    )
+    timing = train_eager(
+        path,
+        device,
+        config,
+        epochs=settings.sample_epochs if sampled else settings.epochs,
+        steps=path.sampled_steps,
+        test_steps=path.sampled_test_steps,
+        started=started,
+        progress=progress,
+        budget=settings.budget_steps(),
+        until=until,
+    )
     return timing, path.train_steps, path.test_steps
 
 
 def environment(device: torch.device) -> dict:
-    return {"device": torch.cuda.get_device_name(device) if device.type == "cuda"
-            else platform.processor() or platform.machine(),
-            "device_type": device.type, "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-            "python": platform.python_version()}
+    return {
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine(),
+        "device_type": device.type,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+    }
 
 
-def run_bench(dataset: str, parquet: Path, shards: Path, device: str | torch.device,
-              settings: BenchSettings, earlier: list[Path] = (), machine: str | None = None) -> dict:
+def run_bench(
+    dataset: str,
+    parquet: Path,
+    shards: Path,
+    device: str | torch.device,
+    settings: BenchSettings,
+    earlier: list[Path] = (),
+    machine: str | None = None,
+) -> dict:
     """Every variant of the ladder on one data set; returns the full bench document, with
     `wall_s`: the seconds the whole bench took (floor, variants, profiled passes, seeds).
 
@@ -111,7 +169,7 @@ class Announced:
 
     calibration: Calibration
     pace: Pace | None
-    reference: dict | None = None   # the earlier run the pace scales from
+    reference: dict | None = None  # the earlier run the pace scales from
 
     def left(self, done: dict[str, float], elapsed: float, variants_done: int, variants: int) -> str:
         """'; 2 min so far, about 12 min left' (the earlier run's parts, at this run's pace,
@@ -127,8 +185,9 @@ class Announced:
         return f"; {duration(elapsed)} so far, about {duration(left)} left"
 
 
-def announce_bench(dataset: str, device: torch.device, settings: BenchSettings, earlier: list[Path],
-                   machine: str | None) -> Announced:
+def announce_bench(
+    dataset: str, device: torch.device, settings: BenchSettings, earlier: list[Path], machine: str | None
+) -> Announced:
     """Calibrate, find the earlier run to scale from, and print the estimate (this data set
     and the others `earlier` holds) and, on a busy host, what runs beside the bench."""
     busy = busy_processes(exclude=(os.getppid(),))
@@ -192,11 +251,17 @@ def pricer(announced: Announced, took: dict[str, tuple[float, float]]) -> Pricer
         scale = announced.calibration.step_s / reference_step_s(reference) * behind
         expected = predict(reference, dataclasses.replace(settings, variants=rest))
         return {rung: expected[rung] * scale for rung in rest}
+
     return price
 
 
-def plan_quick(announced: Announced, settings: BenchSettings, rest: tuple[str, ...],
-               took: dict[str, tuple[float, float]], left_s: float) -> QuickStep:
+def plan_quick(
+    announced: Announced,
+    settings: BenchSettings,
+    rest: tuple[str, ...],
+    took: dict[str, tuple[float, float]],
+    left_s: float,
+) -> QuickStep:
     """The rungs `rest` planned to fit in `left_s` (`quickplan.plan_rest`), and their price."""
     price = pricer(announced, took)
     plan = plan_rest(settings, rest, price, left_s)
@@ -204,8 +269,15 @@ def plan_quick(announced: Announced, settings: BenchSettings, rest: tuple[str, .
     return QuickStep(plan, price(plan.settings, kept) if kept else {})
 
 
-def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, settings: BenchSettings,
-               announced: Announced, started: float) -> dict:
+def _run_bench(
+    dataset: str,
+    parquet: Path,
+    shards: Path,
+    device: torch.device,
+    settings: BenchSettings,
+    announced: Announced,
+    started: float,
+) -> dict:
     results: dict = {}
     # The process's one-time CUDA start, outside every variant (it would land in the first one's).
     start = time.perf_counter()
@@ -228,25 +300,34 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
             step = plan_quick(announced, settings, settings.variants[done:], took, budget_left)
             cuts = "; ".join(step.plan.cuts)
             if cuts and cuts not in quick_plan["cuts"][-1:]:
-                print(f"{dataset}: {duration(max(0.0, budget_left))} of the quick budget left; {step.said}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{dataset}: {duration(max(0.0, budget_left))} of the quick budget left; {step.said}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 quick_plan["cuts"].append(cuts)
             planned = step.plan.settings
             if variant in step.plan.skipped and results:  # the first rung runs whatever: a document has one
                 quick_plan["skipped"].append(variant)
-                print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: left out (the quick budget)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: left out (the quick budget)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             priced = step.priced_s.get(variant, 0.0)
             left = f"; {duration(time.perf_counter() - started)} so far, about {duration(sum(step.priced_s.values()))} left"
         sampled = variant in planned.sample
         begun = time.perf_counter()
-        what = (f"sampled: {planned.sample_epochs} epochs of {planned.sample_steps} steps, extrapolated"
-                if sampled else f"{planned.epochs_of(variant)} epochs")
-        print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: {what}{left}",
-              file=sys.stderr, flush=True)
-        timing, train_steps, test_steps = run_variant(variant, dataset, Path(parquet), Path(shards), device, planned,
-                                                      progress=f"{dataset}/{variant}")
+        what = (
+            f"sampled: {planned.sample_epochs} epochs of {planned.sample_steps} steps, extrapolated"
+            if sampled
+            else f"{planned.epochs_of(variant)} epochs"
+        )
+        print(f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: {what}{left}", file=sys.stderr, flush=True)
+        timing, train_steps, test_steps = run_variant(
+            variant, dataset, Path(parquet), Path(shards), device, planned, progress=f"{dataset}/{variant}"
+        )
         results[variant] = summarise(timing, train_steps, test_steps, planned, settings.targets(dataset))
         # Free this variant's loaders now: their (persistent) worker processes must not
         # share the CPU with the next variant's timed epochs (nor with the floor's).
@@ -259,19 +340,31 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         if priced > 0:
             took[variant] = (time.perf_counter() - begun, priced)
     n_train = read_manifest(Path(shards) / "train")["count"]
-    document = {"dataset": dataset, "env": {**environment(device), "device_init_s": round(init_s, 3)},
-                "params": {"epochs": settings.epochs, "batch_size": settings.batch_size,
-                           "seed": settings.seed, "num_workers": settings.workers(),
-                           "parameters": parameter_count(SimpleCNN()), "train_samples": n_train,
-                           "sample_steps": settings.sample_steps, "sample_epochs": settings.sample_epochs,
-                           "quick": settings.quick, **tuned_params(settings)},
-                "compiled_options": dataclasses.asdict(settings.execution("compiled", device)),
-                "variants": results}
+    document = {
+        "dataset": dataset,
+        "env": {**environment(device), "device_init_s": round(init_s, 3)},
+        "params": {
+            "epochs": settings.epochs,
+            "batch_size": settings.batch_size,
+            "seed": settings.seed,
+            "num_workers": settings.workers(),
+            "parameters": parameter_count(SimpleCNN()),
+            "train_samples": n_train,
+            "sample_steps": settings.sample_steps,
+            "sample_epochs": settings.sample_epochs,
+            "quick": settings.quick,
+            **tuned_params(settings),
+        },
+        "compiled_options": dataclasses.asdict(settings.execution("compiled", device)),
+        "variants": results,
+    }
     if settings.quick:
         document["quick_plan"] = quick_plan
     if floor_runs:
-        document["floor"] = {**{key: round(run.seconds, 4) for key, run in floor_runs.items()},
-                             "epochs": len(distinct_floors[0].train_s)}
+        document["floor"] = {
+            **{key: round(run.seconds, 4) for key, run in floor_runs.items()},
+            "epochs": len(distinct_floors[0].train_s),
+        }
     document["floor_s"] = round(floor_s, 1)
     targets = settings.targets(dataset)
     target = targets[0] if targets else None
@@ -282,16 +375,32 @@ def _run_bench(dataset: str, parquet: Path, shards: Path, device: torch.device, 
         given), outside the epoch budget."""
         gc.collect()  # the last run's loader workers must not share the CPU with this one
         reseeded = dataclasses.replace(settings, seed=seed, budget=False)
-        return run_variant(variant, dataset, parquet, shards, device, reseeded,
-                           progress=f"{dataset}/{variant} seed {seed}", until=until)[0]
+        return run_variant(
+            variant,
+            dataset,
+            parquet,
+            shards,
+            device,
+            reseeded,
+            progress=f"{dataset}/{variant} seed {seed}",
+            until=until,
+        )[0]
 
     if target is not None and settings.accuracy_seeds > 0:
-        print(f"{dataset}: time to {target:.0%} from {settings.accuracy_seeds} more seeds"
-              f"{announced.left(done_parts, time.perf_counter() - started, 1, 1)}", file=sys.stderr, flush=True)
+        print(
+            f"{dataset}: time to {target:.0%} from {settings.accuracy_seeds} more seeds"
+            f"{announced.left(done_parts, time.perf_counter() - started, 1, 1)}",
+            file=sys.stderr,
+            flush=True,
+        )
         document["seeds"] = over_seeds(results, settings, target, functools.partial(rerun, until=target))
     if "tuned" in results and settings.tuned is not None and settings.tuned.seeds > 0:
-        print(f"{dataset}: the tuned recipe's accuracy and time to {', '.join(f'{t:.0%}' for t in targets)} over "
-              f"{settings.tuned.seeds} seed{'s' if settings.tuned.seeds > 1 else ''}", file=sys.stderr, flush=True)
+        print(
+            f"{dataset}: the tuned recipe's accuracy and time to {', '.join(f'{t:.0%}' for t in targets)} over "
+            f"{settings.tuned.seeds} seed{'s' if settings.tuned.seeds > 1 else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
         document["tuned"] = tuned_over_seeds(settings, targets, functools.partial(rerun, "tuned"))
     document["seeds_s"] = round(time.perf_counter() - seeds_started, 1)
     finish(document, settings)
@@ -316,8 +425,7 @@ def tuned_params(settings: BenchSettings) -> dict:
     return {"tuned": {**dataclasses.asdict(recipe), "betas": list(recipe.betas)}}
 
 
-def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...],
-                     run: Callable[[int], Timing]) -> dict:
+def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...], run: Callable[[int], Timing]) -> dict:
     """The `tuned` recipe from `settings.tuned.seeds` fresh seeds (seed + 1, ...), each its
     whole schedule: the final test accuracy of each (mean, min, max) and, per target, the
     seconds to it (`seconds_spread`); the rung's own ladder run is not one of them."""
@@ -325,30 +433,48 @@ def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...],
     seeds = list(range(settings.seed + 1, settings.seed + 1 + recipe.seeds))
     timings = [run(seed) for seed in seeds]
     accuracies = [round(t.accuracy, 4) for t in timings]
-    return {"recipe": tuned_params(settings)["tuned"], "seeds": seeds, "accuracy": accuracies,
-            "accuracy_mean": round(statistics.mean(accuracies), 4), "accuracy_min": min(accuracies),
-            "accuracy_max": max(accuracies),
-            "targets": [{"target": target, **seconds_spread([time_to_accuracy(t, target)["seconds"] for t in timings])}
-                        for target in targets]}
+    return {
+        "recipe": tuned_params(settings)["tuned"],
+        "seeds": seeds,
+        "accuracy": accuracies,
+        "accuracy_mean": round(statistics.mean(accuracies), 4),
+        "accuracy_min": min(accuracies),
+        "accuracy_max": max(accuracies),
+        "targets": [
+            {"target": target, **seconds_spread([time_to_accuracy(t, target)["seconds"] for t in timings])}
+            for target in targets
+        ],
+    }
 
 
-def over_seeds(results: dict, settings: BenchSettings, target: float,
-               again: Callable[[str, int], Timing]) -> dict | None:
+def over_seeds(
+    results: dict, settings: BenchSettings, target: float, again: Callable[[str, int], Timing]
+) -> dict | None:
     """The time to `target` of the rung that reached it first in the ladder, taken again from
     `settings.accuracy_seeds` fresh seeds (seed + 1, ...; the ladder's own run, which chose the
     rung, is left out), each run stopped at its first test pass at the target. A seed that
     never reaches it counts as slower than every other: the median is None when half or more
     missed, and so is the max when any did. None when no rung reached the target."""
-    reached = {name: first["seconds"] for name, entry in results.items()
-               if writeup_recipe(name) and entry.get("time_to_accuracy")
-               and (first := entry["time_to_accuracy"][0])["target"] == target and first["seconds"] is not None}
+    reached = {
+        name: first["seconds"]
+        for name, entry in results.items()
+        if writeup_recipe(name)
+        and entry.get("time_to_accuracy")
+        and (first := entry["time_to_accuracy"][0])["target"] == target
+        and first["seconds"] is not None
+    }
     if not reached:
         return None
     rung = min(reached, key=lambda name: reached[name])
     seeds = list(range(settings.seed + 1, settings.seed + 1 + settings.accuracy_seeds))
     found = [time_to_accuracy(again(rung, seed), target) for seed in seeds]
-    return {"variant": rung, "target": target, "seeds": seeds, "epochs": [f["epoch"] for f in found],
-            **seconds_spread([f["seconds"] for f in found])}
+    return {
+        "variant": rung,
+        "target": target,
+        "seeds": seeds,
+        "epochs": [f["epoch"] for f in found],
+        **seconds_spread([f["seconds"] for f in found]),
+    }
 
 
 def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSettings) -> dict[str, Floor]:

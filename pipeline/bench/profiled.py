@@ -16,8 +16,14 @@ from pipeline.budget.timebudget import TimeBudget
 from pipeline.budget.trace import RANGE, QuietProfiler, sync, window_parts
 
 
-def profile_steps(batches: Iterator, to_device: Callable[[Any], Any], step: Callable[[Any], None], steps: int,
-                  device: torch.device, warmup: int = 2) -> dict:
+def profile_steps(
+    batches: Iterator,
+    to_device: Callable[[Any], Any],
+    step: Callable[[Any], None],
+    steps: int,
+    device: torch.device,
+    warmup: int = 2,
+) -> dict:
     """Run `steps` train steps (after `warmup` unprofiled ones) under the profiler and
     return the parts per step, in seconds, with the pass's step time (`step_s`) and, on
     CUDA, the kernels launched per step.

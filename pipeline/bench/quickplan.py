@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pipeline.bench.settings import BenchSettings
 from pipeline.bench.variants import EAGER_VARIANTS
 
-MIN_SAMPLE_STEPS = 2   # a sampled epoch's steps: below this a step's time is mostly its first
-FILL = 0.85            # of the time left a plan may take: a rung may run slower than priced
+MIN_SAMPLE_STEPS = 2  # a sampled epoch's steps: below this a step's time is mostly its first
+FILL = 0.85  # of the time left a plan may take: a rung may run slower than priced
 
 # rung -> its predicted seconds, for the settings and rungs given
 Pricer = Callable[[BenchSettings, tuple[str, ...]], dict[str, float]]

@@ -34,9 +34,9 @@ from typing import TypeVar
 import torch
 import torch.nn.functional as F
 
-from pipeline.bench.profiled import profile_steps, timed_window
 from pipeline.bench.datapaths import DataPath, Resident
 from pipeline.bench.model import SimpleCNN
+from pipeline.bench.profiled import profile_steps, timed_window
 from pipeline.bench.variants import GRAPH_SCOPES
 from pipeline.core.errors import InputError, reason
 from pipeline.shards.order import ShardSampler
@@ -62,8 +62,14 @@ class OneCycle:
         param = torch.zeros(1, requires_grad=True)
         optimizer = torch.optim.SGD([param], lr=self.max_lr)
         schedule = torch.optim.lr_scheduler.OneCycleLR(
-            optimizer, max_lr=self.max_lr, total_steps=max(steps, 2), pct_start=self.pct_start,
-            div_factor=self.div_factor, final_div_factor=self.final_div_factor, cycle_momentum=False)
+            optimizer,
+            max_lr=self.max_lr,
+            total_steps=max(steps, 2),
+            pct_start=self.pct_start,
+            div_factor=self.div_factor,
+            final_div_factor=self.final_div_factor,
+            cycle_momentum=False,
+        )
         rates = []
         for _ in range(steps):
             rates.append(float(optimizer.param_groups[0]["lr"]))
@@ -81,19 +87,19 @@ class TrainConfig:
     lr: float = 1e-3
     seed: int = 42
     betas: tuple[float, float] = (0.9, 0.999)
-    schedule: OneCycle | None = None   # None: the constant `lr`
+    schedule: OneCycle | None = None  # None: the constant `lr`
 
 
 @dataclass(frozen=True)
 class Execution:
     """How the model itself runs: compiled or not, bf16 autocast, memory layout, CUDA graph."""
 
-    compile_mode: str = "none"      # one of variants.COMPILE_MODES ("none": eager)
-    autocast: bool = False          # bf16 autocast for forward and loss
+    compile_mode: str = "none"  # one of variants.COMPILE_MODES ("none": eager)
+    autocast: bool = False  # bf16 autocast for forward and loss
     channels_last: bool = False
-    cuda_graph: bool = False        # capture CUDA graphs; ignored (recorded) off CUDA
-    backend: str = "inductor"       # torch.compile backend; the tests use "eager" (cheap)
-    graph_scope: str = "epoch"      # one of variants.GRAPH_SCOPES: what one graph holds (`StaticSteps`)
+    cuda_graph: bool = False  # capture CUDA graphs; ignored (recorded) off CUDA
+    backend: str = "inductor"  # torch.compile backend; the tests use "eager" (cheap)
+    graph_scope: str = "epoch"  # one of variants.GRAPH_SCOPES: what one graph holds (`StaticSteps`)
 
     def __post_init__(self) -> None:
         if self.graph_scope not in GRAPH_SCOPES:
@@ -107,11 +113,11 @@ class Timing:
     accuracy: float | None = None
     accuracies: list[float] = field(default_factory=list)  # the test accuracy after each timed epoch
     loss: float | None = None
-    setup_s: float = 0.0            # from the variant's start to its first timed step
-    warmup_s: float = 0.0           # of which: warm-up steps (compiling, autotuning)
-    capture_s: float = 0.0          # of which: capturing the CUDA graphs
-    cuda_graph: bool = False        # whether the epochs really replayed a CUDA graph
-    budget: dict | None = None      # where a train step's time goes (`profiled.profile_steps`)
+    setup_s: float = 0.0  # from the variant's start to its first timed step
+    warmup_s: float = 0.0  # of which: warm-up steps (compiling, autotuning)
+    capture_s: float = 0.0  # of which: capturing the CUDA graphs
+    cuda_graph: bool = False  # whether the epochs really replayed a CUDA graph
+    budget: dict | None = None  # where a train step's time goes (`profiled.profile_steps`)
     sampled_steps: int | None = None  # train steps per timed epoch when sampled; None: whole epochs
     sampled_test_steps: int | None = None  # test steps per timed epoch when sampled
 
@@ -129,7 +135,9 @@ class RecompileError(InputError):
 def no_recompiles(execution: Execution):
     """During the timed epochs a compiled model must not compile again (its figures would
     include compiling): torch.compiler's `fail_on_recompile` stance makes a recompile an error."""
-    return torch.compiler.set_stance("fail_on_recompile") if execution.compile_mode != "none" else contextlib.nullcontext()
+    return (
+        torch.compiler.set_stance("fail_on_recompile") if execution.compile_mode != "none" else contextlib.nullcontext()
+    )
 
 
 @contextlib.contextmanager
@@ -141,12 +149,15 @@ def timed_without_recompiles(execution: Execution, progress: str) -> Iterator[No
     except RuntimeError as err:
         if execution.compile_mode == "none" or "recompil" not in str(err).lower():
             raise
-        raise RecompileError(f"{progress or 'a compiled run'}: torch.compile compiled again during the timed "
-                             f"epochs ({reason(err, 160)}); its figures would include compiling") from None
+        raise RecompileError(
+            f"{progress or 'a compiled run'}: torch.compile compiled again during the timed "
+            f"epochs ({reason(err, 160)}); its figures would include compiling"
+        ) from None
 
 
-def build_model(device: torch.device, config: TrainConfig, execution: Execution,
-                graph: bool) -> tuple[torch.nn.Module, Callable, torch.optim.Optimizer]:
+def build_model(
+    device: torch.device, config: TrainConfig, execution: Execution, graph: bool
+) -> tuple[torch.nn.Module, Callable, torch.optim.Optimizer]:
     """The model (seeded), what to call for a forward pass, and Adam; graph-safe when `graph`."""
     torch.manual_seed(config.seed)
     model = SimpleCNN().to(device)
@@ -156,8 +167,11 @@ def build_model(device: torch.device, config: TrainConfig, execution: Execution,
     # as a CUDA graph requires; a scheduled rate is then a device tensor the graph reads. Elsewhere
     # the default (foreach) implementation, its rate a float set before each step.
     extra = {"fused": True, "capturable": True} if graph else {}
-    lr = (torch.tensor(float(config.lr), dtype=torch.float32, device=device) if graph and config.schedule is not None
-          else config.lr)
+    lr = (
+        torch.tensor(float(config.lr), dtype=torch.float32, device=device)
+        if graph and config.schedule is not None
+        else config.lr
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=config.betas, **extra)
     if execution.compile_mode == "none":
         return model, model, optimizer
@@ -176,12 +190,20 @@ def _report(progress: str, epoch: int, epochs: int, timing: Timing) -> None:
     """One line an epoch; a sampled epoch says what it timed (its steps, not the epoch) and
     reports no accuracy (the model has trained only those steps)."""
     if timing.sampled_steps is not None:
-        print(f"  {progress} sampled epoch {epoch + 1}/{epochs}: {timing.sampled_steps} train steps "
-              f"{timing.train_s[-1]:.3f} s, {timing.sampled_test_steps} test steps {timing.test_s[-1]:.3f} s "
-              f"(the epoch's figures are extrapolated from these; no accuracy)", file=sys.stderr, flush=True)
+        print(
+            f"  {progress} sampled epoch {epoch + 1}/{epochs}: {timing.sampled_steps} train steps "
+            f"{timing.train_s[-1]:.3f} s, {timing.sampled_test_steps} test steps {timing.test_s[-1]:.3f} s "
+            f"(the epoch's figures are extrapolated from these; no accuracy)",
+            file=sys.stderr,
+            flush=True,
+        )
         return
-    print(f"  {progress} epoch {epoch + 1}/{epochs}: train {timing.train_s[-1]:.3f} s, "
-          f"test {timing.test_s[-1]:.3f} s, accuracy {timing.accuracy:.4f}", file=sys.stderr, flush=True)
+    print(
+        f"  {progress} epoch {epoch + 1}/{epochs}: train {timing.train_s[-1]:.3f} s, "
+        f"test {timing.test_s[-1]:.3f} s, accuracy {timing.accuracy:.4f}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def clocked(device: torch.device, work: Callable[[], T]) -> tuple[T, float]:
@@ -194,9 +216,17 @@ def clocked(device: torch.device, work: Callable[[], T]) -> tuple[T, float]:
     return result, time.perf_counter() - start
 
 
-def _timed_epochs(timing: Timing, device: torch.device, epochs: int, train_epoch: Callable[[int], None],
-                  test_pass: Callable[[], float], mean_loss: Callable[[], float], progress: str,
-                  before_epoch: Callable[[int], None] = lambda epoch: None, until: float | None = None) -> None:
+def _timed_epochs(
+    timing: Timing,
+    device: torch.device,
+    epochs: int,
+    train_epoch: Callable[[int], None],
+    test_pass: Callable[[], float],
+    mean_loss: Callable[[], float],
+    progress: str,
+    before_epoch: Callable[[int], None] = lambda epoch: None,
+    until: float | None = None,
+) -> None:
     """The clock both runners share: train, then test, each timed after synchronising;
     `before_epoch` runs off the clock. With `until`, the epochs stop after the first test
     pass at or above that accuracy (a time-to-accuracy run)."""
@@ -227,9 +257,19 @@ def _limited(iterable: Iterable, steps: int | None) -> Iterator:
     return iter(iterable) if steps is None else itertools.islice(iterable, steps)
 
 
-def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, epochs: int,
-                steps: int | None = None, test_steps: int | None = None, started: float | None = None,
-                progress: str = "", budget: int = 0, until: float | None = None) -> Timing:
+def train_eager(
+    path: DataPath,
+    device: torch.device,
+    config: TrainConfig,
+    *,
+    epochs: int,
+    steps: int | None = None,
+    test_steps: int | None = None,
+    started: float | None = None,
+    progress: str = "",
+    budget: int = 0,
+    until: float | None = None,
+) -> Timing:
     """The write-up's loop over `path`'s batches; `steps` and `test_steps` cap the train and test
     steps per epoch (sampled timing); `until` stops after the first test pass at that accuracy.
     With `budget` (a number of steps), one more epoch, from a fresh iterator, worker start-up
@@ -266,12 +306,26 @@ def train_eager(path: DataPath, device: torch.device, config: TrainConfig, *, ep
                 seen += len(y)
         return correct.item() / max(seen, 1)
 
-    _timed_epochs(timing, device, epochs, train_epoch, test_pass,
-                  lambda: total_loss.item() / max(steps or path.train_steps, 1), progress, until=until)
+    _timed_epochs(
+        timing,
+        device,
+        epochs,
+        train_epoch,
+        test_pass,
+        lambda: total_loss.item() / max(steps or path.train_steps, 1),
+        progress,
+        until=until,
+    )
     if budget:
         profiled = steps if steps is not None else min(budget, path.train_steps)
-        timing.budget = profile_steps(_limited(path.train(), profiled), lambda item: _as_batch(item, device, non_blocking),
-                                      train_step, profiled, device, warmup=0)
+        timing.budget = profile_steps(
+            _limited(path.train(), profiled),
+            lambda item: _as_batch(item, device, non_blocking),
+            train_step,
+            profiled,
+            device,
+            warmup=0,
+        )
     return timing
 
 
@@ -298,8 +352,15 @@ class StaticSteps:
     captured step replayed `train_steps` times is the epoch (on any device: the CPU runs the
     counter's steps eagerly, which lets its tests pin down the batches it picks)."""
 
-    def __init__(self, data: Resident, device: torch.device, config: TrainConfig, execution: Execution,
-                 pregathered: bool = False, epochs: int = 1) -> None:
+    def __init__(
+        self,
+        data: Resident,
+        device: torch.device,
+        config: TrainConfig,
+        execution: Execution,
+        pregathered: bool = False,
+        epochs: int = 1,
+    ) -> None:
         self.device, self.execution, self.batch = device, execution, config.batch_size
         self.graph = execution.cuda_graph and device.type == "cuda"
         self.by_counter = execution.graph_scope == "step"
@@ -324,8 +385,11 @@ class StaticSteps:
         self.test_graph: torch.cuda.CUDAGraph | None = None
         # A scheduled rate: every step's over `epochs` epochs, and this epoch's on the device
         # (refilled off the clock, read by the step: a captured epoch replays with each epoch's).
-        self.rates = (None if config.schedule is None else
-                      torch.tensor(config.schedule.rates(epochs * self.train_steps)).view(epochs, self.train_steps))
+        self.rates = (
+            None
+            if config.schedule is None
+            else torch.tensor(config.schedule.rates(epochs * self.train_steps)).view(epochs, self.train_steps)
+        )
         self.epoch_rates = None if self.rates is None else self.rates[0].to(device)
         self.epoch_rates_host: list[float] = [] if self.rates is None else self.rates[0].tolist()
 
@@ -345,8 +409,11 @@ class StaticSteps:
             if self.pregathered:
                 return self._at_counter(self.xs), self._at_counter(self.ys), weights
             index = self._at_counter(self.order)
-            return unit_float(self.data.train_images[index], add_channel=True), \
-                self.data.train_labels[index].long(), weights
+            return (
+                unit_float(self.data.train_images[index], add_channel=True),
+                self.data.train_labels[index].long(),
+                weights,
+            )
         weights = self.weights[step * self.batch : (step + 1) * self.batch]
         if self.pregathered:
             window = slice(step * self.batch, (step + 1) * self.batch)
@@ -497,13 +564,15 @@ class StaticSteps:
         if self.train_graph is not None:
             return timed_window(self._replay_epoch, self.device, self.train_steps)
         steps = min(steps, self.train_steps)
+
         def gathered(step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             self._seek(step)
             return self._gather(step)
 
         batches = (gathered(step) for step in range(steps))
-        return profile_steps(batches, lambda batch: batch, lambda batch: self._update(*batch), steps,
-                             self.device, warmup=0)
+        return profile_steps(
+            batches, lambda batch: batch, lambda batch: self._update(*batch), steps, self.device, warmup=0
+        )
 
     def test_pass(self) -> float:
         if self.test_graph is not None:
@@ -529,9 +598,19 @@ def cudnn_benchmark(device: torch.device) -> Iterator[None]:
         torch.backends.cudnn.benchmark = before
 
 
-def train_static(data: Resident, device: torch.device, config: TrainConfig, execution: Execution, *,
-                 epochs: int, started: float | None = None, pregathered: bool = False,
-                 progress: str = "", budget: int = 0, until: float | None = None) -> Timing:
+def train_static(
+    data: Resident,
+    device: torch.device,
+    config: TrainConfig,
+    execution: Execution,
+    *,
+    epochs: int,
+    started: float | None = None,
+    pregathered: bool = False,
+    progress: str = "",
+    budget: int = 0,
+    until: float | None = None,
+) -> Timing:
     """Train `epochs` epochs at one batch shape; see `StaticSteps`. With `budget` (a number of
     steps), that many steps of one more epoch are profiled after the timed ones
     (`StaticSteps.profile`); `until` stops after the first test pass at that accuracy."""
@@ -544,8 +623,17 @@ def train_static(data: Resident, device: torch.device, config: TrainConfig, exec
         sync(device)
         timing.setup_s = time.perf_counter() - started
         with timed_without_recompiles(execution, progress):
-            _timed_epochs(timing, device, epochs, run.train_epoch, run.test_pass,
-                          lambda: run.total_loss.item() / run.train_steps, progress, run.before_epoch, until)
+            _timed_epochs(
+                timing,
+                device,
+                epochs,
+                run.train_epoch,
+                run.test_pass,
+                lambda: run.total_loss.item() / run.train_steps,
+                progress,
+                run.before_epoch,
+                until,
+            )
         if budget:
             timing.budget = run.profile(epochs, budget)
     return timing
@@ -560,8 +648,9 @@ class Floor:
     an epoch down, so on a shared machine a quiet moment anywhere in the run sets the bound,
     not whatever the machine was doing when the floor happened to be timed."""
 
-    def __init__(self, data: Resident, device: torch.device, config: TrainConfig, execution: Execution,
-                 progress: str = "floor") -> None:
+    def __init__(
+        self, data: Resident, device: torch.device, config: TrainConfig, execution: Execution, progress: str = "floor"
+    ) -> None:
         self.device, self.progress = device, progress
         self.run = StaticSteps(data, device, config, execution, pregathered=True)
         self.run.prepare(Timing())

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline.budget import machine
 from pipeline.bench.runners import Execution, OneCycle, TrainConfig
+from pipeline.budget import machine
 
 
 @dataclass(frozen=True)
@@ -23,12 +23,12 @@ class BenchSettings:
     """params.yaml's `bench` block, as its settings model (`pipeline.stages.bench_settings`)
     checked it: that model is the one place its keys, ranges and defaults are stated."""
 
-    parquet_codec: str                   # the naive rungs' Parquet codec (dvc.yaml picks the folder)
+    parquet_codec: str  # the naive rungs' Parquet codec (dvc.yaml picks the folder)
     epochs: int
     batch_size: int
     lr: float
     seed: int
-    num_workers: int                     # 0: min(4, CPU count)
+    num_workers: int  # 0: min(4, CPU count)
     variants: tuple[str, ...]
     # Variants timed over the samples of `sample_steps` train steps at `batch_size` (and as many
     # test samples) per epoch for `sample_epochs` epochs, then scaled to a full epoch. Empty:
@@ -36,24 +36,24 @@ class BenchSettings:
     sample: tuple[str, ...]
     sample_steps: int
     sample_epochs: int
-    accuracy_tolerance: float            # vs the `preprocessed` variant (the write-up's best)
+    accuracy_tolerance: float  # vs the `preprocessed` variant (the write-up's best)
     # What `compiled` adds, per device type (see `runners.Execution`); chosen by measurement.
     compiled: dict
-    floor: bool                          # also time the floor: the same steps with no data path
-    reuse_host_memory: bool              # keep freed host blocks in the heap (`hostmem`)
+    floor: bool  # also time the floor: the same steps with no data path
+    reuse_host_memory: bool  # keep freed host blocks in the heap (`hostmem`)
     # A variant whose timed epochs spread more than this (max - min over the median), or
     # whose twin doing identical work disagrees by more, is marked unstable.
     max_spread: float
-    budget: bool                         # profile `sample_steps` more steps per variant: its time budget
-    quick: bool = False                  # a first answer: QUICK's settings, marked in every table
-    quick_minutes: float = 5.0           # quick: this data set's time budget, the rungs re-planned to fit
+    budget: bool  # profile `sample_steps` more steps per variant: its time budget
+    quick: bool = False  # a first answer: QUICK's settings, marked in every table
+    quick_minutes: float = 5.0  # quick: this data set's time budget, the rungs re-planned to fit
     # The test accuracies each data set's time to accuracy is measured to (data set -> the
     # fractions, ascending; a single number is one target).
     target_accuracy: dict = dataclasses.field(default_factory=dict)
-    accuracy_seeds: int = 0              # fresh seeds the fastest rung's time to accuracy is taken again over
+    accuracy_seeds: int = 0  # fresh seeds the fastest rung's time to accuracy is taken again over
     # The `tuned` rung's recipe (`Recipe`); None: the rung is not configured.
     tuned: Recipe | None = None
-    graph: str = "epoch"                 # what one CUDA graph holds (`runners.GRAPH_SCOPES`)
+    graph: str = "epoch"  # what one CUDA graph holds (`runners.GRAPH_SCOPES`)
 
     def targets(self, dataset: str) -> tuple[float, ...]:
         """The data set's target accuracies, ascending; () when it has none."""
@@ -87,10 +87,13 @@ class BenchSettings:
             return Execution(cuda_graph=True, graph_scope=self.graph)
         options = self.compiled.get(device.type) or {}
         autocast = options.get("autocast")
-        return Execution(compile_mode=str(options.get("compile_mode", "none")),
-                         autocast=native_bf16(device) if autocast == "auto" else bool(autocast),
-                         channels_last=bool(options.get("channels_last")),
-                         cuda_graph=bool(options.get("cuda_graph")), graph_scope=self.graph)
+        return Execution(
+            compile_mode=str(options.get("compile_mode", "none")),
+            autocast=native_bf16(device) if autocast == "auto" else bool(autocast),
+            channels_last=bool(options.get("channels_last")),
+            cuda_graph=bool(options.get("cuda_graph")),
+            graph_scope=self.graph,
+        )
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,13 @@ class Recipe:
     seeds: int
 
     def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(batch_size=self.batch_size, lr=self.max_lr, seed=seed, betas=tuple(self.betas),
-                           schedule=OneCycle(max_lr=self.max_lr, pct_start=self.pct_start))
+        return TrainConfig(
+            batch_size=self.batch_size,
+            lr=self.max_lr,
+            seed=seed,
+            betas=tuple(self.betas),
+            schedule=OneCycle(max_lr=self.max_lr, pct_start=self.pct_start),
+        )
 
 
 # pragma: no mutate start (probes the device: exercised by test_bench, too slow per mutant)
@@ -126,7 +134,7 @@ def native_bf16(device: torch.device) -> bool:
 # epoch: the shape of the answer in a few minutes. One warm-up epoch and one timed one, so no
 # spread (its tables say "n/a" and every one is marked quick).
 QUICK = {"epochs": 2, "sample_steps": 5, "sample_epochs": 2, "floor": False, "budget": False, "accuracy_seeds": 0}
-QUICK_TUNED_SEEDS = 0   # quick: the tuned rung runs once, no seeds
+QUICK_TUNED_SEEDS = 0  # quick: the tuned rung runs once, no seeds
 
 
 def settings_from_params(block: dict) -> BenchSettings:
@@ -134,8 +142,9 @@ def settings_from_params(block: dict) -> BenchSettings:
     (lists become tuples); with `quick`, QUICK's settings in place of the block's."""
     tuned = block.get("tuned")
     recipe = None if tuned is None else Recipe(**{**tuned, "betas": tuple(tuned["betas"])})
-    settings = BenchSettings(**{**block, "variants": tuple(block["variants"]), "sample": tuple(block["sample"]),
-                                "tuned": recipe})
+    settings = BenchSettings(
+        **{**block, "variants": tuple(block["variants"]), "sample": tuple(block["sample"]), "tuned": recipe}
+    )
     if not settings.quick:
         return settings
     quick_tuned = None if recipe is None else dataclasses.replace(recipe, seeds=QUICK_TUNED_SEEDS)

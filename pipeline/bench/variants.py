@@ -23,6 +23,7 @@ def writeup_recipe(name: str) -> bool:
     or stand as the ladder's best; a rung of its own recipe makes its claim over its seeds."""
     return name not in OWN_RECIPE
 
+
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # What one CUDA graph of a static run holds: a whole epoch's steps, or one step replayed per step.
 GRAPH_SCOPES = ("epoch", "step")

@@ -20,8 +20,14 @@ of the ladder or the stages; the bench imports it as any user would.
 
 import importlib
 
-_WHERE = {"Budget": "timebudget", "BudgetError": "timebudget", "TimeBudget": "timebudget",
-          "checked_device": "timebudget", "Peak": "peak", "device_peak": "peak"}
+_WHERE = {
+    "Budget": "timebudget",
+    "BudgetError": "timebudget",
+    "TimeBudget": "timebudget",
+    "checked_device": "timebudget",
+    "Peak": "peak",
+    "device_peak": "peak",
+}
 __all__ = sorted(_WHERE)
 
 

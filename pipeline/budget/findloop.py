@@ -46,15 +46,14 @@ class Watch:
     """What one profiled script run shares: the optimizer steps seen, the adopted loop, and
     the budget once there is one."""
 
-    def __init__(self, device: torch.device | None, steps: int, skip: int, trace: str | None,
-                 keep_going: bool) -> None:
+    def __init__(self, device: torch.device | None, steps: int, skip: int, trace: str | None, keep_going: bool) -> None:
         self.device, self.steps, self.skip, self.trace, self.keep_going = device, steps, skip, trace, keep_going
         self.optimizer_steps = 0
         self.trained_on: torch.device | None = None  # where the optimizer's parameters live
         self.budget: TimeBudget | None = None
-        self.loader: DataLoader | None = None   # the training loop's, once found
+        self.loader: DataLoader | None = None  # the training loop's, once found
         self.loaders_seen = 0
-        self.found_at = 0                       # the loop's batches handed out when it was found
+        self.found_at = 0  # the loop's batches handed out when it was found
 
     def stepped(self, optimizer: torch.optim.Optimizer, *_: object) -> None:
         self.optimizer_steps += 1
@@ -66,8 +65,10 @@ class Watch:
         --device that names another type is refused, not measured as the wrong device."""
         device = self.trained_on or torch.device("cpu")
         if self.device is not None and self.device.type != device.type:
-            raise ProfileError(f"--device {self.device}: the script's loop trains on {device} (its optimizer's "
-                               f"parameters); give --device {device.type} or leave --device out")
+            raise ProfileError(
+                f"--device {self.device}: the script's loop trains on {device} (its optimizer's "
+                f"parameters); give --device {device.type} or leave --device out"
+            )
         return TimeBudget(self.device or device, steps=self.steps, skip=self.skip, trace=self.trace)
 
     def watch(self, loader: DataLoader, batches: Iterator) -> Iterator:
@@ -117,8 +118,15 @@ class Watch:
             timed.close()
 
 
-def profile_script(script: Path, args: list[str], device: str | torch.device | None = None, steps: int = 20,
-                   skip: int = 5, trace: str | None = None, keep_going: bool = False) -> Budget:
+def profile_script(
+    script: Path,
+    args: list[str],
+    device: str | torch.device | None = None,
+    steps: int = 20,
+    skip: int = 5,
+    trace: str | None = None,
+    keep_going: bool = False,
+) -> Budget:
     """Run `script` with `args` as `__main__` and return the budget of its training loop's
     window of `steps` steps after `skip`, on `device` (None: the device its optimizer's
     parameters are on); ProfileError when the script ran no loop the command can see, or
@@ -151,14 +159,20 @@ def profile_script(script: Path, args: list[str], device: str | torch.device | N
         sys.argv, sys.path[:] = saved_argv, saved_path
         os.chdir(saved_cwd)
     if watch.budget is None:
-        seen = (f"it iterated {watch.loaders_seen} DataLoader(s) and stepped an optimizer {watch.optimizer_steps} "
-                "time(s), never between two batches of one loader")
-        raise ProfileError(f"{script}: found no training loop ({seen}); the command finds the loop as a "
-                           "torch.utils.data.DataLoader whose batches a torch.optim optimizer steps between. "
-                           "Otherwise wrap the loop in TimeBudget (docs/budget.md)")
+        seen = (
+            f"it iterated {watch.loaders_seen} DataLoader(s) and stepped an optimizer {watch.optimizer_steps} "
+            "time(s), never between two batches of one loader"
+        )
+        raise ProfileError(
+            f"{script}: found no training loop ({seen}); the command finds the loop as a "
+            "torch.utils.data.DataLoader whose batches a torch.optim optimizer steps between. "
+            "Otherwise wrap the loop in TimeBudget (docs/budget.md)"
+        )
     if not watch.budget.done:
-        raise ProfileError(f"{script}: its training loop ended after {watch.found_at + watch.budget.seen} batches, "
-                           f"before the profiled window's first step (skip {skip}); lower --skip")
+        raise ProfileError(
+            f"{script}: its training loop ended after {watch.found_at + watch.budget.seen} batches, "
+            f"before the profiled window's first step (skip {skip}); lower --skip"
+        )
     result = watch.budget.result
     result.loader = loader_seen(watch.loader)  # the budget took the loader's iterator, not the DataLoader
     return result

@@ -107,8 +107,13 @@ def exclusive(window: Interval, layers: list[tuple[str, list[Interval]]]) -> dic
     return {name: length(intervals) for name, intervals in claims(window, layers).items()}
 
 
-def window_and_layers(ranges: dict[str, list[Interval]], kernels: list[Interval], memcpy: list[Interval],
-                       cuda: bool, ops: list[Interval] = ()) -> tuple[Interval, list[tuple[str, list[Interval]]]]:
+def window_and_layers(
+    ranges: dict[str, list[Interval]],
+    kernels: list[Interval],
+    memcpy: list[Interval],
+    cuda: bool,
+    ops: list[Interval] = (),
+) -> tuple[Interval, list[tuple[str, list[Interval]]]]:
     """The pass's window and its parts' layers in priority order (see the module); the host's
     ops count only on the CPU."""
     marked = [i for name in ("data_wait", "copy", "step") for i in ranges.get(name, [])]
@@ -120,16 +125,25 @@ def window_and_layers(ranges: dict[str, list[Interval]], kernels: list[Interval]
     window = (min(s for s, _ in marked), max(ends))
     steps = ranges.get("step", [])
     if cuda:
-        layers = [("compute", kernels), ("copy", memcpy + ranges.get("copy", [])),
-                  ("data_wait", ranges.get("data_wait", [])), ("overhead", steps)]
+        layers = [
+            ("compute", kernels),
+            ("copy", memcpy + ranges.get("copy", [])),
+            ("data_wait", ranges.get("data_wait", [])),
+            ("overhead", steps),
+        ]
     else:
-        layers = [("data_wait", ranges.get("data_wait", [])), ("copy", ranges.get("copy", [])),
-                  ("compute", intersect(ops, steps)), ("overhead", steps)]
+        layers = [
+            ("data_wait", ranges.get("data_wait", [])),
+            ("copy", ranges.get("copy", [])),
+            ("compute", intersect(ops, steps)),
+            ("overhead", steps),
+        ]
     return window, layers
 
 
-def split(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[Interval],
-          memcpy: list[Interval], cuda: bool) -> dict[str, float]:
+def split(
+    ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[Interval], memcpy: list[Interval], cuda: bool
+) -> dict[str, float]:
     """The parts of a profiled pass, in seconds, from its marked ranges (`data_wait`, `copy`,
     `step`), the host's top-level op intervals and, on CUDA, the device's kernel and memcpy
     intervals (all in seconds on one clock)."""
@@ -137,15 +151,15 @@ def split(ranges: dict[str, list[Interval]], ops: list[Interval], kernels: list[
     return {name: parts[name] for name in PARTS}
 
 
-def idle_split(ranges: dict[str, list[Interval]], kernels: list[Interval], memcpy: list[Interval],
-               queued: list[Interval]) -> dict[str, float]:
+def idle_split(
+    ranges: dict[str, list[Interval]], kernels: list[Interval], memcpy: list[Interval], queued: list[Interval]
+) -> dict[str, float]:
     """CUDA's `overhead` (the device idle inside a step) in two, in seconds: `launch_gap`
     while launched work waited to start (`queued`: from each launch call to its kernel's
     start), `host_wait` while nothing was queued. They sum to `split`'s overhead exactly."""
     overhead = claims(*window_and_layers(ranges, kernels, memcpy, cuda=True))["overhead"]
     gap = length(intersect(overhead, queued))
     return {"host_wait": length(overhead) - gap, "launch_gap": gap}
-
 
 
 def per_step(parts: dict[str, float], steps: int, wall: float | None = None) -> dict:

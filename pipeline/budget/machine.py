@@ -15,13 +15,37 @@ import os
 import platform
 import re
 
-
 # The CPU flags that set a peak (x86: vector width, FMA, bf16/fp16 and AMX; Arm: NEON, SVE,
 # bf16, int8 matrix), best first where they name a tier of the machine's name.
-TIERS = (("amx_bf16", "amx"), ("avx512_bf16", "avx512bf16"), ("avx512f", "avx512"), ("avx2", "avx2"),
-         ("sve2", "sve2"), ("sve", "sve"), ("asimd", "neon"))
-PEAK_FLAGS = frozenset({"fma", "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16",
-                        "amx_tile", "amx_int8", "asimd", "sve", "sve2", "bf16", "i8mm", "fphp", "asimdhp"})
+TIERS = (
+    ("amx_bf16", "amx"),
+    ("avx512_bf16", "avx512bf16"),
+    ("avx512f", "avx512"),
+    ("avx2", "avx2"),
+    ("sve2", "sve2"),
+    ("sve", "sve"),
+    ("asimd", "neon"),
+)
+PEAK_FLAGS = frozenset(
+    {
+        "fma",
+        "avx2",
+        "avx512f",
+        "avx512_bf16",
+        "avx512_fp16",
+        "avx512_vnni",
+        "amx_bf16",
+        "amx_tile",
+        "amx_int8",
+        "asimd",
+        "sve",
+        "sve2",
+        "bf16",
+        "i8mm",
+        "fphp",
+        "asimdhp",
+    }
+)
 
 
 def cpu_info() -> str:
@@ -99,6 +123,16 @@ def fingerprint(device: str = "auto") -> dict:
     flags = cpu_flags(text)
     best = tier(flags)
     name = slug(gpu) if chosen == "cuda" and gpu else f"{slug(cpu_model(text))}-{cores}c" + (f"-{best}" if best else "")
-    return {"name": name, "cpu": cpu_model(text), "isa": isa(flags), "cores": cores, "memory_gb": memory_gb(),
-            "gpu": gpu, "gpu_count": torch.cuda.device_count() if cuda else 0, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "device": chosen, "python": platform.python_version()}
+    return {
+        "name": name,
+        "cpu": cpu_model(text),
+        "isa": isa(flags),
+        "cores": cores,
+        "memory_gb": memory_gb(),
+        "gpu": gpu,
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": chosen,
+        "python": platform.python_version(),
+    }

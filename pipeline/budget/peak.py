@@ -29,26 +29,28 @@ from pipeline.budget.units import rate
 
 DTYPES = (torch.float32, torch.bfloat16)
 MAX_SIZE = {"cpu": 2048, "cuda": 8192}
-MIN_PRODUCT_S = 0.004        # a product shorter than this is timed mostly as dispatch: grow the matrices
-CACHE_BYTES = 1 << 20        # the cache file is a few hundred bytes a machine
+MIN_PRODUCT_S = 0.004  # a product shorter than this is timed mostly as dispatch: grow the matrices
+CACHE_BYTES = 1 << 20  # the cache file is a few hundred bytes a machine
 
 
 @dataclass(frozen=True)
 class Peak:
     """The device's measured matmul rates by dtype, named by the machine they were measured on."""
 
-    rates: dict                  # dtype name ("float32", "bfloat16") -> FLOP/s
+    rates: dict  # dtype name ("float32", "bfloat16") -> FLOP/s
     machine: str
     device: str
-    threads: int                 # torch's intra-op threads during the probe
-    busy: bool = False           # the host's load was above its usable cores during the probe
+    threads: int  # torch's intra-op threads during the probe
+    busy: bool = False  # the host's load was above its usable cores during the probe
 
     def __post_init__(self) -> None:
         rates = self.rates if isinstance(self.rates, dict) else {}
         good = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in rates.values())
         if "float32" not in rates or not good or not isinstance(self.threads, int) or self.threads < 1:
-            raise ValueError(f"a Peak needs a finite float32 rate > 0 and threads >= 1, got rates={self.rates!r:.80}, "
-                             f"threads={self.threads!r}")
+            raise ValueError(
+                f"a Peak needs a finite float32 rate > 0 and threads >= 1, got rates={self.rates!r:.80}, "
+                f"threads={self.threads!r}"
+            )
 
     def float32_at(self, threads: int | None) -> float:
         """The float32 rate a loop on `threads` intra-op threads can reach: on the CPU the
@@ -107,7 +109,7 @@ def probe_dtype(device: torch.device, dtype: torch.dtype, seconds: float) -> flo
         best = min(best, _product_s(a, b, device))
         if done >= 5 and time.perf_counter() > deadline:
             break
-    return 2 * n ** 3 / best
+    return 2 * n**3 / best
 
 
 def host_busy() -> bool:
@@ -141,8 +143,13 @@ def measure_peak(device: torch.device, seconds: float = 0.6) -> Peak:
         torch.set_num_threads(threads)
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the probe's matrices are not the user's to keep
-    return Peak(rates=rates, machine=fingerprint(device.type)["name"], device=device.type,
-                threads=probe_threads, busy=busy or host_busy())
+    return Peak(
+        rates=rates,
+        machine=fingerprint(device.type)["name"],
+        device=device.type,
+        threads=probe_threads,
+        busy=busy or host_busy(),
+    )
 
 
 def cache_file() -> Path:
@@ -152,8 +159,10 @@ def cache_file() -> Path:
 
 
 def _key(device: torch.device) -> str:
-    return (f"{fingerprint(device.type)['name']}|{device.type}|cores={usable_cores()}|torch={torch.__version__}"
-            f"|float32={torch.get_float32_matmul_precision()}")
+    return (
+        f"{fingerprint(device.type)['name']}|{device.type}|cores={usable_cores()}|torch={torch.__version__}"
+        f"|float32={torch.get_float32_matmul_precision()}"
+    )
 
 
 def _read_cache(path: Path) -> dict:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pipeline.budget.peak import usable_cores
 
-CONTENDED = 1.5   # one thread this many times faster than the loop's own count: contention
+CONTENDED = 1.5  # one thread this many times faster than the loop's own count: contention
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,9 @@ class ThreadCheck:
     threads: int
     step_s: float
     one_thread_s: float
-    steps: int                   # iterations timed on each side
-    cores: int                   # cores this process may use
-    load: float | None           # the host's one-minute load average at the end
+    steps: int  # iterations timed on each side
+    cores: int  # cores this process may use
+    load: float | None  # the host's one-minute load average at the end
 
     @property
     def contended(self) -> bool:
@@ -60,6 +60,11 @@ def summarise(timed: list[tuple[int, float]], threads: int) -> ThreadCheck | Non
         load: float | None = round(os.getloadavg()[0], 2)
     except OSError:
         load = None
-    return ThreadCheck(threads=threads, step_s=round(statistics.median(own), 6),
-                       one_thread_s=round(statistics.median(one), 6), steps=min(len(own), len(one)),
-                       cores=usable_cores(), load=load)
+    return ThreadCheck(
+        threads=threads,
+        step_s=round(statistics.median(own), 6),
+        one_thread_s=round(statistics.median(one), 6),
+        steps=min(len(own), len(one)),
+        cores=usable_cores(),
+        load=load,
+    )

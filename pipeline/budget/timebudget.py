@@ -35,16 +35,18 @@ def checked_device(device: str | torch.device, what: str = "device", auto: bool 
     try:
         chosen = torch.device(device)
     except (RuntimeError, ValueError, TypeError):
-        raise InputError(f"{what} {str(device)[:40]!r}: not a torch device; use {'auto, ' if auto else ''}cpu, "
-                         f"cuda or cuda:N") from None
+        raise InputError(
+            f"{what} {str(device)[:40]!r}: not a torch device; use {'auto, ' if auto else ''}cpu, cuda or cuda:N"
+        ) from None
     if chosen.type == "cuda":
         if not torch.cuda.is_available():
             build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a build without CUDA")
             fix = f"{what} cpu, or auto" if auto else "cpu"
             raise InputError(f"{what} {device}: no CUDA device is usable here ({build}); use {fix}")
         if chosen.index is not None and chosen.index >= torch.cuda.device_count():
-            raise InputError(f"{what} {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                             f"numbered from 0")
+            raise InputError(
+                f"{what} {device}: this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0"
+            )
     elif chosen.type != "cpu":
         raise InputError(f"{what} {device}: only cpu and cuda devices are supported")
     return chosen
@@ -63,17 +65,17 @@ class Budget:
 
     per_step: dict
     device: str
-    kernels_per_step: float | None = None    # device kernels launched per step (CUDA)
-    flop_per_step: float | None = None       # what the profiler counts for matmuls, convolutions, ...
-    peak_device_bytes: int | None = None     # the device memory's high-water mark in the window (CUDA)
-    partial: bool = False                    # the loader ended, or the loop left, before the window's end
-    ops_per_step: float | None = None        # top-level torch ops the step called
-    peak: Peak | None = None                 # this device's measured matmul rates
-    threads: ThreadCheck | None = None       # the same loop re-timed on one thread (CPU)
-    machine: str | None = None               # the name of the machine measured
-    intra_threads: int | None = None         # torch's intra-op threads during the window
-    convolutions: bool | None = None         # a convolution op ran inside a step (trace.step_convolutions)
-    loader: LoaderSeen | None = None         # the DataLoader batches() was given (verdict.loader_seen)
+    kernels_per_step: float | None = None  # device kernels launched per step (CUDA)
+    flop_per_step: float | None = None  # what the profiler counts for matmuls, convolutions, ...
+    peak_device_bytes: int | None = None  # the device memory's high-water mark in the window (CUDA)
+    partial: bool = False  # the loader ended, or the loop left, before the window's end
+    ops_per_step: float | None = None  # top-level torch ops the step called
+    peak: Peak | None = None  # this device's measured matmul rates
+    threads: ThreadCheck | None = None  # the same loop re-timed on one thread (CPU)
+    machine: str | None = None  # the name of the machine measured
+    intra_threads: int | None = None  # torch's intra-op threads during the window
+    convolutions: bool | None = None  # a convolution op ran inside a step (trace.step_convolutions)
+    loader: LoaderSeen | None = None  # the DataLoader batches() was given (verdict.loader_seen)
 
     def _of_step(self, seconds: float) -> float:
         total = self.per_step["step_s"]
@@ -107,16 +109,24 @@ class Budget:
 
         peak = self.peak
         found = diagnose(self)
-        return {"device": self.device, "machine": self.machine, **self.per_step,
-                "share": {k: round(v, 4) for k, v in self.shares().items()},
-                "bound": found.bounds[0], "largest_part": self.bound(), "verdict": found.label,
-                "partial": self.partial, "intra_threads": self.intra_threads,
-                "ops_per_step": self.ops_per_step, "kernels_per_step": self.kernels_per_step,
-                "flop_per_step": self.flop_per_step, "achieved_flop_s": self.achieved_flop_s(),
-                "peak_flop_s": None if peak is None else peak.rates,
-                "threads": None if self.threads is None else {**vars(self.threads),
-                                                              "contended": self.threads.contended},
-                "peak_device_bytes": self.peak_device_bytes}
+        return {
+            "device": self.device,
+            "machine": self.machine,
+            **self.per_step,
+            "share": {k: round(v, 4) for k, v in self.shares().items()},
+            "bound": found.bounds[0],
+            "largest_part": self.bound(),
+            "verdict": found.label,
+            "partial": self.partial,
+            "intra_threads": self.intra_threads,
+            "ops_per_step": self.ops_per_step,
+            "kernels_per_step": self.kernels_per_step,
+            "flop_per_step": self.flop_per_step,
+            "achieved_flop_s": self.achieved_flop_s(),
+            "peak_flop_s": None if peak is None else peak.rates,
+            "threads": None if self.threads is None else {**vars(self.threads), "contended": self.threads.contended},
+            "peak_device_bytes": self.peak_device_bytes,
+        }
 
     def report(self, ladder: dict | None = None, width: int = 100) -> str:
         """The step, its parts and the verdict (quoting `ladder`, a bench metrics document,
@@ -133,8 +143,10 @@ class Budget:
             extra += f", peak device memory {self.peak_device_bytes / 2**20:.0f} MiB"
         cut = ", partial: the loop ended first" if self.partial else ""
         where = f"; {self.machine}" if self.machine else ""
-        head = (f"step {duration(self.per_step['step_s'])} ({self.per_step['steps']} steps on {self.device}{extra}{cut}"
-                f"{where}): {parts}")
+        head = (
+            f"step {duration(self.per_step['step_s'])} ({self.per_step['steps']} steps on {self.device}{extra}{cut}"
+            f"{where}): {parts}"
+        )
         lines = [textwrap.wrap(head, width)]
         lines += [textwrap.wrap(paragraph, width) for paragraph in verdict(self, ladder).split("\n")]
         return "\n".join(line for block in lines for line in block)
@@ -178,34 +190,44 @@ class TimeBudget:
     peak: the verdict says its evidence is weaker).
     """
 
-    def __init__(self, device: str | torch.device = "cpu", steps: int = 20, skip: int = 5,
-                 trace: str | None = None, flops: bool = True, threads_check: int = 6,
-                 peak: str | Peak | None = "measure") -> None:
+    def __init__(
+        self,
+        device: str | torch.device = "cpu",
+        steps: int = 20,
+        skip: int = 5,
+        trace: str | None = None,
+        flops: bool = True,
+        threads_check: int = 6,
+        peak: str | Peak | None = "measure",
+    ) -> None:
         ints = all(type(n) is int for n in (steps, skip, threads_check))
         if not ints or steps < 1 or skip < 0 or threads_check < 0:
-            raise InputError(f"steps must be an int >= 1 and skip and threads_check ints >= 0, got steps={steps!r}, "
-                             f"skip={skip!r}, threads_check={threads_check!r}")
+            raise InputError(
+                f"steps must be an int >= 1 and skip and threads_check ints >= 0, got steps={steps!r}, "
+                f"skip={skip!r}, threads_check={threads_check!r}"
+            )
         if not (peak is None or peak == "measure" or isinstance(peak, Peak)):
             raise InputError(f"peak must be 'measure', a Peak or None, got {peak!r:.40}")
         if not (trace is None or (isinstance(trace, (str, os.PathLike)) and str(trace))):
-            raise BudgetError(f"trace must be a file path (a str or a Path) or None, got {type(trace).__name__} "
-                              f"{trace!r:.40}")
+            raise BudgetError(
+                f"trace must be a file path (a str or a Path) or None, got {type(trace).__name__} {trace!r:.40}"
+            )
         self.device = checked_device(device)
         self.steps, self.skip, self.trace, self.flops, self.peak = steps, skip, trace, flops, peak
-        self.seen = 0                       # batches handed out so far
+        self.seen = 0  # batches handed out so far
         self._result: Budget | None = None
-        self._steps_run = 0                 # steps entered, inside the window or not
-        self._in_step = False               # inside a step now (a step inside it is refused)
-        self._loops = 0                     # iterations of batches() started
-        self._iterating = 0                 # iterations of batches() under way
+        self._steps_run = 0  # steps entered, inside the window or not
+        self._in_step = False  # inside a step now (a step inside it is refused)
+        self._loops = 0  # iterations of batches() started
+        self._iterating = 0  # iterations of batches() under way
         self._profiler: QuietProfiler | None = None
         self._started = 0.0
-        self._stepped = 0                   # steps finished inside the window
-        self._ended = 0.0                   # when the last of them ended
+        self._stepped = 0  # steps finished inside the window
+        self._ended = 0.0  # when the last of them ended
         self._measured: Budget | None = None  # the window's budget, before the thread check
-        self._threads = 0                   # torch's intra-op threads when the window opened
-        self._changed = False               # whether the thread check set another count since
-        self._plan: list[int] = []          # thread counts of the steps still to re-time
+        self._threads = 0  # torch's intra-op threads when the window opened
+        self._changed = False  # whether the thread check set another count since
+        self._plan: list[int] = []  # thread counts of the steps still to re-time
         self._timed: list[tuple[int, float]] = []
         self._pending: tuple[int, float] | None = None  # (threads, start) of the step being re-timed
         self._threads_check = threads_check if self.device.type == "cpu" else 0
@@ -231,36 +253,54 @@ class TimeBudget:
     def _missing(self) -> str:
         """Why there is no budget (yet): what the loop did, and what it needs to do."""
         if self.profiling:
-            return (f"no budget yet: the profiled window has {self._stepped} of its {self.steps} steps; read "
-                    "`result` once `budget.done` is true or the loop has ended")
+            return (
+                f"no budget yet: the profiled window has {self._stepped} of its {self.steps} steps; read "
+                "`result` once `budget.done` is true or the loop has ended"
+            )
         if self._measured is not None:
             planned = len(self._timed) + len(self._plan)
-            return (f"no budget yet: the window is profiled and the thread check has re-timed {len(self._timed)} of "
-                    f"its {planned} steps; read `result` once `budget.done` is true or the loop has ended")
-        needs = (f"a budget needs at least skip + 1 = {self.skip + 1} batches with a step each "
-                 f"(skip + steps = {self.skip + self.steps} for a full window)")
+            return (
+                f"no budget yet: the window is profiled and the thread check has re-timed {len(self._timed)} of "
+                f"its {planned} steps; read `result` once `budget.done` is true or the loop has ended"
+            )
+        needs = (
+            f"a budget needs at least skip + 1 = {self.skip + 1} batches with a step each "
+            f"(skip + steps = {self.skip + self.steps} for a full window)"
+        )
         if not self._loops:
             if self._steps_run:
-                return (f"no budget: budget.step() ran {self._steps_run} time(s) but no batch came through "
-                        "budget.batches(), where the window opens; wrap the loader: "
-                        "`for batch in budget.batches(loader):`")
-            return ("no budget: nothing ran through this budget; wrap the loader (`for batch in "
-                    "budget.batches(loader):`) and mark the step (`with budget.step():`)")
+                return (
+                    f"no budget: budget.step() ran {self._steps_run} time(s) but no batch came through "
+                    "budget.batches(), where the window opens; wrap the loader: "
+                    "`for batch in budget.batches(loader):`"
+                )
+            return (
+                "no budget: nothing ran through this budget; wrap the loader (`for batch in "
+                "budget.batches(loader):`) and mark the step (`with budget.step():`)"
+            )
         if self._iterating and self.seen <= self.skip:
-            return (f"no budget yet: {self.seen} of the {self.skip} warm-up batches taken; the window of "
-                    f"{self.steps} steps opens after them")
+            return (
+                f"no budget yet: {self.seen} of the {self.skip} warm-up batches taken; the window of "
+                f"{self.steps} steps opens after them"
+            )
         if not self.seen:
             return f"no budget: the loader gave no batch; {needs}"
         if not self._steps_run:
-            return (f"no budget: the loop took {self.seen} batch(es) from budget.batches() but never entered "
-                    "budget.step(); mark the step: `with budget.step():` around forward, backward and the "
-                    "optimizer's step")
+            return (
+                f"no budget: the loop took {self.seen} batch(es) from budget.batches() but never entered "
+                "budget.step(); mark the step: `with budget.step():` around forward, backward and the "
+                "optimizer's step"
+            )
         if self.seen <= self.skip:
-            return (f"no budget: the loader ended after {self.seen} batch(es) and {self._steps_run} step(s), all "
-                    f"in the warm-up (skip={self.skip}); {needs}: give a longer loader or a lower skip")
-        return (f"no budget: the loop took {self.seen} batches and ran {self._steps_run} steps, none of them "
-                f"finished inside the profiled window (it opens at batch {self.skip + 1}); end each step before "
-                "taking the next batch")
+            return (
+                f"no budget: the loader ended after {self.seen} batch(es) and {self._steps_run} step(s), all "
+                f"in the warm-up (skip={self.skip}); {needs}: give a longer loader or a lower skip"
+            )
+        return (
+            f"no budget: the loop took {self.seen} batches and ran {self._steps_run} steps, none of them "
+            f"finished inside the profiled window (it opens at batch {self.skip + 1}); end each step before "
+            "taking the next batch"
+        )
 
     def batches(self, loader: Iterable) -> Iterator:
         """`loader`'s items, unchanged; inside the window each wait for one is marked. The
@@ -268,8 +308,10 @@ class TimeBudget:
         first: the budget then covers the steps finished, marked `partial`. A `loader` that
         cannot be iterated is refused here, before the loop starts."""
         if not isinstance(loader, Iterable) and not hasattr(type(loader), "__getitem__"):
-            raise BudgetError(f"budget.batches(loader): loader must be iterable (a DataLoader, a list of batches, a "
-                              f"generator), got {type(loader).__name__} {loader!r:.40}")
+            raise BudgetError(
+                f"budget.batches(loader): loader must be iterable (a DataLoader, a list of batches, a "
+                f"generator), got {type(loader).__name__} {loader!r:.40}"
+            )
         return self._batches(loader)
 
     def _batches(self, loader: Iterable) -> Iterator:
@@ -314,9 +356,11 @@ class TimeBudget:
         """Marks one train step; the window's last one waits for the device inside it. A
         step inside a step is refused where the inner one starts (BudgetError)."""
         if self._in_step:
-            raise BudgetError("budget.step() inside budget.step(): one step at a time; mark each step once, "
-                              "around forward, backward and the optimizer's step (budget.copy() marks a copy "
-                              "inside it)")
+            raise BudgetError(
+                "budget.step() inside budget.step(): one step at a time; mark each step once, "
+                "around forward, backward and the optimizer's step (budget.copy() marks a copy "
+                "inside it)"
+            )
         self._in_step = True
         self._steps_run += 1
         try:
@@ -359,9 +403,11 @@ class TimeBudget:
         this process: torch runs one profiler at a time, and each would lose the other's events."""
         other = _Windows.open
         if other is not None and other is not self:
-            raise BudgetError(f"another TimeBudget's window is open (a window of {other.steps} steps on "
-                              f"{other.device}): one window at a time; let it finish (its `done`) before this "
-                              "budget's window opens, or give this one a larger skip")
+            raise BudgetError(
+                f"another TimeBudget's window is open (a window of {other.steps} steps on "
+                f"{other.device}): one window at a time; let it finish (its `done`) before this "
+                "budget's window opens, or give this one a larger skip"
+            )
         self._threads = torch.get_num_threads()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -381,11 +427,16 @@ class TimeBudget:
             return
         window = window_parts(list(quiet.profiler.events()), steps, wall, self.device, self.flops)
         cuda = self.device.type == "cuda"
-        self._measured = Budget(per_step=window.per_step, device=str(self.device),
-                                kernels_per_step=window.kernels_per_step, flop_per_step=window.flop_per_step,
-                                peak_device_bytes=torch.cuda.max_memory_allocated(self.device) if cuda else None,
-                                partial=partial, ops_per_step=window.ops_per_step,
-                                convolutions=window.convolutions)
+        self._measured = Budget(
+            per_step=window.per_step,
+            device=str(self.device),
+            kernels_per_step=window.kernels_per_step,
+            flop_per_step=window.flop_per_step,
+            peak_device_bytes=torch.cuda.max_memory_allocated(self.device) if cuda else None,
+            partial=partial,
+            ops_per_step=window.ops_per_step,
+            convolutions=window.convolutions,
+        )
         if self.trace:
             quiet.profiler.export_chrome_trace(str(self.trace))
         if not partial:

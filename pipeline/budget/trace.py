@@ -32,8 +32,9 @@ def annotation(event: Any) -> bool:
     return bool(getattr(event, "is_user_annotation", False)) or event.name.startswith(RANGE)
 
 
-def trace_intervals(events: Iterable[Any]) -> tuple[dict[str, list[Interval]], list[Interval], list[Interval],
-                                                    list[Interval]]:
+def trace_intervals(
+    events: Iterable[Any],
+) -> tuple[dict[str, list[Interval]], list[Interval], list[Interval], list[Interval]]:
     """(marked ranges by name, host top-level ops, device kernels, device memcpys) from
     `profile.events()`, in seconds. A top-level op is one the step called itself: no op
     above it, annotations (ours, `Optimizer.step#...`, the user's ranges) looked through, on
@@ -44,7 +45,7 @@ def trace_intervals(events: Iterable[Any]) -> tuple[dict[str, list[Interval]], l
     threads = set()
     for event in events:
         if event.name.startswith(RANGE) and event.device_type == torch.autograd.DeviceType.CPU:
-            ranges.setdefault(event.name[len(RANGE):], []).append(seconds(event))
+            ranges.setdefault(event.name[len(RANGE) :], []).append(seconds(event))
             threads.add(event.thread)
     ops: list[Interval] = []
     kernels: list[Interval] = []
@@ -64,8 +65,16 @@ def trace_intervals(events: Iterable[Any]) -> tuple[dict[str, list[Interval]], l
 
 
 # CUDA runtime and driver calls that put work on the device: a kernel, graph or memcpy.
-LAUNCHES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy",
-            "cudaMemset", "cuMemset")
+LAUNCHES = (
+    "cudaLaunch",
+    "cuLaunch",
+    "cudaGraphLaunch",
+    "cuGraphLaunch",
+    "cudaMemcpy",
+    "cuMemcpy",
+    "cudaMemset",
+    "cuMemset",
+)
 
 
 def queued_intervals(events: Iterable[Any]) -> tuple[list[Interval], int]:
@@ -95,8 +104,9 @@ def queued_intervals(events: Iterable[Any]) -> tuple[list[Interval], int]:
 NO_SPLIT = {"host_wait_s": None, "launch_gap_s": None}  # off CUDA: no device to idle
 
 
-def device_idle(events: list[Any], ranges: dict[str, list[Interval]], kernels: list[Interval],
-                memcpy: list[Interval], steps: int) -> dict[str, float | None]:
+def device_idle(
+    events: list[Any], ranges: dict[str, list[Interval]], kernels: list[Interval], memcpy: list[Interval], steps: int
+) -> dict[str, float | None]:
     """`host_wait_s` and `launch_gap_s` per step (`idle_split`), rounded so that they sum to
     the rounded `overhead_s`; both None when a device event's launch is not in the trace (the
     split would guess)."""
@@ -121,6 +131,7 @@ def inside(steps: list[Interval]) -> Callable[[float], bool]:
     def test(at: float) -> bool:
         i = bisect.bisect_right(starts, at) - 1
         return i >= 0 and at <= spans[i][1]
+
     return test
 
 
@@ -129,9 +140,13 @@ def step_flops(events: Iterable[Any], steps: list[Interval]) -> float:
     the host ops that start inside a marked step: not those of a compiled or graph-replayed
     step, whose work is not dispatched op by op."""
     in_step = inside(steps)
-    return sum(getattr(event, "flops", 0) or 0 for event in events
-               if getattr(event, "flops", 0) and event.device_type == torch.autograd.DeviceType.CPU
-               and in_step(event.time_range.start / 1e6))
+    return sum(
+        getattr(event, "flops", 0) or 0
+        for event in events
+        if getattr(event, "flops", 0)
+        and event.device_type == torch.autograd.DeviceType.CPU
+        and in_step(event.time_range.start / 1e6)
+    )
 
 
 # The ATen ops a convolution runs as, whatever the backend: conv1d/2d/3d, convolution,
@@ -144,14 +159,19 @@ def step_convolutions(events: Iterable[Any], steps: list[Interval]) -> bool:
     """Whether a host op that starts inside a marked step is a convolution (CONVOLUTION):
     evidence that the model has convolution layers, read from the trace rather than asked."""
     in_step = inside(steps)
-    return any(CONVOLUTION.match(event.name) and event.device_type == torch.autograd.DeviceType.CPU
-               and in_step(event.time_range.start / 1e6) for event in events)
+    return any(
+        CONVOLUTION.match(event.name)
+        and event.device_type == torch.autograd.DeviceType.CPU
+        and in_step(event.time_range.start / 1e6)
+        for event in events
+    )
 
 
 def activities(device: torch.device) -> list:
     """What the profiler records: the host's ops, and the device's work on CUDA."""
-    return [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA]
-                                                    if device.type == "cuda" else [])
+    return [torch.profiler.ProfilerActivity.CPU] + (
+        [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else []
+    )
 
 
 def sync(device: torch.device) -> None:
@@ -165,14 +185,13 @@ class Window:
     device's idle split) and what the profiler counted per step."""
 
     per_step: dict
-    ops_per_step: float                  # top-level torch ops the step called
-    kernels_per_step: float | None       # device kernels launched (CUDA; None elsewhere)
-    flop_per_step: float | None          # what the profiler counts for matmuls, convolutions, ... (None: not counted)
-    convolutions: bool = False           # a convolution op ran inside a step (`step_convolutions`)
+    ops_per_step: float  # top-level torch ops the step called
+    kernels_per_step: float | None  # device kernels launched (CUDA; None elsewhere)
+    flop_per_step: float | None  # what the profiler counts for matmuls, convolutions, ... (None: not counted)
+    convolutions: bool = False  # a convolution op ran inside a step (`step_convolutions`)
 
 
-def window_parts(events: list[Any], steps: int, wall: float | None, device: torch.device,
-                 flops: bool) -> Window:
+def window_parts(events: list[Any], steps: int, wall: float | None, device: torch.device, flops: bool) -> Window:
     """The budget of a finished window of `steps` steps from its events: the one way from a
     trace to its parts, for a marked loop and for a replayed graph alike."""
     cuda = device.type == "cuda"
@@ -180,11 +199,13 @@ def window_parts(events: list[Any], steps: int, wall: float | None, device: torc
     parts = split(ranges, ops, kernels, memcpy, cuda=cuda)
     idle = device_idle(events, ranges, kernels, memcpy, steps) if cuda else dict(NO_SPLIT)
     flop = step_flops(events, ranges.get("step", [])) if flops else 0.0
-    return Window(per_step={**per_step(parts, steps, wall), **idle},
-                  ops_per_step=round(sum(map(inside(ranges.get("step", [])), (start for start, _ in ops))) / steps, 1),
-                  kernels_per_step=round(len(kernels) / steps, 1) if cuda else None,
-                  flop_per_step=flop / steps if flop else None,
-                  convolutions=step_convolutions(events, ranges.get("step", [])))
+    return Window(
+        per_step={**per_step(parts, steps, wall), **idle},
+        ops_per_step=round(sum(map(inside(ranges.get("step", [])), (start for start, _ in ops))) / steps, 1),
+        kernels_per_step=round(len(kernels) / steps, 1) if cuda else None,
+        flop_per_step=flop / steps if flop else None,
+        convolutions=step_convolutions(events, ranges.get("step", [])),
+    )
 
 
 # Kineto's own log lines: "USDT:2026-01-01 10:00:00 123:123 File.cpp:52] profiler_start".

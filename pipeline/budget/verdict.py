@@ -34,77 +34,108 @@ from torch.utils.data import DataLoader, IterableDataset, Subset, TensorDataset
 from pipeline.budget.peak import cache_file as peak_cache_file
 from pipeline.budget.units import duration, rate
 
-LABELS = {"data_wait": "data wait", "copy": "copy", "compute": "compute", "overhead": "overhead", "other": "other",
-          "dispatch": "dispatch", "threads": "thread contention"}
-MEANINGFUL = 0.10     # of the float32 peak: below it, compute is claimed as weak
-NEGLIGIBLE = 0.01     # of the float32 peak: below it, time in ops is dispatch, not arithmetic
-PLAUSIBLE = 1.5       # of the float32 peak: above it, the probe, not the step, is wrong
-CLOSE = 0.10          # two shares this close (fraction of the step) are both named
+LABELS = {
+    "data_wait": "data wait",
+    "copy": "copy",
+    "compute": "compute",
+    "overhead": "overhead",
+    "other": "other",
+    "dispatch": "dispatch",
+    "threads": "thread contention",
+}
+MEANINGFUL = 0.10  # of the float32 peak: below it, compute is claimed as weak
+NEGLIGIBLE = 0.01  # of the float32 peak: below it, time in ops is dispatch, not arithmetic
+PLAUSIBLE = 1.5  # of the float32 peak: above it, the probe, not the step, is wrong
+CLOSE = 0.10  # two shares this close (fraction of the step) are both named
 SMALL_KERNEL_S = 20e-6  # a device kernel shorter than this on average cannot fill the device
-DISTURBED = 2.0       # profiled steps this many times the plain clock's: the window does not show the loop
-PAYS = 1.25           # bfloat16's measured matmul rate over float32's from which bf16 autocast is advised
+DISTURBED = 2.0  # profiled steps this many times the plain clock's: the window does not show the loop
+PAYS = 1.25  # bfloat16's measured matmul rate over float32's from which bf16 autocast is advised
 
 
 @dataclass(frozen=True)
 class Rule:
     meaning: str
     try_next: str
-    rungs: tuple[tuple[str, str], ...]   # (before, after) rungs that measured the change, closest first
+    rungs: tuple[tuple[str, str], ...]  # (before, after) rungs that measured the change, closest first
 
 
 RULES = {
-    "data_wait": Rule("the step waits for its batch: the Dataset and DataLoader are the bound",
-                      "do the per-item work once (convert the split in the Dataset's __init__), hand out "
-                      "whole batches by index instead of item by item, or add DataLoader workers",
-                      (("naive", "preprocessed"), ("naive", "workers"), ("preprocessed", "batched"))),
-    "copy": Rule("moving batches to the device is the bound",
-                 "pin the host memory and copy with non_blocking=True, or keep the data set on the device "
-                 "and gather each batch there",
-                 (("persistent", "pinned"), ("batched", "device"))),
-    "compute": Rule("the model's own arithmetic is the bound: the data path keeps up",
-                    "a smaller model or a faster device",  # after the levers this machine measured to pay
-                    (("device", "compiled"),)),
-    "overhead": Rule("Python and kernel launches are the bound: the device idles while the host issues work",
-                     "capture the step as a CUDA graph, torch.compile it, or do more per op (a larger batch)",
-                     (("device", "graphed"), ("graphed", "compiled"))),
-    "dispatch": Rule("the kernels are too small for this device: the time goes to starting them, not to arithmetic",
-                     "fewer, larger kernels: a larger batch, torch.compile to fuse them, a CUDA graph",
-                     (("device", "graphed"), ("graphed", "compiled"))),
-    "other": Rule("time outside the step and the wait for data is the bound: the loop's own code",
-                  "log every N steps instead of each, avoid .item() or other syncs per step, checkpoint less often",
-                  ()),
-    "threads": Rule("torch's intra-op threads wait for cores that other work holds, and the profiler counts "
-                    "the wait as time inside ops",
-                    "torch.set_num_threads(1) (or OMP_NUM_THREADS=1) while the host is this busy, or free "
-                    "the cores; then profile again: the shares above are skewed by the wait", ()),
+    "data_wait": Rule(
+        "the step waits for its batch: the Dataset and DataLoader are the bound",
+        "do the per-item work once (convert the split in the Dataset's __init__), hand out "
+        "whole batches by index instead of item by item, or add DataLoader workers",
+        (("naive", "preprocessed"), ("naive", "workers"), ("preprocessed", "batched")),
+    ),
+    "copy": Rule(
+        "moving batches to the device is the bound",
+        "pin the host memory and copy with non_blocking=True, or keep the data set on the device "
+        "and gather each batch there",
+        (("persistent", "pinned"), ("batched", "device")),
+    ),
+    "compute": Rule(
+        "the model's own arithmetic is the bound: the data path keeps up",
+        "a smaller model or a faster device",  # after the levers this machine measured to pay
+        (("device", "compiled"),),
+    ),
+    "overhead": Rule(
+        "Python and kernel launches are the bound: the device idles while the host issues work",
+        "capture the step as a CUDA graph, torch.compile it, or do more per op (a larger batch)",
+        (("device", "graphed"), ("graphed", "compiled")),
+    ),
+    "dispatch": Rule(
+        "the kernels are too small for this device: the time goes to starting them, not to arithmetic",
+        "fewer, larger kernels: a larger batch, torch.compile to fuse them, a CUDA graph",
+        (("device", "graphed"), ("graphed", "compiled")),
+    ),
+    "other": Rule(
+        "time outside the step and the wait for data is the bound: the loop's own code",
+        "log every N steps instead of each, avoid .item() or other syncs per step, checkpoint less often",
+        (),
+    ),
+    "threads": Rule(
+        "torch's intra-op threads wait for cores that other work holds, and the profiler counts "
+        "the wait as time inside ops",
+        "torch.set_num_threads(1) (or OMP_NUM_THREADS=1) while the host is this busy, or free "
+        "the cores; then profile again: the shares above are skewed by the wait",
+        (),
+    ),
 }
 
 
 # On the CPU the host does the work itself: no device idles, no copy to a device.
 CPU_RULES = {
-    "copy": Rule("the marked copies are the bound",
-                 "avoid the copy (a view, or the data already in the layout the step takes), or copy once "
-                 "before the loop", ()),
-    "overhead": Rule("Python and op dispatch inside the step are the bound: its ops are small",
-                     "fewer and larger ops (a larger batch, vectorised code), or torch.compile",
-                     (("device", "compiled"),)),
-    "dispatch": Rule("the ops are too small for this CPU: their time is torch's cost per op (dispatch, "
-                     "allocation, autograd), not arithmetic",
-                     "fewer and larger ops: a larger batch, vectorised code, or torch.compile to fuse them",
-                     (("device", "compiled"),)),
+    "copy": Rule(
+        "the marked copies are the bound",
+        "avoid the copy (a view, or the data already in the layout the step takes), or copy once before the loop",
+        (),
+    ),
+    "overhead": Rule(
+        "Python and op dispatch inside the step are the bound: its ops are small",
+        "fewer and larger ops (a larger batch, vectorised code), or torch.compile",
+        (("device", "compiled"),),
+    ),
+    "dispatch": Rule(
+        "the ops are too small for this CPU: their time is torch's cost per op (dispatch, "
+        "allocation, autograd), not arithmetic",
+        "fewer and larger ops: a larger batch, vectorised code, or torch.compile to fuse them",
+        (("device", "compiled"),),
+    ),
 }
 
 
 # On CUDA the overhead's two halves (`intervals.idle_split`) call for different changes.
 IDLE_RULES = {
-    "host_wait": Rule("the device idles with nothing queued: the host issues kernels slower than the device "
-                      "runs them (Python, dispatch, launch calls)",
-                      "capture the step as a CUDA graph or torch.compile it, or do more per launch (a larger batch)",
-                      (("device", "graphed"), ("graphed", "compiled"))),
-    "launch_gap": Rule("the device idles between kernels already queued: many kernels, each too small to cover "
-                       "its own start",
-                       "fewer, larger kernels: torch.compile to fuse them, a fused optimizer, a larger batch",
-                       (("graphed", "compiled"),)),
+    "host_wait": Rule(
+        "the device idles with nothing queued: the host issues kernels slower than the device "
+        "runs them (Python, dispatch, launch calls)",
+        "capture the step as a CUDA graph or torch.compile it, or do more per launch (a larger batch)",
+        (("device", "graphed"), ("graphed", "compiled")),
+    ),
+    "launch_gap": Rule(
+        "the device idles between kernels already queued: many kernels, each too small to cover its own start",
+        "fewer, larger kernels: torch.compile to fuse them, a fused optimizer, a larger batch",
+        (("graphed", "compiled"),),
+    ),
 }
 
 
@@ -119,10 +150,10 @@ class LoaderSeen:
     """What the verdict knows of the loop's DataLoader (`loader_seen`): what its Dataset is
     and how it makes a batch."""
 
-    dataset: str     # the Dataset's class name, looked through Subsets (random_split's)
-    kind: str        # "tensors" (a TensorDataset: its items are tensor rows already), "items", "iterable"
-    by_item: bool    # a batch is fetched item by item (dataset[i] for each index) and collated
-    workers: int     # the DataLoader's num_workers
+    dataset: str  # the Dataset's class name, looked through Subsets (random_split's)
+    kind: str  # "tensors" (a TensorDataset: its items are tensor rows already), "items", "iterable"
+    by_item: bool  # a batch is fetched item by item (dataset[i] for each index) and collated
+    workers: int  # the DataLoader's num_workers
 
 
 def loader_seen(loader: object) -> LoaderSeen | None:
@@ -134,23 +165,29 @@ def loader_seen(loader: object) -> LoaderSeen | None:
     dataset = loader.dataset
     while isinstance(dataset, Subset):
         dataset = dataset.dataset
-    kind = ("iterable" if isinstance(dataset, IterableDataset) else
-            "tensors" if isinstance(dataset, TensorDataset) else "items")
+    kind = (
+        "iterable"
+        if isinstance(dataset, IterableDataset)
+        else "tensors"
+        if isinstance(dataset, TensorDataset)
+        else "items"
+    )
     # With a batch sampler the DataLoader asks for each index of a batch in turn, unless the
     # Dataset takes the whole batch (`__getitems__`); without one it hands the sampler's
     # index (a list, from a BatchSampler given as the sampler) to the Dataset as it is.
     by_item = loader.batch_sampler is not None and not callable(getattr(dataset, "__getitems__", None))
-    return LoaderSeen(dataset=type(dataset).__name__, kind=kind, by_item=by_item and kind != "iterable",
-                      workers=loader.num_workers)
+    return LoaderSeen(
+        dataset=type(dataset).__name__, kind=kind, by_item=by_item and kind != "iterable", workers=loader.num_workers
+    )
 
 
 @dataclass(frozen=True)
 class Diagnosis:
     """The bound(s) the evidence supports, with the evidence in words."""
 
-    bounds: tuple[str, ...]      # first the main one; a second when its share is close; "threads" first when so
-    why: tuple[str, ...]         # the evidence, one clause each
-    weak: bool = False           # the evidence does not settle the claim (no FLOPs counted, no peak)
+    bounds: tuple[str, ...]  # first the main one; a second when its share is close; "threads" first when so
+    why: tuple[str, ...]  # the evidence, one clause each
+    weak: bool = False  # the evidence does not settle the claim (no FLOPs counted, no peak)
     disturbed: float | None = None  # the profiled steps over the plain clock's, when past DISTURBED
 
     @property
@@ -188,17 +225,32 @@ def _compute_evidence(budget) -> tuple[str, str, bool]:
         each = f"; {count:.0f} {unit} a step, {duration(budget.per_step['compute_s'] / count)} each"
     if fraction is None:
         if budget.kernels_per_step and budget.per_step["compute_s"] / budget.kernels_per_step < SMALL_KERNEL_S:
-            return "dispatch", (f"no FLOPs counted, but the kernels average under {duration(SMALL_KERNEL_S)}: too "
-                                f"short to fill the device{each}"), False
-        why = ("the profiler counted no FLOPs for these ops" if not budget.flop_per_step
-               else "no peak of this device to set them against")
+            return (
+                "dispatch",
+                (
+                    f"no FLOPs counted, but the kernels average under {duration(SMALL_KERNEL_S)}: too "
+                    f"short to fill the device{each}"
+                ),
+                False,
+            )
+        why = (
+            "the profiler counted no FLOPs for these ops"
+            if not budget.flop_per_step
+            else "no peak of this device to set them against"
+        )
         if raw_fraction(budget) is not None:  # above the ceiling: the probe ran on a busy moment
-            why = (f"the step computes at {rate(budget.achieved_flop_s())}, above the float32 peak probed here "
-                   f"({rate(budget.peak.float32)}): that probe ran in a busy moment (a new one is taken on a quiet "
-                   f"host: delete {peak_cache_file()})")
+            why = (
+                f"the step computes at {rate(budget.achieved_flop_s())}, above the float32 peak probed here "
+                f"({rate(budget.peak.float32)}): that probe ran in a busy moment (a new one is taken on a quiet "
+                f"host: delete {peak_cache_file()})"
+            )
         return "compute", f"{why}, so how hard they compute is unknown{each}", True
     gpu = budget.kernels_per_step is not None
-    at = "" if gpu or not budget.intra_threads else f" at {budget.intra_threads} thread{'s' if budget.intra_threads != 1 else ''}"
+    at = (
+        ""
+        if gpu or not budget.intra_threads
+        else f" at {budget.intra_threads} thread{'s' if budget.intra_threads != 1 else ''}"
+    )
     where = f"{percent(fraction)} of this {'GPU' if gpu else 'CPU'}'s float32 peak{at}"
     said = f"the step computes at {rate(budget.achieved_flop_s())}, {where} ({budget.peak.describe()}){each}"
     if fraction < NEGLIGIBLE:
@@ -222,25 +274,32 @@ def diagnose(budget) -> Diagnosis:
         bounds.append(part)
     threads = budget.threads
     if threads is not None:
-        said = (f"{threads.threads} threads run a step in {duration(threads.step_s)}, one thread in "
-                f"{duration(threads.one_thread_s)}")
+        said = (
+            f"{threads.threads} threads run a step in {duration(threads.step_s)}, one thread in "
+            f"{duration(threads.one_thread_s)}"
+        )
         if threads.contended:  # every share beside it is skewed by the wait: that bound alone is named
             load = f", load {threads.load:.1f}" if threads.load is not None else ""
-            why = [f"{said} ({threads.slowdown:.1f}x slower with more threads; {threads.cores} cores{load})",
-                   "as measured with the threads waiting: " + why[0]] + why[1:]
+            why = [
+                f"{said} ({threads.slowdown:.1f}x slower with more threads; {threads.cores} cores{load})",
+                "as measured with the threads waiting: " + why[0],
+            ] + why[1:]
             return Diagnosis(bounds=("threads",), why=tuple(why), weak=False)
         why.append(said)
         ratio = budget.per_step["step_s"] / threads.step_s if threads.step_s > 0 else 1.0
         if ratio > DISTURBED:  # the window is not the loop: its shares describe a disturbed stretch
-            why.append(f"the profiled steps took {ratio:.1f}x the plain clock's ({duration(budget.per_step['step_s'])} "
-                       f"against {duration(threads.step_s)}): the profiler's own cost, or load while it ran")
+            why.append(
+                f"the profiled steps took {ratio:.1f}x the plain clock's ({duration(budget.per_step['step_s'])} "
+                f"against {duration(threads.step_s)}): the profiler's own cost, or load while it ran"
+            )
             return Diagnosis(bounds=tuple(dict.fromkeys(bounds)), why=tuple(why), weak=weak, disturbed=ratio)
     return Diagnosis(bounds=tuple(dict.fromkeys(bounds)), why=tuple(why), weak=weak)
 
 
 def _figure(name: str, variant: dict) -> str:
-    marks = [word for key, word in (("extrapolated", "sampled: extrapolated"), ("unstable", "unstable"))
-             if variant.get(key)]
+    marks = [
+        word for key, word in (("extrapolated", "sampled: extrapolated"), ("unstable", "unstable")) if variant.get(key)
+    ]
     return f"`{name}` {variant['train_s']:.3g}" + (f" ({', '.join(marks)})" if marks else "")
 
 
@@ -249,8 +308,11 @@ def _quotable(ladder: object, before: str, after: str) -> bool:
     malformed or foreign file, is quoted as nothing rather than crashing the report)."""
     variants = ladder.get("variants") if isinstance(ladder, dict) else None
     return isinstance(variants, dict) and all(
-        isinstance(variants.get(name), dict) and isinstance(variants[name].get("train_s"), (int, float))
-        and not isinstance(variants[name].get("train_s"), bool) for name in (before, after))
+        isinstance(variants.get(name), dict)
+        and isinstance(variants[name].get("train_s"), (int, float))
+        and not isinstance(variants[name].get("train_s"), bool)
+        for name in (before, after)
+    )
 
 
 def evidence(rule: Rule, ladder: dict | None, machine: str | None = None) -> str:
@@ -267,8 +329,12 @@ def evidence(rule: Rule, ladder: dict | None, machine: str | None = None) -> str
     measured, device = about_machine.get("name"), about_machine.get("device")
     params = ladder.get("params") if isinstance(ladder.get("params"), dict) else {}
     named = measured and machine is not None  # only then can "this" or "another" machine be said
-    about = [f"`{measured}`" if named else None, str(ladder.get("dataset", "bench")),
-             f"on {device}" if device else None, "a quick run" if params.get("quick") else None]
+    about = [
+        f"`{measured}`" if named else None,
+        str(ladder.get("dataset", "bench")),
+        f"on {device}" if device else None,
+        "a quick run" if params.get("quick") else None,
+    ]
     if not measured:
         whose = "a ladder of an unnamed machine"
     elif machine is None:
@@ -277,8 +343,10 @@ def evidence(rule: Rule, ladder: dict | None, machine: str | None = None) -> str
         whose = "another machine's ladder"
     else:
         whose = "this machine's ladder"
-    return (f" On {whose} ({', '.join(a for a in about if a)}): "
-            f"{_figure(before, variants[before])} -> {_figure(after, variants[after])} s/epoch.")
+    return (
+        f" On {whose} ({', '.join(a for a in about if a)}): "
+        f"{_figure(before, variants[before])} -> {_figure(after, variants[after])} s/epoch."
+    )
 
 
 def _device_word(budget) -> str:
@@ -300,12 +368,15 @@ def _compute_rule(budget) -> Rule:
     elif speedup is None:
         against.append("no bfloat16 peak was measured here, so bf16 autocast is untested")
     elif speedup >= PAYS:
-        levers.append(f"bf16 autocast (bfloat16 matmuls measured {speedup:.1f}x float32's rate on this "
-                      f"{_device_word(budget)})")
+        levers.append(
+            f"bf16 autocast (bfloat16 matmuls measured {speedup:.1f}x float32's rate on this {_device_word(budget)})"
+        )
     else:
         slower = "would slow the step" if speedup < 1 else "would gain too little to pay for its casts"
-        against.append(f"bfloat16 matmuls measured {rate(peak.rates['bfloat16'])} against float32's "
-                       f"{rate(peak.float32)}: bf16 autocast {slower}")
+        against.append(
+            f"bfloat16 matmuls measured {rate(peak.rates['bfloat16'])} against float32's "
+            f"{rate(peak.float32)}: bf16 autocast {slower}"
+        )
     convolutions = getattr(budget, "convolutions", None)  # None: a budget that did not look
     if convolutions:
         levers.append("channels_last (the step runs convolutions)")
@@ -315,10 +386,16 @@ def _compute_rule(budget) -> Rule:
     if levers:
         return Rule(base.meaning, f"{' and '.join(levers)}; past that, {base.try_next}; {compile_}", base.rungs)
     fraction = compute_fraction(budget)
-    at = (f"the step computes at {percent(fraction)} of this {_device_word(budget)}'s measured float32 peak, and "
-          if fraction is not None else "")
-    return Rule(base.meaning, f"{base.try_next}: {at}no lever measured to pay here ({'; '.join(against)}); "
-                              f"{compile_}", base.rungs)
+    at = (
+        f"the step computes at {percent(fraction)} of this {_device_word(budget)}'s measured float32 peak, and "
+        if fraction is not None
+        else ""
+    )
+    return Rule(
+        base.meaning,
+        f"{base.try_next}: {at}no lever measured to pay here ({'; '.join(against)}); {compile_}",
+        base.rungs,
+    )
 
 
 def _data_rule(budget) -> Rule:
@@ -335,21 +412,31 @@ def _data_rule(budget) -> Rule:
         device = ", or keep the tensors on the device and gather each batch there" if gpu else ""
         device_rung = (("batched", "device"),) if gpu else ()
         if seen.by_item:
-            return Rule(f"the step waits for its batch: the DataLoader fetches the {seen.dataset}'s items one by "
-                        f"one and collates them (they are tensors already: nothing is left to convert)",
-                        "hand out whole batches by index instead of item by item: a BatchSampler as the "
-                        "DataLoader's sampler with batch_size=None, or index the tensors with each batch's "
-                        "shuffled indices in the loop" + device,
-                        (("preprocessed", "batched"),) + device_rung)
-        return Rule(f"the step waits for its batch, which the DataLoader already gathers by index from the "
-                    f"{seen.dataset}'s tensors: the DataLoader's own machinery is the bound",
-                    "index the tensors with each batch's shuffled indices in the loop, without a DataLoader" + device,
-                    device_rung)
+            return Rule(
+                f"the step waits for its batch: the DataLoader fetches the {seen.dataset}'s items one by "
+                f"one and collates them (they are tensors already: nothing is left to convert)",
+                "hand out whole batches by index instead of item by item: a BatchSampler as the "
+                "DataLoader's sampler with batch_size=None, or index the tensors with each batch's "
+                "shuffled indices in the loop" + device,
+                (("preprocessed", "batched"),) + device_rung,
+            )
+        return Rule(
+            f"the step waits for its batch, which the DataLoader already gathers by index from the "
+            f"{seen.dataset}'s tensors: the DataLoader's own machinery is the bound",
+            "index the tensors with each batch's shuffled indices in the loop, without a DataLoader" + device,
+            device_rung,
+        )
     batches = "hand out whole batches by index instead of item by item, " if seen.by_item else ""
-    workers = ("add DataLoader workers" if seen.workers == 0
-               else f"more DataLoader workers than its {seen.workers}, where cores are free")
-    return Rule(base.meaning, f"do the per-item work once (convert the split in the Dataset's __init__), {batches}"
-                              f"or {workers}", base.rungs)
+    workers = (
+        "add DataLoader workers"
+        if seen.workers == 0
+        else f"more DataLoader workers than its {seen.workers}, where cores are free"
+    )
+    return Rule(
+        base.meaning,
+        f"do the per-item work once (convert the split in the Dataset's __init__), {batches}or {workers}",
+        base.rungs,
+    )
 
 
 def _rule(part: str, budget) -> Rule:
@@ -385,8 +472,10 @@ def verdict(budget, ladder: dict | None = None) -> str:
     rule = _rule(main, budget)
     weak = " (weak evidence)" if found.weak and main == "compute" else ""
     if found.disturbed:
-        weak = (f" (weak evidence: the profiled window ran {found.disturbed:.1f}x slower than the same steps "
-                f"unprofiled; profile again on a quieter host, or with fewer --steps)")
+        weak = (
+            f" (weak evidence: the profiled window ran {found.disturbed:.1f}x slower than the same steps "
+            f"unprofiled; profile again on a quieter host, or with fewer --steps)"
+        )
     halves = budget.idle_shares() if main == "overhead" else None
     detail = f" (host wait {halves['host_wait']:.0%}, launch gaps {halves['launch_gap']:.0%})" if halves else ""
     head = f"{found.label}-BOUND{weak}: {_share(main, budget)}{detail}; {rule.meaning}. Try: {rule.try_next}."

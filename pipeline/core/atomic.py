@@ -58,7 +58,7 @@ def _worded(dest: Path) -> Iterator[None]:
         name = getattr(err, "filename", None)
         name = None if name is None else str(name)
         if name is None or not ours.fullmatch(name):
-            where = name or dest           # no file in particular, or one that is not ours
+            where = name or dest  # no file in particular, or one that is not ours
         else:
             where = temporary.sub(str(dest), name) if temporary.match(name) else dest  # (the lock: dest)
         failure = system_failure(err, where)
@@ -90,8 +90,9 @@ def locked(dest: Path) -> Iterator[None]:
             raise BlockingIOError
     except (BlockingIOError, FileNotFoundError):
         os.close(fd)
-        raise BusyError(f"{dest}: another run is writing it right now (lock {lock}); "
-                        f"wait for it to finish, then run again") from None
+        raise BusyError(
+            f"{dest}: another run is writing it right now (lock {lock}); wait for it to finish, then run again"
+        ) from None
     try:
         for stale in list(_stale(dest)):
             shutil.rmtree(stale) if stale.is_dir() and not stale.is_symlink() else stale.unlink(missing_ok=True)
@@ -117,7 +118,7 @@ def atomic_path(dest: Path) -> Iterator[Path]:
             tmp.unlink(missing_ok=True)
 
 
-MARKER = ".pipeline-output"   # inside every folder atomic_dir writes: what it may replace later
+MARKER = ".pipeline-output"  # inside every folder atomic_dir writes: what it may replace later
 
 
 def check_owned(dest: Path, marker: str = MARKER, owns: Callable[[Path], bool] | None = None) -> None:
@@ -136,8 +137,10 @@ def check_owned(dest: Path, marker: str = MARKER, owns: Callable[[Path], bool] |
     if not any(dest.iterdir()) or (owns(dest) if owns is not None else (dest / marker).is_file()):
         return
     why = f"no {marker} inside" if owns is None else f"not only what it writes, a {marker} and its files"
-    raise InputError(f"{dest}: a folder this project did not write ({why}); refusing to replace it "
-                     f"(remove it yourself, or choose another output)")
+    raise InputError(
+        f"{dest}: a folder this project did not write ({why}); refusing to replace it "
+        f"(remove it yourself, or choose another output)"
+    )
 
 
 @contextlib.contextmanager

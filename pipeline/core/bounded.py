@@ -24,15 +24,20 @@ from typing import Any, BinaryIO
 from pipeline.core.errors import DataError, InputError, reason
 
 MiB = 1 << 20
-TEXT_CAP = 1 * MiB      # params.yaml, sources.yaml, a figures or metrics JSON: a few KiB in practice
+TEXT_CAP = 1 * MiB  # params.yaml, sources.yaml, a figures or metrics JSON: a few KiB in practice
 
 
 class UnsafeFileError(InputError):
     """Not a regular file inside its folder, or larger than the reader's cap."""
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def file_kind(mode: int) -> str:
@@ -44,8 +49,10 @@ def check_inside(path: Path, folder: Path) -> None:
     """Refuse `path` when it (through links) resolves outside `folder`."""
     real, base = Path(path).resolve(), Path(folder).resolve()
     if real != base and base not in real.parents:
-        raise UnsafeFileError(f"{path}: a link to {real}, outside {base}; a stage reads only the files in "
-                              f"its input folder (replace the link with a copy of the file)")
+        raise UnsafeFileError(
+            f"{path}: a link to {real}, outside {base}; a stage reads only the files in "
+            f"its input folder (replace the link with a copy of the file)"
+        )
 
 
 _OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
@@ -102,8 +109,10 @@ def plain_descriptor(path: Path) -> tuple[int, os.stat_result]:
 
 
 def too_large(path: Path, size: int, cap: int, what: str) -> UnsafeFileError:
-    return UnsafeFileError(f"{path}: {size:,} bytes or more, larger than any {what} can be "
-                           f"(at most {cap:,} bytes); a wrong or damaged file?")
+    return UnsafeFileError(
+        f"{path}: {size:,} bytes or more, larger than any {what} can be "
+        f"(at most {cap:,} bytes); a wrong or damaged file?"
+    )
 
 
 def read_capped(path: Path, cap: int, what: str = "file of its kind", within: Path | None = None) -> bytes:
@@ -153,8 +162,9 @@ def _yaml_loader():
         def compose_node(self, parent, index):
             if self.check_event(yaml.AliasEvent):
                 event = self.peek_event()
-                raise yaml.composer.ComposerError(None, None, f"alias *{event.anchor} is not allowed here "
-                                                  "(write the value out)", event.start_mark)
+                raise yaml.composer.ComposerError(
+                    None, None, f"alias *{event.anchor} is not allowed here (write the value out)", event.start_mark
+                )
             return super().compose_node(parent, index)
 
         def construct_mapping(self, node, deep=False):
@@ -167,8 +177,9 @@ def _yaml_loader():
                     except TypeError:  # unhashable: SafeConstructor says so below
                         continue
                     if duplicate:
-                        raise yaml.constructor.ConstructorError(None, None, f"key {short(key, 40)} is given twice",
-                                                                key_node.start_mark)
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {short(key, 40)} is given twice", key_node.start_mark
+                        )
                     seen.add(key)
             return super().construct_mapping(node, deep)
 
@@ -188,8 +199,9 @@ def load_yaml(path: Path, cap: int = TEXT_CAP, what: str = "YAML file") -> Any:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise InputError(f"{path}: not valid YAML: {err.problem or err.context}{where}") from None
     except yaml.YAMLError as err:
-        raise InputError(f"{path}: not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}") \
-            from None
+        raise InputError(
+            f"{path}: not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+        ) from None
     except RecursionError:
         raise InputError(f"{path}: not valid YAML: nested too deeply") from None
 
@@ -228,8 +240,9 @@ def parse_json(data: bytes | str, source: Path | str, finite: bool = False, expe
         raise InputError(f"{source}: not {expected} ({reason(err)})") from None
 
 
-def read_json(path: Path, cap: int = TEXT_CAP, what: str = "JSON file", within: Path | None = None,
-              finite: bool = False) -> Any:
+def read_json(
+    path: Path, cap: int = TEXT_CAP, what: str = "JSON file", within: Path | None = None, finite: bool = False
+) -> Any:
     """`parse_json` of a regular file read with a byte cap (`read_capped`)."""
     return parse_json(read_capped(path, cap, what, within), path, finite)
 

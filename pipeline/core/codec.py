@@ -40,5 +40,4 @@ class Codec:
         return {"compression": self.name, "compression_level": self.level}
 
     def polars_options(self) -> dict:
-        return {"compression": "uncompressed" if self.name == "none" else self.name,
-                "compression_level": self.level}
+        return {"compression": "uncompressed" if self.name == "none" else self.name, "compression_level": self.level}

@@ -7,18 +7,28 @@ stages check each line against them). The shard sample the stages write is decla
 
 SPLITS = ("train", "test")
 IMAGE_SHAPE = (28, 28)
-NUM_CLASSES = 10               # labels are class indices 0..NUM_CLASSES-1
+NUM_CLASSES = 10  # labels are class indices 0..NUM_CLASSES-1
 PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
 # The write-up's wide layout, and the CSV header of the Kaggle edition: label, pixel1..pixel784.
 COLUMNS = ["label"] + [f"pixel{i}" for i in range(1, PIXELS + 1)]
 CSV_HEADER = ",".join(COLUMNS)
-CSV_HEADER_MAX = len(CSV_HEADER) + 2           # with CRLF
+CSV_HEADER_MAX = len(CSV_HEADER) + 2  # with CRLF
 # What one data row can be, before any parser sees it: 785 fields of 1 to 3 digits (0..255;
 # the writer never pads), 784 commas, then LF or CRLF. A line outside these bounds cannot be
 # a row, whatever else it holds.
-CSV_ROW_MIN = len(COLUMNS) * 2 - 1             # without its line end
-CSV_ROW_MAX = len(COLUMNS) * 4 - 1             # without its line end
-CSV_LINE_MAX = CSV_ROW_MAX + 2                 # with CRLF
+CSV_ROW_MIN = len(COLUMNS) * 2 - 1  # without its line end
+CSV_ROW_MAX = len(COLUMNS) * 4 - 1  # without its line end
+CSV_LINE_MAX = CSV_ROW_MAX + 2  # with CRLF
 
-__all__ = ["COLUMNS", "CSV_HEADER", "CSV_HEADER_MAX", "CSV_LINE_MAX", "CSV_ROW_MAX", "CSV_ROW_MIN", "IMAGE_SHAPE",
-           "NUM_CLASSES", "PIXELS", "SPLITS"]
+__all__ = [
+    "COLUMNS",
+    "CSV_HEADER",
+    "CSV_HEADER_MAX",
+    "CSV_LINE_MAX",
+    "CSV_ROW_MAX",
+    "CSV_ROW_MIN",
+    "IMAGE_SHAPE",
+    "NUM_CLASSES",
+    "PIXELS",
+    "SPLITS",
+]

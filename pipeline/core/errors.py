@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import re
 
-
 _HEX_DIGITS = re.compile("[0-9a-f]*")
-SLUG = "[a-z0-9][a-z0-9_-]{0,63}"   # a data set's name (a folder name): matched whole, never with `$`
+SLUG = "[a-z0-9][a-z0-9_-]{0,63}"  # a data set's name (a folder name): matched whole, never with `$`
 _SLUG = re.compile(SLUG)
 
 

@@ -21,7 +21,7 @@ class ParamsError(InputError):
 
 
 PARAMS_CAP = 1 << 20  # bytes: the file is a few KiB
-SHOWN = 10            # problems quoted in one message: one readable line however many there are
+SHOWN = 10  # problems quoted in one message: one readable line however many there are
 
 
 def load_params(path: Path) -> dict[str, Any]:

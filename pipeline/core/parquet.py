@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.bounded import open_regular, read_capped
-from pipeline.core.errors import DataError, is_hex, reason
 from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, PIXELS, SPLITS
+from pipeline.core.errors import DataError, is_hex, reason
 
 LAYOUTS = ("wide", "compact")
 IMAGE_TYPE = pa.binary(PIXELS)
@@ -29,8 +29,9 @@ _TYPES = {**{name: pa.uint8() for name in COLUMNS}, "image": IMAGE_TYPE}  # what
 
 def compact_table(labels: np.ndarray, pixels: np.ndarray) -> pa.Table:
     """One row-major 784-byte value per image, zero-copy over `pixels`."""
-    images = pa.FixedSizeBinaryArray.from_buffers(IMAGE_TYPE, len(labels),
-                                                  [None, pa.py_buffer(np.ascontiguousarray(pixels))])
+    images = pa.FixedSizeBinaryArray.from_buffers(
+        IMAGE_TYPE, len(labels), [None, pa.py_buffer(np.ascontiguousarray(pixels))]
+    )
     return pa.Table.from_arrays([pa.array(labels, pa.uint8()), images], names=["label", "image"])
 
 
@@ -164,5 +165,7 @@ def verify_checksum(path: Path) -> None:
         raise DataError(f"{path}: missing ({sums.name} lists it: the convert stage's output is incomplete)")
     actual = _sha256(path, within=sums.parent)
     if actual != recorded[name]:
-        raise DataError(f"{path}: checksum mismatch: {sums.name} says {recorded[name][:16]}..., file is "
-                        f"{actual[:16]}... (damaged after the convert stage wrote it)")
+        raise DataError(
+            f"{path}: checksum mismatch: {sums.name} says {recorded[name][:16]}..., file is "
+            f"{actual[:16]}... (damaged after the convert stage wrote it)"
+        )

@@ -16,8 +16,8 @@ from typing import Any
 from pipeline.core.bounded import load_yaml, short
 from pipeline.core.errors import InputError, is_hex
 
-SOURCES_CAP = 1 << 20          # bytes: the file is a few KiB
-MAX_ROWS = 1 << 24             # samples in one split: far above any data set of 28x28 images here
+SOURCES_CAP = 1 << 20  # bytes: the file is a few KiB
+MAX_ROWS = 1 << 24  # samples in one split: far above any data set of 28x28 images here
 SPLITS = ("train", "test")
 IDX_ROLES = ("train_images", "train_labels", "test_images", "test_labels")
 
@@ -41,8 +41,9 @@ def dataset_entry(path: Path, dataset: str) -> dict[str, Any]:
     sources = read_sources(path)
     entry = sources.get(dataset)
     if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict):
-        raise SourcesError(f"{path}: no data set {short(dataset)} with a `files` mapping "
-                           f"(known: {sorted(map(str, sources))[:20]})")
+        raise SourcesError(
+            f"{path}: no data set {short(dataset)} with a `files` mapping (known: {sorted(map(str, sources))[:20]})"
+        )
     return entry
 
 
@@ -50,13 +51,15 @@ def known_rows(path: Path, dataset: str) -> dict[str, int]:
     """{split: rows} of `dataset`, as sources.yaml records them (`rows: {train: N, test: M}`)."""
     rows = dataset_entry(path, dataset).get("rows")
     if not isinstance(rows, dict) or set(rows) != set(SPLITS):
-        raise SourcesError(f"{path}: {dataset}.rows must map each of {list(SPLITS)} to its number of samples "
-                           f"(got {short(rows)})")
+        raise SourcesError(
+            f"{path}: {dataset}.rows must map each of {list(SPLITS)} to its number of samples (got {short(rows)})"
+        )
     for split in SPLITS:
         value = rows[split]
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ROWS:
-            raise SourcesError(f"{path}: {dataset}.rows.{split}: expected an integer in 1..{MAX_ROWS:,}, "
-                               f"got {short(value)}")
+            raise SourcesError(
+                f"{path}: {dataset}.rows.{split}: expected an integer in 1..{MAX_ROWS:,}, got {short(value)}"
+            )
     return {split: rows[split] for split in SPLITS}
 
 

@@ -44,8 +44,9 @@ class ShardDataset(Dataset):
     bounded maps; `loader()` freezes the parent's objects for its workers, and
     `freeze_inherited` does the same for a DataLoader of your own."""
 
-    def __init__(self, location: Path | str, *, transform: Transform | Sequence[Transform] | None = None,
-                 **split_options) -> None:
+    def __init__(
+        self, location: Path | str, *, transform: Transform | Sequence[Transform] | None = None, **split_options
+    ) -> None:
         self.split = MappedSplit(location, **split_options)
         self.sample = self.split.sample
         self.transform = compose(transform, {f.name: f.dtype for f in self.sample.fields})
@@ -82,21 +83,48 @@ class ShardDataset(Dataset):
         """Map (fetch) and verify the whole split now, raising what is wrong."""
         self.split.wait()
 
-    def sampler(self, batch_size: int, *, shuffle: bool | str = False, seed: int = 0, rank: int = 0,
-                world_size: int = 1, drop_last: bool = False) -> ShardSampler:
+    def sampler(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool | str = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+    ) -> ShardSampler:
         """A `ShardSampler` for this split (its shard counts included, for shuffle="shards")."""
-        return ShardSampler(len(self), batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
-                            drop_last=drop_last, shard_counts=self.shard_counts)
+        return ShardSampler(
+            len(self),
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+            shard_counts=self.shard_counts,
+        )
 
-    def loader(self, batch_size: int, *, shuffle: bool | str = False, seed: int = 0, rank: int = 0,
-               world_size: int = 1, drop_last: bool = False, freeze: bool = True, preload: bool = True,
-               **dataloader_options) -> ShardLoader:
+    def loader(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool | str = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        freeze: bool = True,
+        preload: bool = True,
+        **dataloader_options,
+    ) -> ShardLoader:
         """The batched path: a `ShardLoader` over this dataset (see `order` for the rules of
         `shuffle`, ranks and resuming). Other keyword arguments (num_workers, pin_memory, ...)
         go to the DataLoader underneath; `freeze=False` leaves the workers' gc as it is,
         `preload=False` the fork server's preload list (see `ShardLoader`)."""
-        sampler = self.sampler(batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
-                               drop_last=drop_last)
+        sampler = self.sampler(
+            batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last
+        )
         return ShardLoader(self, sampler, freeze=freeze, preload=preload, **dataloader_options)
 
 
@@ -222,8 +250,15 @@ class ShardLoader(_Resumable):
     (`freeze_inherited`); unless `preload=False`, workers started by forkserver share the
     fork server's import of this loader (`preload_forkserver`)."""
 
-    def __init__(self, dataset: ShardDataset, sampler: ShardSampler, *, freeze: bool = True, preload: bool = True,
-                 **dataloader_options) -> None:
+    def __init__(
+        self,
+        dataset: ShardDataset,
+        sampler: ShardSampler,
+        *,
+        freeze: bool = True,
+        preload: bool = True,
+        **dataloader_options,
+    ) -> None:
         for name, value in (("freeze", freeze), ("preload", preload)):
             if not isinstance(value, bool):
                 raise ShardError(f"{name} must be True or False, got {value!r:.40}")
@@ -262,10 +297,19 @@ class DeviceBatches(_Resumable):
     field names to tensors [n, *shape]; each batch is a tuple of them in that order, as
     stored unless `transform` is given."""
 
-    def __init__(self, columns: Mapping[str, torch.Tensor], batch_size: int, *, shuffle: bool | str = False,
-                 seed: int = 0, rank: int = 0, world_size: int = 1, drop_last: bool = False,
-                 transform: Transform | Sequence[Transform] | None = None,
-                 shard_counts: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        columns: Mapping[str, torch.Tensor],
+        batch_size: int,
+        *,
+        shuffle: bool | str = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        transform: Transform | Sequence[Transform] | None = None,
+        shard_counts: Sequence[int] | None = None,
+    ) -> None:
         if not isinstance(columns, Mapping) or not columns:
             raise ShardError("DeviceBatches: columns must map field names to tensors")
         kinds = {name: type(t).__name__ for name, t in columns.items() if not isinstance(t, torch.Tensor)}
@@ -280,8 +324,16 @@ class DeviceBatches(_Resumable):
         self.columns = dict(columns)
         self.device = next(iter(columns.values())).device
         self.transform = compose(transform, {n: str(t.dtype).removeprefix("torch.") for n, t in columns.items()})
-        self.sampler = ShardSampler(next(iter(lengths.values())), batch_size, shuffle=shuffle, seed=seed, rank=rank,
-                                    world_size=world_size, drop_last=drop_last, shard_counts=shard_counts)
+        self.sampler = ShardSampler(
+            next(iter(lengths.values())),
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+            shard_counts=shard_counts,
+        )
         self.indices = None
 
     def rank_order(self, epoch: int) -> torch.Tensor:

@@ -34,23 +34,47 @@ from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError, is_hex
 
 FORMAT_VERSION = 4
-READ_VERSIONS = (2, 3, 4)      # what read_manifest accepts; 2 and 3 are upgraded in memory
-BLOCK_BYTES = 1 << 14          # the verified unit of random access: a batch of 512 samples hashes ~8 MB at most
-DATA_ALIGN = BLOCK_BYTES       # a block-verified shard's data area starts at a multiple of it (the header is
+READ_VERSIONS = (2, 3, 4)  # what read_manifest accepts; 2 and 3 are upgraded in memory
+BLOCK_BYTES = 1 << 14  # the verified unit of random access: a batch of 512 samples hashes ~8 MB at most
+DATA_ALIGN = BLOCK_BYTES  # a block-verified shard's data area starts at a multiple of it (the header is
 # padded with spaces): each block then covers whole pages, and where the map starts on a 64 KiB boundary (Linux
 # puts maps of files of 2 MiB or more on 2 MiB ones) lies in one of the kernel's 64 KiB fault-around windows,
 # so a batch pays one page fault per block it touches, not sometimes two
-MAX_BLOCKS = 1 << 15           # block digests per shard: 512 KiB of hex in a header (larger shards: larger blocks)
+MAX_BLOCKS = 1 << 15  # block digests per shard: 512 KiB of hex in a header (larger shards: larger blocks)
 CODECS = ("none", "zstd")
 
 # numpy dtype name -> safetensors dtype code (little-endian, as safetensors stores them).
-DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "int16": "I16", "uint32": "U32",
-          "int32": "I32", "uint64": "U64", "int64": "I64", "float16": "F16", "float32": "F32", "float64": "F64"}
-ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "uint32": 4, "int32": 4, "uint64": 8,
-            "int64": 8, "float16": 2, "float32": 4, "float64": 8}
+DTYPES = {
+    "bool": "BOOL",
+    "uint8": "U8",
+    "int8": "I8",
+    "uint16": "U16",
+    "int16": "I16",
+    "uint32": "U32",
+    "int32": "I32",
+    "uint64": "U64",
+    "int64": "I64",
+    "float16": "F16",
+    "float32": "F32",
+    "float64": "F64",
+}
+ITEMSIZE = {
+    "bool": 1,
+    "uint8": 1,
+    "int8": 1,
+    "uint16": 2,
+    "int16": 2,
+    "uint32": 4,
+    "int32": 4,
+    "uint64": 8,
+    "int64": 8,
+    "float16": 2,
+    "float32": 4,
+    "float64": 8,
+}
 INTEGER = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"}
-MAX_FIELDS = 64                # fields in one sample
-MAX_SAMPLE_BYTES = 1 << 30     # one sample, all fields: 1 GiB (a 16k x 16k RGBA image fits)
+MAX_FIELDS = 64  # fields in one sample
+MAX_SAMPLE_BYTES = 1 << 30  # one sample, all fields: 1 GiB (a 16k x 16k RGBA image fits)
 MAX_DIMS = 8
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a Python identifier: a tensor name, a key, an argument
 
@@ -117,8 +141,10 @@ class Field:
         array or CPU tensor, as for `first_bad`)."""
         index = self.first_bad(values)
         if index is not None:
-            raise ShardError(f"{where}: field {self.name!r}: value {values[index].tolist()} "
-                             f"at sample {first_id + index} is outside 0..{self.classes - 1}")
+            raise ShardError(
+                f"{where}: field {self.name!r}: value {values[index].tolist()} "
+                f"at sample {first_id + index} is outside 0..{self.classes - 1}"
+            )
 
 
 def dtype_name(dtype) -> object:
@@ -140,7 +166,7 @@ def dtype_name(dtype) -> object:
     return dtype
 
 
-RESERVED = {"__metadata__"}    # safetensors' header key for its metadata: no tensor may take the name
+RESERVED = {"__metadata__"}  # safetensors' header key for its metadata: no tensor may take the name
 
 
 def field_problem(field: Field) -> str | None:
@@ -153,8 +179,11 @@ def field_problem(field: Field) -> str | None:
     if not isinstance(field.dtype, str) or field.dtype not in DTYPES:
         return f"dtype {field.dtype!r:.30} is not one of {sorted(DTYPES)}"
     shape = field.shape
-    if (not isinstance(shape, tuple) or len(shape) > MAX_DIMS
-            or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_SAMPLE_BYTES for d in shape)):
+    if (
+        not isinstance(shape, tuple)
+        or len(shape) > MAX_DIMS
+        or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_SAMPLE_BYTES for d in shape)
+    ):
         return f"shape {shape!r:.60} must be at most {MAX_DIMS} dimensions of 1..{MAX_SAMPLE_BYTES}"
     if math.prod(shape) * ITEMSIZE[field.dtype] > MAX_SAMPLE_BYTES:
         return f"one sample takes over {MAX_SAMPLE_BYTES:,} bytes"
@@ -179,8 +208,9 @@ class Sample:
         object.__setattr__(self, "fields", tuple(self.fields))
         for number, field in enumerate(self.fields):
             if not isinstance(field, Field):
-                raise ShardError(f"a sample's fields are a tuple of Field: fields[{number}] is "
-                                 f"{type(field).__name__} {field!r:.40}")
+                raise ShardError(
+                    f"a sample's fields are a tuple of Field: fields[{number}] is {type(field).__name__} {field!r:.40}"
+                )
         names = [f.name for f in self.fields]
         if not 1 <= len(names) <= MAX_FIELDS:
             raise ShardError(f"a sample has 1..{MAX_FIELDS} fields, got {len(names)}")
@@ -228,8 +258,18 @@ def shard_file(number: int, codec: str) -> str:
     return f"shard-{number:05d}{suffix(codec)}"
 
 
-def new_manifest(*, sample: Sample, dataset: str, split: str, count: int, codec: str, level: int, source: dict,
-                 shards: list[dict], block: int | None) -> dict:
+def new_manifest(
+    *,
+    sample: Sample,
+    dataset: str,
+    split: str,
+    count: int,
+    codec: str,
+    level: int,
+    source: dict,
+    shards: list[dict],
+    block: int | None,
+) -> dict:
     """The manifest every writer produces (key order included: the bytes are DVC's cache key)."""
     return {
         "format_version": FORMAT_VERSION,
@@ -271,10 +311,10 @@ def write_manifest(folder: Path, manifest: dict) -> None:
     tmp.replace(Path(folder) / "manifest.json")
 
 
-MAX_COUNT = 1 << 31            # samples in one split: far above any real data set, far below petabytes
-MAX_HEADER = 1 << 20           # the safetensors header bound the reader enforces
-MAX_BYTES = 1 << 44            # one shard file, whatever its codec (16 TiB)
-MAX_MANIFEST = 64 << 20        # manifest.json: ~250 bytes a shard, so some 250,000 shards
+MAX_COUNT = 1 << 31  # samples in one split: far above any real data set, far below petabytes
+MAX_HEADER = 1 << 20  # the safetensors header bound the reader enforces
+MAX_BYTES = 1 << 44  # one shard file, whatever its codec (16 TiB)
+MAX_MANIFEST = 64 << 20  # manifest.json: ~250 bytes a shard, so some 250,000 shards
 
 
 def max_shard_bytes(count: int, row_bytes: int) -> int:
@@ -352,8 +392,10 @@ def _upgrade_v2(manifest: dict, file: Path) -> dict:
     return upgraded
 
 
-_KEYS = {2: {"format_version", "dataset", "split", "count", "images", "labels", "compression", "source", "shards"},
-         3: {"format_version", "dataset", "split", "count", "fields", "compression", "source", "shards"}}
+_KEYS = {
+    2: {"format_version", "dataset", "split", "count", "images", "labels", "compression", "source", "shards"},
+    3: {"format_version", "dataset", "split", "count", "fields", "compression", "source", "shards"},
+}
 _KEYS[4] = _KEYS[3] | {"block_bytes"}
 
 
@@ -406,7 +448,9 @@ def check_manifest(manifest, file: Path) -> dict:
         _expect(file, where, entry, dict, "an object")
         name = shard_name(file, f"{where}.file", entry.get("file"))
         if not name.endswith(ending):
-            raise _fail(file, f"{where}.file", f"{name!r} does not end in {ending!r} (compression {compression['codec']})")
+            raise _fail(
+                file, f"{where}.file", f"{name!r} does not end in {ending!r} (compression {compression['codec']})"
+            )
         if name in seen:
             raise _fail(file, f"{where}.file", f"{name!r} is listed twice")
         seen.add(name)

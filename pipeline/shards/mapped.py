@@ -40,11 +40,25 @@ import numpy as np
 
 from pipeline.core.bounded import UnsafeFileError, plain_descriptor
 from pipeline.core.errors import reason
-from pipeline.shards.format import (MAX_HEADER, ShardError, ShardIndexError, blocks_in, check_identity, manifest_sample,
-                                    read_manifest)
-from pipeline.shards.reader import (VERIFY, allocate, check_classes, open_shard, read_header, read_shard_into,
-                                    verify_shard)
 from pipeline.core.location import is_url
+from pipeline.shards.format import (
+    MAX_HEADER,
+    ShardError,
+    ShardIndexError,
+    blocks_in,
+    check_identity,
+    manifest_sample,
+    read_manifest,
+)
+from pipeline.shards.reader import (
+    VERIFY,
+    allocate,
+    check_classes,
+    open_shard,
+    read_header,
+    read_shard_into,
+    verify_shard,
+)
 from pipeline.shards.remote import RemoteShards
 
 MAX_FLAGS = 1 << 30  # verified-block flags of one split: 16 TiB of data at the smallest block
@@ -60,15 +74,15 @@ class MappedShard:
     path: str
     columns: dict[str, np.ndarray]
     mapped: mmap.mmap | None = None
-    view: memoryview | None = None       # the data area (after the header), hashed block by block
-    digests: bytes = b""                 # 8 bytes per block, from the header
-    done: np.ndarray | None = None       # verified blocks
-    offsets: tuple[int, ...] = ()        # per field: where its first row lies in the data area
+    view: memoryview | None = None  # the data area (after the header), hashed block by block
+    digests: bytes = b""  # 8 bytes per block, from the header
+    done: np.ndarray | None = None  # verified blocks
+    offsets: tuple[int, ...] = ()  # per field: where its first row lies in the data area
     block: int = 0
-    fd: int | None = None                # read with pread instead of the map (the caller asked for pread)
-    data_start: int = 0                  # where the data area starts in the file
+    fd: int | None = None  # read with pread instead of the map (the caller asked for pread)
+    data_start: int = 0  # where the data area starts in the file
     identity: tuple[int, ...] | None = None  # (st_dev, st_ino, st_size, st_mtime_ns) of the file mapped
-    size: int = 0                        # bytes the manifest states
+    size: int = 0  # bytes the manifest states
 
     @property
     def is_open(self) -> bool:
@@ -86,8 +100,9 @@ class MappedShard:
         except (OSError, ValueError) as err:
             raise ShardError(f"{self.path}: cannot be read any more ({reason(err)})") from None
         if now != self.size:
-            raise ShardError(f"{self.path}: {now:,} bytes now, manifest says {self.size:,} (truncated or rewritten "
-                             f"while open?)")
+            raise ShardError(
+                f"{self.path}: {now:,} bytes now, manifest says {self.size:,} (truncated or rewritten while open?)"
+            )
 
     def _block(self, number: int) -> bytes | memoryview:
         begin = number * self.block
@@ -102,8 +117,10 @@ class MappedShard:
         begin, end = number * self.block, number * self.block + len(data)
         got, expected = _xxh3_64(data), self.digests[8 * number : 8 * number + 8]
         if got != expected:
-            raise ShardError(f"{self.path}: checksum mismatch in block {number} (bytes {begin:,}..{end:,} after "
-                             f"the header): header xxh3_64 {expected.hex()}, file {got.hex()}")
+            raise ShardError(
+                f"{self.path}: checksum mismatch in block {number} (bytes {begin:,}..{end:,} after "
+                f"the header): header xxh3_64 {expected.hex()}, file {got.hex()}"
+            )
         self.done[number] = True
 
     def check_all(self) -> int:
@@ -199,8 +216,9 @@ def _head(fd: int, size: int) -> bytes:
     return head[:wanted]
 
 
-def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | None,
-              pread: bool = False, dir_fd: int | None = None) -> MappedShard:
+def map_shard(
+    folder, entry: dict, templates: dict, verify: str, block: int | None, pread: bool = False, dir_fd: int | None = None
+) -> MappedShard:
     """Map one uncompressed shard after the checks every reader runs (a plain file of the
     stated size; the header against the sample schema). With `block` (format version 4 and
     verify "xxh3"), the header is checked against the manifest's `header_xxh3_64` before it
@@ -228,15 +246,17 @@ def map_shard(folder, entry: dict, templates: dict, verify: str, block: int | No
     return shard
 
 
-def _mapped_shard(path: str, entry: dict, templates: dict, verify: str, block: int | None, head: bytes,
-                  mapped: mmap.mmap, size: int) -> MappedShard:
+def _mapped_shard(
+    path: str, entry: dict, templates: dict, verify: str, block: int | None, head: bytes, mapped: mmap.mmap, size: int
+) -> MappedShard:
     """`map_shard`'s checks and arrays over an open map."""
     count = entry["count"]
     if block:
         got = _xxh3_64(head).hex()
         if got != entry["header_xxh3_64"]:
-            raise ShardError(f"{path}: header checksum mismatch: manifest header_xxh3_64 "
-                             f"{entry['header_xxh3_64']}, file {got}")
+            raise ShardError(
+                f"{path}: header checksum mismatch: manifest header_xxh3_64 {entry['header_xxh3_64']}, file {got}"
+            )
         import io
 
         source = io.BytesIO(head)
@@ -252,11 +272,17 @@ def _mapped_shard(path: str, entry: dict, templates: dict, verify: str, block: i
         template = templates[name]
         dtype = np.dtype(str(template.dtype).removeprefix("torch."))
         items = math.prod(template.shape[1:])
-        columns[name] = np.frombuffer(mapped, dtype, count * items, data_start + begin).reshape(count,
-                                                                                                 *template.shape[1:])
+        columns[name] = np.frombuffer(mapped, dtype, count * items, data_start + begin).reshape(
+            count, *template.shape[1:]
+        )
     begins = {name: begin for name, begin, _ in tiles}
-    shard = MappedShard(path, {name: columns[name] for name in templates}, mapped, data_start=data_start,
-                        offsets=tuple(begins[name] for name in templates))
+    shard = MappedShard(
+        path,
+        {name: columns[name] for name in templates},
+        mapped,
+        data_start=data_start,
+        offsets=tuple(begins[name] for name in templates),
+    )
     if block:
         digests = metadata.get("xxh3_64_blocks")
         wanted = blocks_in(size - data_start, block)
@@ -282,10 +308,21 @@ class MappedSplit:
     forkserver), it carries its arguments only: a worker opens the split again and verifies
     what it touches itself."""
 
-    def __init__(self, location, *, dataset: str | None = None, split: str | None = None, verify: str = "xxh3",
-                 max_resident: int | None = None, max_open: int | None = None, pread: bool = False,
-                 cache: Path | str | None = None, cache_bytes: int = 1 << 40, storage_options: dict | None = None,
-                 deadlines=None) -> None:
+    def __init__(
+        self,
+        location,
+        *,
+        dataset: str | None = None,
+        split: str | None = None,
+        verify: str = "xxh3",
+        max_resident: int | None = None,
+        max_open: int | None = None,
+        pread: bool = False,
+        cache: Path | str | None = None,
+        cache_bytes: int = 1 << 40,
+        storage_options: dict | None = None,
+        deadlines=None,
+    ) -> None:
         if not isinstance(location, str | os.PathLike):
             raise ShardError(f"location must be a folder or a URL (str or pathlib.Path), got {type(location).__name__}")
         if not isinstance(verify, str) or verify not in VERIFY:
@@ -305,13 +342,35 @@ class MappedSplit:
             raise ShardError(f"cache_bytes must be a number of bytes (1 or more), got {cache_bytes!r:.40}")
         if storage_options is not None and not isinstance(storage_options, dict):
             raise ShardError(f"storage_options must be a dict, got {type(storage_options).__name__}")
-        self._args = {"location": location, "dataset": dataset, "split": split, "verify": verify,
-                      "max_resident": max_resident, "max_open": max_open, "pread": pread, "cache": cache,
-                      "cache_bytes": cache_bytes, "storage_options": storage_options, "deadlines": deadlines}
+        self._args = {
+            "location": location,
+            "dataset": dataset,
+            "split": split,
+            "verify": verify,
+            "max_resident": max_resident,
+            "max_open": max_open,
+            "pread": pread,
+            "cache": cache,
+            "cache_bytes": cache_bytes,
+            "storage_options": storage_options,
+            "deadlines": deadlines,
+        }
         self._open(**self._args)
 
-    def _open(self, location, dataset, split, verify, max_resident, max_open, pread, cache, cache_bytes,
-              storage_options, deadlines) -> None:
+    def _open(
+        self,
+        location,
+        dataset,
+        split,
+        verify,
+        max_resident,
+        max_open,
+        pread,
+        cache,
+        cache_bytes,
+        storage_options,
+        deadlines,
+    ) -> None:
         self.verify, self.max_resident, self.pread = verify, max_resident, pread
         self.max_open = max_open  # None: only the process's bound (`process_max_open`)
         self.process_max_open = process_max_open()
@@ -322,8 +381,14 @@ class MappedSplit:
         if is_url(location):
             if cache is None:
                 raise ShardError(f"{location}: a split at a URL needs a cache folder (cache=...)")
-            self.remote = RemoteShards(str(location), Path(cache), cache_bytes, verify=verify,
-                                       storage_options=storage_options, deadlines=deadlines)
+            self.remote = RemoteShards(
+                str(location),
+                Path(cache),
+                cache_bytes,
+                verify=verify,
+                storage_options=storage_options,
+                deadlines=deadlines,
+            )
             self.location = self.remote.url
             manifest = check_identity(self.remote.manifest, f"{self.location}/manifest.json", dataset, split)
         else:
@@ -360,15 +425,19 @@ class MappedSplit:
             self.block_base = np.concatenate([[0], np.cumsum(bounds, dtype=np.int64)])
             self.left = int(self.block_base[-1])
             if self.left > MAX_FLAGS:
-                raise ShardError(f"{self.location}: the manifest's shards add up to {self.left:,} blocks of "
-                                 f"{self.block:,} bytes, more than a split here may have ({MAX_FLAGS:,})")
+                raise ShardError(
+                    f"{self.location}: the manifest's shards add up to {self.left:,} blocks of "
+                    f"{self.block:,} bytes, more than a split here may have ({MAX_FLAGS:,})"
+                )
             self.done = np.zeros(self.left, bool)
             self.field_offsets = np.zeros((len(self.counts), len(self.row_bytes)), np.int64)
         if self.codec == "zstd":
             held = self.count * self.sample.row_bytes
             if max_resident is not None and held > max_resident:
-                raise ShardError(f"{self.location}: zstd shards are decompressed into memory ({held:,} bytes), over "
-                                 f"max_resident {max_resident:,}; write the split uncompressed to read it within a bound")
+                raise ShardError(
+                    f"{self.location}: zstd shards are decompressed into memory ({held:,} bytes), over "
+                    f"max_resident {max_resident:,}; write the split uncompressed to read it within a bound"
+                )
             for number in range(len(self.counts)):
                 self.shards[number] = self._decompressed(number)
 
@@ -382,9 +451,11 @@ class MappedSplit:
         try:
             targets = allocate(self.sample, self.counts[number])
         except RuntimeError:  # torch's "can't allocate memory": a count no real shard has
-            raise ShardError(f"{self.location}: shard {number} of {self.counts[number]:,} samples needs "
-                             f"{self.counts[number] * self.sample.row_bytes:,} bytes, which cannot be allocated "
-                             f"here") from None
+            raise ShardError(
+                f"{self.location}: shard {number} of {self.counts[number]:,} samples needs "
+                f"{self.counts[number] * self.sample.row_bytes:,} bytes, which cannot be allocated "
+                f"here"
+            ) from None
         folder, entry = self._where(number)
         verify = self.verify if self.remote is None else "none"  # (the cache verified its copy)
         read_shard_into(folder, entry, self.codec, verify, targets, dir_fd=self.dir_fd)
@@ -421,8 +492,15 @@ class MappedSplit:
             return self._remap(number, known)
         verify = self.verify if known is None else "none"
         if self.remote is None:
-            fresh = map_shard(self.location, self.manifest["shards"][number], self.templates, verify, self.block,
-                              self.pread, self.dir_fd)
+            fresh = map_shard(
+                self.location,
+                self.manifest["shards"][number],
+                self.templates,
+                verify,
+                self.block,
+                self.pread,
+                self.dir_fd,
+            )
         else:  # opened while the cache holds its lock: no other rank evicts it in between
             with self.remote.holding(number) as (folder, entry):
                 fresh = map_shard(folder, entry, self.templates, "none", None, self.pread)
@@ -436,13 +514,18 @@ class MappedSplit:
         path, fd, size = open_shard(self.location, self.manifest["shards"][number], self.dir_fd)
         with _closed_on_failure(path, fd):
             if _identity(os.fstat(fd)) != known.identity:
-                raise ShardError(f"{path}: another file than the one this process verified (replaced or rewritten "
-                                 f"since); open the split again")
+                raise ShardError(
+                    f"{path}: another file than the one this process verified (replaced or rewritten "
+                    f"since); open the split again"
+                )
             mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         count = self.counts[number]
-        columns = {f.name: np.frombuffer(mapped, f.dtype, count * math.prod(f.shape),
-                                         known.data_start + offset).reshape(count, *f.shape)
-                   for f, offset in zip(self.sample.fields, known.offsets)}
+        columns = {
+            f.name: np.frombuffer(mapped, f.dtype, count * math.prod(f.shape), known.data_start + offset).reshape(
+                count, *f.shape
+            )
+            for f, offset in zip(self.sample.fields, known.offsets)
+        }
         fresh = MappedShard(path, columns, mapped, identity=known.identity, size=size)
         if known.block:
             fresh.view = memoryview(mapped)[known.data_start :]
@@ -456,9 +539,13 @@ class MappedSplit:
     def _over(self) -> bool:
         """Whether this split must close a map: more than `max_open` open, more than the
         process's bound open over all its splits, or more than `max_resident` bytes mapped."""
-        return (self.max_open is not None and len(self.opened) > self.max_open
-                or _OPEN_MAPS[0] > self.process_max_open
-                or self.max_resident is not None and self.held > self.max_resident)
+        return (
+            self.max_open is not None
+            and len(self.opened) > self.max_open
+            or _OPEN_MAPS[0] > self.process_max_open
+            or self.max_resident is not None
+            and self.held > self.max_resident
+        )
 
     def _trim(self, keep: int | None = None) -> None:
         """Close this split's least recently used maps (never `keep`'s, the one in use) while
@@ -493,11 +580,13 @@ class MappedSplit:
         try:
             index = np.asarray(indices)
         except (TypeError, ValueError) as err:  # ragged lists, objects numpy cannot take
-            raise ShardIndexError(f"expected a 1-D sequence of integer sample indices, got "
-                                  f"{type(indices).__name__} ({reason(err)})") from None
+            raise ShardIndexError(
+                f"expected a 1-D sequence of integer sample indices, got {type(indices).__name__} ({reason(err)})"
+            ) from None
         if index.ndim != 1 or (len(index) and index.dtype.kind not in "iu"):
-            raise ShardIndexError(f"expected a 1-D sequence of integer sample indices, got {index.dtype} "
-                                  f"{list(index.shape)}")
+            raise ShardIndexError(
+                f"expected a 1-D sequence of integer sample indices, got {index.dtype} {list(index.shape)}"
+            )
         # (compared before the cast: a uint64 of 2**63 or more would wrap to a negative index)
         if len(index) and (index.max() >= self.count or index.dtype.kind == "i" and index.min() < -self.count):
             raise ShardIndexError(f"sample index out of range 0..{self.count - 1}")
@@ -523,8 +612,9 @@ class MappedSplit:
         check_classes(self.sample, out, str(self.location), ids=index)
         return out
 
-    def _gather(self, groups: list[tuple[int, int, int]], owner: np.ndarray, rows: np.ndarray,
-                out: dict[str, np.ndarray]) -> None:
+    def _gather(
+        self, groups: list[tuple[int, int, int]], owner: np.ndarray, rows: np.ndarray, out: dict[str, np.ndarray]
+    ) -> None:
         """Rows `rows[a:b]` of shard `number` into `out[a:b]` for each (number, a, b), each
         group's shard mapped (its size checked) and the blocks its rows lie in verified just
         before they are read: however many shards a batch touches, only the bounded set of
@@ -575,8 +665,12 @@ class MappedSplit:
         for number in range(len(self.counts)):
             shard = self.shard(number)
             self.left -= shard.check_all()
-            check_classes(self.sample, shard.columns, str(self.location),
-                          ids=range(int(self.starts[number]), int(self.ends[number])))
+            check_classes(
+                self.sample,
+                shard.columns,
+                str(self.location),
+                ids=range(int(self.starts[number]), int(self.ends[number])),
+            )
         self._trim()
 
     def __getstate__(self) -> dict:

@@ -36,7 +36,7 @@ from torch.utils.data import Sampler
 from pipeline.shards.format import ShardError
 
 SHUFFLES = ("none", "samples", "shards")
-MAX_INTERVALS = 1 << 16   # intervals in a resume state: far above any world size
+MAX_INTERVALS = 1 << 16  # intervals in a resume state: far above any world size
 
 Interval = tuple[int, int]
 
@@ -58,8 +58,9 @@ def shuffle_mode(shuffle: bool | str) -> str:
     return shuffle
 
 
-def epoch_order(count: int, epoch: int, *, shuffle: str, seed: int,
-                shard_counts: Sequence[int] | None = None) -> np.ndarray:
+def epoch_order(
+    count: int, epoch: int, *, shuffle: str, seed: int, shard_counts: Sequence[int] | None = None
+) -> np.ndarray:
     """Every sample index of a split of `count` samples, once, in `epoch`'s order (int64)."""
     if shuffle == "none":
         return np.arange(count, dtype=np.int64)
@@ -68,9 +69,11 @@ def epoch_order(count: int, epoch: int, *, shuffle: str, seed: int,
         return torch.randperm(count, generator=generator).numpy()
     counts = list(shard_counts or [count])
     starts = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
-    parts = [starts[shard] + torch.randperm(counts[shard], generator=generator).numpy()
-             for shard in torch.randperm(len(counts), generator=generator).tolist()]
-    return np.concatenate(parts)   # never empty: an empty split is one shard of 0 samples
+    parts = [
+        starts[shard] + torch.randperm(counts[shard], generator=generator).numpy()
+        for shard in torch.randperm(len(counts), generator=generator).tolist()
+    ]
+    return np.concatenate(parts)  # never empty: an empty split is one shard of 0 samples
 
 
 def cut(due: Sequence[Interval], world_size: int) -> list[list[Interval]]:
@@ -122,10 +125,24 @@ class ShardSampler(Sampler[np.ndarray]):
     took for you. A DataLoader fetches ahead of your loop, so the sampler cannot know how many
     batches were used: pass that count to `state_dict`."""
 
-    def __init__(self, count: int, batch_size: int, *, shuffle: bool | str = False, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, drop_last: bool = False, shard_counts: Sequence[int] | None = None) -> None:
-        for name, value, low in (("count", count, 0), ("batch_size", batch_size, 1), ("world_size", world_size, 1),
-                                 ("seed", seed, 0)):
+    def __init__(
+        self,
+        count: int,
+        batch_size: int,
+        *,
+        shuffle: bool | str = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        shard_counts: Sequence[int] | None = None,
+    ) -> None:
+        for name, value, low in (
+            ("count", count, 0),
+            ("batch_size", batch_size, 1),
+            ("world_size", world_size, 1),
+            ("seed", seed, 0),
+        ):
             if type(value) is not int or value < low:
                 raise ShardError(f"{name} must be an integer of at least {low}, got {value!r:.40}")
         if type(rank) is not int or not 0 <= rank < world_size:
@@ -133,10 +150,12 @@ class ShardSampler(Sampler[np.ndarray]):
         if not isinstance(drop_last, bool | np.bool_):
             raise ShardError(f"drop_last must be True or False, got {drop_last!r:.40}")
         self.shuffle = shuffle_mode(shuffle)
-        if shard_counts is not None and (not isinstance(shard_counts, Sequence | np.ndarray)
-                                         or not all(isinstance(n, int | np.integer) and not isinstance(n, bool)
-                                                    for n in shard_counts)
-                                         or sum(shard_counts) != count or min(shard_counts, default=1) < 1):
+        if shard_counts is not None and (
+            not isinstance(shard_counts, Sequence | np.ndarray)
+            or not all(isinstance(n, int | np.integer) and not isinstance(n, bool) for n in shard_counts)
+            or sum(shard_counts) != count
+            or min(shard_counts, default=1) < 1
+        ):
             raise ShardError(f"shard_counts must be positive and add up to count {count} (integers, one per shard)")
         if self.shuffle == "shards" and shard_counts is None:
             raise ShardError('shuffle "shards" needs the shard_counts of the split')
@@ -228,8 +247,15 @@ class ShardSampler(Sampler[np.ndarray]):
         return self.state(epoch, due)
 
     def state(self, epoch: int, due: list[Interval]) -> dict:
-        return {"epoch": epoch, "due": [list(i) for i in due], "seed": self.seed, "shuffle": self.shuffle,
-                "count": self.count, "shard_counts": self.shard_counts, "drop_last": self.drop_last}
+        return {
+            "epoch": epoch,
+            "due": [list(i) for i in due],
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "count": self.count,
+            "shard_counts": self.shard_counts,
+            "drop_last": self.drop_last,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state` (any world size and batch size); refused with a ShardError
@@ -239,8 +265,10 @@ class ShardSampler(Sampler[np.ndarray]):
         ours = self.state_dict()
         for key in ("seed", "shuffle", "count", "shard_counts", "drop_last"):
             if state.get(key) != ours[key]:
-                raise ShardError(f"data position: saved with {key} {state.get(key)!r:.80}, this loader has "
-                                 f"{ours[key]!r:.80}; it cannot continue that sample order")
+                raise ShardError(
+                    f"data position: saved with {key} {state.get(key)!r:.80}, this loader has "
+                    f"{ours[key]!r:.80}; it cannot continue that sample order"
+                )
         epoch = state.get("epoch")
         if type(epoch) is not int or not 0 <= epoch < 1 << 31:
             raise ShardError(f"data position: epoch {epoch!r:.40} is not an epoch number (0..2**31-1)")
@@ -253,10 +281,15 @@ class ShardSampler(Sampler[np.ndarray]):
             raise ShardError(f"data position: due must be a list of at most {MAX_INTERVALS} intervals")
         out, last = [], 0
         for item in due:
-            if not (isinstance(item, list | tuple) and len(item) == 2 and all(type(v) is int for v in item)
-                    and last <= item[0] < item[1] <= self.count):
-                raise ShardError(f"data position: due interval {item!r:.40} is not ordered, disjoint and inside "
-                                 f"0..{self.count}")
+            if not (
+                isinstance(item, list | tuple)
+                and len(item) == 2
+                and all(type(v) is int for v in item)
+                and last <= item[0] < item[1] <= self.count
+            ):
+                raise ShardError(
+                    f"data position: due interval {item!r:.40} is not ordered, disjoint and inside 0..{self.count}"
+                )
             out.append((item[0], item[1]))
             last = item[1]
         return out

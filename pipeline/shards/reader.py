@@ -30,11 +30,20 @@ import torch
 
 from pipeline.core.bounded import UnsafeFileError, file_kind, parse_json, plain_descriptor
 from pipeline.core.errors import InputError, reason
-from pipeline.shards.format import (DTYPES, MAX_HEADER, Sample, ShardError, manifest_sample,
-                                    max_shard_bytes, read_manifest, zstd)
+from pipeline.shards.format import (
+    DTYPES,
+    MAX_HEADER,
+    Sample,
+    ShardError,
+    manifest_sample,
+    max_shard_bytes,
+    read_manifest,
+    zstd,
+)
 
 VERIFY = ("xxh3", "sha256", "none")
-UNREADABLE = "a readable safetensors header"   # what a header that does not parse is not
+UNREADABLE = "a readable safetensors header"  # what a header that does not parse is not
+
 
 def hasher(verify: str):
     """(manifest key, hash object) for a `verify` mode other than "none"."""
@@ -103,8 +112,9 @@ def _dtype_name(tensor: torch.Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def read_header(source, path: Path, count: int,
-                targets: dict[str, torch.Tensor]) -> tuple[int, list[tuple[str, int, int]], dict]:
+def read_header(
+    source, path: Path, count: int, targets: dict[str, torch.Tensor]
+) -> tuple[int, list[tuple[str, int, int]], dict]:
     """The safetensors header (8-byte little-endian length + JSON), checked against the
     schema the targets carry (a tensor per field: its dtype and [count, *shape]); returns
     the header's length in bytes, the tensors' (name, begin, end) within the data area in
@@ -125,8 +135,10 @@ def read_header(source, path: Path, count: int,
     if not isinstance(metadata, dict):
         raise ShardError(f"{path}: the header's __metadata__ is not an object")
     if set(header) - set(targets):
-        raise ShardError(f"{path}: tensors {sorted(set(header) - set(targets))!r:.80} "
-                         f"are not fields of the manifest's sample {sorted(targets)}")
+        raise ShardError(
+            f"{path}: tensors {sorted(set(header) - set(targets))!r:.80} "
+            f"are not fields of the manifest's sample {sorted(targets)}"
+        )
     regions = {}
     for name, target in targets.items():
         shape, dtype = [count, *target.shape[1:]], _dtype_name(target)
@@ -134,8 +146,10 @@ def read_header(source, path: Path, count: int,
         if not isinstance(info, dict):
             raise ShardError(f"{path}: no tensor {name!r}")
         if info.get("dtype") != DTYPES[dtype] or info.get("shape") != shape:
-            raise ShardError(f"{path}: tensor {name!r} is {info.get('dtype')} {info.get('shape')}, "
-                             f"expected {DTYPES[dtype]} ({dtype}) {shape}")
+            raise ShardError(
+                f"{path}: tensor {name!r} is {info.get('dtype')} {info.get('shape')}, "
+                f"expected {DTYPES[dtype]} ({dtype}) {shape}"
+            )
         offsets = info.get("data_offsets")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
             raise ShardError(f"{path}: tensor {name!r} has no valid data_offsets ({offsets!r})")
@@ -162,8 +176,9 @@ def _bytes_of(target: torch.Tensor) -> torch.Tensor:
     return target.reshape(-1).view(torch.uint8)
 
 
-def _tiles(path: Path, regions: dict[str, tuple[int, int]], count: int,
-           targets: dict[str, torch.Tensor]) -> list[tuple[str, int, int]]:
+def _tiles(
+    path: Path, regions: dict[str, tuple[int, int]], count: int, targets: dict[str, torch.Tensor]
+) -> list[tuple[str, int, int]]:
     """(name, begin, end) in file order, checking the tensors tile the data area with no
     holes (as safetensors requires) and have the sizes the manifest's count implies."""
     position, tiles = 0, []
@@ -206,9 +221,15 @@ def _read_zstd(stream, path: Path, count: int, targets: dict[str, torch.Tensor],
         raise ShardError(f"{path}: bytes after the last tensor")
 
 
-def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
-                    targets: dict[str, torch.Tensor], rows: tuple[int, int] | None = None,
-                    dir_fd: int | None = None) -> None:
+def read_shard_into(
+    folder: Path,
+    entry: dict,
+    compression: str,
+    verify: str,
+    targets: dict[str, torch.Tensor],
+    rows: tuple[int, int] | None = None,
+    dir_fd: int | None = None,
+) -> None:
     """Fill `targets` (one tensor per field of the manifest's sample, b - a rows of its dtype
     and shape: see `allocate`) with rows a..b of one shard (all of it by default). The whole
     file is verified either way; only the rows are copied.
@@ -228,8 +249,7 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
             verify_shard(path, entry, verify, blob)
             try:  # (damage not caught by a checksum, verify "none", is seen here)
                 _check_frame(path, blob, count, sum(_row_bytes(t) for t in targets.values()))
-                _read_zstd(zstd().ZstdDecompressor().stream_reader(io.BytesIO(blob)), path, count, targets,
-                           first, stop)
+                _read_zstd(zstd().ZstdDecompressor().stream_reader(io.BytesIO(blob)), path, count, targets, first, stop)
             except zstd().ZstdError as err:
                 raise ShardError(f"{path}: corrupt zstd data ({err})") from None
             return
@@ -250,8 +270,9 @@ def read_shard_into(folder: Path, entry: dict, compression: str, verify: str,
 def allocate(sample: Sample, count: int, pin: bool = False) -> dict[str, torch.Tensor]:
     """Empty tensors for `count` samples, one per field of `sample` ([count, *shape], its
     dtype), in field order: what `read_shard_into` fills."""
-    return {f.name: torch.empty((count, *f.shape), dtype=getattr(torch, f.dtype), pin_memory=pin)
-            for f in sample.fields}
+    return {
+        f.name: torch.empty((count, *f.shape), dtype=getattr(torch, f.dtype), pin_memory=pin) for f in sample.fields
+    }
 
 
 def check_classes(sample: Sample, columns: dict[str, torch.Tensor], where: str, ids=None) -> None:
@@ -273,16 +294,24 @@ def checked_device(device) -> torch.device:
     if type(device) is int and device >= 0:
         return torch.device(device)
     if not isinstance(device, str):
-        raise ShardError(f"device must be a torch device or its name (such as 'cpu' or 'cuda:0'), "
-                         f"got {type(device).__name__} {device!r:.40}")
+        raise ShardError(
+            f"device must be a torch device or its name (such as 'cpu' or 'cuda:0'), "
+            f"got {type(device).__name__} {device!r:.40}"
+        )
     try:
         return torch.device(device)
     except RuntimeError:  # torch's list of every device type it knows, over several lines
         raise ShardError(f"device {device!r:.40} is not a torch device (such as 'cpu', 'cuda' or 'cuda:1')") from None
 
 
-def read_split(path: Path, device: str | torch.device = "cpu", *, dataset: str | None = None,
-               split: str | None = None, verify: str = "xxh3") -> dict[str, torch.Tensor]:
+def read_split(
+    path: Path,
+    device: str | torch.device = "cpu",
+    *,
+    dataset: str | None = None,
+    split: str | None = None,
+    verify: str = "xxh3",
+) -> dict[str, torch.Tensor]:
     """The whole split as {field: tensor [n, *shape] of its dtype} on `device`, in the
     manifest's field order.
 
@@ -306,8 +335,10 @@ def read_split(path: Path, device: str | torch.device = "cpu", *, dataset: str |
     try:
         columns = allocate(sample, manifest["count"], pin)
     except RuntimeError:  # torch's "can't allocate memory": a count no real split has
-        raise ShardError(f"{folder / 'manifest.json'}: count {manifest['count']:,} needs "
-                         f"{manifest['count'] * sample.row_bytes / 1e9:,.1f} GB, which cannot be allocated here") from None
+        raise ShardError(
+            f"{folder / 'manifest.json'}: count {manifest['count']:,} needs "
+            f"{manifest['count'] * sample.row_bytes / 1e9:,.1f} GB, which cannot be allocated here"
+        ) from None
     start = 0
     for entry in manifest["shards"]:
         stop = start + entry["count"]
@@ -315,5 +346,3 @@ def read_split(path: Path, device: str | torch.device = "cpu", *, dataset: str |
         start = stop
     check_classes(sample, columns, str(folder))
     return {name: t.to(device, non_blocking=pin) for name, t in columns.items()}  # on the CPU: themselves
-
-

@@ -45,9 +45,9 @@ from pipeline.shards.format import MAX_MANIFEST, ShardError, check_manifest, suf
 from pipeline.shards.reader import VERIFY, hasher
 from pipeline.shards.watched import Deadlines, watched
 
-CHUNK = 8 << 20           # one ranged GET per chunk: bounded memory whatever the shard's size
-READ = 1 << 20            # what one read() asks for: progress is seen (and a deadline checked) at least this often
-OBJECTS = "objects"       # the cache's verified shard copies; temporaries and locks beside them
+CHUNK = 8 << 20  # one ranged GET per chunk: bounded memory whatever the shard's size
+READ = 1 << 20  # what one read() asks for: progress is seen (and a deadline checked) at least this often
+OBJECTS = "objects"  # the cache's verified shard copies; temporaries and locks beside them
 
 
 def join(location: str, name: str) -> str:
@@ -72,15 +72,28 @@ class FetchCounts:
     manifest_bytes: int = 0
 
     def as_dict(self) -> dict:
-        return {"bytes": self.bytes, "shards": list(self.shards), "hits": self.hits,
-                "manifest_bytes": self.manifest_bytes}
+        return {
+            "bytes": self.bytes,
+            "shards": list(self.shards),
+            "hits": self.hits,
+            "manifest_bytes": self.manifest_bytes,
+        }
 
 
 class RemoteShards:
     """A shard split at `url`, its shards fetched on demand into `cache` (at most `max_bytes`)."""
 
-    def __init__(self, url: str, cache: Path, max_bytes: int, *, verify: str = "xxh3", retries: int = 2,
-                 storage_options: dict | None = None, deadlines: Deadlines | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        cache: Path,
+        max_bytes: int,
+        *,
+        verify: str = "xxh3",
+        retries: int = 2,
+        storage_options: dict | None = None,
+        deadlines: Deadlines | None = None,
+    ) -> None:
         if not isinstance(verify, str) or verify not in VERIFY:
             raise ShardError(f"verify must be one of {VERIFY}, got {verify!r:.40}")
         if type(max_bytes) is not int or max_bytes < 1:
@@ -92,8 +105,9 @@ class RemoteShards:
         try:
             import fsspec  # lazily: only remote splits need it
         except ImportError:
-            raise ShardError(f"{url}: reading shards from a URL needs fsspec (and s3fs for s3://): "
-                             f"pip install -e '.[s3]'") from None
+            raise ShardError(
+                f"{url}: reading shards from a URL needs fsspec (and s3fs for s3://): pip install -e '.[s3]'"
+            ) from None
 
         self.url, self.verify, self.retries, self.max_bytes = str(url).rstrip("/"), verify, retries, max_bytes
         self.deadlines = deadlines or Deadlines()
@@ -117,12 +131,15 @@ class RemoteShards:
         codec = self.manifest["compression"]["codec"]
         for entry in self.manifest["shards"]:
             if entry["bytes"] > max_bytes:
-                raise ShardError(f"{join(self.url, entry['file'])}: {entry['bytes']:,} bytes do not fit the "
-                                 f"cache bound of {max_bytes:,} bytes (raise train.cache_mib)")
+                raise ShardError(
+                    f"{join(self.url, entry['file'])}: {entry['bytes']:,} bytes do not fit the "
+                    f"cache bound of {max_bytes:,} bytes (raise train.cache_mib)"
+                )
         self._suffix = suffix(codec)
 
     def _read_manifest(self) -> dict:
         where = _Where(join(self.url, "manifest.json"))
+
         def read(progress: list) -> bytes:
             parts = []
             with self.fs.open(join(self.root, "manifest.json"), "rb") as file:
@@ -299,4 +316,3 @@ class RemoteShards:
             yield
         finally:
             os.close(fd)  # (the lock file stays: removing it would race with a waiter)
-

@@ -28,8 +28,14 @@ Batch = dict[str, torch.Tensor]
 _HOST_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def unit_float(images: torch.Tensor, *, mean: float | None = None, std: float | None = None,
-               dtype: torch.dtype = torch.float32, add_channel: bool = False) -> torch.Tensor:
+def unit_float(
+    images: torch.Tensor,
+    *,
+    mean: float | None = None,
+    std: float | None = None,
+    dtype: torch.dtype = torch.float32,
+    add_channel: bool = False,
+) -> torch.Tensor:
     """uint8 [b, ...] -> `dtype` in 0..1 (x / 255), then (x - mean) / std when both are given;
     `add_channel` inserts a channel axis of 1 after the batch axis ([b, H, W] -> [b, 1, H, W]).
     On its device; on the CPU the same values computed with numpy."""
@@ -59,13 +65,16 @@ def _check_unit_float(who: str, mean, std, dtype, add_channel) -> None:
     if (mean is None) != (std is None):
         raise ShardError(f"{who}: mean and std go together (got mean={mean!r:.40}, std={std!r:.40})")
     for name, value in (("mean", mean), ("std", std)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                                  or not math.isfinite(value)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+        ):
             raise ShardError(f"{who}: {name} must be a finite number, got {value!r:.40}")
     if std is not None and std <= 0:
         raise ShardError(f"{who}: std must be above 0, got {std!r:.40}")
     if dtype not in _FLOATS:
-        raise ShardError(f"{who}: dtype must be a torch float dtype ({', '.join(map(str, _FLOATS))}), got {dtype!r:.40}")
+        raise ShardError(
+            f"{who}: dtype must be a torch float dtype ({', '.join(map(str, _FLOATS))}), got {dtype!r:.40}"
+        )
     if not isinstance(add_channel, bool):
         raise ShardError(f"{who}: add_channel must be True or False, got {add_channel!r:.40}")
 
@@ -74,8 +83,15 @@ class UnitFloat:
     """A uint8 field as floats in 0..1 (optionally normalised, optionally with a channel axis):
     `unit_float` of that field. Refuses a field that is not uint8."""
 
-    def __init__(self, field: str, *, mean: float | None = None, std: float | None = None,
-                 dtype: torch.dtype = torch.float32, add_channel: bool = False) -> None:
+    def __init__(
+        self,
+        field: str,
+        *,
+        mean: float | None = None,
+        std: float | None = None,
+        dtype: torch.dtype = torch.float32,
+        add_channel: bool = False,
+    ) -> None:
         if not isinstance(field, str):
             raise ShardError(f"UnitFloat: field must be a field's name (str), got {type(field).__name__}")
         _check_unit_float(f"UnitFloat({field!r:.40})", mean, std, dtype, add_channel)
@@ -88,8 +104,12 @@ class UnitFloat:
             raise ShardError(f"UnitFloat: field {self.field!r} is {dtypes[self.field]}, not uint8 (0..255)")
 
     def __call__(self, batch: Batch) -> Batch:
-        return {**batch, self.field: unit_float(batch[self.field], mean=self.mean, std=self.std, dtype=self.dtype,
-                                                add_channel=self.add_channel)}
+        return {
+            **batch,
+            self.field: unit_float(
+                batch[self.field], mean=self.mean, std=self.std, dtype=self.dtype, add_channel=self.add_channel
+            ),
+        }
 
 
 class Int64:
@@ -115,8 +135,10 @@ class Int64:
             if len(rows):
                 row = int(rows[0])
                 value = int(values[row].reshape(-1)[wrapped[row]].view(torch.int64)[0]) + (1 << 64)
-                raise ShardError(f"Int64: field {self.field!r}: value {value} (batch row {row}) does not fit int64; "
-                                 f"keep the field uint64, or write values below 2**63")
+                raise ShardError(
+                    f"Int64: field {self.field!r}: value {value} (batch row {row}) does not fit int64; "
+                    f"keep the field uint64, or write values below 2**63"
+                )
         return {**batch, self.field: values.to(torch.int64)}
 
 
@@ -130,8 +152,10 @@ def compose(transform: Transform | Sequence[Transform] | None, dtypes: Mapping[s
     steps = list(transform) if isinstance(transform, list | tuple) else [transform]
     for step in steps:
         if not callable(step):
-            raise ShardError(f"a transform must be callable, got {type(step).__name__} (transform= takes a "
-                             f"callable of a batch dict, or a list of them)")
+            raise ShardError(
+                f"a transform must be callable, got {type(step).__name__} (transform= takes a "
+                f"callable of a batch dict, or a list of them)"
+            )
         if hasattr(step, "check"):
             step.check(dtypes)
     return steps[0] if len(steps) == 1 else Compose(steps)

@@ -81,8 +81,10 @@ def watched(read, what: str | None, size: int, deadlines: Deadlines):
                 seen.popleft()
             since, then = seen[0]
             if got and now - since >= deadlines.window_s and (got - then) / (now - since) < deadlines.min_rate:
-                problem = (f"{(got - then) / (now - since):,.0f} bytes/s over the last {now - since:.0f} s, under "
-                           f"the minimum of {deadlines.min_rate:,}")
+                problem = (
+                    f"{(got - then) / (now - since):,.0f} bytes/s over the last {now - since:.0f} s, under "
+                    f"the minimum of {deadlines.min_rate:,}"
+                )
         if problem:
             progress[1] = True
             raise ShardError(f"{what}: {problem}" if what else problem)

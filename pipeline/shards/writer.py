@@ -44,10 +44,25 @@ import numpy as np
 from pipeline.core.atomic import BusyError, atomic_dir, locked
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError, SystemFailure, is_slug, reason, system_failure
-from pipeline.shards.format import (CODECS, DATA_ALIGN, DTYPES, INTEGER, MANIFEST_TMP, MAX_MANIFEST, Field, Sample,
-                                    ShardError, block_bytes, check_manifest, new_manifest, parse_fields, read_manifest,
-                                    shard_file, write_manifest, zstd)
-
+from pipeline.shards.format import (
+    CODECS,
+    DATA_ALIGN,
+    DTYPES,
+    INTEGER,
+    MANIFEST_TMP,
+    MAX_MANIFEST,
+    Field,
+    Sample,
+    ShardError,
+    block_bytes,
+    check_manifest,
+    new_manifest,
+    parse_fields,
+    read_manifest,
+    shard_file,
+    write_manifest,
+    zstd,
+)
 
 # safetensors' `Dtype` enum order: it lays tensors out by dtype, later in this order first, then
 # by name. tests/test_shardwriter.py checks `safetensors_parts` against the library itself.
@@ -62,8 +77,11 @@ def _layout(columns: Mapping[str, np.ndarray]) -> tuple[dict, list[memoryview]]:
     header, offset = {}, 0
     for name in order:
         nbytes = arrays[name].nbytes
-        header[name] = {"dtype": DTYPES[arrays[name].dtype.name], "shape": list(arrays[name].shape),
-                        "data_offsets": [offset, offset + nbytes]}
+        header[name] = {
+            "dtype": DTYPES[arrays[name].dtype.name],
+            "shape": list(arrays[name].shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     return header, [memoryview(arrays[name].reshape(-1)).cast("B") for name in order]
 
@@ -91,8 +109,9 @@ def placed_file(first_sample: int, samples_per_shard: int, index: int, codec: st
     return shard_file(first_sample // samples_per_shard + index, codec)
 
 
-def shard_parts(columns: Mapping[str, np.ndarray], compression: str, level: int,
-                block: int | None = None) -> list[memoryview]:
+def shard_parts(
+    columns: Mapping[str, np.ndarray], compression: str, level: int, block: int | None = None
+) -> list[memoryview]:
     """One shard's file as buffers in file order: the columns as safetensors tensors (named
     by field), uncompressed with the xxh3-64 of every `block` bytes of the data area listed
     in the header (`__metadata__.xxh3_64_blocks`), or zstd (one frame that states its size)."""
@@ -140,14 +159,18 @@ def block_digests(parts: list[memoryview], block: int) -> str:
     return b"".join(digests).hex()
 
 
-def shard_entry(name: str, count: int, parts: list[memoryview], sha256: str, xxh3_128: str,
-                block: int | None) -> dict:
+def shard_entry(name: str, count: int, parts: list[memoryview], sha256: str, xxh3_128: str, block: int | None) -> dict:
     """A shard's manifest entry: its file, samples, size, digests (and the header's xxh3-64
     when the header lists block digests)."""
     import xxhash
 
-    entry = {"file": name, "count": count, "bytes": sum(part.nbytes for part in parts), "sha256": sha256,
-             "xxh3_128": xxh3_128}
+    entry = {
+        "file": name,
+        "count": count,
+        "bytes": sum(part.nbytes for part in parts),
+        "sha256": sha256,
+        "xxh3_128": xxh3_128,
+    }
     if block:
         entry["header_xxh3_64"] = xxhash.xxh3_64_hexdigest(parts[0])
     return entry
@@ -238,12 +261,15 @@ def _as_array(field: Field, values, where: str, first_id: int) -> np.ndarray:
     integer in it is held exactly or refused, never rounded on the way."""
     try:
         array = np.asarray(values)
-        listed = np.asarray(values, dtype=object) if isinstance(values, list | tuple) and array.dtype.kind == "f" \
-            else None
+        listed = (
+            np.asarray(values, dtype=object) if isinstance(values, list | tuple) and array.dtype.kind == "f" else None
+        )
     except (TypeError, ValueError, RuntimeError) as err:
         kind = getattr(values, "dtype", type(values).__name__)
-        raise ShardError(f"{where}: field {field.name!r}: {kind} values cannot be written as {field.dtype} "
-                         f"({reason(err)}); convert them to {field.dtype} first") from None
+        raise ShardError(
+            f"{where}: field {field.name!r}: {kind} values cannot be written as {field.dtype} "
+            f"({reason(err)}); convert them to {field.dtype} first"
+        ) from None
     if listed is not None:
         return _from_objects(field, listed, where, first_id, "list", bools=True)
     if array.dtype != object:
@@ -251,8 +277,7 @@ def _as_array(field: Field, values, where: str, first_id: int) -> np.ndarray:
     return _from_objects(field, array, where, first_id, "object", bools=False)
 
 
-def _from_objects(field: Field, array: np.ndarray, where: str, first_id: int, given: str,
-                  bools: bool) -> np.ndarray:
+def _from_objects(field: Field, array: np.ndarray, where: str, first_id: int, given: str, bools: bool) -> np.ndarray:
     """An object array of numbers as a numeric array that holds each exactly: integers as
     integers (into a float field only those the float type holds exactly), other numbers as
     float64 (into an integer field only whole ones). Anything else, or a value the field
@@ -262,8 +287,10 @@ def _from_objects(field: Field, array: np.ndarray, where: str, first_id: int, gi
     per_sample = max(1, math.prod(array.shape[1:]))
 
     def refuse(at: int, problem: str, kind: str = "") -> ShardError:
-        return ShardError(f"{where}: field {field.name!r}: value {_shown(flat[at])}{kind} at sample "
-                          f"{first_id + at // per_sample} {problem}")
+        return ShardError(
+            f"{where}: field {field.name!r}: value {_shown(flat[at])}{kind} at sample "
+            f"{first_id + at // per_sample} {problem}"
+        )
 
     for at, value in enumerate(flat):
         if isinstance(value, bool | np.bool_) and not bools or not isinstance(value, numbers.Real | np.bool_):
@@ -305,8 +332,10 @@ def fit(field: Field, values, where: str, first_id: int) -> np.ndarray:
     if bad is not None and bad.any():
         flat = bad.reshape(-1).nonzero()[0][0]
         sample = int(flat // max(1, math.prod(field.shape)))
-        raise ShardError(f"{where}: field {field.name!r}: value {_shown(array.reshape(-1)[flat])} at sample "
-                         f"{first_id + sample} does not fit {field.dtype} ({array.dtype} given)")
+        raise ShardError(
+            f"{where}: field {field.name!r}: value {_shown(array.reshape(-1)[flat])} at sample "
+            f"{first_id + sample} does not fit {field.dtype} ({array.dtype} given)"
+        )
     converted = np.ascontiguousarray(array, dtype=field.dtype)
     field.check_classes(converted, where, first_id)
     return converted
@@ -323,8 +352,10 @@ def check_names(dataset: str, split: str) -> None:
     folder names and manifest entries, so `../x`, `a/b` or a newline never reach either."""
     for key, value in (("dataset", dataset), ("split", split)):
         if not is_slug(value):
-            raise ShardError(f"{key} {value!r:.60} is not a plain name (a-z and 0-9 first, then also '-' and '_', "
-                             f"at most 64 characters)")
+            raise ShardError(
+                f"{key} {value!r:.60} is not a plain name (a-z and 0-9 first, then also '-' and '_', "
+                f"at most 64 characters)"
+            )
 
 
 class ShardBusyError(ShardError, BusyError):
@@ -345,6 +376,7 @@ def _shard_errors(where: Path, temporary: Path | None = None) -> Iterator[None]:
     path (`where` when it names none), a folder not the library's to replace as a ShardError,
     any other OS error as a ShardError naming its file. A path inside `temporary` (a whole
     split's new folder) is named as the same path in `where`, the folder the caller gave."""
+
     def named(message: str) -> str:
         return message.replace(str(temporary), str(where)) if temporary is not None else message
 
@@ -366,7 +398,7 @@ def _shard_errors(where: Path, temporary: Path | None = None) -> Iterator[None]:
         raise ShardError(named(f"{path}: {err.strerror or reason(err)}")) from None
 
 
-ZSTD_LEVELS = (-(1 << 17), 22)   # zstd's levels: negative ones faster, 1..22 smaller (0: its default, 3)
+ZSTD_LEVELS = (-(1 << 17), 22)  # zstd's levels: negative ones faster, 1..22 smaller (0: its default, 3)
 
 
 def _check_arguments(folder, sample, samples_per_shard, compression, level, origin, first_sample, total) -> None:
@@ -377,14 +409,19 @@ def _check_arguments(folder, sample, samples_per_shard, compression, level, orig
         raise ShardError(f"sample must be a Sample of Fields (pipeline.shards.Sample), got {type(sample).__name__}")
     if type(samples_per_shard) is not int or samples_per_shard < 1:
         raise ShardError(f"samples_per_shard must be at least 1 (an integer), got {samples_per_shard!r:.40}")
-    if first_sample is not None and (type(first_sample) is not int or first_sample < 0
-                                     or first_sample % samples_per_shard):
-        raise ShardError(f"first_sample must be a multiple of samples_per_shard ({samples_per_shard}), "
-                         f"got {first_sample!r:.40}")
-    if total is not None and (type(total) is not int or total < 0 or first_sample is None
-                              or first_sample >= max(total, 1)):
-        raise ShardError(f"total must be the split's sample count, past first_sample, and only for a part "
-                         f"(first_sample {first_sample!r:.40}), got {total!r:.40}")
+    if first_sample is not None and (
+        type(first_sample) is not int or first_sample < 0 or first_sample % samples_per_shard
+    ):
+        raise ShardError(
+            f"first_sample must be a multiple of samples_per_shard ({samples_per_shard}), got {first_sample!r:.40}"
+        )
+    if total is not None and (
+        type(total) is not int or total < 0 or first_sample is None or first_sample >= max(total, 1)
+    ):
+        raise ShardError(
+            f"total must be the split's sample count, past first_sample, and only for a part "
+            f"(first_sample {first_sample!r:.40}), got {total!r:.40}"
+        )
     if not isinstance(compression, str) or compression not in CODECS:
         raise ShardError(f"shard compression must be one of {CODECS}, got {compression!r:.40}")
     low, high = ZSTD_LEVELS
@@ -404,12 +441,13 @@ def _checked_source(source) -> dict:
     try:
         json.dumps(source, allow_nan=False)
     except (TypeError, ValueError) as err:
-        raise ShardError(f"source must hold only what JSON holds (it is recorded in manifest.json): "
-                         f"{reason(err)}") from None
+        raise ShardError(
+            f"source must hold only what JSON holds (it is recorded in manifest.json): {reason(err)}"
+        ) from None
     return source
 
 
-_UNFINISHED: weakref.WeakSet = weakref.WeakSet()   # writers neither finished nor aborted yet
+_UNFINISHED: weakref.WeakSet = weakref.WeakSet()  # writers neither finished nor aborted yet
 
 
 @atexit.register
@@ -450,9 +488,20 @@ class ShardWriter:
     Every error it raises is a ShardError: a busy folder or part a ShardBusyError, a write
     the operating system refuses a ShardSystemError naming the folder given."""
 
-    def __init__(self, folder: Path, *, sample: Sample, dataset: str, split: str, samples_per_shard: int,
-                 compression: str = "none", level: int = 3, origin: str | None = None,
-                 first_sample: int | None = None, total: int | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        sample: Sample,
+        dataset: str,
+        split: str,
+        samples_per_shard: int,
+        compression: str = "none",
+        level: int = 3,
+        origin: str | None = None,
+        first_sample: int | None = None,
+        total: int | None = None,
+    ) -> None:
         _check_arguments(folder, sample, samples_per_shard, compression, level, origin, first_sample, total)
         check_names(dataset, split)
         self.first_sample, self.total = first_sample, total  # first_sample None: the whole split
@@ -471,8 +520,9 @@ class ShardWriter:
             with _shard_errors(self.target):
                 if first_sample is None:
                     check_replaceable(self.target)  # (atomic_dir refuses a folder without a manifest)
-                    self.folder = self._stack.enter_context(atomic_dir(self.target, marker="manifest.json",
-                                                                       owns=is_split_folder))
+                    self.folder = self._stack.enter_context(
+                        atomic_dir(self.target, marker="manifest.json", owns=is_split_folder)
+                    )
                     self.published: set[str] = set()
                 else:
                     self.folder = self.target
@@ -504,8 +554,10 @@ class ShardWriter:
             path = self.folder / name
             return open(path, "wb"), path
         if name in self.published:
-            raise ShardError(f"{self.folder / name}: listed in {self.folder / 'manifest.json'}; a published shard is "
-                             f"never rewritten (write the parts into a new folder, or remove the old split first)")
+            raise ShardError(
+                f"{self.folder / name}: listed in {self.folder / 'manifest.json'}; a published shard is "
+                f"never rewritten (write the parts into a new folder, or remove the old split first)"
+            )
         fd, tmp = tempfile.mkstemp(prefix=f".{self._key}.", suffix=".tmp", dir=self.folder / PARTS)
         return os.fdopen(fd, "wb"), Path(tmp)
 
@@ -564,8 +616,10 @@ class ShardWriter:
     def _add(self, columns: dict[str, np.ndarray]) -> None:
         n = len(next(iter(columns.values())))
         if self.total is not None and self.first_sample + self.count + n > self.total:
-            raise ShardError(f"{self.origin}: the part from sample {self.first_sample:,} goes past the split's "
-                             f"total of {self.total:,} samples")
+            raise ShardError(
+                f"{self.origin}: the part from sample {self.first_sample:,} goes past the split's "
+                f"total of {self.total:,} samples"
+            )
         self.count += n
         while n:
             if self.filled == 0 and n >= self.size:  # a whole shard: no copy
@@ -596,9 +650,17 @@ class ShardWriter:
             source = _checked_source(source)
             self._flush()
             self.pool.shutdown()
-            manifest = new_manifest(sample=self.sample, dataset=self.dataset, split=self.split, count=self.count,
-                                    codec=self.compression, level=self.level, source=source,
-                                    shards=self.entries, block=self.block)
+            manifest = new_manifest(
+                sample=self.sample,
+                dataset=self.dataset,
+                split=self.split,
+                count=self.count,
+                codec=self.compression,
+                level=self.level,
+                source=source,
+                shards=self.entries,
+                block=self.block,
+            )
             if self.first_sample is None:
                 write_manifest(self.folder, manifest)
                 check_replaceable(self.target)  # again, just before the swap: a file put in since is kept
@@ -657,17 +719,36 @@ class ShardWriter:
                 raise
 
 
-PARTS = ".parts"   # where parallel writers leave their records until `merge_parts`
+PARTS = ".parts"  # where parallel writers leave their records until `merge_parts`
 
 
-def write_part(columns: Mapping[str, object], folder: Path, *, first_sample: int, sample: Sample, dataset: str,
-               split: str, samples_per_shard: int, compression: str = "none", level: int = 3,
-               total: int | None = None) -> dict:
+def write_part(
+    columns: Mapping[str, object],
+    folder: Path,
+    *,
+    first_sample: int,
+    sample: Sample,
+    dataset: str,
+    split: str,
+    samples_per_shard: int,
+    compression: str = "none",
+    level: int = 3,
+    total: int | None = None,
+) -> dict:
     """Write samples `first_sample`.. of a split ({field: array-like [n, *shape]}) into `folder`,
     beside the other writers' parts; `merge_parts` makes them one split. `total`, the split's
     sample count, is recorded so that a part missing at the merge is named."""
-    with ShardWriter(folder, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
-                     compression=compression, level=level, first_sample=first_sample, total=total) as writer:
+    with ShardWriter(
+        folder,
+        sample=sample,
+        dataset=dataset,
+        split=split,
+        samples_per_shard=samples_per_shard,
+        compression=compression,
+        level=level,
+        first_sample=first_sample,
+        total=total,
+    ) as writer:
         writer.add(columns)
         return writer.finish()
 
@@ -696,11 +777,15 @@ def _split_total(folder: Path, records: list[Path], parts: list[dict], total: in
     recorded = {part["total"] for part in parts if part["total"] is not None}
     if len(recorded | ({total} if total is not None else set())) > 1:
         said = {record.name: part["total"] for record, part in zip(records, parts)}
-        raise ShardError(f"{folder / PARTS}: the parts disagree on the split's total: {said}"
-                         + (f", merge_parts was given {total:,}" if total is not None else ""))
+        raise ShardError(
+            f"{folder / PARTS}: the parts disagree on the split's total: {said}"
+            + (f", merge_parts was given {total:,}" if total is not None else "")
+        )
     if total is None and not recorded:
-        raise ShardError(f"{folder}: no part records the split's total and none was given; pass total= to "
-                         f"write_part (or to merge_parts), so that a missing part cannot pass for a shorter split")
+        raise ShardError(
+            f"{folder}: no part records the split's total and none was given; pass total= to "
+            f"write_part (or to merge_parts), so that a missing part cannot pass for a shorter split"
+        )
     return total if total is not None else recorded.pop()
 
 
@@ -710,7 +795,7 @@ def _stray(folder: Path, listed: set[str]) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith("shard-") and p.name not in listed)
 
 
-MERGE_WAIT_S = 300.0   # how long a merge waits for another merge of the same parts to end
+MERGE_WAIT_S = 300.0  # how long a merge waits for another merge of the same parts to end
 
 
 def merge_parts(folder: Path, source: dict | None = None, *, total: int | None = None) -> dict:
@@ -741,8 +826,10 @@ def merge_parts(folder: Path, source: dict | None = None, *, total: int | None =
                     try:
                         writers.enter_context(locked(folder / PARTS / key))
                     except BusyError:
-                        raise ShardError(f"{folder}: the part from sample {int(key):,} is being written right now; "
-                                         f"merge once every writer has finished") from None
+                        raise ShardError(
+                            f"{folder}: the part from sample {int(key):,} is being written right now; "
+                            f"merge once every writer has finished"
+                        ) from None
                 manifest = _merge(folder, source, total, waited)
             _remove_parts(folder)  # (the records are gone already: once the folder's lock is let go)
             return manifest
@@ -773,13 +860,18 @@ def _hold_parts(folder: Path, wait: float) -> tuple[int | None, bool]:
                     return fd, waited
                 if current:
                     busy = _busy_part(folder)
-                    raise ShardError(f"{folder}: " + (f"the part from sample {int(busy):,} is" if busy else "a part is")
-                                     + " being written right now; merge once every writer has finished")
+                    raise ShardError(
+                        f"{folder}: "
+                        + (f"the part from sample {int(busy):,} is" if busy else "a part is")
+                        + " being written right now; merge once every writer has finished"
+                    )
             elif time.monotonic() < deadline:  # another merge of these parts: wait for it to end
                 waited = True
             else:
-                raise ShardBusyError(f"{folder}: another merge of its parts has held them for over {wait:g} s "
-                                     f"(lock {lock}); try again once it has ended")
+                raise ShardBusyError(
+                    f"{folder}: another merge of its parts has held them for over {wait:g} s "
+                    f"(lock {lock}); try again once it has ended"
+                )
         except BaseException:
             os.close(fd)
             raise
@@ -852,9 +944,11 @@ def parts_held(folder: Path, exclusive: bool) -> Iterator[None]:
     if fd is None or not (_flocked(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) and _same_file(fd, lock)):
         if fd is not None:
             os.close(fd)
-        raise (ShardError(f"{folder}: a part is being written right now; merge once every writer has finished")
-               if exclusive else
-               ShardBusyError(f"{folder}: a merge of its parts is under way; write the part once it has finished"))
+        raise (
+            ShardError(f"{folder}: a part is being written right now; merge once every writer has finished")
+            if exclusive
+            else ShardBusyError(f"{folder}: a merge of its parts is under way; write the part once it has finished")
+        )
     try:
         yield
     finally:
@@ -865,8 +959,9 @@ def _part_keys(folder: Path) -> list[str]:
     """The parts of `folder` on record or being written: each record's name and each held
     or left lock's (`.<key>.lock`), keys of 12 digits."""
     names = [p.name for p in (folder / PARTS).iterdir()] if (folder / PARTS).is_dir() else []
-    keys = {n[:-5] for n in names if n.endswith(".json")} | {n[1:-5] for n in names if n.startswith(".")
-                                                              and n.endswith(".lock")}
+    keys = {n[:-5] for n in names if n.endswith(".json")} | {
+        n[1:-5] for n in names if n.startswith(".") and n.endswith(".lock")
+    }
     return sorted(k for k in keys if len(k) == 12 and k.isdigit())
 
 
@@ -883,40 +978,60 @@ def _merge(folder: Path, source: dict, total: int | None, waited: bool) -> dict:
     for record, part in zip(records, parts):
         for key in keys:
             if part.get(key) != first.get(key):
-                raise ShardError(f"{record}: {key} {part.get(key)!r:.60} differs from the first part's "
-                                 f"{first.get(key)!r:.60}")
+                raise ShardError(
+                    f"{record}: {key} {part.get(key)!r:.60} differs from the first part's {first.get(key)!r:.60}"
+                )
         if part.get("first_sample") != expected:
-            raise ShardError(f"{record}: starts at sample {part.get('first_sample')!r}, expected {expected} "
-                             f"(a part missing or overlapping)")
+            raise ShardError(
+                f"{record}: starts at sample {part.get('first_sample')!r}, expected {expected} "
+                f"(a part missing or overlapping)"
+            )
         size = part["samples_per_shard"]
         if part is not parts[-1] and part["count"] % size:
-            raise ShardError(f"{record}: {part['count']} samples is not a whole number of shards of "
-                             f"{size} (only the last part may end with a short shard)")
+            raise ShardError(
+                f"{record}: {part['count']} samples is not a whole number of shards of "
+                f"{size} (only the last part may end with a short shard)"
+            )
         for index, entry in enumerate(part["shards"]):
             want = placed_file(expected, size, index, part["compression"]["codec"])
             if entry["file"] != want:
-                raise ShardError(f"{record}: lists {entry['file']!r:.60} where {want!r} belongs (shard files are "
-                                 f"numbered by their place in the split: first sample // samples_per_shard)")
+                raise ShardError(
+                    f"{record}: lists {entry['file']!r:.60} where {want!r} belongs (shard files are "
+                    f"numbered by their place in the split: first sample // samples_per_shard)"
+                )
             last = part is parts[-1] and index == len(part["shards"]) - 1
             if entry["count"] > size or (entry["count"] < size and not last):
-                raise ShardError(f"{record}: {want} holds {entry['count']} samples, not {size} (every shard holds "
-                                 f"samples_per_shard, the split's last at most that)")
+                raise ShardError(
+                    f"{record}: {want} holds {entry['count']} samples, not {size} (every shard holds "
+                    f"samples_per_shard, the split's last at most that)"
+                )
         expected += part["count"]
         entries += part["shards"]
     stray = _stray(folder, {entry["file"] for entry in entries})
     if expected != total:
-        raise ShardError(f"{folder}: the parts hold samples 0..{expected:,} of the split's {total:,}: the part from "
-                         f"sample {expected:,} is missing (a writer that did not finish?)"
-                         + (f"; shard files no part lists: {', '.join(stray[:4])}" if stray else ""))
+        raise ShardError(
+            f"{folder}: the parts hold samples 0..{expected:,} of the split's {total:,}: the part from "
+            f"sample {expected:,} is missing (a writer that did not finish?)"
+            + (f"; shard files no part lists: {', '.join(stray[:4])}" if stray else "")
+        )
     if stray:
-        raise ShardError(f"{folder}: shard files no part lists: {', '.join(stray[:4])}"
-                         f"{' ...' if len(stray) > 4 else ''} (a writer killed before its record, or another "
-                         f"split's); remove them or rerun that part")
+        raise ShardError(
+            f"{folder}: shard files no part lists: {', '.join(stray[:4])}"
+            f"{' ...' if len(stray) > 4 else ''} (a writer killed before its record, or another "
+            f"split's); remove them or rerun that part"
+        )
     compression = first["compression"]
-    manifest = new_manifest(sample=parse_fields(first["fields"], records[0]), dataset=first["dataset"],
-                            split=first["split"], count=expected, codec=compression["codec"],
-                            level=compression["level"] if compression["codec"] == "zstd" else 3,
-                            source=source, shards=entries, block=first["block_bytes"])
+    manifest = new_manifest(
+        sample=parse_fields(first["fields"], records[0]),
+        dataset=first["dataset"],
+        split=first["split"],
+        count=expected,
+        codec=compression["codec"],
+        level=compression["level"] if compression["codec"] == "zstd" else 3,
+        source=source,
+        shards=entries,
+        block=first["block_bytes"],
+    )
     check_manifest(json.loads(json.dumps(manifest)), folder / "manifest.json")
     write_manifest(folder, manifest)
     for record in records:  # merged: no later merge takes them again (the folder goes once the lock is let go)
@@ -935,8 +1050,10 @@ def _no_parts(folder: Path, waited: bool) -> dict:
     if merged is not None and waited:
         return merged
     if merged is not None:
-        raise ShardError(f"{folder}: no parts to merge: another merge_parts merged them already (its "
-                         f"manifest.json holds the split, {merged['count']:,} samples)")
+        raise ShardError(
+            f"{folder}: no parts to merge: another merge_parts merged them already (its "
+            f"manifest.json holds the split, {merged['count']:,} samples)"
+        )
     raise ShardError(f"{folder}: no parts to merge (expected {PARTS}/*.json written by write_part)")
 
 
@@ -958,8 +1075,11 @@ def _own_manifest(folder: Path) -> dict | None:
         manifest = read_json(folder / "manifest.json", MAX_MANIFEST, "manifest", within=folder)
     except (OSError, InputError):  # none, a special file, a link out, not JSON
         return None
-    if not (isinstance(manifest, dict) and isinstance(manifest.get("format_version"), int)
-            and isinstance(manifest.get("shards"), list)):
+    if not (
+        isinstance(manifest, dict)
+        and isinstance(manifest.get("format_version"), int)
+        and isinstance(manifest.get("shards"), list)
+    ):
         return None
     return manifest
 
@@ -975,8 +1095,9 @@ def _stranger(folder: Path, manifest: dict) -> str | None:
             for part in sorted(os.scandir(entry.path), key=lambda part: part.name):
                 if not (_PARTS_FILES.fullmatch(part.name) and part.is_file(follow_symlinks=False)):
                     return f"{PARTS}/{part.name}"
-        elif not (entry.name in listed or entry.name in ("manifest.json", MANIFEST_TMP)) \
-                or not entry.is_file(follow_symlinks=False):
+        elif not (entry.name in listed or entry.name in ("manifest.json", MANIFEST_TMP)) or not entry.is_file(
+            follow_symlinks=False
+        ):
             return entry.name
     return None
 
@@ -988,18 +1109,36 @@ def check_replaceable(folder: Path) -> None:
     manifest = _own_manifest(folder) if folder.is_dir() and not folder.is_symlink() else None
     stranger = _stranger(folder, manifest) if manifest is not None else None
     if stranger is not None:
-        raise ShardError(f"{folder}: holds {stranger!r:.80}, which its manifest.json does not list: a folder this "
-                         f"project did not write alone; refusing to replace it (only the files a split's manifest "
-                         f"lists are ever removed: move that one out, or choose another folder)")
+        raise ShardError(
+            f"{folder}: holds {stranger!r:.80}, which its manifest.json does not list: a folder this "
+            f"project did not write alone; refusing to replace it (only the files a split's manifest "
+            f"lists are ever removed: move that one out, or choose another folder)"
+        )
 
 
-def write_split(columns: Mapping[str, object], out_dir: Path, *, sample: Sample, dataset: str, split: str,
-                samples_per_shard: int, compression: str = "none", level: int = 3,
-                source: dict | None = None) -> dict:
+def write_split(
+    columns: Mapping[str, object],
+    out_dir: Path,
+    *,
+    sample: Sample,
+    dataset: str,
+    split: str,
+    samples_per_shard: int,
+    compression: str = "none",
+    level: int = 3,
+    source: dict | None = None,
+) -> dict:
     """Write one split held in memory ({field name: array-like [n, *shape]}) as shards plus
     manifest.json into `out_dir` (replaced whole: on any error nothing is left behind)."""
     _checked_source(source)
-    with ShardWriter(out_dir, sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
-                     compression=compression, level=level) as writer:
+    with ShardWriter(
+        out_dir,
+        sample=sample,
+        dataset=dataset,
+        split=split,
+        samples_per_shard=samples_per_shard,
+        compression=compression,
+        level=level,
+    ) as writer:
         writer.add(columns)
         return writer.finish(source)

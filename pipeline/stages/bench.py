@@ -14,8 +14,19 @@ from pipeline.core.atomic import write_json
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import DataError, InputError, reason
 
-MACHINE_KEYS = {"name": str, "cpu": str, "isa": list, "cores": int, "memory_gb": float, "gpu": (str, type(None)),
-                "gpu_count": int, "torch": str, "cuda": (str, type(None)), "device": str, "python": str}
+MACHINE_KEYS = {
+    "name": str,
+    "cpu": str,
+    "isa": list,
+    "cores": int,
+    "memory_gb": float,
+    "gpu": (str, type(None)),
+    "gpu_count": int,
+    "torch": str,
+    "cuda": (str, type(None)),
+    "device": str,
+    "python": str,
+}
 
 
 def read_machine(path: Path) -> dict:
@@ -49,8 +60,10 @@ def write_bench(document: dict, out: Path) -> None:
             validate(out, written, BenchDoc)
             extra = undeclared(written, BenchDoc)
             if extra:
-                raise DataError(f"{out}: the bench wrote keys its schema does not declare: {', '.join(extra[:4])} "
-                                f"(pipeline/stages/metrics.py)")
+                raise DataError(
+                    f"{out}: the bench wrote keys its schema does not declare: {', '.join(extra[:4])} "
+                    f"(pipeline/stages/metrics.py)"
+                )
         except DataError as err:
             raise DataError(f"{err}; the run's document is kept as {keep_rejected(document, out)}") from None
     write_json(Path(out), document)
@@ -70,11 +83,15 @@ def keep_rejected(document: dict, out: Path) -> str:
 
 def warn_unstable(document: dict, stream=sys.stderr) -> None:
     """One line naming the variants whose figures are not to be trusted, and what to do."""
-    shaky = [f"{name} ({entry['unstable_reason']})" for name, entry in document["variants"].items()
-             if entry.get("unstable")]
+    shaky = [
+        f"{name} ({entry['unstable_reason']})" for name, entry in document["variants"].items() if entry.get("unstable")
+    ]
     if shaky:
-        print(f"warning: {document['dataset']}: unstable on this machine: {'; '.join(shaky)}. Re-run on a "
-              f"quiet machine: dvc repro -f -s bench@{document['dataset']}", file=stream)
+        print(
+            f"warning: {document['dataset']}: unstable on this machine: {'; '.join(shaky)}. Re-run on a "
+            f"quiet machine: dvc repro -f -s bench@{document['dataset']}",
+            file=stream,
+        )
 
 
 def earlier_runs(out: Path, results: Path = Path("results")) -> list[Path]:
@@ -83,8 +100,16 @@ def earlier_runs(out: Path, results: Path = Path("results")) -> list[Path]:
     return sorted(Path(out).parent.glob("*.json")) + sorted(Path(results).glob("*/*.json"))
 
 
-def bench_dataset(dataset: str, parquet: Path, shards: Path, out: Path, device: str, settings: BenchSettings,
-                  machine: dict, earlier: list[Path] | None = None) -> dict:
+def bench_dataset(
+    dataset: str,
+    parquet: Path,
+    shards: Path,
+    out: Path,
+    device: str,
+    settings: BenchSettings,
+    machine: dict,
+    earlier: list[Path] | None = None,
+) -> dict:
     """Every variant of `settings` on one data set's wide Parquet and shards -> `out`; the
     estimate printed first scales from `earlier` (default: `earlier_runs(out)`)."""
     earlier = earlier_runs(out) if earlier is None else earlier

@@ -73,10 +73,15 @@ class BenchParams(Strict):
     @classmethod
     def _targets(cls, targets: dict) -> dict:
         listed = {name: value if isinstance(value, list) else [value] for name, value in targets.items()}
-        bad = {name: value for name, value in listed.items() if not value or len(value) > 4
-               or not all(0 < v <= 1 for v in value)}
+        bad = {
+            name: value
+            for name, value in listed.items()
+            if not value or len(value) > 4 or not all(0 < v <= 1 for v in value)
+        }
         if bad:
-            raise ValueError(f"a data set's target accuracies are 1 to 4 fractions in (0, 1]: {dict(list(bad.items())[:3])}")
+            raise ValueError(
+                f"a data set's target accuracies are 1 to 4 fractions in (0, 1]: {dict(list(bad.items())[:3])}"
+            )
         return targets
 
     @model_validator(mode="after")

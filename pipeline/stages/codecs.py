@@ -15,13 +15,12 @@ from pathlib import Path
 from pipeline.core.atomic import write_json, write_text
 from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
-from pipeline.core.errors import DataError
 from pipeline.core.dataset import SPLITS
+from pipeline.core.errors import DataError
 from pipeline.core.parquet import LAYOUTS
 
-
-MAX_BYTES = 1 << 40          # a CSV or Parquet split: far above any here
-MAX_SECONDS = 24 * 3600      # writing or reading one split
+MAX_BYTES = 1 << 40  # a CSV or Parquet split: far above any here
+MAX_SECONDS = 24 * 3600  # writing or reading one split
 
 
 def _entry(path: Path, figures, key: str) -> dict:
@@ -50,8 +49,14 @@ def codec_table(figures_dir: Path, datasets: list[str], codecs: list[str]) -> di
                     entry = _entry(path, figures, f"{split}.{layout}")
                     where = f"{split}.{layout}"
                     size = number(path, f"{where}.bytes", entry.get("bytes"), 1, MAX_BYTES, integer=True)
-                    csv_bytes = number(path, f"{split}.csv_bytes", _entry(path, figures, split).get("csv_bytes"), 1,
-                                       MAX_BYTES, integer=True)
+                    csv_bytes = number(
+                        path,
+                        f"{split}.csv_bytes",
+                        _entry(path, figures, split).get("csv_bytes"),
+                        1,
+                        MAX_BYTES,
+                        integer=True,
+                    )
                     table.setdefault(dataset, {}).setdefault(layout, {}).setdefault(label, {})[split] = {
                         "MB": round(size / 1e6, 3),
                         "ratio": round(csv_bytes / size, 2),
@@ -74,8 +79,9 @@ def size_rows(table: dict) -> list[dict]:
     return rows
 
 
-def write_codecs(figures_dir: Path, datasets: list[str], codecs: list[str],
-                 metrics_path: Path, plot_path: Path) -> dict:
+def write_codecs(
+    figures_dir: Path, datasets: list[str], codecs: list[str], metrics_path: Path, plot_path: Path
+) -> dict:
     table = codec_table(figures_dir, datasets, codecs)
     write_json(Path(metrics_path), table)
     rows = size_rows(table)

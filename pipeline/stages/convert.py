@@ -52,8 +52,8 @@ class _RowGroups:
     def add(self, labels: np.ndarray, pixels: np.ndarray) -> None:
         while len(labels):
             take = min(self.rows - self.filled, len(labels))
-            self.labels[self.filled:self.filled + take] = labels[:take]
-            self.pixels[self.filled:self.filled + take] = pixels[:take]
+            self.labels[self.filled : self.filled + take] = labels[:take]
+            self.pixels[self.filled : self.filled + take] = pixels[:take]
             self.filled += take
             labels, pixels = labels[take:], pixels[take:]
             if self.filled == self.rows:
@@ -61,13 +61,19 @@ class _RowGroups:
 
     def flush(self) -> None:
         if self.filled:
-            table = compact_table(self.labels[:self.filled], self.pixels[:self.filled])
+            table = compact_table(self.labels[: self.filled], self.pixels[: self.filled])
             self.writer.write_table(table, row_group_size=self.rows)
             self.filled = 0
 
 
-def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int, rows: int | None = None,
-                  blocks: Iterator[tuple[np.ndarray, np.ndarray]] | None = None) -> int:
+def write_compact(
+    csv_path: Path,
+    out: Path,
+    codec: Codec,
+    row_group_rows: int,
+    rows: int | None = None,
+    blocks: Iterator[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> int:
     """CSV -> compact Parquet, validating every row on the way (`rows` of them, when given);
     returns the row count. `blocks`: the CSV's validated blocks from elsewhere (the Ray
     engine's tasks) instead of `iter_csv`; the row groups, and so the bytes, are the same."""
@@ -76,8 +82,12 @@ def write_compact(csv_path: Path, out: Path, codec: Codec, row_group_rows: int, 
     # A group larger than the split is the split: the buffer is no larger than it needs to be.
     group_rows = row_group_rows if rows is None else min(row_group_rows, rows)
     # Page checksums (CRC32): a flipped byte in a data page is caught when it is read back.
-    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, use_dictionary=["label"], write_page_checksum=True,
-                                                   **codec.writer_options()) as writer:
+    with (
+        atomic_path(out) as tmp,
+        pq.ParquetWriter(
+            tmp, schema, use_dictionary=["label"], write_page_checksum=True, **codec.writer_options()
+        ) as writer,
+    ):
         groups = _RowGroups(writer, group_rows)
         for labels, pixels in iter_csv(csv_path, rows=rows) if blocks is None else blocks:
             groups.add(labels, pixels)
@@ -92,11 +102,19 @@ def write_wide(csv_path: Path, out: Path, codec: Codec, row_group_rows: int) -> 
     Call after `write_compact` has validated the same CSV: polars' own errors carry no
     line number, and a missing field would be written as null rather than rejected."""
     with atomic_path(out) as tmp:
-        pl.scan_csv(csv_path, schema=SCHEMA, quote_char=None).sink_parquet(tmp, row_group_size=row_group_rows, **codec.polars_options())
+        pl.scan_csv(csv_path, schema=SCHEMA, quote_char=None).sink_parquet(
+            tmp, row_group_size=row_group_rows, **codec.polars_options()
+        )
 
 
-def convert_split(csv_path: Path, out_paths: dict[str, Path], codec: Codec, row_group_rows: int,
-                  rows: int | None = None, blocks: Iterator[tuple[np.ndarray, np.ndarray]] | None = None) -> dict:
+def convert_split(
+    csv_path: Path,
+    out_paths: dict[str, Path],
+    codec: Codec,
+    row_group_rows: int,
+    rows: int | None = None,
+    blocks: Iterator[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> dict:
     """One CSV split into each layout's Parquet file; returns rows and seconds per layout
     (the whole CSV -> file time, parsing included, as a user would see it). `blocks`: as
     for `write_compact`."""
@@ -154,8 +172,15 @@ def _engine(engine: str) -> contextlib.AbstractContextManager:
     return ray_blocks()
 
 
-def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec: str,
-                    row_group_rows: int = 65536, rows: dict[str, int] | None = None, engine: str = "local") -> dict:
+def convert_dataset(
+    csv_dir: Path,
+    out_dir: Path,
+    figures_path: Path,
+    codec_spec: str,
+    row_group_rows: int = 65536,
+    rows: dict[str, int] | None = None,
+    engine: str = "local",
+) -> dict:
     """Stage `convert@<dataset>-<codec>`: both splits, both layouts, one codec; with `rows`
     (sources.yaml), each split must have its count. `engine` "ray": the CSV parsed and
     checked by Ray tasks (pipeline.stages.ray_convert), the same Parquet bytes."""
@@ -170,8 +195,14 @@ def convert_dataset(csv_dir: Path, out_dir: Path, figures_path: Path, codec_spec
 
             def convert(split=split, paths=paths) -> None:
                 csv_path, count = Path(csv_dir) / f"{split}.csv", None if rows is None else rows[split]
-                figures[split] = convert_split(csv_path, paths, codec, row_group_rows, count,
-                                               None if blocks_of is None else blocks_of(csv_path, count))
+                figures[split] = convert_split(
+                    csv_path,
+                    paths,
+                    codec,
+                    row_group_rows,
+                    count,
+                    None if blocks_of is None else blocks_of(csv_path, count),
+                )
                 measure_reads(paths, figures[split])
 
             interruptible(convert)

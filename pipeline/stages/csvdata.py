@@ -16,8 +16,8 @@ import polars as pl
 
 from pipeline.core.atomic import atomic_dir, atomic_path
 from pipeline.core.bounded import open_regular
-from pipeline.core.errors import DataError
 from pipeline.core.dataset import COLUMNS, CSV_HEADER, CSV_HEADER_MAX, CSV_LINE_MAX, PIXELS, SPLITS
+from pipeline.core.errors import DataError
 from pipeline.stages.idx import read_split
 
 HEADER = CSV_HEADER + "\n"
@@ -60,15 +60,18 @@ def copy_csv(source: Path, dest: Path, rows: int | None = None, within: Path | N
             if first[:1].isdigit():
                 out.write(HEADER.encode())
             else:
-                raise DataError(f"{source}: line 1 is neither the header {HEADER[:30]!r}... "
-                                f"nor a data row: {first[:60]!r}")
+                raise DataError(
+                    f"{source}: line 1 is neither the header {HEADER[:30]!r}... nor a data row: {first[:60]!r}"
+                )
         out.write(first)
         copied = len(first)
         while chunk := src.read(1 << 20):
             copied += len(chunk)
             if cap is not None and copied > cap:
-                raise DataError(f"{source}: more than {cap:,} bytes, more than a header and the split's {rows:,} "
-                                f"rows (sources.yaml) can take")
+                raise DataError(
+                    f"{source}: more than {cap:,} bytes, more than a header and the split's {rows:,} "
+                    f"rows (sources.yaml) can take"
+                )
             out.write(chunk)
 
 

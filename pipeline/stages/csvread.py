@@ -31,9 +31,11 @@ def _check_header(csv_path: Path, f: BinaryIO) -> None:
         names = line_body(first).decode("utf-8", "replace").split(",")
         where = next((i for i, (a, b) in enumerate(zip(names, COLUMNS)) if a != b), min(len(names), len(COLUMNS)))
         got = names[where] if where < len(names) else "<end of line>"
-        raise DataError(f"{csv_path}: line 1: header does not match: column {where + 1} is "
-                        f"{got!r}, expected {COLUMNS[where] if where < len(COLUMNS) else '<end of line>'!r} "
-                        f"({len(names)} columns, expected {len(COLUMNS)})")
+        raise DataError(
+            f"{csv_path}: line 1: header does not match: column {where + 1} is "
+            f"{got!r}, expected {COLUMNS[where] if where < len(COLUMNS) else '<end of line>'!r} "
+            f"({len(names)} columns, expected {len(COLUMNS)})"
+        )
 
 
 def _locate_bad_line(lines: bytes, first_number: int) -> str:
@@ -54,8 +56,10 @@ def _locate_bad_line(lines: bytes, first_number: int) -> str:
 
 
 def _too_long(csv_path: Path, line: int, size: str) -> DataError:
-    return DataError(f"{csv_path}: line {line}: {size} bytes, longer than any row can be (785 fields of at "
-                     f"most 3 digits and their commas: {CSV_ROW_MAX:,} bytes, then LF or CRLF)")
+    return DataError(
+        f"{csv_path}: line {line}: {size} bytes, longer than any row can be (785 fields of at "
+        f"most 3 digits and their commas: {CSV_ROW_MAX:,} bytes, then LF or CRLF)"
+    )
 
 
 def _line_blocks(csv_path: Path, f: BinaryIO, block_bytes: int) -> Iterator[tuple[int, bytes]]:
@@ -78,8 +82,10 @@ def _line_blocks(csv_path: Path, f: BinaryIO, block_bytes: int) -> Iterator[tupl
     if rest.strip():
         # A last line without its newline may be cut inside its last number ("...,25"
         # for "...,255"): nothing can tell, so it is refused rather than guessed.
-        raise DataError(f"{csv_path}: the file does not end with a newline: its last line is cut "
-                        f"short or incomplete (ends {bytes(rest[-20:])!r})")
+        raise DataError(
+            f"{csv_path}: the file does not end with a newline: its last line is cut "
+            f"short or incomplete (ends {bytes(rest[-20:])!r})"
+        )
 
 
 def _check_lines(csv_path: Path, first: int, block: bytes, before: int, rows: int | None) -> None:
@@ -88,8 +94,10 @@ def _check_lines(csv_path: Path, first: int, block: bytes, before: int, rows: in
     parser given one 40 MB line makes a column per field, gigabytes."""
     ends = np.flatnonzero(np.frombuffer(block, np.uint8) == 10)  # the block ends with one
     if rows is not None and before + len(ends) > rows:
-        raise DataError(f"{csv_path}: more than {rows:,} data rows (line {rows + 2:,} is one too many): the data "
-                        f"set's split has {rows:,} (sources.yaml rows)")
+        raise DataError(
+            f"{csv_path}: more than {rows:,} data rows (line {rows + 2:,} is one too many): the data "
+            f"set's split has {rows:,} (sources.yaml rows)"
+        )
     lengths = np.diff(ends, prepend=-1) - 1  # without the LF
     bad = np.flatnonzero((lengths < CSV_ROW_MIN) | (lengths > CSV_ROW_MAX + 1))
     if len(bad):
@@ -97,7 +105,7 @@ def _check_lines(csv_path: Path, first: int, block: bytes, before: int, rows: in
         if lengths[index] > CSV_ROW_MAX + 1:
             raise _too_long(csv_path, first + index, f"{int(lengths[index]):,}")
         start = int(ends[index - 1]) + 1 if index else 0
-        raise DataError(f"{csv_path}: {_locate_bad_line(block[start:int(ends[index]) + 1], first + index)}")
+        raise DataError(f"{csv_path}: {_locate_bad_line(block[start : int(ends[index]) + 1], first + index)}")
 
 
 SCHEMA = {name: pl.UInt8 for name in COLUMNS}
@@ -125,14 +133,17 @@ def _parse_block(csv_path: Path, first: int, block: bytes) -> tuple[np.ndarray, 
     labels = table[:, 0]
     bad = first_bad_label(labels)
     if bad is not None:
-        raise DataError(f"{csv_path}: line {first + bad}, column 'label': {labels[bad]} is outside 0..{NUM_CLASSES - 1}")
+        raise DataError(
+            f"{csv_path}: line {first + bad}, column 'label': {labels[bad]} is outside 0..{NUM_CLASSES - 1}"
+        )
     # Pixels stay column-major: whoever needs rows transposes once, on its own copy (the
     # row-group buffer does so as it fills).
     return labels, table[:, 1:]
 
 
-def iter_csv(csv_path: Path, block_bytes: int = 16 << 20, rows: int | None = None
-             ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def iter_csv(
+    csv_path: Path, block_bytes: int = 16 << 20, rows: int | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield validated (labels [n], pixels [n, 784]) uint8 blocks of a CSV split, in order
     (pixels Fortran-ordered: use np.ascontiguousarray for row-major bytes); with `rows`, the
     split must have exactly that many.

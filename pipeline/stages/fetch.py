@@ -30,8 +30,8 @@ from pipeline.core.atomic import atomic_dir, atomic_path
 from pipeline.core.bounded import UnsafeFileError, open_regular, short
 from pipeline.core.dataset import CSV_HEADER_MAX, CSV_LINE_MAX, PIXELS
 from pipeline.core.errors import InputError, is_hex, reason
-from pipeline.stages.idxheader import MAX_HEADER, IdxError, header_size, parse_header
 from pipeline.core.sources import SourcesError, dataset_entry
+from pipeline.stages.idxheader import MAX_HEADER, IdxError, header_size, parse_header
 
 MIRROR_ENV = "PIPELINE_MIRROR"
 CHUNK = 1 << 20
@@ -43,8 +43,15 @@ MAX_RAW_BYTES = 1 << 32
 
 def byte_bar(total: int | None, desc: str) -> tqdm:
     """A download's progress in bytes on a terminal; silent in logs and tests."""
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-                disable=not sys.stderr.isatty(), leave=False)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        disable=not sys.stderr.isatty(),
+        leave=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ class FetchSettings:
     timeout_s: float = 30.0
     retries: int = 3
     backoff_s: float = 1.0
-    deadline_s: float = 600.0   # per file and mirror, every try and pause included
+    deadline_s: float = 600.0  # per file and mirror, every try and pause included
 
 
 class FetchError(InputError):
@@ -107,8 +114,12 @@ class _Deadline(_Permanent):
 
 
 def _plain_name(name: object) -> bool:
-    return (isinstance(name, str) and 0 < len(name) <= 255 and name not in (".", "..")
-            and not any(c in name for c in "/\\\0"))
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= 255
+        and name not in (".", "..")
+        and not any(c in name for c in "/\\\0")
+    )
 
 
 def parse_files(files: Mapping[str, Mapping[str, str]], origin: str = "") -> list[FileSpec]:
@@ -120,20 +131,22 @@ def parse_files(files: Mapping[str, Mapping[str, str]], origin: str = "") -> lis
         if role not in ROLES:
             raise FetchError(f"{origin}unknown file role {short(role)}; expected one of {ROLES}")
         if not isinstance(entry, Mapping) or not set(entry) <= {"name", "sha256", "bytes"}:
-            raise FetchError(f"{origin}file {role}: expected {{name: ..., sha256: ...}} (optionally bytes: ...), "
-                             f"got {short(entry)}")
+            raise FetchError(
+                f"{origin}file {role}: expected {{name: ..., sha256: ...}} (optionally bytes: ...), got {short(entry)}"
+            )
         sha = entry.get("sha256")
         sha = sha.lower() if isinstance(sha, str) else sha
         if not isinstance(sha, str) or not is_hex(sha, 64):
             raise FetchError(f"{origin}file {role}: sha256 must be 64 hex digits, got {short(sha)}")
         if not _plain_name(entry.get("name")):
-            raise FetchError(f"{origin}file {role}: name must be a plain file name (no '/'), got "
-                             f"{short(entry.get('name'))}")
+            raise FetchError(
+                f"{origin}file {role}: name must be a plain file name (no '/'), got {short(entry.get('name'))}"
+            )
         size = entry.get("bytes")
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
-                                 or not 0 <= size <= MAX_RAW_BYTES):
-            raise FetchError(f"{origin}file {role}: bytes must be an integer in 0..{MAX_RAW_BYTES:,}, "
-                             f"got {short(size)}")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_RAW_BYTES):
+            raise FetchError(
+                f"{origin}file {role}: bytes must be an integer in 0..{MAX_RAW_BYTES:,}, got {short(size)}"
+            )
         specs.append(FileSpec(role=role, name=entry["name"], sha256=sha, bytes=size))
     roles = {s.role for s in specs}
     idx_roles, csv_roles = set(ROLES[:4]), set(ROLES[4:])
@@ -213,8 +226,13 @@ def _open(url: str, timeout_s: float, wire_cap: int) -> tuple[BinaryIO, int | No
     return stream, size
 
 
-def _chunks(stream: BinaryIO, expected: int | None, on_bytes: Callable[[int], None], deadline: float = float("inf"),
-            wire_cap: int = MAX_RAW_BYTES) -> Iterator[bytes]:
+def _chunks(
+    stream: BinaryIO,
+    expected: int | None,
+    on_bytes: Callable[[int], None],
+    deadline: float = float("inf"),
+    wire_cap: int = MAX_RAW_BYTES,
+) -> Iterator[bytes]:
     received = 0
     try:
         read = getattr(stream, "read1", stream.read)  # what has arrived, not a full MiB
@@ -225,8 +243,9 @@ def _chunks(stream: BinaryIO, expected: int | None, on_bytes: Callable[[int], No
             on_bytes(len(chunk))
             yield chunk
             if time.monotonic() > deadline:
-                raise _Deadline(f"incomplete when its deadline passed ({received:,} bytes received): "
-                                f"too slow (fetch.deadline_s)")
+                raise _Deadline(
+                    f"incomplete when its deadline passed ({received:,} bytes received): too slow (fetch.deadline_s)"
+                )
     except (TimeoutError, socket.timeout):
         raise _Transient(f"read timed out after {received:,} bytes") from None
     except http.client.IncompleteRead:
@@ -253,7 +272,7 @@ class _Content:
         self.spec, self.out, self.limit, self.rows = spec, out, limit, rows
         self.digest = hashlib.sha256()
         self.written = 0
-        self.undecided = b""                     # raw bytes until gzip or not can be told
+        self.undecided = b""  # raw bytes until gzip or not can be told
         self.gzip: bool | None = None
         self.inflater = zlib.decompressobj(wbits=31)
         self.head = b"" if spec.kind != "csv" else None  # an IDX file's first bytes, until checked
@@ -266,8 +285,10 @@ class _Content:
             self._check_header(final=False)
         self.written += len(data)
         if self.written > self.limit:
-            raise _Permanent(f"content runs past {self.limit:,} bytes, more than this file has "
-                             f"(sources.yaml pin or row count, or its IDX header): a gzip bomb or another file")
+            raise _Permanent(
+                f"content runs past {self.limit:,} bytes, more than this file has "
+                f"(sources.yaml pin or row count, or its IDX header): a gzip bomb or another file"
+            )
         self.digest.update(data)
         self.out.write(data)
 
@@ -286,11 +307,14 @@ class _Content:
         self.head = None
         expected = (self.rows or {}).get(self.spec.split)
         if expected is not None and shape[0] != expected:
-            raise _Permanent(f"IDX header says {shape[0]:,} samples (shape {shape}); the data set's "
-                             f"{self.spec.split} split has {expected:,} (sources.yaml rows)")
+            raise _Permanent(
+                f"IDX header says {shape[0]:,} samples (shape {shape}); the data set's "
+                f"{self.spec.split} split has {expected:,} (sources.yaml rows)"
+            )
         if size > self.limit:
-            raise _Permanent(f"IDX header says shape {shape} ({size:,} bytes), more than this file has "
-                             f"({self.limit:,} bytes)")
+            raise _Permanent(
+                f"IDX header says shape {shape} ({size:,} bytes), more than this file has ({self.limit:,} bytes)"
+            )
         self.limit = size
 
     def feed(self, chunk: bytes) -> None:
@@ -327,8 +351,9 @@ class _Content:
             self._check_header(final=True)
 
 
-def _store_verified(chunks: Iterator[bytes], spec: FileSpec, dest: Path, limit: int | None = None,
-                    rows: Mapping[str, int] | None = None) -> None:
+def _store_verified(
+    chunks: Iterator[bytes], spec: FileSpec, dest: Path, limit: int | None = None, rows: Mapping[str, int] | None = None
+) -> None:
     """Un-gzip (when gzip) and hash on the fly, within `limit` bytes of content; rename onto
     `dest` only if the digest matches."""
     with atomic_path(dest) as tmp, tmp.open("wb") as out:
@@ -340,13 +365,13 @@ def _store_verified(chunks: Iterator[bytes], spec: FileSpec, dest: Path, limit: 
         actual = content.digest.hexdigest()
         if actual != spec.sha256:
             raise _Permanent(
-                f"checksum mismatch (sha256 of the decompressed content): expected "
-                f"{spec.sha256}, got {actual}"
+                f"checksum mismatch (sha256 of the decompressed content): expected {spec.sha256}, got {actual}"
             )
 
 
-def fetch_file(spec: FileSpec, bases: Sequence[str], out_dir: Path, settings: FetchSettings,
-               rows: Mapping[str, int] | None = None) -> str:
+def fetch_file(
+    spec: FileSpec, bases: Sequence[str], out_dir: Path, settings: FetchSettings, rows: Mapping[str, int] | None = None
+) -> str:
     """Fetch one file from the first mirror that gives the right content; return its URL.
 
     Bounded at each mirror: at most `settings.deadline_s` (plus one read's timeout) over
@@ -361,8 +386,13 @@ def fetch_file(spec: FileSpec, bases: Sequence[str], out_dir: Path, settings: Fe
                 left = deadline - time.monotonic()
                 stream, size = _open(url, max(min(settings.timeout_s, left), 0.001), wire_cap(limit))
                 with stream, byte_bar(size, spec.name) as bar:
-                    _store_verified(_chunks(stream, size, bar.update, deadline, wire_cap(limit)), spec,
-                                    out_dir / spec.stored_name, limit, rows)
+                    _store_verified(
+                        _chunks(stream, size, bar.update, deadline, wire_cap(limit)),
+                        spec,
+                        out_dir / spec.stored_name,
+                        limit,
+                        rows,
+                    )
                 return url
             except _Permanent as err:
                 failures.append(f"  - {url}: {err}")
@@ -375,9 +405,7 @@ def fetch_file(spec: FileSpec, bases: Sequence[str], out_dir: Path, settings: Fe
                     break
                 print(f"{url}: {err}; retrying in {pause:g} s", file=sys.stderr)
                 time.sleep(pause)
-    raise FetchError(
-        f"could not fetch {spec.name} from any of {len(bases)} mirrors:\n" + "\n".join(failures)
-    )
+    raise FetchError(f"could not fetch {spec.name} from any of {len(bases)} mirrors:\n" + "\n".join(failures))
 
 
 def fetch_dataset(

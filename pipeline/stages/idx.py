@@ -14,10 +14,10 @@ import numpy as np
 
 from pipeline.core.atomic import atomic_path
 from pipeline.core.bounded import open_regular
-from pipeline.core.errors import DataError
 from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES, PIXELS
-from pipeline.stages.sample import first_bad_label
+from pipeline.core.errors import DataError
 from pipeline.stages.idxheader import TYPES, IdxError, header_size, idx_header, parse_header
+from pipeline.stages.sample import first_bad_label
 
 # Type codes of the IDX format; MNIST only uses 0x08, the others are read for completeness.
 _DTYPES: dict[int, np.dtype] = {code: np.dtype(spec) for code, (spec, _) in TYPES.items()}
@@ -57,8 +57,10 @@ def read_idx(path: Path, max_bytes: int | None = None, within: Path | None = Non
         code, shape, header, expected = parse_header(head, str(path))
         _check_size(str(path), shape, expected, os.fstat(f.fileno()).st_size)
         if max_bytes is not None and expected > max_bytes:
-            raise IdxError(f"{path}: header says shape {shape} ({expected:,} bytes), more than the {max_bytes:,} "
-                           f"bytes this file can have")
+            raise IdxError(
+                f"{path}: header says shape {shape} ({expected:,} bytes), more than the {max_bytes:,} "
+                f"bytes this file can have"
+            )
         data = head + f.read(expected - header)
     _check_size(str(path), shape, expected, len(data))  # the file changed while read
     return _array(data, code, header, shape, str(path))
@@ -85,17 +87,18 @@ def read_split(raw_dir: Path, split: str, rows: int | None = None) -> tuple[np.n
     images_cap, labels_cap = (None, None) if rows is None else (16 + rows * PIXELS, 8 + rows)
     images, labels = read_idx(images_path, images_cap, raw_dir), read_idx(labels_path, labels_cap, raw_dir)
     if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE or images.dtype != np.uint8:
-        raise DataError(f"{images_path}: expected uint8 images of shape [n, {IMAGE_SHAPE[0]}, {IMAGE_SHAPE[1]}], got "
-                        f"{images.dtype} {list(images.shape)}")
+        raise DataError(
+            f"{images_path}: expected uint8 images of shape [n, {IMAGE_SHAPE[0]}, {IMAGE_SHAPE[1]}], got "
+            f"{images.dtype} {list(images.shape)}"
+        )
     if labels.ndim != 1 or labels.dtype != np.uint8:
-        raise DataError(f"{labels_path}: expected uint8 labels of shape [n], got "
-                        f"{labels.dtype} {list(labels.shape)}")
+        raise DataError(f"{labels_path}: expected uint8 labels of shape [n], got {labels.dtype} {list(labels.shape)}")
     if len(images) != len(labels):
-        raise DataError(f"{split}: {len(images):,} images in {images_path} but "
-                        f"{len(labels):,} labels in {labels_path}")
+        raise DataError(f"{split}: {len(images):,} images in {images_path} but {len(labels):,} labels in {labels_path}")
     if rows is not None and len(images) != rows:
-        raise DataError(f"{images_path}: {len(images):,} samples, but the data set's {split} split has {rows:,} "
-                        f"(sources.yaml rows)")
+        raise DataError(
+            f"{images_path}: {len(images):,} samples, but the data set's {split} split has {rows:,} (sources.yaml rows)"
+        )
     bad = first_bad_label(labels)
     if bad is not None:
         raise DataError(f"{labels_path}: label {labels[bad]} at index {bad} is outside 0..{NUM_CLASSES - 1}")

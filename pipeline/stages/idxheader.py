@@ -12,9 +12,15 @@ from __future__ import annotations
 from pipeline.core.errors import InputError
 
 # Type code -> (numpy dtype string, bytes per value); MNIST uses 0x08 only.
-TYPES: dict[int, tuple[str, int]] = {0x08: ("u1", 1), 0x09: ("i1", 1), 0x0B: (">i2", 2), 0x0C: (">i4", 4),
-                                     0x0D: (">f4", 4), 0x0E: (">f8", 8)}
-MAX_DIMS = 8                      # MNIST's files have 1 or 3; numpy takes at most 32 (1.x) or 64 (2.x)
+TYPES: dict[int, tuple[str, int]] = {
+    0x08: ("u1", 1),
+    0x09: ("i1", 1),
+    0x0B: (">i2", 2),
+    0x0C: (">i4", 4),
+    0x0D: (">f4", 4),
+    0x0E: (">f8", 8),
+}
+MAX_DIMS = 8  # MNIST's files have 1 or 3; numpy takes at most 32 (1.x) or 64 (2.x)
 MAX_HEADER = 4 + 4 * MAX_DIMS
 
 
@@ -35,8 +41,9 @@ def header_size(prefix: bytes, source: str) -> int:
     if ndim == 0:
         raise IdxError(f"{source}: header declares 0 dimensions")
     if ndim > MAX_DIMS:
-        raise IdxError(f"{source}: header declares {ndim} dimensions, more than the {MAX_DIMS} an IDX file here "
-                       f"may have")
+        raise IdxError(
+            f"{source}: header declares {ndim} dimensions, more than the {MAX_DIMS} an IDX file here may have"
+        )
     return 4 + 4 * ndim
 
 
@@ -45,7 +52,7 @@ def parse_header(data: bytes, source: str) -> tuple[int, tuple[int, ...], int, i
     header = header_size(data, source)
     if len(data) < header:
         raise IdxError(f"{source}: truncated header: {data[3]} dimensions need {header} bytes")
-    shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(data[3]))
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(data[3]))
     count = 1
     for dim in shape:
         count *= dim

@@ -13,8 +13,18 @@ import datetime as dt
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StringConstraints, field_validator
-from pydantic import TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 from pipeline.bench.variants import writeup_recipe
 from pipeline.core.bounded import short
@@ -31,6 +41,7 @@ IsoDate = Annotated[dt.date, Strict(False)]  # JSON holds dates as "2026-11-23"
 
 class Loose(BaseModel):
     """Checks the keys it names and ignores the rest: the bench adds fields over time."""
+
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
@@ -45,30 +56,31 @@ Count = Annotated[int, Field(ge=0, le=1 << 40), Strict()]
 
 class BudgetDoc(Loose):
     step_s: Seconds
-    steps: Optional[Count] = None           # the profiled pass's steps
+    steps: Optional[Count] = None  # the profiled pass's steps
     data_wait_s: Seconds
     copy_s: Seconds
     compute_s: Seconds
     overhead_s: Seconds
     other_s: Seconds
-    wall_s: Optional[Seconds] = None        # the profiled pass on a plain clock, per step
-    vs_wall: Optional[Ratio] = None         # step_s over wall_s: how much of the pass the events account for
-    vs_epoch: Optional[Ratio] = None        # step_s over epoch_step_s
+    wall_s: Optional[Seconds] = None  # the profiled pass on a plain clock, per step
+    vs_wall: Optional[Ratio] = None  # step_s over wall_s: how much of the pass the events account for
+    vs_epoch: Optional[Ratio] = None  # step_s over epoch_step_s
     epoch_step_s: Optional[Seconds] = None  # the timed epochs' median, per step
     kernels_per_step: Optional[float] = Field(default=None, ge=0, le=1e7)  # device kernels (CUDA)
-    host_wait_s: Optional[Seconds] = None   # the overhead's halves (CUDA): nothing queued on the device,
+    host_wait_s: Optional[Seconds] = None  # the overhead's halves (CUDA): nothing queued on the device,
     launch_gap_s: Optional[Seconds] = None  # or launched work waiting to start
 
 
 class Measured(Loose):
     """The raw epoch times the bench took (for sampled variants: the sampled steps only)."""
+
     train_s: list[Seconds] = Field(max_length=10_000)
     test_s: list[Seconds] = Field(max_length=10_000)
 
 
 class TimeToAccuracy(Loose):
     target: Fraction
-    seconds: Optional[Seconds] = None          # None: no timed epoch reached the target
+    seconds: Optional[Seconds] = None  # None: no timed epoch reached the target
     epoch: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
 
 
@@ -77,9 +89,9 @@ class Variant(Loose):
     test_s: Seconds
     first_epoch_train_s: Optional[Seconds] = None
     setup_s: Optional[Seconds] = None
-    warmup_s: Optional[Seconds] = None     # of the setup: warm-up steps (compiling, autotuning)
-    capture_s: Optional[Seconds] = None    # of the setup: capturing the CUDA graphs
-    bench_s: Optional[Seconds] = None      # what the rung cost the bench, its floor epoch included
+    warmup_s: Optional[Seconds] = None  # of the setup: warm-up steps (compiling, autotuning)
+    capture_s: Optional[Seconds] = None  # of the setup: capturing the CUDA graphs
+    bench_s: Optional[Seconds] = None  # what the rung cost the bench, its floor epoch included
     samples_per_s: Optional[Ratio] = None
     below_floor: StrictBool = False
     accuracy_by_epoch: Optional[list[Fraction]] = Field(default=None, max_length=1 << 20)
@@ -120,6 +132,7 @@ class Machine(Loose):
 
 class Env(Loose):
     """The process's view of the device (older documents: the only description of the machine)."""
+
     device: Text
     device_type: Text
     torch: Text
@@ -127,14 +140,15 @@ class Env(Loose):
     cuda: Optional[Text] = None
     threads: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
     python: Optional[Text] = None
-    device_init_s: Optional[Seconds] = None   # the process's one-time device start, outside every rung
-    host_memory: Optional[Text] = None        # `hostmem.reuse_host_memory`: freed blocks kept or not
+    device_init_s: Optional[Seconds] = None  # the process's one-time device start, outside every rung
+    host_memory: Optional[Text] = None  # `hostmem.reuse_host_memory`: freed blocks kept or not
     commit: Optional[Text] = None
     date: Optional[IsoDate] = None
 
 
 class RecipeDoc(Loose):
     """params.yaml's `bench.tuned`, as the run used it."""
+
     epochs: StrictInt = Field(ge=1, le=1 << 20)
     batch_size: StrictInt = Field(ge=1, le=1 << 30)
     max_lr: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)]
@@ -148,9 +162,9 @@ class RunParams(Loose):
     batch_size: StrictInt = Field(ge=1, le=1 << 30)
     seed: Optional[StrictInt] = None
     num_workers: Optional[Count] = None
-    parameters: Optional[Count] = None        # the model's
+    parameters: Optional[Count] = None  # the model's
     train_samples: Optional[Count] = None
-    tuned: Optional[RecipeDoc] = None            # the `tuned` rung's recipe, where it ran
+    tuned: Optional[RecipeDoc] = None  # the `tuned` rung's recipe, where it ran
     sample_steps: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 30)
     sample_epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
     quick: StrictBool = False
@@ -165,19 +179,21 @@ class FloorDoc(Loose):
 
 class Seeds(Loose):
     """The fastest rung's time to accuracy over several seeds (`ladder.over_seeds`)."""
+
     variant: Slug
     target: Fraction
     seeds: list[StrictInt] = Field(min_length=1, max_length=100)
     seconds: list[Optional[Seconds]] = Field(min_length=1, max_length=100)
     epochs: Optional[list[Optional[StrictInt]]] = Field(default=None, max_length=100)  # the epoch each reached it
     reached: StrictInt = Field(ge=0, le=100)
-    min: Optional[Seconds] = None      # None: no seed reached the target
-    median: Optional[Seconds] = None   # None: half or more of the seeds did not reach it
-    max: Optional[Seconds] = None      # None: a seed did not reach it
+    min: Optional[Seconds] = None  # None: no seed reached the target
+    median: Optional[Seconds] = None  # None: half or more of the seeds did not reach it
+    max: Optional[Seconds] = None  # None: a seed did not reach it
 
 
 class TargetSeconds(Loose):
     """Seconds to one target accuracy over seeds (`figures.seconds_spread`)."""
+
     target: Fraction
     seconds: list[Optional[Seconds]] = Field(min_length=1, max_length=100)
     reached: StrictInt = Field(ge=0, le=100)
@@ -188,6 +204,7 @@ class TargetSeconds(Loose):
 
 class TunedSeeds(Loose):
     """The `tuned` recipe over fresh seeds (`ladder.tuned_over_seeds`)."""
+
     recipe: Optional[RecipeDoc] = None
     seeds: list[StrictInt] = Field(min_length=1, max_length=100)
     accuracy: list[Fraction] = Field(min_length=1, max_length=100)
@@ -199,22 +216,25 @@ class TunedSeeds(Loose):
 
 class CalibrationDoc(Loose):
     """The bench's first measure of this host (`estimate.calibrate`)."""
+
     step_s: Seconds
     spread: Ratio
 
 
 class CompiledOptions(Loose):
     """What `compiled` ran with here (`runners.Execution`)."""
+
     compile_mode: Text
     autocast: StrictBool
     channels_last: StrictBool
     cuda_graph: StrictBool
     backend: Text
-    graph_scope: Optional[Text] = None   # absent from documents older than the option
+    graph_scope: Optional[Text] = None  # absent from documents older than the option
 
 
 class QuickPlan(Loose):
     """What a quick bench cut to end within its budget (`ladder._run_bench`)."""
+
     budget_s: Seconds
     cuts: list[Text] = Field(default_factory=list, max_length=64)
     skipped: list[Slug] = Field(default_factory=list, max_length=64)
@@ -235,7 +255,7 @@ class BenchDoc(Loose):
     accuracy_tolerance: Optional[Fraction] = None
     floor_s: Optional[Seconds] = None  # of wall_s: the floor's set-up and first epochs
     seeds_s: Optional[Seconds] = None  # of wall_s: the runs over fresh seeds
-    wall_s: Optional[Seconds] = None   # the whole bench of this data set (`ladder.run_bench`)
+    wall_s: Optional[Seconds] = None  # the whole bench of this data set (`ladder.run_bench`)
     quick_plan: Optional[QuickPlan] = None
 
 
@@ -256,14 +276,14 @@ class RaceMeta(Loose):
 
 
 class RaceRun(Loose):
-    seconds: Optional[Seconds] = None   # absent where the run failed (its error is kept instead)
+    seconds: Optional[Seconds] = None  # absent where the run failed (its error is kept instead)
 
 
 class RaceDoc(Loose):
     """results/peers/scale-<n>.json, written by benchmarks/peers.py: per system and task, its runs."""
+
     meta: RaceMeta
     results: dict[Slug, dict[Slug, list[RaceRun]]] = Field(max_length=64)
-
 
 
 def fastest_full(variants: dict[str, Variant]) -> tuple[str, Variant] | None:

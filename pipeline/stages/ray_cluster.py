@@ -31,11 +31,11 @@ from typing import Any
 
 from pipeline.core.errors import InputError, reason
 
-RETRIES = 3   # Ray reruns a task whose worker or node died this many times (its own errors: never)
+RETRIES = 3  # Ray reruns a task whose worker or node died this many times (its own errors: never)
 CONNECT_ENV = "PIPELINE_RAY_CONNECT_S"
-CONNECT_S = 60.0   # the most joining RAY_ADDRESS's cluster may take (a live one answers within seconds)
-PROBE_S = 10.0     # the TCP connect that first tries RAY_ADDRESS's host and port
-TASK_S = 600.0     # the most one task's result may take after the one before it (a task is seconds of work)
+CONNECT_S = 60.0  # the most joining RAY_ADDRESS's cluster may take (a live one answers within seconds)
+PROBE_S = 10.0  # the TCP connect that first tries RAY_ADDRESS's host and port
+TASK_S = 600.0  # the most one task's result may take after the one before it (a task is seconds of work)
 
 
 class PartLost(InputError):
@@ -48,8 +48,10 @@ def ray_module() -> Any:
     try:
         import ray
     except ImportError:
-        raise InputError("engine: ray needs Ray, which is not installed: pip install 'trainpath[ray]' (or set "
-                         "the stage's engine back to local in params.yaml)") from None
+        raise InputError(
+            "engine: ray needs Ray, which is not installed: pip install 'trainpath[ray]' (or set "
+            "the stage's engine back to local in params.yaml)"
+        ) from None
     return ray
 
 
@@ -66,11 +68,12 @@ def cluster() -> Iterator[Any]:
     with _sigterm_exits():
         if address == "local":  # (never the cluster a `ray start` last recorded here: it may be long gone)
             try:
-                ray.init(address="local", logging_level=logging.WARNING, log_to_driver=False,
-                         include_dashboard=False)
+                ray.init(address="local", logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False)
             except (ConnectionError, RuntimeError, ValueError) as err:
-                raise InputError(f"no local Ray cluster could be started here ({reason(err)}); set RAY_ADDRESS "
-                                 f"to a running cluster's, or the stage's engine back to local") from None
+                raise InputError(
+                    f"no local Ray cluster could be started here ({reason(err)}); set RAY_ADDRESS "
+                    f"to a running cluster's, or the stage's engine back to local"
+                ) from None
         else:
             join(ray, address, connect_deadline())
         try:
@@ -89,8 +92,9 @@ def connect_deadline() -> float:
     except ValueError:
         value = math.nan
     if not 0 < value <= 3600:
-        raise InputError(f"{CONNECT_ENV}={raw!r:.40}: expected the seconds joining a Ray cluster may take, "
-                         f"a number in (0, 3600]")
+        raise InputError(
+            f"{CONNECT_ENV}={raw!r:.40}: expected the seconds joining a Ray cluster may take, a number in (0, 3600]"
+        )
     return value
 
 
@@ -114,7 +118,7 @@ def join(ray: Any, address: str, deadline_s: float) -> None:
 
     quiet = _NotMainThreadWarning()
     worker_log = logging.getLogger("ray._private.worker")
-    worker_log.addFilter(quiet)   # "SIGTERM handler is not set ...": the stage sets its own
+    worker_log.addFilter(quiet)  # "SIGTERM handler is not set ...": the stage sets its own
     thread = threading.Thread(target=attempt, name="ray-join", daemon=True)
     try:
         thread.start()
@@ -122,8 +126,10 @@ def join(ray: Any, address: str, deadline_s: float) -> None:
         while thread.is_alive() and time.monotonic() < end:
             thread.join(0.1)
         if thread.is_alive():
-            raise InputError(f"RAY_ADDRESS={address}: no Ray cluster to join there (no answer within {deadline_s:g} "
-                             f"s, {CONNECT_ENV}); is a Ray head listening at that address?")
+            raise InputError(
+                f"RAY_ADDRESS={address}: no Ray cluster to join there (no answer within {deadline_s:g} "
+                f"s, {CONNECT_ENV}); is a Ray head listening at that address?"
+            )
     except BaseException:
         if thread.is_alive():
             _mute_descriptor_2()
@@ -166,8 +172,9 @@ def _mute_descriptor_2() -> None:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 2)
         os.close(null)
-        sys.stderr = open(own, "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
-                          errors="backslashreplace")
+        sys.stderr = open(
+            own, "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8", errors="backslashreplace"
+        )
     except (OSError, ValueError):  # no descriptor 2, or a stderr replaced by the caller: leave it
         pass
 
@@ -209,8 +216,10 @@ def result(ray: Any, ref: Any, name: str) -> Any:
     try:
         return ray.get(ref, timeout=TASK_S)
     except ray.exceptions.GetTimeoutError:
-        raise PartLost(f"{name} never arrived: no result within {TASK_S:g} s (the task is stuck, or the cluster "
-                       f"answers no more); nothing was merged or published") from None
+        raise PartLost(
+            f"{name} never arrived: no result within {TASK_S:g} s (the task is stuck, or the cluster "
+            f"answers no more); nothing was merged or published"
+        ) from None
     except ray.exceptions.RayTaskError as err:
         cause = getattr(err, "cause", None)
         if isinstance(cause, InputError):
@@ -218,8 +227,10 @@ def result(ray: Any, ref: Any, name: str) -> Any:
         raise  # a bug in the task: its traceback is wanted
     except ray.exceptions.RayError as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise PartLost(f"{name} never arrived: {type(err).__name__} after {RETRIES} retries ({first[:160]}); "
-                       f"nothing was merged or published") from None
+        raise PartLost(
+            f"{name} never arrived: {type(err).__name__} after {RETRIES} retries ({first[:160]}); "
+            f"nothing was merged or published"
+        ) from None
 
 
 def stop(ray: Any, refs: list[Any]) -> None:

@@ -29,7 +29,7 @@ from pipeline.stages.csvdata import is_header
 from pipeline.stages.csvread import iter_csv, parse_lines
 from pipeline.stages.ray_cluster import RETRIES, cluster, result, stop
 
-BLOCK_BYTES = 16 << 20   # a task's share of the CSV, as the local reader's blocks
+BLOCK_BYTES = 16 << 20  # a task's share of the CSV, as the local reader's blocks
 
 Blocks = Iterator[tuple[np.ndarray, np.ndarray]]
 

@@ -27,8 +27,7 @@ from pipeline.core.location import is_url
 from pipeline.core.parquet import parse_sums, verify_checksum
 from pipeline.shards.writer import merge_parts
 from pipeline.stages.ray_cluster import RETRIES, cluster, gather
-from pipeline.stages.shard_source import (Pins, check_folder, label_digests, plan_blocks, split_digests,
-                                          write_block)
+from pipeline.stages.shard_source import Pins, check_folder, label_digests, plan_blocks, split_digests, write_block
 
 
 def split_source(parquet_dir: Path | str, split: str) -> Path | str:
@@ -58,13 +57,26 @@ def verify_url(source: str) -> None:
     if wanted is None:
         raise DataError(f"{sums}: no checksum for {layout}/{name}")
     if digest.hexdigest() != wanted:
-        raise DataError(f"{source}: checksum mismatch: SHA256SUMS says {wanted[:16]}..., file is "
-                        f"{digest.hexdigest()[:16]}... (damaged after the convert stage wrote it)")
+        raise DataError(
+            f"{source}: checksum mismatch: SHA256SUMS says {wanted[:16]}..., file is "
+            f"{digest.hexdigest()[:16]}... (damaged after the convert stage wrote it)"
+        )
 
 
-def shard_split_ray(ray: Any, source: Path | str, folder: Path, *, dataset: str, split: str,
-                    samples_per_shard: int, compression: str, level: int, rows: int | None = None,
-                    pins: Pins | None = None, hook: Any = None) -> dict:
+def shard_split_ray(
+    ray: Any,
+    source: Path | str,
+    folder: Path,
+    *,
+    dataset: str,
+    split: str,
+    samples_per_shard: int,
+    compression: str,
+    level: int,
+    rows: int | None = None,
+    pins: Pins | None = None,
+    hook: Any = None,
+) -> dict:
     """One split's Parquet -> parts written by Ray tasks -> one manifest (`merge_parts`), the
     same files `stream_split` writes. Labels checked against `pins` before any task starts."""
     _, labels_idx, count = label_digests(source, rows)
@@ -75,9 +87,21 @@ def shard_split_ray(ray: Any, source: Path | str, folder: Path, *, dataset: str,
     total, blocks = plan_blocks(source, samples_per_shard, rows)
     write = ray.remote(write_block).options(max_retries=RETRIES, num_cpus=1)
     digests = ray.remote(split_digests).options(max_retries=RETRIES, num_cpus=1).remote(source, rows)
-    refs = [write.remote(source, folder, block, total=total, dataset=dataset, split=split,
-                         samples_per_shard=samples_per_shard, compression=compression, level=level, hook=hook)
-            for block in blocks]
+    refs = [
+        write.remote(
+            source,
+            folder,
+            block,
+            total=total,
+            dataset=dataset,
+            split=split,
+            samples_per_shard=samples_per_shard,
+            compression=compression,
+            level=level,
+            hook=hook,
+        )
+        for block in blocks
+    ]
     names = [f"{folder}: the part from sample {b.first:,} ({b.count:,} samples)" for b in blocks]
     *_, digest = gather(ray, [*refs, digests], [*names, f"{source}: the digest pass"])
     if pins is not None:
@@ -85,22 +109,41 @@ def shard_split_ray(ray: Any, source: Path | str, folder: Path, *, dataset: str,
     return merge_parts(folder, digest, total=total)
 
 
-def shard_dataset_ray(parquet_dir: Path | str, out_dir: Path, dataset: str, samples_per_shard: int,
-                      compression: str, level: int, rows: dict[str, int] | None = None,
-                      pins: dict[str, Pins] | None = None, hook: Any = None) -> None:
+def shard_dataset_ray(
+    parquet_dir: Path | str,
+    out_dir: Path,
+    dataset: str,
+    samples_per_shard: int,
+    compression: str,
+    level: int,
+    rows: dict[str, int] | None = None,
+    pins: dict[str, Pins] | None = None,
+    hook: Any = None,
+) -> None:
     """Stage `shard@<dataset>` on Ray: both splits checked as the local engine checks them,
     written by Ray tasks, and the whole folder swapped in at the end (both splits or neither)."""
     if not is_url(parquet_dir):
         check_folder(Path(parquet_dir))
-        parquet_dir = Path(parquet_dir).absolute()   # a worker's working folder is not this process's
+        parquet_dir = Path(parquet_dir).absolute()  # a worker's working folder is not this process's
     with cluster() as ray, atomic_dir(Path(out_dir).absolute()) as tmp:
         for split in SPLITS:
             source = split_source(parquet_dir, split)
             verify_url(str(source)) if is_url(source) else verify_checksum(Path(source))
-            manifest = shard_split_ray(ray, source, tmp / split, dataset=dataset, split=split,
-                                       samples_per_shard=samples_per_shard, compression=compression, level=level,
-                                       rows=None if rows is None else rows[split],
-                                       pins=None if pins is None else pins[split], hook=hook)
+            manifest = shard_split_ray(
+                ray,
+                source,
+                tmp / split,
+                dataset=dataset,
+                split=split,
+                samples_per_shard=samples_per_shard,
+                compression=compression,
+                level=level,
+                rows=None if rows is None else rows[split],
+                pins=None if pins is None else pins[split],
+                hook=hook,
+            )
             size = sum(s["bytes"] for s in manifest["shards"])
-            print(f"{out_dir}/{split}: {len(manifest['shards'])} shards, {size / 1e6:.1f} MB (engine: ray)",
-                  file=sys.stderr)
+            print(
+                f"{out_dir}/{split}: {len(manifest['shards'])} shards, {size / 1e6:.1f} MB (engine: ray)",
+                file=sys.stderr,
+            )

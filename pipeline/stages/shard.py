@@ -20,9 +20,19 @@ from pipeline.stages.sample import MNIST
 from pipeline.stages.shard_source import Pins, check_folder, iter_samples, label_digests
 
 
-def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, samples_per_shard: int,
-                 compression: str = "none", level: int = 3, batch_rows: int = 8192, rows: int | None = None,
-                 pins: Pins | None = None) -> dict:
+def stream_split(
+    source: Path,
+    out_dir: Path,
+    *,
+    dataset: str,
+    split: str,
+    samples_per_shard: int,
+    compression: str = "none",
+    level: int = 3,
+    batch_rows: int = 8192,
+    rows: int | None = None,
+    pins: Pins | None = None,
+) -> dict:
     """One split's Parquet -> shards + manifest.json in `out_dir` (new or empty); with `rows`
     (sources.yaml), the file must hold exactly that many, checked before a page is read and
     again as they stream (row groups that state fewer rows than their pages hold). With
@@ -32,8 +42,16 @@ def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, sampl
     if pins is not None:
         pins.check(source, "labels", labels_idx.hexdigest(), dataset, split)
     images_idx = hashlib.sha256(idx_header(0x08, (count, *IMAGE_SHAPE)))
-    writer = ShardWriter(out_dir, sample=MNIST, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
-                         compression=compression, level=level, origin=str(source))
+    writer = ShardWriter(
+        out_dir,
+        sample=MNIST,
+        dataset=dataset,
+        split=split,
+        samples_per_shard=samples_per_shard,
+        compression=compression,
+        level=level,
+        origin=str(source),
+    )
     for labels, images in iter_samples(source, batch_rows, rows):
         digest.update(images.tobytes())
         images_idx.update(images.tobytes())
@@ -46,13 +64,25 @@ def stream_split(source: Path, out_dir: Path, *, dataset: str, split: str, sampl
         raise DataError(f"{source}: no samples")
     if pins is not None:
         pins.check(source, "images", images_idx.hexdigest(), dataset, split)
-    return writer.finish({"content_sha256": digest.hexdigest(),
-                          "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()}})
+    return writer.finish(
+        {
+            "content_sha256": digest.hexdigest(),
+            "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()},
+        }
+    )
 
 
-def shard_dataset(parquet_dir: Path, out_dir: Path, dataset: str, samples_per_shard: int,
-                  compression: str, level: int, rows: dict[str, int] | None = None,
-                  pins: dict[str, Pins] | None = None, engine: str = "local") -> None:
+def shard_dataset(
+    parquet_dir: Path,
+    out_dir: Path,
+    dataset: str,
+    samples_per_shard: int,
+    compression: str,
+    level: int,
+    rows: dict[str, int] | None = None,
+    pins: dict[str, Pins] | None = None,
+    engine: str = "local",
+) -> None:
     """Stage `shard@<dataset>`: both splits, checked against SHA256SUMS (and, given `rows`
     and `pins` per split, against the data set's row counts and published files), streamed
     to shards; the whole folder swapped in at the end (both splits or neither). `engine`
@@ -67,9 +97,16 @@ def shard_dataset(parquet_dir: Path, out_dir: Path, dataset: str, samples_per_sh
         for split in SPLITS:
             source = Path(parquet_dir) / f"{split}.parquet"
             verify_checksum(source)  # one flipped byte anywhere: refused, the file named
-            manifest = stream_split(source, tmp / split, dataset=dataset, split=split,
-                                    samples_per_shard=samples_per_shard, compression=compression, level=level,
-                                    rows=None if rows is None else rows[split],
-                                    pins=None if pins is None else pins[split])
+            manifest = stream_split(
+                source,
+                tmp / split,
+                dataset=dataset,
+                split=split,
+                samples_per_shard=samples_per_shard,
+                compression=compression,
+                level=level,
+                rows=None if rows is None else rows[split],
+                pins=None if pins is None else pins[split],
+            )
             total = sum(s["bytes"] for s in manifest["shards"])
             print(f"{out_dir}/{split}: {len(manifest['shards'])} shards, {total / 1e6:.1f} MB", file=sys.stderr)

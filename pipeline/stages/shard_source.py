@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from typing import Any
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, PIXELS, SPLITS
-from pipeline.core.location import is_url
 from pipeline.core.errors import DataError, reason
+from pipeline.core.location import is_url
 from pipeline.core.parquet import LAYOUTS, check_present, check_types
 from pipeline.core.sources import idx_pins, pin_owners
 from pipeline.shards.writer import ShardWriter
@@ -43,8 +43,7 @@ def _parquet(path: Path | str, rows: int | None = None) -> Iterator[pq.ParquetFi
             opened = stack.enter_context(_open_url(str(path))) if is_url(path) else path
             # pre_buffer off + a 1 MiB buffered stream: pages are read as decoded, not whole
             # column chunks ahead: Arrow's peak stays near a page, not a column chunk.
-            source = pq.ParquetFile(opened, page_checksum_verification=True, pre_buffer=False,
-                                    buffer_size=1 << 20)
+            source = pq.ParquetFile(opened, page_checksum_verification=True, pre_buffer=False, buffer_size=1 << 20)
         except (OSError, ValueError, KeyError, pa.ArrowException) as err:
             raise DataError(f"{path}: not a readable Parquet split ({reason(err)})") from None
         with _checked(path, source, rows):
@@ -67,11 +66,14 @@ def _checked(path: Path | str, source: pq.ParquetFile, rows: int | None) -> Iter
         wanted = ["label", "image"] if "image" in names else COLUMNS
         missing = [name for name in wanted if name not in names]
         if missing:
-            raise DataError(f"{path}: no {missing[0]!r} column ({len(missing)} missing): neither layout the convert "
-                            f"stage writes (columns: {sorted(names)[:5]}...)")
+            raise DataError(
+                f"{path}: no {missing[0]!r} column ({len(missing)} missing): neither layout the convert "
+                f"stage writes (columns: {sorted(names)[:5]}...)"
+            )
         if rows is not None and source.metadata.num_rows != rows:
-            raise DataError(f"{path}: {source.metadata.num_rows:,} rows, but the data set's split has {rows:,} "
-                            f"(sources.yaml rows)")
+            raise DataError(
+                f"{path}: {source.metadata.num_rows:,} rows, but the data set's split has {rows:,} (sources.yaml rows)"
+            )
         yield
     except DataError:
         raise
@@ -86,8 +88,9 @@ def _complete(path: Path, batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch
 
 
-def iter_samples(path: Path | str, batch_rows: int = 8192, rows: int | None = None,
-                 row_groups: list[int] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def iter_samples(
+    path: Path | str, batch_rows: int = 8192, rows: int | None = None, row_groups: list[int] | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(labels [b], images [b, 784]) uint8 batches of a split, either layout, in file order
     (only `row_groups`, when given: a Ray task reads its own part of the split)."""
     with _parquet(path, rows) as source:
@@ -95,8 +98,9 @@ def iter_samples(path: Path | str, batch_rows: int = 8192, rows: int | None = No
         columns = ["label", "image"] if compact else COLUMNS
         # use_threads=False: pyarrow's threaded reader decodes row groups ahead, which is
         # memory growing with the file; one at a time keeps it bounded.
-        for batch in source.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=columns,
-                                         use_threads=False):
+        for batch in source.iter_batches(
+            batch_size=batch_rows, row_groups=row_groups, columns=columns, use_threads=False
+        ):
             batch = _complete(path, batch)
             labels = batch.column(0).to_numpy()
             if compact:
@@ -136,8 +140,10 @@ class Pins:
         wanted = getattr(self, kind)
         if got != wanted:
             holds = self.owners.get(got, "samples no data set in sources.yaml has")
-            raise DataError(f"{path}: holds {holds}, not {dataset}'s {split} {kind} (sha256 of the {kind} as an "
-                            f"IDX file: {got[:16]}..., sources.yaml pins {wanted[:16]}...)")
+            raise DataError(
+                f"{path}: holds {holds}, not {dataset}'s {split} {kind} (sha256 of the {kind} as an "
+                f"IDX file: {got[:16]}..., sources.yaml pins {wanted[:16]}...)"
+            )
 
 
 def published_pins(sources: Path, dataset: str) -> dict[str, Pins] | None:
@@ -165,8 +171,10 @@ def split_digests(source: Path | str, rows: int | None = None, batch_rows: int =
             raise DataError(f"{source}: more rows than its footer states ({count:,})")
     if seen != count:
         raise DataError(f"{source}: {seen:,} rows, but its footer states {count:,}")
-    return {"content_sha256": digest.hexdigest(),
-            "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()}}
+    return {
+        "content_sha256": digest.hexdigest(),
+        "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()},
+    }
 
 
 @dataclass(frozen=True)
@@ -197,15 +205,35 @@ def plan_blocks(source: Path | str, samples_per_shard: int, rows: int | None = N
     return total, blocks
 
 
-def write_block(source: Path | str, folder: Path, block: Block, *, total: int, dataset: str, split: str,
-                samples_per_shard: int, compression: str, level: int, batch_rows: int = 8192,
-                hook: Any = None) -> int:
+def write_block(
+    source: Path | str,
+    folder: Path,
+    block: Block,
+    *,
+    total: int,
+    dataset: str,
+    split: str,
+    samples_per_shard: int,
+    compression: str,
+    level: int,
+    batch_rows: int = 8192,
+    hook: Any = None,
+) -> int:
     """One block of a split written as a part (`ShardWriter` with `first_sample`) into
     `folder`: a Ray task's work. Memory: one shard and one batch, whatever the split. `hook`
     (tests only) is called with (first, samples written) after each batch. Returns the count."""
-    with ShardWriter(folder, sample=MNIST, dataset=dataset, split=split, samples_per_shard=samples_per_shard,
-                     compression=compression, level=level, origin=str(source), first_sample=block.first,
-                     total=total) as writer:
+    with ShardWriter(
+        folder,
+        sample=MNIST,
+        dataset=dataset,
+        split=split,
+        samples_per_shard=samples_per_shard,
+        compression=compression,
+        level=level,
+        origin=str(source),
+        first_sample=block.first,
+        total=total,
+    ) as writer:
         skip = block.skip
         for labels, images in iter_samples(source, batch_rows, row_groups=list(block.row_groups)):
             start = min(skip, len(labels))
@@ -218,8 +246,10 @@ def write_block(source: Path | str, folder: Path, block: Block, *, total: int, d
             if writer.count == block.count:
                 break
         if writer.count != block.count:
-            raise DataError(f"{source}: samples {block.first:,}.. hold {writer.count:,} rows, but its footer "
-                            f"states {block.count:,} there")
+            raise DataError(
+                f"{source}: samples {block.first:,}.. hold {writer.count:,} rows, but its footer "
+                f"states {block.count:,} there"
+            )
         writer.finish()
     return block.count
 
@@ -228,8 +258,9 @@ def parquet_source(given: str, engine: str) -> Path | str:
     """The shard stage's `--parquet`: an existing folder, or (engine ray) a URL."""
     if is_url(given):
         if engine != "ray":
-            raise DataError(f"{given}: a URL is read by shard.engine ray only; copy it to a folder, or set "
-                            f"shard.engine: ray")
+            raise DataError(
+                f"{given}: a URL is read by shard.engine ray only; copy it to a folder, or set shard.engine: ray"
+            )
         return given
     if not Path(given).is_dir():
         raise DataError(f"{given}: no such folder (the convert stage's <codec>/<layout> folder)")
@@ -242,6 +273,9 @@ def check_folder(folder: Path) -> None:
         return
     inside = sorted(p.name for p in folder.iterdir() if p.is_dir())[:8]
     layouts = [name for name in inside if name in LAYOUTS]
-    hint = (f"pass a layout folder: {folder / layouts[0]}" if layouts else
-            "pass the convert stage's <codec>/<layout> folder, e.g. data/parquet/<dataset>/zstd-3/compact")
+    hint = (
+        f"pass a layout folder: {folder / layouts[0]}"
+        if layouts
+        else "pass the convert stage's <codec>/<layout> folder, e.g. data/parquet/<dataset>/zstd-3/compact"
+    )
     raise DataError(f"{folder}: holds no {SPLITS[0]}.parquet (folders: {', '.join(inside) or 'none'}): {hint}")

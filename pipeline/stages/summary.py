@@ -31,11 +31,12 @@ from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError
 from pipeline.stages.metrics import Loose, Slug, Variant, fastest_full, validate
 
-MAX_BYTES = 1 << 40          # a Parquet split: far above any here (MNIST's largest: 47 MB)
+MAX_BYTES = 1 << 40  # a Parquet split: far above any here (MNIST's largest: 47 MB)
 
 
 class Ladder(Loose):
     """What the summary reads of a bench document: its variants, by the metrics schema."""
+
     variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
 
 
@@ -49,17 +50,26 @@ def fastest(variants: dict[str, Variant], source: Path | str = "<bench>") -> tup
     """The fully-run variant with the fastest steady train epoch."""
     best = fastest_full(variants)
     if best is None:
-        raise DataError(f"{source}: variants: none was run in full (every one extrapolated), so there is no "
-                        f"steady epoch to report")
+        raise DataError(
+            f"{source}: variants: none was run in full (every one extrapolated), so there is no steady epoch to report"
+        )
     return best
 
 
-def headline(codec_figures: dict, layout: str, bench: dict, figures_source: Path | str = "<figures>",
-             bench_source: Path | str = "<bench>") -> dict:
+def headline(
+    codec_figures: dict,
+    layout: str,
+    bench: dict,
+    figures_source: Path | str = "<figures>",
+    bench_source: Path | str = "<bench>",
+) -> dict:
     ladder = validate(bench_source, bench, Ladder)
     _, best = fastest(ladder.variants, bench_source)
-    entry = _mapping(Path(figures_source), f"train.{layout}",
-                     _mapping(Path(figures_source), "train", codec_figures.get("train")).get(layout))
+    entry = _mapping(
+        Path(figures_source),
+        f"train.{layout}",
+        _mapping(Path(figures_source), "train", codec_figures.get("train")).get(layout),
+    )
     size = number(figures_source, f"train.{layout}.bytes", entry.get("bytes"), 1, MAX_BYTES, integer=True)
     return {"MB": round(size / 1e6, 3), "epoch_s": round(best.train_s, 4)}
 
@@ -78,8 +88,7 @@ def machines(names: dict[str, str]) -> str:
     return ", ".join(f"{name} ({dataset})" for dataset, name in names.items())
 
 
-def write_summary(figures_dir: Path, bench_dir: Path, datasets: list[str], codec: str, layout: str,
-                  out: Path) -> dict:
+def write_summary(figures_dir: Path, bench_dir: Path, datasets: list[str], codec: str, layout: str, out: Path) -> dict:
     label = Codec.parse(codec).label
     summary: dict = {}
     names = {}
@@ -87,8 +96,9 @@ def write_summary(figures_dir: Path, bench_dir: Path, datasets: list[str], codec
         figures_path = Path(figures_dir) / dataset / f"{label}.json"
         bench_path = Path(bench_dir) / f"{dataset}.json"
         bench = read_json(bench_path, 64 << 20, "bench metrics file")
-        summary[dataset] = headline(read_json(figures_path, what="figures file"), layout, bench, figures_path,
-                                    bench_path)
+        summary[dataset] = headline(
+            read_json(figures_path, what="figures file"), layout, bench, figures_path, bench_path
+        )
         names[dataset] = machine_name(bench)
     summary = {"machine": machines(names), **summary}
     write_json(Path(out), summary)

@@ -37,11 +37,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from pipeline.bench.model import MODEL_INPUT, SimpleCNN
 from pipeline.core.atomic import BusyError, atomic_path, locked, write_json
 from pipeline.core.errors import InputError, reason
-from pipeline.bench.model import MODEL_INPUT, SimpleCNN
-from pipeline.shards.dataset import ShardDataset, ShardLoader
 from pipeline.core.location import is_url
+from pipeline.shards.dataset import ShardDataset, ShardLoader
 from pipeline.shards.remote import join
 from pipeline.shards.watched import Deadlines
 from pipeline.stages.train_settings import TrainParams
@@ -54,37 +54,67 @@ class TrainRun:
 
     dataset: str
     epochs: int
-    global_batch: int                     # samples per optimizer step, over all ranks
+    global_batch: int  # samples per optimizer step, over all ranks
     lr: float
     seed: int
-    record: bool = False                  # also write each rank's samples and final weights
-    cache: Path | None = None             # node-local folder for shards read from a URL
+    record: bool = False  # also write each rank's samples and final weights
+    cache: Path | None = None  # node-local folder for shards read from a URL
     cache_bytes: int = 4096 << 20
     checkpoint: Path | None = None
-    checkpoint_every: int = 0             # optimizer steps; 0: at the end only
+    checkpoint_every: int = 0  # optimizer steps; 0: at the end only
     resume: bool = False
-    timeout_s: float = 300                # the most a collective may wait for the other ranks
+    timeout_s: float = 300  # the most a collective may wait for the other ranks
     deadlines: Deadlines = field(default_factory=Deadlines)
 
     @classmethod
-    def from_params(cls, dataset: str, params: TrainParams, *, record: bool = False, cache: Path | None = None,
-                    checkpoint: Path | None = None, resume: bool = False) -> TrainRun:
+    def from_params(
+        cls,
+        dataset: str,
+        params: TrainParams,
+        *,
+        record: bool = False,
+        cache: Path | None = None,
+        checkpoint: Path | None = None,
+        resume: bool = False,
+    ) -> TrainRun:
         """The run of params.yaml's checked `train` section with the command's options: the
         command and the tests' launcher build it the same way."""
         remote = params.remote
-        return cls(dataset=dataset, epochs=params.epochs, global_batch=params.batch_size, lr=params.lr,
-                   seed=params.seed, record=record, cache=cache, cache_bytes=params.cache_mib << 20,
-                   checkpoint=checkpoint, checkpoint_every=params.checkpoint_every, resume=resume,
-                   timeout_s=params.timeout_s,
-                   deadlines=Deadlines(connect_s=remote.connect_s, first_byte_s=remote.first_byte_s,
-                                       min_rate=int(remote.min_kib_s * 1024), window_s=remote.window_s))
+        return cls(
+            dataset=dataset,
+            epochs=params.epochs,
+            global_batch=params.batch_size,
+            lr=params.lr,
+            seed=params.seed,
+            record=record,
+            cache=cache,
+            cache_bytes=params.cache_mib << 20,
+            checkpoint=checkpoint,
+            checkpoint_every=params.checkpoint_every,
+            resume=resume,
+            timeout_s=params.timeout_s,
+            deadlines=Deadlines(
+                connect_s=remote.connect_s,
+                first_byte_s=remote.first_byte_s,
+                min_rate=int(remote.min_kib_s * 1024),
+                window_s=remote.window_s,
+            ),
+        )
 
     def shared(self, world_size: int) -> dict:
         """What every rank must run alike (`_agree`): the settings that change what is learnt,
         the world size and the code's digest."""
-        return {"dataset": self.dataset, "epochs": self.epochs, "global_batch": self.global_batch, "lr": self.lr,
-                "seed": self.seed, "checkpoint_every": self.checkpoint_every, "resume": self.resume,
-                "world_size": world_size, "code": code_version()}
+        return {
+            "dataset": self.dataset,
+            "epochs": self.epochs,
+            "global_batch": self.global_batch,
+            "lr": self.lr,
+            "seed": self.seed,
+            "checkpoint_every": self.checkpoint_every,
+            "resume": self.resume,
+            "world_size": world_size,
+            "code": code_version(),
+        }
 
 
 def _device() -> torch.device:
@@ -93,9 +123,11 @@ def _device() -> torch.device:
     if torch.cuda.is_available():
         local = int(os.environ.get("LOCAL_RANK", "0"))
         if local >= torch.cuda.device_count():
-            raise InputError(f"rank {os.environ.get('RANK', '?')}: local rank {local} needs GPU {local}, this node "
-                             f"has {torch.cuda.device_count()}; run at most that many ranks per node "
-                             f"(torchrun --nproc-per-node)")
+            raise InputError(
+                f"rank {os.environ.get('RANK', '?')}: local rank {local} needs GPU {local}, this node "
+                f"has {torch.cuda.device_count()}; run at most that many ranks per node "
+                f"(torchrun --nproc-per-node)"
+            )
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
@@ -121,12 +153,15 @@ def _agree(settings: dict) -> None:
         theirs = json.loads(bytes(raw[: int(length)].tolist()))
         for key in sorted(set(first) | set(theirs)):
             if first.get(key) != theirs.get(key):
-                raise InputError(f"rank {rank} runs with {key} = {theirs.get(key)!r:.80}, rank 0 with "
-                                 f"{first.get(key)!r:.80}; every rank must run the same settings")
+                raise InputError(
+                    f"rank {rank} runs with {key} = {theirs.get(key)!r:.80}, rank 0 with "
+                    f"{first.get(key)!r:.80}; every rank must run the same settings"
+                )
 
 
-def train_ddp(shards: Path | str, out: Path, run: TrainRun, *,
-              after_step: Callable[[int, int], None] | None = None) -> dict | None:
+def train_ddp(
+    shards: Path | str, out: Path, run: TrainRun, *, after_step: Callable[[int, int], None] | None = None
+) -> dict | None:
     """Train SimpleCNN on `shards` (a folder or a URL) with every rank of the torchrun job;
     rank 0 returns the metrics. A collective that does not complete within `run.timeout_s`
     (another rank stopped, killed or failed) ends this rank with one line. `after_step(rank,
@@ -136,8 +171,10 @@ def train_ddp(shards: Path | str, out: Path, run: TrainRun, *,
     if run.resume and run.checkpoint is None:
         raise InputError("--resume needs --checkpoint, the file to resume from")
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        raise InputError("train runs under torchrun: torchrun --standalone --nproc-per-node N "
-                         "-m pipeline train DATASET --shards ... --out ...")
+        raise InputError(
+            "train runs under torchrun: torchrun --standalone --nproc-per-node N "
+            "-m pipeline train DATASET --shards ... --out ..."
+        )
     device = _device()
     from datetime import timedelta
 
@@ -161,15 +198,18 @@ def _lost_rank(err: RuntimeError, timeout_s: float) -> str | None:
     """The one line for a collective that failed because another rank stopped, failed or was
     killed (torch's error then says nothing of which or why), or None for any other error."""
     if isinstance(err, dist.DistBackendError):
-        return (f"rank {dist.get_rank()}: a collective did not complete within train.timeout_s ({timeout_s:g} s): "
-                f"another rank stopped or failed")
+        return (
+            f"rank {dist.get_rank()}: a collective did not complete within train.timeout_s ({timeout_s:g} s): "
+            f"another rank stopped or failed"
+        )
     text = str(err)
     if "timed out" in text.lower():
-        return (f"rank {dist.get_rank()}: a collective waited past train.timeout_s ({timeout_s:g} s): "
-                f"another rank stopped or failed")
+        return (
+            f"rank {dist.get_rank()}: a collective waited past train.timeout_s ({timeout_s:g} s): "
+            f"another rank stopped or failed"
+        )
     if "Connection closed by peer" in text or "Connection reset" in text:
-        return (f"rank {dist.get_rank()}: another rank's connection closed: it stopped or failed "
-                f"(its own line says why)")
+        return f"rank {dist.get_rank()}: another rank's connection closed: it stopped or failed (its own line says why)"
     return None
 
 
@@ -228,9 +268,11 @@ class Checkpoints:
             flag = torch.tensor([busy])
             dist.broadcast(flag, 0)
             if int(flag.item()):
-                raise InputError(f"{self.path}: another train run holds this checkpoint (lock "
-                                 f"{self.path.parent / f'.{self.path.name}.run.lock'}); wait for it to finish, or "
-                                 f"give this run its own --checkpoint")
+                raise InputError(
+                    f"{self.path}: another train run holds this checkpoint (lock "
+                    f"{self.path.parent / f'.{self.path.name}.run.lock'}); wait for it to finish, or "
+                    f"give this run its own --checkpoint"
+                )
             yield
 
     def load(self, device: torch.device) -> dict | None:
@@ -255,8 +297,10 @@ class Checkpoints:
             raise InputError(f"{self.path}: its run record is not a dict")
         for key in sorted(set(run) | set(saved)):
             if key not in run or saved.get(key) != run[key]:
-                raise InputError(f"{self.path}: saved by a run with {key} = {saved.get(key)!r:.80}, this run has "
-                                 f"{run.get(key)!r:.80}; resume only the run that saved it")
+                raise InputError(
+                    f"{self.path}: saved by a run with {key} = {saved.get(key)!r:.80}, this run has "
+                    f"{run.get(key)!r:.80}; resume only the run that saved it"
+                )
         loss, step, history = state["loss_so_far"], state["global_step"], state["history"]
         if not (isinstance(loss, float | int) and math.isfinite(loss) and 0 <= loss < 1e12):
             raise InputError(f"{self.path}: loss_so_far {loss!r:.40} is not a finite non-negative number")
@@ -270,14 +314,23 @@ class Checkpoints:
         if not isinstance(state["data"], dict):
             raise InputError(f"{self.path}: data position is not a dict")
         if state["data"].get("epoch") != len(history):  # a saved position is always in the epoch after its history
-            raise InputError(f"{self.path}: data position is in epoch {state['data'].get('epoch')!r:.20}, but its "
-                             f"history holds {len(history)} finished epochs")
+            raise InputError(
+                f"{self.path}: data position is in epoch {state['data'].get('epoch')!r:.20}, but its "
+                f"history holds {len(history)} finished epochs"
+            )
 
 
 # One finished epoch in a run's history (and in its out.json): each figure's range. A resumed
 # checkpoint's history is copied into the run's out.json, so it is checked as any input is.
-EPOCH_FIGURES = {"epoch": "int", "loss": "non-negative", "accuracy": "fraction", "steps": "int",
-                 "seconds": "non-negative", "read_seconds": "non-negative", "fetched_bytes": "int"}
+EPOCH_FIGURES = {
+    "epoch": "int",
+    "loss": "non-negative",
+    "accuracy": "fraction",
+    "steps": "int",
+    "seconds": "non-negative",
+    "read_seconds": "non-negative",
+    "fetched_bytes": "int",
+}
 
 
 def epoch_problem(figures: object, place: int) -> str | None:
@@ -305,14 +358,21 @@ def _loaders(shards: Path | str, run: TrainRun, batch: int) -> tuple[ShardLoader
     """This rank's train loader (the shards in a seeded order, samples shuffled within each)
     and test loader (in order), both checked to hold the run's data set's splits."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    where = {"cache": run.cache, "cache_bytes": run.cache_bytes, "transform": list(MODEL_INPUT),
-             "dataset": run.dataset, "deadlines": run.deadlines}
+    where = {
+        "cache": run.cache,
+        "cache_bytes": run.cache_bytes,
+        "transform": list(MODEL_INPUT),
+        "dataset": run.dataset,
+        "deadlines": run.deadlines,
+    }
     train_set = ShardDataset(_split(shards, "train"), split="train", **where)
     test_set = ShardDataset(_split(shards, "test"), split="test", **where)
     if len(train_set) < world:
         raise InputError(f"{_split(shards, 'train')}: {len(train_set)} samples cannot feed {world} ranks")
-    return (train_set.loader(batch, shuffle="shards", seed=run.seed, rank=rank, world_size=world),
-            test_set.loader(batch, rank=rank, world_size=world))
+    return (
+        train_set.loader(batch, shuffle="shards", seed=run.seed, rank=rank, world_size=world),
+        test_set.loader(batch, rank=rank, world_size=world),
+    )
 
 
 def _identity(loader: ShardLoader) -> dict:
@@ -335,26 +395,38 @@ class _Training:
     train: ShardLoader
     test: ShardLoader
     device: torch.device
-    origin: dict                       # what a checkpoint must have been saved with (not the world size: elastic)
+    origin: dict  # what a checkpoint must have been saved with (not the world size: elastic)
     history: list[dict] = field(default_factory=list)
-    loss_so_far: float = 0.0           # resumed mid-epoch: the epoch's loss before the checkpoint
+    loss_so_far: float = 0.0  # resumed mid-epoch: the epoch's loss before the checkpoint
     global_step: int = 0
     batches: list[list[int]] = field(default_factory=list)  # with --record: [global step, sample ids...] of each batch
-    seen: list[int] = field(default_factory=list)           # with --record: epoch 1's samples of this rank, in order
+    seen: list[int] = field(default_factory=list)  # with --record: epoch 1's samples of this rank, in order
 
     def snapshot(self, loss_sum: torch.Tensor) -> dict:
         """A checkpoint's content, with the epoch's loss so far summed over all ranks (each
         rank's part differs, so every rank takes part)."""
         total = loss_sum.clone()
         dist.all_reduce(total)
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "data": self.train.state_dict(), "history": self.history,
-                "loss_so_far": total.item() / dist.get_world_size(), "global_step": self.global_step,
-                "run": self.origin}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "data": self.train.state_dict(),
+            "history": self.history,
+            "loss_so_far": total.item() / dist.get_world_size(),
+            "global_step": self.global_step,
+            "run": self.origin,
+        }
 
 
-def _train(shards: Path | str, out: Path, device: torch.device, run: TrainRun, settings: dict,
-           checkpoints: Checkpoints, after_step: Callable[[int, int], None] | None) -> dict | None:
+def _train(
+    shards: Path | str,
+    out: Path,
+    device: torch.device,
+    run: TrainRun,
+    settings: dict,
+    checkpoints: Checkpoints,
+    after_step: Callable[[int, int], None] | None,
+) -> dict | None:
     """Every epoch of the run from a fresh start or the checkpoint, then the records and, on
     rank 0, the metrics: the ranks first agree on `settings` and the data."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -379,8 +451,14 @@ def _start(shards: Path | str, device: torch.device, run: TrainRun, local_batch:
     model = SimpleCNN().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=run.lr)
     train, test = _loaders(shards, run, local_batch)
-    origin = {"dataset": run.dataset, "train": _identity(train), "test": _identity(test), "seed": run.seed,
-              "lr": run.lr, "global_batch": run.global_batch}
+    origin = {
+        "dataset": run.dataset,
+        "train": _identity(train),
+        "test": _identity(test),
+        "seed": run.seed,
+        "lr": run.lr,
+        "global_batch": run.global_batch,
+    }
     return _Training(model, optimizer, train, test, device, origin)
 
 
@@ -395,8 +473,11 @@ def _restore(state: _Training, checkpoints: Checkpoints) -> None:
         state.model.load_state_dict(saved["model"])
         state.optimizer.load_state_dict(saved["optimizer"])
         state.train.load_state_dict(saved["data"])
-        state.history, state.loss_so_far, state.global_step = (list(saved["history"]), float(saved["loss_so_far"]),
-                                                                int(saved["global_step"]))
+        state.history, state.loss_so_far, state.global_step = (
+            list(saved["history"]),
+            float(saved["loss_so_far"]),
+            int(saved["global_step"]),
+        )
     except InputError as err:
         raise InputError(f"{checkpoints.path}: {err}") from None
     except (RuntimeError, ValueError, KeyError, TypeError) as err:  # weights of another model, a bad state
@@ -404,12 +485,21 @@ def _restore(state: _Training, checkpoints: Checkpoints) -> None:
     if dist.get_rank() == 0:
         train, world = state.train, dist.get_world_size()
         done = len(train.dataset) - sum(b - a for a, b in train.state_dict()["due"])
-        print(f"train: resumed from {checkpoints.path} at epoch {train.epoch + 1}, sample {done} of the epoch, "
-              f"on {world} rank{'s' if world > 1 else ''}", file=sys.stderr, flush=True)
+        print(
+            f"train: resumed from {checkpoints.path} at epoch {train.epoch + 1}, sample {done} of the epoch, "
+            f"on {world} rank{'s' if world > 1 else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
-def _epoch(state: _Training, ddp: torch.nn.Module, run: TrainRun, checkpoints: Checkpoints,
-           after_step: Callable[[int, int], None] | None) -> None:
+def _epoch(
+    state: _Training,
+    ddp: torch.nn.Module,
+    run: TrainRun,
+    checkpoints: Checkpoints,
+    after_step: Callable[[int, int], None] | None,
+) -> None:
     """One epoch, or the rest of one resumed mid-epoch: its steps (a checkpoint when one is
     due), then its test and figures in the history, and the epoch's checkpoint."""
     train, rank, world = state.train, dist.get_rank(), dist.get_world_size()
@@ -419,8 +509,7 @@ def _epoch(state: _Training, ddp: torch.nn.Module, run: TrainRun, checkpoints: C
     # Summed on the device (no sync per step): the ranks' sums add up to `world` times the sum of the
     # steps' global-batch means. Resumed mid-epoch, each rank starts from the saved sum of means.
     resumed_mid_epoch = sum(b - a for a, b in plan_due) < len(train.dataset)
-    loss_sum = torch.full((), state.loss_so_far if resumed_mid_epoch else 0.0, device=state.device,
-                          dtype=torch.float64)
+    loss_sum = torch.full((), state.loss_so_far if resumed_mid_epoch else 0.0, device=state.device, dtype=torch.float64)
     state.loss_so_far = 0.0
     read_before, read_seconds = _fetched(train), 0.0
     for step, (images, labels) in enumerate(train):
@@ -440,10 +529,17 @@ def _epoch(state: _Training, ddp: torch.nn.Module, run: TrainRun, checkpoints: C
     dist.all_reduce(total)
     correct = _evaluate(state)
     full_steps = train.sampler.steps([(0, len(train.dataset))])
-    state.history.append({"epoch": epoch + 1, "loss": round(total.item() / world / max(full_steps, 1), 5),
-                          "accuracy": round(correct / len(state.test.dataset), 4),
-                          "steps": full_steps, "seconds": round(time.perf_counter() - start, 3),
-                          "read_seconds": round(read_seconds, 3), "fetched_bytes": _fetched(train) - read_before})
+    state.history.append(
+        {
+            "epoch": epoch + 1,
+            "loss": round(total.item() / world / max(full_steps, 1), 5),
+            "accuracy": round(correct / len(state.test.dataset), 4),
+            "steps": full_steps,
+            "seconds": round(time.perf_counter() - start, 3),
+            "read_seconds": round(read_seconds, 3),
+            "fetched_bytes": _fetched(train) - read_before,
+        }
+    )
     if checkpoints.due(state.global_step) or checkpoints.path and train.epoch == run.epochs:
         loss_sum.zero_()  # (the epoch's loss is in the history now)
         checkpoints.save(state.snapshot(loss_sum))
@@ -451,8 +547,9 @@ def _epoch(state: _Training, ddp: torch.nn.Module, run: TrainRun, checkpoints: C
         print(f"train epoch {epoch + 1}/{run.epochs}: {state.history[-1]}", file=sys.stderr, flush=True)
 
 
-def _step(state: _Training, ddp: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
-          scale: float) -> torch.Tensor:
+def _step(
+    state: _Training, ddp: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, scale: float
+) -> torch.Tensor:
     """One optimizer step on this rank's batch; its loss, detached. `scale` is the world size
     over the samples all ranks take this step: DDP averages the ranks' gradients, so each
     rank's summed loss times it makes the update the global batch's mean (the last step's
@@ -481,21 +578,41 @@ def _write_record(state: _Training, out: Path) -> None:
     weights and shard fetches, so the tests can check what each rank did."""
     rank = dist.get_rank()
     params = torch.cat([p.detach().flatten().cpu() for p in state.model.parameters()])
-    fetched = {name: loader.dataset.split.remote.counts.as_dict()
-               for name, loader in (("train", state.train), ("test", state.test)) if loader.dataset.split.remote}
-    write_json(out.with_name(f"{out.stem}.rank{rank}.json"),
-               {"rank": rank, "steps": [h["steps"] for h in state.history],
-                "params_sum": float(params.double().sum()), "params_head": params[:8].tolist(),
-                "params_sha256": _digest(params), "batches": state.batches, "ids": state.seen, "fetched": fetched,
-                "epochs": state.history}, indent=None)
+    fetched = {
+        name: loader.dataset.split.remote.counts.as_dict()
+        for name, loader in (("train", state.train), ("test", state.test))
+        if loader.dataset.split.remote
+    }
+    write_json(
+        out.with_name(f"{out.stem}.rank{rank}.json"),
+        {
+            "rank": rank,
+            "steps": [h["steps"] for h in state.history],
+            "params_sum": float(params.double().sum()),
+            "params_head": params[:8].tolist(),
+            "params_sha256": _digest(params),
+            "batches": state.batches,
+            "ids": state.seen,
+            "fetched": fetched,
+            "epochs": state.history,
+        },
+        indent=None,
+    )
 
 
 def _write_metrics(state: _Training, out: Path, run: TrainRun, local_batch: int) -> dict:
     """Rank 0's metrics (the run's shape and each epoch's figures), written to `out` and
     returned."""
-    document = {"world_size": dist.get_world_size(), "backend": dist.get_backend(), "device": str(state.device),
-                "global_batch": run.global_batch, "local_batch": local_batch, "lr": run.lr, "seed": run.seed,
-                "epochs": state.history}
+    document = {
+        "world_size": dist.get_world_size(),
+        "backend": dist.get_backend(),
+        "device": str(state.device),
+        "global_batch": run.global_batch,
+        "local_batch": local_batch,
+        "lr": run.lr,
+        "seed": run.seed,
+        "epochs": state.history,
+    }
     write_json(out, document)
     return document
 

@@ -13,7 +13,7 @@ class Remote(Strict):
 
     connect_s: Number = Field(gt=0, le=600)
     first_byte_s: Number = Field(gt=0, le=3600)
-    min_kib_s: Number = Field(gt=0, le=1 << 30)   # the slowest rate accepted, over any window
+    min_kib_s: Number = Field(gt=0, le=1 << 30)  # the slowest rate accepted, over any window
     window_s: Number = Field(gt=0, le=3600)
 
 
@@ -26,8 +26,8 @@ class TrainParams(Strict):
     lr: Number = Field(gt=0, le=10)
     seed: StrictInt = seed()
     checkpoint_every: StrictInt = Field(ge=0, le=1 << 30)  # optimizer steps; 0: never
-    cache_mib: StrictInt = Field(ge=1, le=1 << 30)         # the node-local cache of a remote split
-    timeout_s: Number = Field(gt=0, le=3600)               # the most a collective may wait for the other ranks
+    cache_mib: StrictInt = Field(ge=1, le=1 << 30)  # the node-local cache of a remote split
+    timeout_s: Number = Field(gt=0, le=3600)  # the most a collective may wait for the other ranks
     remote: Remote
 
     @model_validator(mode="after")

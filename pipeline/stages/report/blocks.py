@@ -26,6 +26,7 @@ def _no_markers(where: str, body: str) -> str:
 
 def splice(readme: str, bodies: dict[str, str], where: str = "README.md") -> str:
     """`readme` with each `<!-- generated: NAME -->` block's body replaced by `bodies[NAME]`."""
+
     def fill(match: re.Match) -> str:
         name = match["name"]
         if name not in bodies:
@@ -38,6 +39,7 @@ def splice(readme: str, bodies: dict[str, str], where: str = "README.md") -> str
 def embed(text: str, root: Path) -> str:
     """`text` with every embed block (fenced) and include block (markdown as is) refreshed
     from its file under `root` (the repository)."""
+
     def read(name: str, fenced: bool) -> str:
         path = (root / name).resolve()
         if not any(path.is_relative_to((root / top).resolve()) for top in EMBED_ROOTS):
@@ -50,6 +52,7 @@ def embed(text: str, root: Path) -> str:
             raise ReportError(f"embed {name!r}: holds a code fence (```); refusing to embed it")
         return body
 
-    text = EMBED.sub(lambda m: f"<!-- embed: {m['path']} -->\n```{m['lang']}\n{read(m['path'], True)}\n```\n"
-                               f"<!-- /embed -->", text)
+    text = EMBED.sub(
+        lambda m: f"<!-- embed: {m['path']} -->\n```{m['lang']}\n{read(m['path'], True)}\n```\n<!-- /embed -->", text
+    )
     return INCLUDE.sub(lambda m: f"<!-- include: {m['path']} -->\n{read(m['path'], False)}\n<!-- /include -->", text)

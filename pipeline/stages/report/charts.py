@@ -22,8 +22,13 @@ from pipeline.stages.report.data import Run
 VEGA_LITE = "https://vega.github.io/schema/vega-lite/v5.json"
 # The parts of a train step, in the order the bench counts them (each a key of "budget").
 BUDGET_PARTS = ("data_wait_s", "copy_s", "compute_s", "overhead_s", "other_s")
-BUDGET_LABELS = {"data_wait_s": "data wait", "copy_s": "host-to-device copy", "compute_s": "compute",
-                 "overhead_s": "overhead (Python, launches)", "other_s": "other"}
+BUDGET_LABELS = {
+    "data_wait_s": "data wait",
+    "copy_s": "host-to-device copy",
+    "compute_s": "compute",
+    "overhead_s": "overhead (Python, launches)",
+    "other_s": "other",
+}
 
 Spec = dict[str, Any]
 PANEL_HEADER = {"labelOrient": "top", "labelAnchor": "start", "labelFontWeight": "bold", "labelFontSize": 12}
@@ -41,16 +46,31 @@ def panels(rows: list[dict[str, Any]], field: str) -> list[str]:
     return list(dict.fromkeys(r[field] for r in rows))
 
 
-def bar_panels(title: str, rows: list[dict[str, Any]], panel: str, encoding: dict[str, Any], *, width: int = 420,
-               step: int = 9, facet: str = "row") -> Spec:
+def bar_panels(
+    title: str,
+    rows: list[dict[str, Any]],
+    panel: str,
+    encoding: dict[str, Any],
+    *,
+    width: int = 420,
+    step: int = 9,
+    facet: str = "row",
+) -> Spec:
     """Bars in panels, one per value of `panel` in the rows' order: the frame every chart here
     shares. Row panels get their own y scale (each lists only its own bars)."""
     spec: Spec = {
         "$schema": VEGA_LITE,
         "title": title,
         "data": {"values": rows},
-        "facet": {facet: {"field": panel, "type": "nominal", "title": None, "header": PANEL_HEADER,
-                          "sort": panels(rows, panel)}},
+        "facet": {
+            facet: {
+                "field": panel,
+                "type": "nominal",
+                "title": None,
+                "header": PANEL_HEADER,
+                "sort": panels(rows, panel),
+            }
+        },
         "spec": {"width": width, "height": {"step": step}, "mark": {"type": "bar"}, "encoding": encoding},
     }
     if facet == "row":
@@ -60,9 +80,16 @@ def bar_panels(title: str, rows: list[dict[str, Any]], panel: str, encoding: dic
 
 def log_x(field: str, title: str, base: float, axis: dict[str, Any]) -> dict[str, Any]:
     """An x encoding on a log scale whose bars start at `base` (see `log_base`)."""
-    return {"x": {"field": field, "type": "quantitative", "title": title, "axis": axis,
-                  "scale": {"type": "log", "domainMin": base}},
-            "x2": {"datum": base}}
+    return {
+        "x": {
+            "field": field,
+            "type": "quantitative",
+            "title": title,
+            "axis": axis,
+            "scale": {"type": "log", "domainMin": base},
+        },
+        "x2": {"datum": base},
+    }
 
 
 def ladder_spec(rows: list[dict[str, Any]]) -> Spec:
@@ -73,26 +100,47 @@ def ladder_spec(rows: list[dict[str, Any]]) -> Spec:
     base = log_base([r["train_s"] for r in rows])
     top = max([r["train_s"] for r in rows], default=base)
     decades = [round(base * 10**k, 12) for k in range(0, max(1, math.ceil(math.log10(top / base))) + 1)]
-    return bar_panels("Seconds per train epoch, per rung (log scale, lower is better)", rows, "machine", {
-        "y": {"field": "variant", "type": "nominal", "title": None, "sort": {"field": "rank", "order": "ascending"}},
-        "yOffset": {"field": "dataset", "type": "nominal"},
-        **log_x("train_s", "seconds per train epoch", base, {"values": decades, "format": "~g"}),
-        "color": {"field": "dataset", "type": "nominal", "title": "data set"},
-        "tooltip": [{"field": "machine"}, {"field": "dataset"}, {"field": "variant"},
-                    {"field": "train_s", "type": "quantitative", "title": "s/epoch"}],
-    })
+    return bar_panels(
+        "Seconds per train epoch, per rung (log scale, lower is better)",
+        rows,
+        "machine",
+        {
+            "y": {
+                "field": "variant",
+                "type": "nominal",
+                "title": None,
+                "sort": {"field": "rank", "order": "ascending"},
+            },
+            "yOffset": {"field": "dataset", "type": "nominal"},
+            **log_x("train_s", "seconds per train epoch", base, {"values": decades, "format": "~g"}),
+            "color": {"field": "dataset", "type": "nominal", "title": "data set"},
+            "tooltip": [
+                {"field": "machine"},
+                {"field": "dataset"},
+                {"field": "variant"},
+                {"field": "train_s", "type": "quantitative", "title": "s/epoch"},
+            ],
+        },
+    )
 
 
 def codec_spec(rows: list[dict[str, Any]]) -> Spec:
     """Train split MB per codec, one panel per data set, a bar per layout.
 
     `rows`: {"dataset", "layout", "codec", "rank", "MB"}."""
-    return bar_panels("Train split size by Parquet codec (MB, smaller is better)", rows, "dataset", {
-        "y": {"field": "codec", "type": "nominal", "title": None, "sort": {"field": "rank", "order": "ascending"}},
-        "yOffset": {"field": "layout", "type": "nominal"},
-        "x": {"field": "MB", "type": "quantitative", "title": "MB"},
-        "color": {"field": "layout", "type": "nominal"},
-    }, width=260, facet="column")
+    return bar_panels(
+        "Train split size by Parquet codec (MB, smaller is better)",
+        rows,
+        "dataset",
+        {
+            "y": {"field": "codec", "type": "nominal", "title": None, "sort": {"field": "rank", "order": "ascending"}},
+            "yOffset": {"field": "layout", "type": "nominal"},
+            "x": {"field": "MB", "type": "quantitative", "title": "MB"},
+            "color": {"field": "layout", "type": "nominal"},
+        },
+        width=260,
+        facet="column",
+    )
 
 
 def budget_spec(rows: list[dict[str, Any]]) -> Spec:
@@ -100,16 +148,39 @@ def budget_spec(rows: list[dict[str, Any]]) -> Spec:
     of the step (the rungs' steps differ a thousandfold, so shares, not seconds, compare).
 
     `rows`: {"panel" ("<machine> / <dataset>"), "variant", "rank", "part", "order", "seconds"}."""
-    return bar_panels("Where a train step's time goes, per rung (share of the step)", rows, "panel", {
-        "y": {"field": "variant", "type": "nominal", "title": None, "sort": {"field": "rank", "order": "ascending"}},
-        "x": {"field": "seconds", "type": "quantitative", "stack": "normalize", "title": "share of a train step",
-              "axis": {"format": "%"}},
-        "color": {"field": "part", "type": "nominal", "title": "part of the step",
-                  "sort": [BUDGET_LABELS[p] for p in BUDGET_PARTS]},
-        "order": {"field": "order", "type": "quantitative"},
-        "tooltip": [{"field": "variant"}, {"field": "part"},
-                    {"field": "seconds", "type": "quantitative", "title": "s per step"}],
-    }, step=16)
+    return bar_panels(
+        "Where a train step's time goes, per rung (share of the step)",
+        rows,
+        "panel",
+        {
+            "y": {
+                "field": "variant",
+                "type": "nominal",
+                "title": None,
+                "sort": {"field": "rank", "order": "ascending"},
+            },
+            "x": {
+                "field": "seconds",
+                "type": "quantitative",
+                "stack": "normalize",
+                "title": "share of a train step",
+                "axis": {"format": "%"},
+            },
+            "color": {
+                "field": "part",
+                "type": "nominal",
+                "title": "part of the step",
+                "sort": [BUDGET_LABELS[p] for p in BUDGET_PARTS],
+            },
+            "order": {"field": "order", "type": "quantitative"},
+            "tooltip": [
+                {"field": "variant"},
+                {"field": "part"},
+                {"field": "seconds", "type": "quantitative", "title": "s per step"},
+            ],
+        },
+        step=16,
+    )
 
 
 def race_spec(rows: list[dict[str, Any]]) -> Spec:
@@ -118,14 +189,27 @@ def race_spec(rows: list[dict[str, Any]]) -> Spec:
 
     `rows`: {"panel" ("<measure>, <n> samples"), "system", "project" (bool), "seconds"}."""
     base = log_base([r["seconds"] for r in rows])
-    return bar_panels("The loader race: median seconds (log scale, lower is better)", rows, "panel", {
-        "y": {"field": "system", "type": "nominal", "title": None, "sort": {"field": "seconds"}},
-        **log_x("seconds", "seconds (median)", base, {"format": "~g"}),
-        "color": {"field": "project", "type": "nominal", "legend": None,
-                  "scale": {"domain": [True, False], "range": ["#d62728", "#7f7f7f"]}},
-        "tooltip": [{"field": "panel"}, {"field": "system"},
-                    {"field": "seconds", "type": "quantitative", "title": "s (median)"}],
-    }, step=14)
+    return bar_panels(
+        "The loader race: median seconds (log scale, lower is better)",
+        rows,
+        "panel",
+        {
+            "y": {"field": "system", "type": "nominal", "title": None, "sort": {"field": "seconds"}},
+            **log_x("seconds", "seconds (median)", base, {"format": "~g"}),
+            "color": {
+                "field": "project",
+                "type": "nominal",
+                "legend": None,
+                "scale": {"domain": [True, False], "range": ["#d62728", "#7f7f7f"]},
+            },
+            "tooltip": [
+                {"field": "panel"},
+                {"field": "system"},
+                {"field": "seconds", "type": "quantitative", "title": "s (median)"},
+            ],
+        },
+        step=14,
+    )
 
 
 def spec_text(spec: Spec) -> str:
@@ -143,6 +227,7 @@ def to_svg(spec: Spec) -> str:
 
 
 # --- plot data ----------------------------------------------------------------------------
+
 
 def csv_text(header: list[str], rows: list[list[Any]]) -> str:
     buffer = io.StringIO()
@@ -175,31 +260,50 @@ def budget_csv(runs: list[Run]) -> str:
 
 # --- chart data ---------------------------------------------------------------------------
 
+
 def ladder_rows(machines: dict[str, dict[str, Run]]) -> list[dict[str, Any]]:
-    return [{"machine": m, "dataset": d, "variant": n, "rank": i, "train_s": v.train_s}
-            for m, runs in machines.items() for d, r in runs.items()
-            for i, (n, v) in enumerate(r.doc.variants.items())]
+    return [
+        {"machine": m, "dataset": d, "variant": n, "rank": i, "train_s": v.train_s}
+        for m, runs in machines.items()
+        for d, r in runs.items()
+        for i, (n, v) in enumerate(r.doc.variants.items())
+    ]
 
 
 def codec_rows(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> list[dict[str, Any]]:
-    return [{"dataset": d, "layout": layout, "codec": c, "rank": i, "MB": e.train.MB}
-            for d, layouts in codecs.items() for layout, by in layouts.items()
-            for i, (c, e) in enumerate(by.items())]
+    return [
+        {"dataset": d, "layout": layout, "codec": c, "rank": i, "MB": e.train.MB}
+        for d, layouts in codecs.items()
+        for layout, by in layouts.items()
+        for i, (c, e) in enumerate(by.items())
+    ]
 
 
 def budget_rows(machines: dict[str, dict[str, Run]]) -> list[dict[str, Any]]:
-    return [{"panel": f"{m} / {d}", "variant": n, "rank": i, "part": BUDGET_LABELS[p], "order": k,
-             "seconds": getattr(v.budget, p)}
-            for m, runs in machines.items() for d, r in runs.items()
-            for i, (n, v) in enumerate(r.doc.variants.items()) if v.budget
-            for k, p in enumerate(BUDGET_PARTS)]
+    return [
+        {
+            "panel": f"{m} / {d}",
+            "variant": n,
+            "rank": i,
+            "part": BUDGET_LABELS[p],
+            "order": k,
+            "seconds": getattr(v.budget, p),
+        }
+        for m, runs in machines.items()
+        for d, r in runs.items()
+        for i, (n, v) in enumerate(r.doc.variants.items())
+        if v.budget
+        for k, p in enumerate(BUDGET_PARTS)
+    ]
 
 
 # The race's measures the chart shows (benchmarks/peers.py task -> label); docs/shards.md has them all.
-RACE_TASKS = {"write-none": "write, uncompressed", "epoch-0": "shuffled epoch, batch 512, workers 0",
-              "first": "time to first batch"}
-SYSTEM_LABELS = {"litdata": "LitData", "streaming": "MosaicML Streaming", "webdataset": "WebDataset",
-                 "lance": "Lance"}
+RACE_TASKS = {
+    "write-none": "write, uncompressed",
+    "epoch-0": "shuffled epoch, batch 512, workers 0",
+    "first": "time to first batch",
+}
+SYSTEM_LABELS = {"litdata": "LitData", "streaming": "MosaicML Streaming", "webdataset": "WebDataset", "lance": "Lance"}
 
 
 def race_rows(docs: list[RaceDoc]) -> list[dict[str, Any]]:
@@ -210,14 +314,20 @@ def race_rows(docs: list[RaceDoc]) -> list[dict[str, Any]]:
             for system, tasks in doc.results.items():
                 seconds = [r.seconds for r in tasks.get(task, []) if r.seconds is not None]
                 if seconds:
-                    rows.append({"panel": f"{label}, {doc.meta.samples:,} samples",
-                                 "system": SYSTEM_LABELS.get(system, system), "project": system == "project",
-                                 "seconds": statistics.median(seconds)})
+                    rows.append(
+                        {
+                            "panel": f"{label}, {doc.meta.samples:,} samples",
+                            "system": SYSTEM_LABELS.get(system, system),
+                            "project": system == "project",
+                            "seconds": statistics.median(seconds),
+                        }
+                    )
     return rows
 
 
-def chart_specs(machines: dict[str, dict[str, Run]], codecs: dict | None,
-                race: list[dict[str, Any]] | None = None) -> dict[str, Spec]:
+def chart_specs(
+    machines: dict[str, dict[str, Run]], codecs: dict | None, race: list[dict[str, Any]] | None = None
+) -> dict[str, Spec]:
     """{image name: spec} of every chart the inputs support."""
     specs = {"ladder": ladder_spec(ladder_rows(machines))} if machines else {}
     if codecs:

@@ -42,13 +42,15 @@ def checked(path: Path, data: Any, model: Any) -> Any:
 
 # --- machines and their newest runs -----------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Run:
     """One bench document, with where it came from."""
+
     doc: BenchDoc
     path: Path
-    machine: str   # a slug
-    local: bool    # from this machine's `dvc repro` (metrics/bench), not results/
+    machine: str  # a slug
+    local: bool  # from this machine's `dvc repro` (metrics/bench), not results/
 
     @property
     def when(self) -> dt.date | None:
@@ -85,6 +87,7 @@ def newest(runs: list[Run]) -> dict[str, dict[str, Run]]:
     """{machine: {dataset: its newest run}}: a machine both measured here and committed
     shows the run with the later date (an undated run counts as older; on a tie, or both
     undated, this machine's `dvc repro` wins). Machines in name order, this one first."""
+
     def key(run: Run) -> tuple:
         return (run.when or dt.date.min, run.local)
 

@@ -8,12 +8,21 @@ import math
 from collections.abc import Callable
 
 from pipeline.bench.variants import writeup_recipe
+from pipeline.stages.metrics import (
+    CodecEntry,
+    Seeds,
+    Spread,
+    TargetSeconds,
+    TimeToAccuracy,
+    TunedSeeds,
+    Variant,
+    fastest_full,
+)
 from pipeline.stages.report import charts
-from pipeline.stages.metrics import (CodecEntry, Seeds, Spread, TargetSeconds, TimeToAccuracy, TunedSeeds, Variant,
-                                     fastest_full)
 from pipeline.stages.report.data import Run
 
 # --- text --------------------------------------------------------------------------------
+
 
 def text(value: str) -> str:
     """Free text from a metrics file, safe in a markdown table and in HTML: entities escaped
@@ -48,8 +57,11 @@ def machine_line(run: Run) -> str:
     when = f", {run.when.isoformat()}" if run.when else ""
     source = "`dvc repro` on this machine" if run.local else f"`{run.path.parent.name}/{run.path.name}`"
     p = d.params
-    sampled = (f"; sampled rungs: {p.sample_steps} steps x {p.sample_epochs} epochs"
-               if p.sample_steps and p.sample_epochs else "")
+    sampled = (
+        f"; sampled rungs: {p.sample_steps} steps x {p.sample_epochs} epochs"
+        if p.sample_steps and p.sample_epochs
+        else ""
+    )
     quick = "**quick run** (`bench.quick`: fewer epochs and steps, no spread): " if p.quick else ""
     return f"{quick}{what}{when}; {p.epochs} epochs, batch {p.batch_size}{sampled} ({source})"
 
@@ -83,17 +95,23 @@ def reached(times: list[TimeToAccuracy] | None) -> str:
     cells = []
     for time in times:
         target = f"{100 * time.target:g}%"
-        cells.append(f"not reached ({target})" if time.seconds is None
-                     else f"{num(time.seconds)} s to {target} (epoch {time.epoch})")
+        cells.append(
+            f"not reached ({target})"
+            if time.seconds is None
+            else f"{num(time.seconds)} s to {target} (epoch {time.epoch})"
+        )
     return "; ".join(cells)
 
 
 def ladder_table(run: Run) -> str:
     """One data set's ladder on one machine: steady figures beside what a user pays."""
-    lines = [f"**{run.doc.dataset}**: {machine_line(run)}", "",
-             "| variant | train s/epoch | spread | test s/epoch | setup s | wall s | accuracy "
-             "| time to accuracy | vs naive | wall vs naive |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"**{run.doc.dataset}**: {machine_line(run)}",
+        "",
+        "| variant | train s/epoch | spread | test s/epoch | setup s | wall s | accuracy "
+        "| time to accuracy | vs naive | wall vs naive |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     naive = run.doc.variants.get("naive")
     for name, v in run.doc.variants.items():
         mark = " *" if v.extrapolated else ""
@@ -101,24 +119,35 @@ def ladder_table(run: Run) -> str:
         mark += " **unstable**" if v.unstable else ""
         spread = spread_text(v.spread)
         accuracy = opt(v.accuracy, lambda a: f"{a:.4f}") + ("" if v.accuracy_ok else " (outside tolerance)")
-        vs = (f"{vs_naive(naive and naive.train_s, v.train_s)} | "  # another recipe: other epochs
-              f"{vs_naive(naive and naive.wall_s, v.wall_s) if writeup_recipe(name) else 'n/a'}")
-        lines.append(f"| {name}{mark} | {num(v.train_s)} | {spread} | {num(v.test_s)} | {opt(v.setup_s)} "
-                     f"| {opt(v.wall_s)} | {accuracy} | {reached(v.time_to_accuracy)} | {vs} |")
-    reasons = [f"`{n}`: {text(v.unstable_reason or 'no reason given')}"
-               for n, v in run.doc.variants.items() if v.unstable]
+        vs = (
+            f"{vs_naive(naive and naive.train_s, v.train_s)} | "  # another recipe: other epochs
+            f"{vs_naive(naive and naive.wall_s, v.wall_s) if writeup_recipe(name) else 'n/a'}"
+        )
+        lines.append(
+            f"| {name}{mark} | {num(v.train_s)} | {spread} | {num(v.test_s)} | {opt(v.setup_s)} "
+            f"| {opt(v.wall_s)} | {accuracy} | {reached(v.time_to_accuracy)} | {vs} |"
+        )
+    reasons = [
+        f"`{n}`: {text(v.unstable_reason or 'no reason given')}" for n, v in run.doc.variants.items() if v.unstable
+    ]
     if reasons:
         lines += ["", "Unstable (re-run on a quiet machine before trusting these): " + "; ".join(reasons) + "."]
     seeds = run.doc.seeds
     if seeds is not None:
-        lines += ["", f"Time to {100 * seeds.target:g}% of `{seeds.variant}` (the first rung to reach it) from "
-                      f"{seeds_text(seeds.seeds)}: {seeds_spread(seeds)}."]
+        lines += [
+            "",
+            f"Time to {100 * seeds.target:g}% of `{seeds.variant}` (the first rung to reach it) from "
+            f"{seeds_text(seeds.seeds)}: {seeds_spread(seeds)}.",
+        ]
     if run.doc.tuned is not None:
         lines += ["", tuned_line(run.doc.tuned)]
     floor = run.doc.floor
     if floor.train_s is not None:
-        extra = (f"; with `compiled`'s options {num(floor.compiled_train_s)} s/epoch"
-                 if floor.compiled_train_s is not None else "")
+        extra = (
+            f"; with `compiled`'s options {num(floor.compiled_train_s)} s/epoch"
+            if floor.compiled_train_s is not None
+            else ""
+        )
         taken = f", the fastest of {floor.epochs} epochs taken between the variants" if floor.epochs else ""
         lines += ["", f"Compute floor (the same steps with no data path{taken}): {num(floor.train_s)} s/epoch{extra}."]
     return "\n".join(lines)
@@ -129,9 +158,13 @@ def budget_table(run: Run) -> str | None:
     if not rows:
         return None
     head = " | ".join(charts.BUDGET_LABELS[p] for p in charts.BUDGET_PARTS)
-    lines = [f"**{run.doc.dataset}** on `{run.machine}`, milliseconds per train step (clock: the profiled "
-             "pass on a plain clock; timed: the timed epochs' median):", "",
-             f"| variant | step | {head} | clock | timed |", "|---|---:|" + "---:|" * (len(charts.BUDGET_PARTS) + 2)]
+    lines = [
+        f"**{run.doc.dataset}** on `{run.machine}`, milliseconds per train step (clock: the profiled "
+        "pass on a plain clock; timed: the timed epochs' median):",
+        "",
+        f"| variant | step | {head} | clock | timed |",
+        "|---|---:|" + "---:|" * (len(charts.BUDGET_PARTS) + 2),
+    ]
     for name, b in rows:
         parts = " | ".join(num(1000 * getattr(b, p)) for p in charts.BUDGET_PARTS)
         clocks = " | ".join(opt(None if s is None else 1000 * s) for s in (b.wall_s, b.epoch_step_s))
@@ -146,7 +179,7 @@ def best_variant(run: Run) -> tuple[str, Variant]:
 
 
 def seeds_text(seeds: list[int]) -> str:
-    """"seeds 43-45" for a run of consecutive seeds, else "seeds 43, 47"."""
+    """ "seeds 43-45" for a run of consecutive seeds, else "seeds 43, 47"."""
     if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
         return f"seeds {seeds[0]}-{seeds[-1]}"
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
@@ -156,9 +189,11 @@ def tuned_line(tuned: TunedSeeds) -> str:
     """The `tuned` recipe over its seeds: the final accuracy's mean and range, then the time
     to each target with its spread."""
     times = "; ".join(f"to {100 * t.target:g}%: {seeds_spread(t, len(tuned.seeds))}" for t in tuned.targets)
-    return (f"`tuned` from {seeds_text(tuned.seeds)}, each its whole schedule: test accuracy mean "
-            f"{100 * tuned.accuracy_mean:.2f}% ({100 * tuned.accuracy_min:.2f}-{100 * tuned.accuracy_max:.2f}%)"
-            + (f"; {times}." if times else "."))
+    return (
+        f"`tuned` from {seeds_text(tuned.seeds)}, each its whole schedule: test accuracy mean "
+        f"{100 * tuned.accuracy_mean:.2f}% ({100 * tuned.accuracy_min:.2f}-{100 * tuned.accuracy_max:.2f}%)"
+        + (f"; {times}." if times else ".")
+    )
 
 
 def seeds_spread(seeds: Seeds | TargetSeconds, count: int | None = None) -> str:
@@ -194,8 +229,11 @@ def first_target(run: Run) -> str:
     if seeds is not None:
         shown = "not reached" if seeds.median is None else f"{num(seeds.median)} s"
         return f"{shown} to {100 * seeds.target:g}% (`{seeds.variant}`, median of {len(seeds.seeds)} seeds)"
-    reached = [(v.time_to_accuracy[0].seconds, n, v.time_to_accuracy[0].target) for n, v in run.doc.variants.items()
-               if v.time_to_accuracy and v.time_to_accuracy[0].seconds is not None and writeup_recipe(n)]
+    reached = [
+        (v.time_to_accuracy[0].seconds, n, v.time_to_accuracy[0].target)
+        for n, v in run.doc.variants.items()
+        if v.time_to_accuracy and v.time_to_accuracy[0].seconds is not None and writeup_recipe(n)
+    ]
     if not reached:
         return "n/a"
     seconds, name, target = min(reached)
@@ -205,9 +243,11 @@ def first_target(run: Run) -> str:
 def headline(machines: dict[str, dict[str, Run]]) -> str:
     """Per machine and data set: the write-up's naive loop, its best rung, the fastest here,
     and the least wait for a trained model."""
-    lines = ["| machine | data set | naive | the write-up's best (`preprocessed`) | best here | vs naive "
-             "| time to accuracy |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| machine | data set | naive | the write-up's best (`preprocessed`) | best here | vs naive "
+        "| time to accuracy |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for machine, runs in machines.items():
         for dataset, run in runs.items():
             variants = run.doc.variants
@@ -217,13 +257,18 @@ def headline(machines: dict[str, dict[str, Run]]) -> str:
             flag = lambda n: " (unstable)" if variants[n].unstable else ""  # noqa: E731
             ratio = vs_naive(naive and naive.train_s, best.train_s)
             quick = " (quick)" if run.doc.params.quick else ""
-            lines.append(f"| `{machine}`{quick} | {dataset} | {opt(naive and naive.train_s)}{naive and flag('naive') or ''} "
-                         f"| {opt(seed and seed.train_s)}{seed and flag('preprocessed') or ''} "
-                         f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} | {fastest_to_accuracy(run)} |")
-    return "\n".join(lines) + ("\n\nSeconds per train epoch (steady: the median of the timed epochs); "
-                               + VS_NAIVE + "; time to accuracy: from the start of the rung, setup included, "
-                               "to its first test pass at the data set's first `bench.target_accuracy` (the ladder's recipe), "
-                               "and the `tuned` recipe's median over its seeds to the last.")
+            lines.append(
+                f"| `{machine}`{quick} | {dataset} | {opt(naive and naive.train_s)}{naive and flag('naive') or ''} "
+                f"| {opt(seed and seed.train_s)}{seed and flag('preprocessed') or ''} "
+                f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} | {fastest_to_accuracy(run)} |"
+            )
+    return "\n".join(lines) + (
+        "\n\nSeconds per train epoch (steady: the median of the timed epochs); "
+        + VS_NAIVE
+        + "; time to accuracy: from the start of the rung, setup included, "
+        "to its first test pass at the data set's first `bench.target_accuracy` (the ladder's recipe), "
+        "and the `tuned` recipe's median over its seeds to the last."
+    )
 
 
 def codec_table(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> str:
@@ -231,20 +276,28 @@ def codec_table(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> str:
     lines = ["| data set | layout | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
     for dataset, layouts in codecs.items():
         for layout, by_codec in layouts.items():
-            cells = [f"{num(by_codec[c].train.MB)} MB / {num(by_codec[c].train.read_s)} s" if c in by_codec else "n/a"
-                     for c in names]
+            cells = [
+                f"{num(by_codec[c].train.MB)} MB / {num(by_codec[c].train.read_s)} s" if c in by_codec else "n/a"
+                for c in names
+            ]
             lines.append(f"| {dataset} | {layout} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-NOTE = ("`*` sampled: timed over a fixed number of steps per epoch and scaled to the whole epoch "
-        "(accuracy not measured). `(graph)`: each epoch replays one CUDA graph. **unstable**: the timed "
-        "epochs spread more than `bench.max_spread`, a twin doing identical work disagrees, or it beats "
-        "its floor. spread: (max - min) / median of the timed epochs. setup s: everything before the "
-        "first timed step; wall s: setup plus every epoch, train and test (a sampled row's: scaled from its "
-        "sampled steps, like its epochs). time to accuracy: from the rung's start, setup included, to "
-        "the end of the first test pass at or above each of `bench.target_accuracy`'s accuracies (a "
-        "sampled rung measures no accuracy). `tuned`: `compiled` with its own recipe, `bench.tuned`. " + VS_NAIVE + "; " + WALL_VS_NAIVE + ".")
+NOTE = (
+    "`*` sampled: timed over a fixed number of steps per epoch and scaled to the whole epoch "
+    "(accuracy not measured). `(graph)`: each epoch replays one CUDA graph. **unstable**: the timed "
+    "epochs spread more than `bench.max_spread`, a twin doing identical work disagrees, or it beats "
+    "its floor. spread: (max - min) / median of the timed epochs. setup s: everything before the "
+    "first timed step; wall s: setup plus every epoch, train and test (a sampled row's: scaled from its "
+    "sampled steps, like its epochs). time to accuracy: from the rung's start, setup included, to "
+    "the end of the first test pass at or above each of `bench.target_accuracy`'s accuracies (a "
+    "sampled rung measures no accuracy). `tuned`: `compiled` with its own recipe, `bench.tuned`. "
+    + VS_NAIVE
+    + "; "
+    + WALL_VS_NAIVE
+    + "."
+)
 
 
 def spent_s(run: Run) -> float | None:
@@ -274,9 +327,13 @@ def bench_time(machines: dict[str, dict[str, Run]]) -> str:
         spent = [spent_s(r) for r in cpu]
         if None not in walls:
             each = " + ".join(num(wall / 60) for wall in walls)
-            lines.append(f"- `{machine}` ({cores} cores): {num(sum(walls) / 60)} minutes for {names} ({each}; "
-                         f"the whole stage: floor, every variant, profiled passes, seeds)")
+            lines.append(
+                f"- `{machine}` ({cores} cores): {num(sum(walls) / 60)} minutes for {names} ({each}; "
+                f"the whole stage: floor, every variant, profiled passes, seeds)"
+            )
         elif None not in spent:
-            lines.append(f"- `{machine}` ({cores} cores): {num(sum(spent) / 60)} minutes for "
-                         f"{names} (setup and timed epochs of every variant)")
+            lines.append(
+                f"- `{machine}` ({cores} cores): {num(sum(spent) / 60)} minutes for "
+                f"{names} (setup and timed epochs of every variant)"
+            )
     return "\n".join(lines) or "No CPU bench run on record yet."
