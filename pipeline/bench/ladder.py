@@ -299,12 +299,13 @@ def _run_bench(
             budget_left = settings.quick_minutes * 60 - (time.perf_counter() - started)
             step = plan_quick(announced, settings, settings.variants[done:], took, budget_left)
             cuts = "; ".join(step.plan.cuts)
-            if cuts and cuts not in quick_plan["cuts"][-1:]:
+            if cuts and cuts not in quick_plan["cuts"][-1:] and done:  # the first plan: announced already
                 print(
                     f"{dataset}: {duration(max(0.0, budget_left))} of the quick budget left; {step.said}",
                     file=sys.stderr,
                     flush=True,
                 )
+            if cuts and cuts not in quick_plan["cuts"][-1:]:
                 quick_plan["cuts"].append(cuts)
             planned = step.plan.settings
             if variant in step.plan.skipped and results:  # the first rung runs whatever: a document has one
