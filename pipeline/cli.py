@@ -474,6 +474,14 @@ def report(
     help="A bench metrics file (metrics/bench/<dataset>.json) whose rungs the verdict quotes.",
 )
 @click.option("--keep-going", is_flag=True, help="Let the script run to its end after the window.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True, max=7 * 24 * 3600),
+    default=300,
+    show_default=True,
+    help="Seconds the script may run before its window is profiled; then it is stopped and what was seen said.",
+)
 @stage_command
 def profile(
     script: Path,
@@ -485,6 +493,7 @@ def profile(
     trace: Path | None,
     ladder: Path | None,
     keep_going: bool,
+    timeout_s: float,
 ) -> None:
     """Where a training script's step time goes, without editing it: SCRIPT runs with ARGS.
 
@@ -493,13 +502,18 @@ def profile(
     compute, overhead, other) printed with the bound and what to try. Then the script is
     stopped, unless --keep-going. Options go before SCRIPT; everything after it is the
     script's. A script whose loop the command cannot see ends with one line saying what it
-    needs (then wrap the loop in TimeBudget: docs/budget.md).
+    needs (then wrap the loop in TimeBudget: docs/budget.md); one that raises shows its own
+    traceback, then that line; one still short of its window after --timeout is stopped.
     """
     from pipeline.budget.findloop import profile_script
     from pipeline.core.atomic import write_json
     from pipeline.core.bounded import read_json
 
     quoted = read_json(ladder, 64 << 20, "bench metrics file") if ladder else None
+    if quoted is not None:  # refused in one line, not ignored: the verdict would quote nothing
+        from pipeline.stages.metrics import BenchDoc, validate
+
+        validate(ladder, quoted, BenchDoc)
     json_path, trace = (path.resolve() if path else None for path in (json_path, trace))  # the script may chdir
     result = profile_script(
         script,
@@ -509,6 +523,7 @@ def profile(
         skip,
         str(trace) if trace else None,
         keep_going,
+        timeout_s,
     )
     click.echo(result.report(quoted))
     if json_path:

@@ -236,3 +236,62 @@ def test_the_examples_run_and_give_a_verdict(tmp_path):
     for err in (own.stderr, plain.stderr):  # Kineto's own log lines never reach the user
         assert "USDT:" not in err and "profiler_start" not in err, err
     assert "epoch 1:" not in plain.stdout  # stopped after the window, before the epoch's end
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("import time\nwhile True:\n    time.sleep(0.01)\n", r"stopped after 2 s \(--timeout\) before its window was "
+         r"profiled: it iterated 0 DataLoader\(s\) and stepped an optimizer 0 time\(s\)"),
+        (SCRIPT.replace("optimizer.step()", "pass").replace("range(epochs)", "iter(int, 1)"),
+         r"stopped after 2 s \(--timeout\) before its window was profiled: it iterated \d+ DataLoader\(s\)"),
+    ],
+)
+def test_a_script_that_never_reaches_a_window_is_stopped_at_its_timeout(tmp_path, body, message):
+    """No loop at all, or a loop that never steps an optimizer, forever: stopped at --timeout
+    (here 2 s; bounded by the test's own deadline), one line saying what was seen."""
+    import re
+
+    path = script(tmp_path, sleep=0.0, body=body)
+    done = profile("--device", "cpu", "--timeout", "2", str(path), "2", "done.txt", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert len(done.stderr.strip().splitlines()) == 1 and re.search(message, done.stderr), done.stderr
+
+
+def test_a_script_that_raises_shows_its_own_traceback_then_one_line(tmp_path):
+    body = "import torch\n\ndef load():\n    raise ValueError('no such column: pixels')\n\nload()\n"
+    path = script(tmp_path, sleep=0.0, body=body)
+    done = profile("--device", "cpu", str(path), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and "ValueError: no such column: pixels" in lines
+    assert f'File "{path}", line 6, in <module>' in done.stderr and f'File "{path}", line 4, in load' in done.stderr
+    assert "pipeline" not in "\n".join(lines[:-1]) and "runpy" not in done.stderr  # the script's frames only
+    assert lines[-1] == f"Error: {path}: raised ValueError before its loop was profiled (above)"
+
+
+def test_a_script_that_does_not_compile_is_one_line_with_file_and_line(tmp_path):
+    path = script(tmp_path, sleep=0.0, body="import torch\nfor x in range(3)\n    pass\n")
+    done = profile("--device", "cpu", str(path), cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [f"Error: {path}:2: SyntaxError: expected ':' (the script does not compile)"]
+
+
+def test_a_ladder_that_is_not_a_bench_document_is_refused_in_one_line(tmp_path):
+    """--ladder names the rungs the verdict quotes: a file that is not a bench metrics document
+    is refused before the script runs, not ignored; report() refuses a non-document too."""
+    from pipeline.budget.timebudget import BudgetError
+
+    (tmp_path / "not-a-ladder.json").write_text('{"mnist": {"MB": 10.0}}')
+    path = script(tmp_path, sleep=0.0)
+    done = profile("--device", "cpu", "--ladder", "not-a-ladder.json", str(path), "1", "done.txt", cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"Error: not-a-ladder.json: ") and not (tmp_path / "done.txt").exists()
+    from pipeline.budget import TimeBudget
+
+    budget = TimeBudget("cpu", steps=1, skip=0, flops=False, threads_check=0, peak=None)
+    for _ in budget.batches([1, 2]):
+        with budget.step():
+            pass
+    with pytest.raises(BudgetError, match=r"^report\(ladder\): expected a bench metrics document"):
+        budget.result.report({"mnist": 1})

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import torch
@@ -40,6 +41,43 @@ class ProfileError(InputError):
 class WindowDone(BaseException):
     """Raised inside the script's loop once the window is profiled, to stop the script: a
     BaseException, so the script's own `except Exception` does not swallow it."""
+
+
+class TimedOut(BaseException):
+    """Raised inside the script when `timeout_s` has passed (SIGALRM): a BaseException, for
+    the same reason as WindowDone."""
+
+
+def script_traceback(err: BaseException, script: Path) -> str:
+    """The traceback of an exception the script raised, its own frames only (and the
+    modules it called), without the command's and runpy's frames above them."""
+    import traceback
+
+    inside = str(Path(__file__).resolve().parents[1])  # the pipeline package
+    shown = traceback.TracebackException.from_exception(err)
+    shown.stack = traceback.StackSummary.from_list(
+        [f for f in shown.stack if not f.filename.startswith(inside) and "runpy" not in Path(f.filename).name]
+    )
+    return "".join(shown.format())
+
+
+@contextmanager
+def deadline(seconds: float | None) -> Iterator[None]:
+    """TimedOut raised in the main thread once `seconds` have passed (none: no deadline)."""
+    if not seconds:
+        yield
+        return
+
+    def expired(*_: object) -> None:
+        raise TimedOut
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class Watch:
@@ -118,6 +156,19 @@ class Watch:
             timed.close()
 
 
+def seen(watch: Watch) -> str:
+    """What the script did that the command watches, in words."""
+    if watch.budget is not None:
+        return (
+            f"its loop was found after {watch.found_at} batches and ran {watch.budget.seen} more, "
+            f"{watch.skip} to warm up and {watch.steps} to profile"
+        )
+    return (
+        f"it iterated {watch.loaders_seen} DataLoader(s) and stepped an optimizer {watch.optimizer_steps} "
+        "time(s), never between two batches of one loader"
+    )
+
+
 def profile_script(
     script: Path,
     args: list[str],
@@ -126,12 +177,14 @@ def profile_script(
     skip: int = 5,
     trace: str | None = None,
     keep_going: bool = False,
+    timeout_s: float | None = None,
 ) -> Budget:
     """Run `script` with `args` as `__main__` and return the budget of its training loop's
     window of `steps` steps after `skip`, on `device` (None: the device its optimizer's
-    parameters are on); ProfileError when the script ran no loop the command can see, or
-    stopped before the window's first step. The working directory, sys.argv and sys.path
-    are the caller's again afterwards."""
+    parameters are on); ProfileError when the script ran no loop the command can see, stopped
+    before the window's first step, raised (its traceback, its own frames, on stderr), did not
+    compile, or had not finished the window after `timeout_s` seconds (then it is stopped).
+    The working directory, sys.argv and sys.path are the caller's again afterwards."""
     script = Path(script)
     if not script.is_file():
         raise ProfileError(f"{script}: no such script (give the path of a Python file)")
@@ -146,25 +199,37 @@ def profile_script(
     saved_argv, saved_path, saved_cwd = sys.argv, list(sys.path), os.getcwd()
     sys.argv, sys.path[0:0] = [str(script), *args], [str(script.resolve().parent)]
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        with deadline(timeout_s):
+            runpy.run_path(str(script), run_name="__main__")
     except WindowDone:
         pass
+    except TimedOut:
+        if watch.budget is None or not watch.budget.done:
+            raise ProfileError(
+                f"{script}: stopped after {timeout_s:g} s (--timeout) before its window was profiled: {seen(watch)}"
+            ) from None
     except SystemExit as end:  # `sys.exit(main())`: the script's end, after the window or before it
         if watch.budget is None or not watch.budget.done:
             if end.code not in (None, 0):
                 raise ProfileError(f"{script}: exited with status {end.code} before its loop was profiled") from None
+    except SyntaxError as err:
+        if Path(err.filename or "").resolve() != script.resolve():
+            print(script_traceback(err, script), end="", file=sys.stderr)
+        raise ProfileError(
+            f"{err.filename}:{err.lineno}: SyntaxError: {err.msg} (the script does not compile)"
+        ) from None
+    except Exception as err:  # the script's own failure: its traceback, then the command's one line
+        print(script_traceback(err, script), end="", file=sys.stderr)
+        when = "after" if watch.budget is not None and watch.budget.done else "before"
+        raise ProfileError(f"{script}: raised {type(err).__name__} {when} its loop was profiled (above)") from None
     finally:
         DataLoader.__iter__ = original  # type: ignore[method-assign]
         hook.remove()
         sys.argv, sys.path[:] = saved_argv, saved_path
         os.chdir(saved_cwd)
     if watch.budget is None:
-        seen = (
-            f"it iterated {watch.loaders_seen} DataLoader(s) and stepped an optimizer {watch.optimizer_steps} "
-            "time(s), never between two batches of one loader"
-        )
         raise ProfileError(
-            f"{script}: found no training loop ({seen}); the command finds the loop as a "
+            f"{script}: found no training loop ({seen(watch)}); the command finds the loop as a "
             "torch.utils.data.DataLoader whose batches a torch.optim optimizer steps between. "
             "Otherwise wrap the loop in TimeBudget (docs/budget.md)"
         )

@@ -133,6 +133,13 @@ class Budget:
         when given), wrapped at `width` columns."""
         from pipeline.budget.verdict import LABELS, verdict
 
+        if ladder is not None and not (
+            isinstance(ladder, dict) and isinstance(ladder.get("variants"), dict) and ladder["variants"]
+        ):
+            raise BudgetError(
+                f"report(ladder): expected a bench metrics document (metrics/bench/<dataset>.json, read as a "
+                f"dict with its 'variants'), got {type(ladder).__name__} {ladder!r:.40}"
+            )
         parts = " | ".join(f"{LABELS[p]} {share:.0%}" for p, share in self.shares().items())
         extra = ""
         if self.device.startswith("cpu") and self.intra_threads is not None:
