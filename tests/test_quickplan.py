@@ -60,9 +60,51 @@ def test_where_nothing_cheaper_fits_the_dearest_rungs_are_left_out_never_the_nex
     assert plan.skipped and "naive" not in plan.skipped
     kept = [r for r in RUNGS if r not in plan.skipped]
     assert sum(price(plan.settings, tuple(kept)).values()) <= 120
-    assert plan.cuts[-1] == f"{', '.join(plan.skipped)} left out"
+    assert all("left out" not in cut for cut in plan.cuts)  # said per rung, at its turn
     alone = plan_rest(s, ("tuned",), price, left_s=10)  # the only rung does not fit: it goes too
     assert alone.skipped == ("tuned",)
+
+
+def test_the_anchors_go_last_and_one_whole_epoch_rung_stays_when_none_ran_yet():
+    """Left out first: the rungs no comparison rests on (workers, graphed), dearest first; the
+    write-up's baseline and the fast rungs last. With no whole-epoch rung run yet, the cheapest
+    one left is kept whatever the time: the summary's steady epoch needs one."""
+    from pipeline.bench.quickplan import ANCHORS
+
+    s = bench_settings(
+        quick=True,
+        variants=["naive_bs16", "naive", "workers", "graphed", "compiled"],
+        sample=["naive_bs16", "naive", "workers"],
+    )
+    rungs = tuple(s.variants)
+
+    def price(settings, rest):  # sampled: 2 epochs x steps x 1 s; graphed 100 s, compiled 60 s
+        whole = {"graphed": 100.0, "compiled": 60.0}
+        return {r: whole.get(r, settings.sample_epochs * settings.sample_steps * 1.0) for r in rest}
+
+    plan = plan_rest(s, rungs, price, left_s=20 / FILL)
+    assert set(ANCHORS) >= {"naive", "compiled"} and "workers" not in ANCHORS and "graphed" not in ANCHORS
+    assert plan.skipped == ("workers", "graphed", "compiled")  # the others first, then the dearest anchor
+    kept_whole = plan_rest(s, rungs, price, left_s=20 / FILL, need_whole=True)
+    assert "compiled" not in kept_whole.skipped and "graphed" in kept_whole.skipped  # the cheaper whole rung stays
+    roomier = plan_rest(s, rungs, price, left_s=70 / FILL, need_whole=True)
+    assert roomier.skipped == ("workers", "graphed")  # 4 + 4 + 60 s fit: the anchors all run
+
+
+def test_the_whole_runs_deadline_bounds_each_data_sets_share(monkeypatch):
+    """`make bench-quick` passes its end: a data set planned after an overrunning one gets what
+    is left of the whole run, not its full share."""
+    import time
+
+    from pipeline.bench.ladder import QUICK_DEADLINE, quick_left
+
+    s = bench_settings(quick=True, quick_minutes=5)
+    monkeypatch.delenv(QUICK_DEADLINE, raising=False)
+    assert quick_left(s, 60.0) == 240.0
+    monkeypatch.setenv(QUICK_DEADLINE, f"{time.time() + 100:.0f}")
+    assert 95 <= quick_left(s, 60.0) <= 101
+    monkeypatch.setenv(QUICK_DEADLINE, "not a time")
+    assert quick_left(s, 60.0) == 240.0
 
 
 def test_quick_minutes_is_checked_with_the_bench_block():

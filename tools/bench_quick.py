@@ -2,12 +2,13 @@
 a time budget.
 
 The budget (minutes, every data set together) is shared evenly by the data sets: each one's
-bench gets `bench.quick_minutes` of it and re-plans its rungs as it runs to end within that
-(pipeline/bench/quickplan.py). The workspace and the committed figures stay as they are;
-`dvc exp show` lists the run beside them and `dvc exp apply bench-quick` puts it in the
-tables. Stopped (Ctrl-C) or failed, the data sets whose quick bench had finished are kept in
-data/bench-quick/<dataset>.json and named in one line, and the scratch copy this run made is
-removed (no other).
+bench gets `bench.quick_minutes` of it, and plans to end by the whole run's end too (passed as
+PIPELINE_QUICK_DEADLINE), re-planning its rungs as it runs (pipeline/bench/quickplan.py). The
+workspace and the committed figures stay as they are; `dvc exp show` lists the run beside
+them and `dvc exp apply bench-quick` puts it in the tables. Each data set's finished document
+is also kept in data/bench-quick/<dataset>.json (the bench stage writes it there as it ends,
+PIPELINE_QUICK_KEEP), so a run stopped (Ctrl-C) or failed says in one line what finished and
+keeps it; the scratch copy this run made is removed (no other).
 
     python tools/bench_quick.py --budget-min 10
 """
@@ -15,11 +16,12 @@ removed (no other).
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -27,6 +29,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 EXPS = ROOT / ".dvc" / "tmp" / "exps"
 KEPT = ROOT / "data" / "bench-quick"
+AFTER_S = 20  # the summary and report stages and DVC's own end, after the last bench
 SHOW = ["exp", "show", "--only-changed", "--drop", "Created|State|Executor|.*/", "--no-pager"]
 
 
@@ -34,36 +37,16 @@ def scratch_copies() -> set[Path]:
     return set(EXPS.glob("tmp*")) if EXPS.is_dir() else set()
 
 
-def finished(copy: Path) -> dict[str, Path]:
-    """The data sets whose quick bench finished in `copy`: its bench metrics that are quick
-    runs and differ from the workspace's (which the copy started from)."""
-    found = {}
-    for path in sorted((copy / "metrics" / "bench").glob("*.json")):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        ours = ROOT / "metrics" / "bench" / path.name
-        if (
-            isinstance(doc, dict)
-            and (doc.get("params") or {}).get("quick") is True
-            and (not ours.is_file() or ours.read_bytes() != path.read_bytes())
-        ):
-            found[path.stem] = path
-    return found
+def finished(since: float) -> list[str]:
+    """The data sets whose quick bench finished in this run (their documents kept since)."""
+    return [path.stem for path in sorted(KEPT.glob("*.json")) if path.stat().st_mtime >= since]
 
 
-def stopped(new: set[Path], datasets: list[str], why: str) -> str:
-    """Keep what finished, remove the scratch copies, and say so in one line."""
-    kept: dict[str, Path] = {}
-    for copy in sorted(new):
-        kept.update(finished(copy))
-    if kept:
-        KEPT.mkdir(parents=True, exist_ok=True)
-        for name, path in kept.items():
-            shutil.copyfile(path, KEPT / f"{name}.json")
+def stopped(new: set[Path], datasets: list[str], why: str, since: float) -> str:
+    """Remove the scratch copies this run made, and say in one line what finished."""
     for copy in new:
         shutil.rmtree(copy, ignore_errors=True)
+    kept = finished(since)
     done = ", ".join(kept) or "no data set"
     rest = [d for d in datasets if d not in kept]
     where = f" (kept in {KEPT.relative_to(ROOT)}/)" if kept else ""
@@ -87,19 +70,18 @@ def main(argv: list[str] | None = None) -> int:
         f"bench-quick: {args.budget_min:g} min for {', '.join(datasets)}: {per:g} min each", file=sys.stderr, flush=True
     )
     before = scratch_copies()
+    started = time.time()
+    KEPT.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "PIPELINE_QUICK_KEEP": str(KEPT),
+        "PIPELINE_QUICK_DEADLINE": f"{started + args.budget_min * 60 - AFTER_S:.0f}",
+    }
     command = [
-        args.dvc,
-        "exp",
-        "run",
-        "--temp",
-        "-n",
-        "bench-quick",
-        "-S",
-        "bench.quick=true",
-        "-S",
-        f"bench.quick_minutes={per:g}",
-    ]
-    child = subprocess.Popen(command, cwd=ROOT)
+        args.dvc, "exp", "run", "--temp", "-n", "bench-quick",
+        "-S", "bench.quick=true", "-S", f"bench.quick_minutes={per:g}",
+    ]  # fmt: skip
+    child = subprocess.Popen(command, cwd=ROOT, env=env)
     try:
         status = child.wait()
     except KeyboardInterrupt:  # the terminal sent SIGINT to dvc and its stage too: let them end
@@ -109,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-        print(stopped(scratch_copies() - before, datasets, "stopped"), file=sys.stderr)
+        print(stopped(scratch_copies() - before, datasets, "stopped", started), file=sys.stderr)
         return 130
     if status != 0:
-        print(stopped(scratch_copies() - before, datasets, "failed"), file=sys.stderr)
+        print(stopped(scratch_copies() - before, datasets, "failed", started), file=sys.stderr)
         return status
     return subprocess.run([args.dvc, *SHOW], cwd=ROOT).returncode
 

@@ -207,7 +207,7 @@ def announce_bench(
         said = f"bench {dataset}: no estimate (an earlier run's file could not be read: {type(err).__name__})"
     announced = Announced(calibration, pace, reference if pace is not None else None)
     if settings.quick:  # the estimate is the plan for the budget
-        plan = plan_quick(announced, settings, settings.variants, {}, settings.quick_minutes * 60)
+        plan = plan_quick(announced, settings, settings.variants, {}, quick_left(settings, 0.0))
         step = f"a training step of the write-up's model takes {duration(calibration.step_s)} here"
         said = f"bench {dataset}, quick: {settings.quick_minutes:g} min for it; {plan.said} ({step})"
     print(said, file=sys.stderr, flush=True)
@@ -227,12 +227,28 @@ class QuickStep:
     @property
     def said(self) -> str:
         total = sum(self.priced_s.values())
-        cut = f" ({'; '.join(self.plan.cuts)})" if self.plan.cuts else ""
-        if not self.priced_s:
-            return f"no rung fits{cut}"
+        cuts = list(self.plan.cuts)
+        if self.plan.skipped:
+            cuts.append(f"{', '.join(self.plan.skipped)} left out unless the run catches up")
+        cut = f" ({'; '.join(cuts)})" if cuts else ""
         if total <= 0:
             return "no earlier run here to price the rungs from: each is planned from the ones before it"
         return f"planned: about {duration(total)} for the rungs left{cut}"
+
+
+QUICK_DEADLINE = "PIPELINE_QUICK_DEADLINE"  # `make bench-quick`'s end, a Unix time, for every data set
+
+
+def quick_left(settings: BenchSettings, elapsed: float) -> float:
+    """Seconds the quick bench of this data set has left: its own `bench.quick_minutes` less
+    `elapsed`, and no more than what `make bench-quick`'s whole budget has left (its end
+    passed in the environment: the data sets before this one may have taken more)."""
+    left = settings.quick_minutes * 60 - elapsed
+    end = os.environ.get(QUICK_DEADLINE, "")
+    try:
+        return min(left, float(end) - time.time()) if end else left
+    except ValueError:
+        return left
 
 
 def pricer(announced: Announced, took: dict[str, tuple[float, float]]) -> Pricer:
@@ -261,10 +277,11 @@ def plan_quick(
     rest: tuple[str, ...],
     took: dict[str, tuple[float, float]],
     left_s: float,
+    need_whole: bool = True,
 ) -> QuickStep:
     """The rungs `rest` planned to fit in `left_s` (`quickplan.plan_rest`), and their price."""
     price = pricer(announced, took)
-    plan = plan_rest(settings, rest, price, left_s)
+    plan = plan_rest(settings, rest, price, left_s, need_whole)
     kept = tuple(r for r in rest if r not in plan.skipped)
     return QuickStep(plan, price(plan.settings, kept) if kept else {})
 
@@ -296,16 +313,17 @@ def _run_bench(
         priced = 0.0
         left = announced.left(done_parts, time.perf_counter() - started, done, len(settings.variants))
         if settings.quick:
-            budget_left = settings.quick_minutes * 60 - (time.perf_counter() - started)
-            step = plan_quick(announced, settings, settings.variants[done:], took, budget_left)
+            budget_left = quick_left(settings, time.perf_counter() - started)
+            whole_run = any(not entry["extrapolated"] for entry in results.values())
+            step = plan_quick(announced, settings, settings.variants[done:], took, budget_left, not whole_run)
             cuts = "; ".join(step.plan.cuts)
-            if cuts and cuts not in quick_plan["cuts"][-1:] and done:  # the first plan: announced already
-                print(
-                    f"{dataset}: {duration(max(0.0, budget_left))} of the quick budget left; {step.said}",
-                    file=sys.stderr,
-                    flush=True,
-                )
             if cuts and cuts not in quick_plan["cuts"][-1:]:
+                if done:  # the first plan was announced
+                    print(
+                        f"{dataset}: {duration(max(0.0, budget_left))} of the quick budget left; {step.said}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 quick_plan["cuts"].append(cuts)
             planned = step.plan.settings
             if variant in step.plan.skipped and results:  # the first rung runs whatever: a document has one

@@ -5,7 +5,8 @@ rung the rest of the ladder is priced (`price`: an earlier run's parts scaled to
 by the calibration, then by how far this run has run behind or ahead of that so far); where
 it does not fit in what is left of `bench.quick_minutes`, the rest is planned cheaper, one
 lever at a time: fewer sampled steps, then the eager rungs timed on a sample of steps (no
-accuracy), then the dearest rungs left out. Every cut is printed and recorded.
+accuracy), then rungs left out (the ladder's anchors last, one whole-epoch rung always
+kept). Every cut is printed and recorded.
 """
 
 from __future__ import annotations
@@ -49,17 +50,31 @@ def cheaper(settings: BenchSettings, rest: tuple[str, ...]) -> Iterator[Plan]:
         yield Plan(settings, cuts=cuts + (f"{', '.join(whole)} timed on sampled steps (no accuracy)",))
 
 
-def plan_rest(settings: BenchSettings, rest: tuple[str, ...], price: Pricer, left_s: float) -> Plan:
+# The rungs the ladder's comparisons rest on: the write-up's baseline, its best, data on the
+# device, and the fast rungs; the others are left out first where time runs short.
+ANCHORS = ("naive", "preprocessed", "device", "compiled", "tuned")
+
+
+def plan_rest(
+    settings: BenchSettings, rest: tuple[str, ...], price: Pricer, left_s: float, need_whole: bool = False
+) -> Plan:
     """The first of `cheaper`'s plans whose price fits in `FILL` of `left_s`; where none does,
-    the cheapest, with its dearest rungs left out until it fits (the first rung of `rest` is
-    left out only when it alone does not fit)."""
+    the cheapest, with rungs left out until it fits: the others before the ANCHORS, the
+    dearest first, and the first rung of `rest` only when it alone does not fit. With
+    `need_whole` (no rung has run whole epochs yet), the cheapest rung of `rest` that runs
+    whole epochs is kept: the summary's steady epoch needs one."""
     plan = Plan(settings)
     for plan in cheaper(settings, rest):
         if sum(price(plan.settings, rest).values()) <= FILL * left_s:
             return plan
-    kept = list(rest)
     costs = price(plan.settings, rest)
-    while kept and sum(costs[r] for r in kept) > FILL * left_s:
-        kept.remove(max(kept[1:] or kept, key=lambda r: costs[r]))
-    skipped = tuple(r for r in rest if r not in kept)
-    return Plan(plan.settings, skipped, plan.cuts + (f"{', '.join(skipped)} left out",))
+    whole = [r for r in rest if r not in plan.settings.sample]
+    keep = {min(whole, key=lambda r: costs[r])} if need_whole and whole else set()
+    kept = list(rest)
+    while sum(costs[r] for r in kept) > FILL * left_s:
+        movable = [r for r in kept[1:] if r not in keep] or [r for r in kept if r not in keep]
+        if not movable:
+            break
+        others = [r for r in movable if r not in ANCHORS]
+        kept.remove(max(others or movable, key=lambda r: costs[r]))
+    return Plan(plan.settings, tuple(r for r in rest if r not in kept), plan.cuts)

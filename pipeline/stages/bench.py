@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -100,6 +101,9 @@ def earlier_runs(out: Path, results: Path = Path("results")) -> list[Path]:
     return sorted(Path(out).parent.glob("*.json")) + sorted(Path(results).glob("*/*.json"))
 
 
+QUICK_KEEP = "PIPELINE_QUICK_KEEP"  # `make bench-quick`: where each finished data set's document is kept
+
+
 def bench_dataset(
     dataset: str,
     parquet: Path,
@@ -111,11 +115,16 @@ def bench_dataset(
     earlier: list[Path] | None = None,
 ) -> dict:
     """Every variant of `settings` on one data set's wide Parquet and shards -> `out`; the
-    estimate printed first scales from `earlier` (default: `earlier_runs(out)`)."""
+    estimate printed first scales from `earlier` (default: `earlier_runs(out)`). A quick run
+    under `make bench-quick` also leaves a copy in the folder QUICK_KEEP names (outside the
+    experiment's scratch copy, which a stopped run loses)."""
     earlier = earlier_runs(out) if earlier is None else earlier
     document = run_bench(dataset, Path(parquet), Path(shards), device, settings, earlier, machine.get("name"))
     document["machine"] = machine
     document["date"] = dt.date.today().isoformat()
     write_bench(document, out)
+    keep = os.environ.get(QUICK_KEEP)
+    if settings.quick and keep:
+        write_json(Path(keep) / f"{dataset}.json", document)
     warn_unstable(document)
     return document
