@@ -241,10 +241,15 @@ def test_the_examples_run_and_give_a_verdict(tmp_path):
 @pytest.mark.parametrize(
     "body, message",
     [
-        ("import time\nwhile True:\n    time.sleep(0.01)\n", r"stopped after 2 s \(--timeout\) before its window was "
-         r"profiled: it iterated 0 DataLoader\(s\) and stepped an optimizer 0 time\(s\)"),
-        (SCRIPT.replace("optimizer.step()", "pass").replace("range(epochs)", "iter(int, 1)"),
-         r"stopped after 2 s \(--timeout\) before its window was profiled: it iterated \d+ DataLoader\(s\)"),
+        (
+            "import time\nwhile True:\n    time.sleep(0.01)\n",
+            r"stopped after 2 s \(--timeout\) before its window was "
+            r"profiled: it iterated 0 DataLoader\(s\) and stepped an optimizer 0 time\(s\)",
+        ),
+        (
+            SCRIPT.replace("optimizer.step()", "pass").replace("range(epochs)", "iter(int, 1)"),
+            r"stopped after 2 s \(--timeout\) before its window was profiled: it iterated \d+ DataLoader\(s\)",
+        ),
     ],
 )
 def test_a_script_that_never_reaches_a_window_is_stopped_at_its_timeout(tmp_path, body, message):
@@ -274,7 +279,9 @@ def test_a_script_that_does_not_compile_is_one_line_with_file_and_line(tmp_path)
     path = script(tmp_path, sleep=0.0, body="import torch\nfor x in range(3)\n    pass\n")
     done = profile("--device", "cpu", str(path), cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip().splitlines() == [f"Error: {path}:2: SyntaxError: expected ':' (the script does not compile)"]
+    assert done.stderr.strip().splitlines() == [
+        f"Error: {path}:2: SyntaxError: expected ':' (the script does not compile)"
+    ]
 
 
 def test_a_ladder_that_is_not_a_bench_document_is_refused_in_one_line(tmp_path):
@@ -286,7 +293,7 @@ def test_a_ladder_that_is_not_a_bench_document_is_refused_in_one_line(tmp_path):
     path = script(tmp_path, sleep=0.0)
     done = profile("--device", "cpu", "--ladder", "not-a-ladder.json", str(path), "1", "done.txt", cwd=tmp_path)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert done.stderr.startswith(f"Error: not-a-ladder.json: ") and not (tmp_path / "done.txt").exists()
+    assert done.stderr.startswith("Error: not-a-ladder.json: ") and not (tmp_path / "done.txt").exists()
     from pipeline.budget import TimeBudget
 
     budget = TimeBudget("cpu", steps=1, skip=0, flops=False, threads_check=0, peak=None)
