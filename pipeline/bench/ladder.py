@@ -45,6 +45,7 @@ from pipeline.bench.estimate import (
     pace_for,
     predict,
     reference_step_s,
+    settings_of,
 )
 from pipeline.bench.figures import FLOOR_OF, finish, seconds_spread, summarise, time_to_accuracy
 from pipeline.bench.hostmem import reuse_host_memory
@@ -223,6 +224,7 @@ class QuickStep:
 
     plan: Plan
     priced_s: dict[str, float]
+    base_s: dict[str, float] = dataclasses.field(default_factory=dict)  # before this run's own pace
 
     @property
     def said(self) -> str:
@@ -251,24 +253,37 @@ def quick_left(settings: BenchSettings, elapsed: float) -> float:
         return left
 
 
-def pricer(announced: Announced, took: dict[str, tuple[float, float]]) -> Pricer:
-    """Each rung's seconds here: the earlier run's (`estimate.predict`) scaled by the two
-    calibrations, then by how this run's rungs so far took against their price (`took`: rung
-    -> (seconds taken, seconds priced); the median rung's ratio, so one rung's one-time cost,
-    a cold disk say, does not reprice the rest); with no earlier run, the median rung so far."""
-    ratios = [t / p for t, p in took.values() if p > 0 and t > 0]
-    behind = min(8.0, max(0.25, statistics.median(ratios))) if ratios else 1.0
+def base_pricer(announced: Announced, took: dict[str, tuple[float, float]]) -> Pricer:
+    """Each rung's seconds here before this run's own pace: the earlier run's parts
+    (`estimate.predict`, corrected as `estimate.pace_for` corrects them by how far `predict`
+    missed that run's own wall time) scaled by the two calibrations; with no earlier run, the
+    median rung this run has taken so far (nothing before the first)."""
     reference = announced.reference
+    if reference is None:
+        typical = statistics.median(t for t, _ in took.values()) if took else 0.0
+        return lambda settings, rest: {rung: typical for rung in rest}
+    scale = announced.calibration.step_s / reference_step_s(reference)
+    wall = reference.get("wall_s")
 
     def price(settings: BenchSettings, rest: tuple[str, ...]) -> dict[str, float]:
-        if reference is None:
-            typical = statistics.median(t for t, _ in took.values()) if took else 0.0
-            return {rung: typical for rung in rest}
-        scale = announced.calibration.step_s / reference_step_s(reference) * behind
         expected = predict(reference, dataclasses.replace(settings, variants=rest))
-        return {rung: expected[rung] * scale for rung in rest}
+        ran = sum(predict(reference, settings_of(reference, settings)).values())
+        missed = (
+            min(2.0, max(0.5, float(wall) / ran)) if ran > 0 and isinstance(wall, (int, float)) and wall > 0 else 1.0
+        )
+        return {rung: expected[rung] * scale * missed for rung in rest}
 
     return price
+
+
+def pricer(announced: Announced, took: dict[str, tuple[float, float]]) -> Pricer:
+    """Each rung's seconds here: `base_pricer`'s, times how this run's rungs so far took
+    against their base price (`took`: rung -> (seconds taken, base seconds); the median
+    rung's ratio, so one rung's one-time cost, a cold disk say, does not reprice the rest)."""
+    ratios = [t / p for t, p in took.values() if p > 0 and t > 0]
+    behind = min(8.0, max(0.25, statistics.median(ratios))) if ratios and announced.reference is not None else 1.0
+    base = base_pricer(announced, took)
+    return lambda settings, rest: {rung: seconds * behind for rung, seconds in base(settings, rest).items()}
 
 
 def plan_quick(
@@ -279,11 +294,13 @@ def plan_quick(
     left_s: float,
     need_whole: bool = True,
 ) -> QuickStep:
-    """The rungs `rest` planned to fit in `left_s` (`quickplan.plan_rest`), and their price."""
+    """The rungs `rest` planned to fit in `left_s` (`quickplan.plan_rest`), their price and
+    their base price (`base_pricer`: what this run's pace is measured against)."""
     price = pricer(announced, took)
     plan = plan_rest(settings, rest, price, left_s, need_whole)
     kept = tuple(r for r in rest if r not in plan.skipped)
-    return QuickStep(plan, price(plan.settings, kept) if kept else {})
+    base = base_pricer(announced, took)(plan.settings, kept) if kept else {}
+    return QuickStep(plan, price(plan.settings, kept) if kept else {}, base)
 
 
 def _run_bench(
@@ -334,7 +351,7 @@ def _run_bench(
                     flush=True,
                 )
                 continue
-            priced = step.priced_s.get(variant, 0.0)
+            priced = step.base_s.get(variant, 0.0)
             left = f"; {duration(time.perf_counter() - started)} so far, about {duration(sum(step.priced_s.values()))} left"
         sampled = variant in planned.sample
         begun = time.perf_counter()
@@ -356,8 +373,9 @@ def _run_bench(
                 run.epoch()
         results[variant]["bench_s"] = round(time.perf_counter() - begun, 1)  # its floor epoch included
         done_parts[variant] = results[variant]["bench_s"]
-        if priced > 0:
-            took[variant] = (time.perf_counter() - begun, priced)
+        if settings.quick:  # its base price, or what it took where nothing priced it
+            taken = time.perf_counter() - begun
+            took[variant] = (taken, priced if priced > 0 else taken)
     n_train = read_manifest(Path(shards) / "train")["count"]
     document = {
         "dataset": dataset,

@@ -53,6 +53,7 @@ def cheaper(settings: BenchSettings, rest: tuple[str, ...]) -> Iterator[Plan]:
 # The rungs the ladder's comparisons rest on: the write-up's baseline, its best, data on the
 # device, and the fast rungs; the others are left out first where time runs short.
 ANCHORS = ("naive", "preprocessed", "device", "compiled", "tuned")
+BASELINE = "naive"  # never left out: the ladder's speed-ups are against it
 
 
 def plan_rest(
@@ -60,7 +61,8 @@ def plan_rest(
 ) -> Plan:
     """The first of `cheaper`'s plans whose price fits in `FILL` of `left_s`; where none does,
     the cheapest, with rungs left out until it fits: the others before the ANCHORS, the
-    dearest first, and the first rung of `rest` only when it alone does not fit. With
+    dearest first, and the first rung of `rest` only when it alone does not fit; never the
+    BASELINE. With
     `need_whole` (no rung has run whole epochs yet), the cheapest rung of `rest` that runs
     whole epochs is kept: the summary's steady epoch needs one."""
     plan = Plan(settings)
@@ -70,6 +72,7 @@ def plan_rest(
     costs = price(plan.settings, rest)
     whole = [r for r in rest if r not in plan.settings.sample]
     keep = {min(whole, key=lambda r: costs[r])} if need_whole and whole else set()
+    keep |= {BASELINE} & set(rest)  # every speed-up is against it
     kept = list(rest)
     while sum(costs[r] for r in kept) > FILL * left_s:
         movable = [r for r in kept[1:] if r not in keep] or [r for r in kept if r not in keep]
