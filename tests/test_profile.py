@@ -302,3 +302,45 @@ def test_a_ladder_that_is_not_a_bench_document_is_refused_in_one_line(tmp_path):
             pass
     with pytest.raises(BudgetError, match=r"^report\(ladder\): expected a bench metrics document"):
         budget.result.report({"mnist": 1})
+
+
+def test_the_commands_own_refusal_inside_the_loop_is_its_one_line_not_the_scripts_failure(tmp_path):
+    """A --device of another type is refused where the loop is found, inside the script: the
+    refusal stays the command's ProfileError, even past the script's own `except Exception`."""
+    from pipeline.budget.findloop import ProfileError, profile_script
+
+    guarded = SCRIPT.replace("for epoch in range(epochs):", "try:\n  for epoch in range(epochs):").replace(
+        'done.write_text("finished")', 'except Exception:\n    pass\ndone.write_text("finished")'
+    )
+    guarded = "\n".join(
+        ("  " + line if line.startswith("    ") or line.startswith("        ") else line)
+        for line in guarded.splitlines()
+    )
+    path = script(tmp_path, sleep=0.0, body=guarded)
+    compile(path.read_text(), str(path), "exec")  # the guarded script is valid Python
+    with pytest.raises(ProfileError, match=r"^--device meta: the script's loop trains on cpu"):
+        profile_script(path, ["1", str(tmp_path / "done.txt")], device="meta", steps=2, skip=1, timeout_s=60)
+
+
+@pytest.mark.slow
+def test_keep_going_lets_the_script_run_past_the_timeout_once_the_window_is_done(tmp_path):
+    """--timeout bounds the wait for the window; after it, --keep-going runs to the end."""
+    body = SCRIPT + "import time\ntime.sleep(31)\ndone.write_text('finished late')\n"  # past the timeout
+    path = script(tmp_path, sleep=0.0, body=body)
+    done = profile(
+        "--device",
+        "cpu",
+        "--timeout",
+        "30",  # room to reach the window on a busy host; the script then sleeps past it
+        "--steps",
+        "2",
+        "--skip",
+        "1",
+        "--keep-going",
+        str(path),
+        "1",
+        "done.txt",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "done.txt").read_text() == "finished late"

@@ -21,7 +21,8 @@ import os
 import runpy
 import signal
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
@@ -43,6 +44,15 @@ class WindowDone(BaseException):
     BaseException, so the script's own `except Exception` does not swallow it."""
 
 
+class Refused(BaseException):
+    """The command's own refusal (a ProfileError) raised inside the script's loop, carried
+    past the script's `except Exception` and re-raised as it is."""
+
+    def __init__(self, error: ProfileError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class TimedOut(BaseException):
     """Raised inside the script when `timeout_s` has passed (SIGALRM): a BaseException, for
     the same reason as WindowDone."""
@@ -62,22 +72,28 @@ def script_traceback(err: BaseException, script: Path) -> str:
 
 
 @contextmanager
-def deadline(seconds: float | None) -> Iterator[None]:
-    """TimedOut raised in the main thread once `seconds` have passed (none: no deadline)."""
-    if not seconds:
+def deadline(seconds: float | None, waiting: Callable[[], bool] = lambda: True) -> Iterator[None]:
+    """TimedOut raised in the main thread once `seconds` have passed while `waiting()` (the
+    window not yet profiled) holds; none: no deadline. Off the main thread, where signals
+    cannot be set, there is none either. A timer and handler set before are put back."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def expired(*_: object) -> None:
-        raise TimedOut
+        if waiting():
+            raise TimedOut
 
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    before = signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        if previous is not None:
+            signal.signal(signal.SIGALRM, previous)
+        if before[0] > 0:
+            signal.setitimer(signal.ITIMER_REAL, *before)
 
 
 class Watch:
@@ -103,9 +119,11 @@ class Watch:
         --device that names another type is refused, not measured as the wrong device."""
         device = self.trained_on or torch.device("cpu")
         if self.device is not None and self.device.type != device.type:
-            raise ProfileError(
-                f"--device {self.device}: the script's loop trains on {device} (its optimizer's "
-                f"parameters); give --device {device.type} or leave --device out"
+            raise Refused(
+                ProfileError(
+                    f"--device {self.device}: the script's loop trains on {device} (its optimizer's "
+                    f"parameters); give --device {device.type} or leave --device out"
+                )
             )
         return TimeBudget(self.device or device, steps=self.steps, skip=self.skip, trace=self.trace)
 
@@ -199,10 +217,12 @@ def profile_script(
     saved_argv, saved_path, saved_cwd = sys.argv, list(sys.path), os.getcwd()
     sys.argv, sys.path[0:0] = [str(script), *args], [str(script.resolve().parent)]
     try:
-        with deadline(timeout_s):
+        with deadline(timeout_s, lambda: watch.budget is None or not watch.budget.done):
             runpy.run_path(str(script), run_name="__main__")
     except WindowDone:
         pass
+    except Refused as refused:
+        raise refused.error from None
     except TimedOut:
         if watch.budget is None or not watch.budget.done:
             raise ProfileError(
