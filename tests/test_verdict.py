@@ -82,7 +82,7 @@ def test_a_step_faster_than_the_probed_peak_claims_no_share_of_it():
     loop = budget({"compute": 0.9, "overhead": 0.1}, step_s=step, flop_per_step=22 * PEAK.float32 * step)
     said = verdict(loop)
     assert said.startswith("COMPUTE-BOUND (weak evidence): "), said
-    assert "above the float32 peak probed here" in said and "peak.json" in said
+    assert "above the peak probed here" in said and "peak.json" in said
     assert "% of this CPU's float32 peak" not in said and "2.2e+03%" not in said
     assert "bf16 autocast (" not in said and "so bf16 autocast is untested" in said  # not on that probe's word
 

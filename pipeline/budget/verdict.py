@@ -203,11 +203,20 @@ def raw_fraction(budget) -> float | None:
     return achieved / budget.peak.float32_at(budget.intra_threads) if achieved and budget.peak else None
 
 
-def compute_fraction(budget) -> float | None:
-    """`raw_fraction`, or None where it exceeds PLAUSIBLE: a step cannot outrun the device's
-    ceiling, so the probe measured a busy moment and no share of it is claimed."""
+def outran_probe(budget) -> bool:
+    """Whether the step computed faster than PLAUSIBLE times the fastest rate the probe
+    measured (any dtype: a bf16 or TF32 loop may beat float32's): then the probe ran in a
+    busy moment, and no share of it is claimed, nor any lever advised on its word."""
     fraction = raw_fraction(budget)
-    return None if fraction is None or fraction > PLAUSIBLE else fraction
+    if fraction is None:
+        return False
+    fastest = max(budget.peak.rates.values()) / budget.peak.float32
+    return fraction > PLAUSIBLE * fastest
+
+
+def compute_fraction(budget) -> float | None:
+    """`raw_fraction`, or None where the step outran the probe (`outran_probe`)."""
+    return None if outran_probe(budget) else raw_fraction(budget)
 
 
 def percent(fraction: float) -> str:
@@ -238,11 +247,12 @@ def _compute_evidence(budget) -> tuple[str, str, bool]:
             if not budget.flop_per_step
             else "no peak of this device to set them against"
         )
-        if raw_fraction(budget) is not None:  # above the ceiling: the probe ran on a busy moment
+        if outran_probe(budget):
+            ceiling = budget.peak.float32_at(budget.intra_threads)
             why = (
-                f"the step computes at {rate(budget.achieved_flop_s())}, above the float32 peak probed here "
-                f"({rate(budget.peak.float32)}): that probe ran in a busy moment (a new one is taken on a quiet "
-                f"host: delete {peak_cache_file()})"
+                f"the step computes at {rate(budget.achieved_flop_s())}, above the peak probed here "
+                f"({rate(ceiling)} float32 at its threads, {rate(max(budget.peak.rates.values()))} at best): that "
+                f"probe ran in a busy moment (a new one is taken on a quiet host: delete {peak_cache_file()})"
             )
         return "compute", f"{why}, so how hard they compute is unknown{each}", True
     gpu = budget.kernels_per_step is not None
@@ -361,7 +371,7 @@ def _compute_rule(budget) -> Rule:
     base = rule_for("compute", budget.device)
     levers, against = [], []
     peak = budget.peak
-    probed_busy = (raw_fraction(budget) or 0.0) > PLAUSIBLE  # the step outran the probe: not to be trusted
+    probed_busy = outran_probe(budget)  # the step outran the probe: not to be trusted
     speedup = peak.over_float32("bfloat16") if peak is not None and not probed_busy else None
     if probed_busy:
         against.append("the peak probe ran in a busy moment, so bf16 autocast is untested")
