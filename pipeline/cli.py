@@ -72,6 +72,11 @@ def stage_command(func: F) -> F:
             if kwargs.get("dataset") is not None:
                 check_names([kwargs["dataset"]])
             return func(*args, **kwargs)
+        except KeyboardInterrupt:  # Ctrl-C: one line, not click's "Aborted!" (every stage writes beside, then swaps)
+            if click.get_current_context().find_root().params.get("debug"):
+                raise
+            click.echo("Stopped (Ctrl-C): nothing this command writes was replaced", err=True)
+            raise SystemExit(130) from None
         except ModuleNotFoundError as err:  # an environment without one of the project's packages
             if click.get_current_context().find_root().params.get("debug") or not err.name:
                 raise

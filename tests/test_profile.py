@@ -344,3 +344,29 @@ def test_keep_going_lets_the_script_run_past_the_timeout_once_the_window_is_done
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "done.txt").read_text() == "finished late"
+
+
+def test_ctrl_c_is_one_line_and_status_130(tmp_path):
+    """Ctrl-C in any command ends in one line and exit 130, not click's "Aborted!" or a
+    traceback: here while a profiled script waits for its first batch."""
+    import signal
+    import time
+
+    path = script(tmp_path, sleep=0.0, body="import sys, time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "profile", "--device", "cpu", str(path)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]},
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)  # a bound on the wait, not a measure
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and err.strip() == "Stopped (Ctrl-C): nothing this command writes was replaced", err
