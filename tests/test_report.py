@@ -558,3 +558,23 @@ def test_another_recipe_is_never_the_best_here_nor_compared_by_its_wall_time(tmp
         "| tuned | 1.00 | n/a | 0.100 | 0.100 | 5.00 | 0.9700 | n/a | 40.0x | n/a |"
         in (root / "docs/results.md").read_text()
     )
+
+
+def test_a_quick_runs_line_says_what_its_budget_cut(tmp_path):
+    """A quick run whose plan cut steps or left rungs out says so in its ladder's line, and
+    does not state the settings' sampled steps as the steps every rung ran."""
+    import json
+
+    from pipeline.stages.report.data import collect_runs
+    from pipeline.stages.report.tables import machine_line
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "metrics/bench/mnist.json").read_text())
+    doc["params"]["quick"] = True
+    doc["quick_plan"] = {"budget_s": 90.0, "cuts": ["2 sampled steps an epoch"], "skipped": ["graphed", "tuned"]}
+    (tmp_path / "mnist.json").write_text(json.dumps(doc))
+    line = machine_line(collect_runs([tmp_path / "mnist.json"], None)[0])
+    assert "within its 1.50 min: 2 sampled steps an epoch; graphed, tuned left out" in line
+    assert "steps or fewer" in line
+    doc["quick_plan"] = {"budget_s": 90.0, "cuts": [], "skipped": []}  # nothing cut: nothing said
+    (tmp_path / "mnist.json").write_text(json.dumps(doc))
+    assert "within its" not in machine_line(collect_runs([tmp_path / "mnist.json"], None)[0])

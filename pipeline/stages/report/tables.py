@@ -63,6 +63,11 @@ def machine_line(run: Run) -> str:
         else ""
     )
     quick = "**quick run** (`bench.quick`: fewer epochs and steps, no spread): " if p.quick else ""
+    plan = d.quick_plan
+    if plan is not None and (plan.cuts or plan.skipped):  # what the budget cut, where it cut anything
+        cuts = [text(cut) for cut in plan.cuts] + ([f"{', '.join(plan.skipped)} left out"] if plan.skipped else [])
+        sampled = f"; sampled rungs: {p.sample_steps} steps or fewer x {p.sample_epochs} epochs" if sampled else ""
+        sampled += f"; within its {num(plan.budget_s / 60)} min: {'; '.join(cuts)}"
     return f"{quick}{what}{when}; {p.epochs} epochs, batch {p.batch_size}{sampled} ({source})"
 
 
