@@ -54,6 +54,10 @@ def stopped(new: set[Path], datasets: list[str], why: str, since: float) -> str:
     return f"bench-quick {why}: {done} finished{where}{left}; its scratch copy removed"
 
 
+def interrupted(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -82,10 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         "-S", "bench.quick=true", "-S", f"bench.quick_minutes={per:g}",
     ]  # fmt: skip
     child = subprocess.Popen(command, cwd=ROOT, env=env)
+    signal.signal(signal.SIGTERM, interrupted)  # a SIGTERM stops the run as Ctrl-C does
     try:
         status = child.wait()
-    except KeyboardInterrupt:  # the terminal sent SIGINT to dvc and its stage too: let them end
+    except KeyboardInterrupt:  # Ctrl-C reached dvc and its stage too; a SIGTERM only this process
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
         try:
             child.wait(timeout=30)
         except subprocess.TimeoutExpired:
