@@ -48,7 +48,7 @@ def step(name: str, work: Path) -> dict:
 
     from pipeline.core.codec import Codec
     from pipeline.core.parquet import iter_parquet_arrays
-    from pipeline.stages.convert import write_compact, write_wide
+    from pipeline.stages.convert.stage import write_compact, write_wide
 
     peak, stop = [anon_mb()], threading.Event()
 

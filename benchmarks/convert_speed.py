@@ -34,7 +34,7 @@ def _seed(csv: str, out: str) -> dict:
 def _layout(name: str):
     def run(csv: str, out: str) -> dict:
         from pipeline.core.codec import Codec
-        from pipeline.stages.convert import write_compact, write_wide
+        from pipeline.stages.convert.stage import write_compact, write_wide
 
         dest = Path(out) / f"{name}.parquet"
         (write_compact if name == "compact" else write_wide)(Path(csv), dest, Codec("snappy"), 65536)
@@ -45,7 +45,7 @@ def _layout(name: str):
 
 def _both(csv: str, out: str) -> dict:
     from pipeline.core.codec import Codec
-    from pipeline.stages.convert import convert_split
+    from pipeline.stages.convert.stage import convert_split
 
     paths = {layout: Path(out) / f"{layout}.parquet" for layout in ("wide", "compact")}
     convert_split(Path(csv), paths, Codec("snappy"), 65536)
@@ -61,7 +61,7 @@ TARGETS = {
 
 
 def _child(name: str, csv: str, out: str, repeats: int, queue) -> None:
-    importlib.import_module("pandas" if name.startswith("seed") else "pipeline.stages.convert")  # not timed
+    importlib.import_module("pandas" if name.startswith("seed") else "pipeline.stages.convert.stage")  # not timed
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -174,7 +174,7 @@ def run_stage(stage: str, engine: str, work: Path) -> None:
     `convert-writes`: the same without the stage's read-back measurement (each file read again,
     a row group at a time), so that what the writing itself takes and holds shows."""
     if stage.startswith("convert"):
-        import pipeline.stages.convert as convert
+        import pipeline.stages.convert.stage as convert
 
         if stage == "convert-writes":
             convert.measure_reads = sizes_only
@@ -183,7 +183,7 @@ def run_stage(stage: str, engine: str, work: Path) -> None:
             work / "csv", out, work / f"figures-{stage}-{engine}.json", CODEC, ROW_GROUP, engine=engine
         )
     else:
-        from pipeline.stages.shard import shard_dataset
+        from pipeline.stages.shard.stage import shard_dataset
 
         shard_dataset(
             work / "pq-local-writes" / "compact", work / f"shards-{engine}", "bench", SHARD, "none", 3, engine=engine
@@ -221,9 +221,9 @@ def tree_digest(folder: Path) -> dict[str, str]:
 def parts(work: Path, rows: dict[str, int]) -> dict:
     """Seconds, in this one process, of one task's work and of the serial work of each stage."""
     from pipeline.core.codec import Codec
-    from pipeline.stages.convert import write_compact
-    from pipeline.stages.ray_convert import BLOCK_BYTES, parse_range, plan_ranges
-    from pipeline.stages.shard_source import plan_blocks, split_digests, write_block
+    from pipeline.stages.convert.ray import BLOCK_BYTES, parse_range, plan_ranges
+    from pipeline.stages.convert.stage import write_compact
+    from pipeline.stages.shard.source import plan_blocks, split_digests, write_block
 
     csv = work / "csv" / "train.csv"
     ranges = plan_ranges(csv, BLOCK_BYTES)

@@ -24,14 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 STEPS = {
-    "convert (CSV -> compact Parquet)": "from pipeline.core.codec import Codec\nfrom pipeline.stages.convert import write_compact\nfrom pipeline.core.parquet import write_checksums\n"
+    "convert (CSV -> compact Parquet)": "from pipeline.core.codec import Codec\nfrom pipeline.stages.convert.stage import write_compact\nfrom pipeline.core.parquet import write_checksums\n"
     "from pathlib import Path\nimport shutil\n"
     "d = Path(W) / 'pq' / 'compact'; d.mkdir(parents=True, exist_ok=True)\n"
     "write_compact(Path(W) / 'train.csv', d / 'train.parquet', Codec.parse('zstd-3'), 65536)\n"
     "shutil.copy(d / 'train.parquet', d / 'test.parquet'); (Path(W) / 'pq' / 'wide').mkdir(exist_ok=True)\n"
     "for s in ('train', 'test'): shutil.copy(d / 'train.parquet', Path(W) / 'pq' / 'wide' / f'{s}.parquet')\n"
     "write_checksums(Path(W) / 'pq')",
-    "shard, streaming writer": "from pipeline.stages.shard import stream_split\nfrom pathlib import Path\n"
+    "shard, streaming writer": "from pipeline.stages.shard.stage import stream_split\nfrom pathlib import Path\n"
     "stream_split(Path(W) / 'pq/compact/train.parquet', Path(W) / 'shards/train', dataset='x', split='train',"
     " samples_per_shard=32768)",
     "shard, in-memory writer": "from pipeline.core.parquet import read_parquet_arrays\nfrom pipeline.shards import write_split\n"

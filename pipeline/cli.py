@@ -195,8 +195,8 @@ def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> Non
     """
     from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
-    from pipeline.stages.fetch import FetchSettings, fetch_dataset, load_sources
-    from pipeline.stages.fetch_settings import FetchParams
+    from pipeline.stages.fetch.settings import FetchParams
+    from pipeline.stages.fetch.stage import FetchSettings, fetch_dataset, load_sources
 
     settings = FetchSettings(**read_section(params_path, FetchParams, "fetch").model_dump())
     files, mirrors = load_sources(sources_path, dataset)
@@ -250,8 +250,8 @@ def convert(
     from pipeline.core.errors import InputError
     from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
-    from pipeline.stages.convert import convert_dataset
-    from pipeline.stages.convert_settings import ConvertParams
+    from pipeline.stages.convert.settings import ConvertParams
+    from pipeline.stages.convert.stage import convert_dataset
 
     try:
         Codec.parse(codec)
@@ -283,7 +283,7 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
     """Gather every convert stage's figures into the codec size/speed table."""
     from pipeline.core.params import read_datasets, read_section
     from pipeline.stages.codecs import write_codecs
-    from pipeline.stages.convert_settings import ConvertParams
+    from pipeline.stages.convert.settings import ConvertParams
 
     convert = read_section(params_path, ConvertParams, "convert")
     write_codecs(figures, read_datasets(params_path), list(convert.codecs), metrics, plot)
@@ -309,9 +309,9 @@ def shard(dataset: str, parquet: str, out: Path, sources_path: Path, params_path
     split is refused, naming what it holds); the manifest records both digests."""
     from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
-    from pipeline.stages.shard import shard_dataset
-    from pipeline.stages.shard_settings import ShardParams
-    from pipeline.stages.shard_source import parquet_source, published_pins
+    from pipeline.stages.shard.settings import ShardParams
+    from pipeline.stages.shard.source import parquet_source, published_pins
+    from pipeline.stages.shard.stage import shard_dataset
 
     settings = read_section(params_path, ShardParams, "shard")
     source = parquet_source(parquet, settings.engine)
@@ -372,10 +372,10 @@ def bench(
     left, goes to stderr; a variant whose epochs disagree is marked unstable and named in a
     warning at the end.
     """
+    from pipeline.bench.params import BenchParams
     from pipeline.bench.settings import settings_from_params
+    from pipeline.bench.stage import bench_dataset, read_machine
     from pipeline.core.params import read_section
-    from pipeline.stages.bench import bench_dataset, read_machine
-    from pipeline.stages.bench_settings import BenchParams
 
     settings = settings_from_params(read_section(params_path, BenchParams, "bench").model_dump())
     bench_dataset(dataset, parquet, shards, out, resolve_device(device), settings, read_machine(machine_path))
@@ -391,7 +391,7 @@ def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> Non
     """The headline figures that `dvc metrics show` / `dvc exp show` compare: per data set,
     the train Parquet MB in the codec under study and the fastest steady epoch."""
     from pipeline.core.params import read_datasets, read_section
-    from pipeline.stages.convert_settings import ConvertParams
+    from pipeline.stages.convert.settings import ConvertParams
     from pipeline.stages.summary import write_summary
 
     convert = read_section(params_path, ConvertParams, "convert")
@@ -516,7 +516,7 @@ def profile(
 
     quoted = read_json(ladder, 64 << 20, "bench metrics file") if ladder else None
     if quoted is not None:  # refused in one line, not ignored: the verdict would quote nothing
-        from pipeline.stages.metrics import BenchDoc, validate
+        from pipeline.bench.document import BenchDoc, validate
 
         validate(ladder, quoted, BenchDoc)
     json_path, trace = (path.resolve() if path else None for path in (json_path, trace))  # the script may chdir
@@ -644,8 +644,8 @@ def train(
     """
     from pipeline.core.location import is_url
     from pipeline.core.params import read_section
-    from pipeline.stages.train import TrainRun, train_ddp
-    from pipeline.stages.train_settings import TrainParams
+    from pipeline.stages.train.settings import TrainParams
+    from pipeline.stages.train.stage import TrainRun, train_ddp
 
     if not is_url(shards) and not Path(shards).is_dir():
         raise click.BadParameter(f"{shards} is neither a folder nor a URL", param_hint="--shards")

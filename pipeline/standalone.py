@@ -13,7 +13,7 @@ bench as `dvc repro`:
   pipeline's bench reads (params.yaml's bench.parquet_codec); same rows and values as the
   convert stage writes;
 - shards: `writer.write_split`, the shard stage's own writer fed from memory;
-- bench: `bench.run_bench` with params.yaml's `bench` block.
+- bench: `ladder.run_bench` with params.yaml's `bench` block.
 
 Results go to `results/<machine>/<dataset>.json` with the machine's fingerprint (the machine
 stage's), the project's commit and the date, for the report stage to render in the README.
@@ -32,16 +32,15 @@ import torch
 
 from pipeline.bench.ladder import run_bench
 from pipeline.bench.settings import settings_from_params
+from pipeline.bench.stage import warn_unstable, write_bench
 from pipeline.budget.machine import fingerprint
 from pipeline.core.atomic import atomic_path
 from pipeline.core.dataset import COLUMNS, SPLITS
 from pipeline.core.params import load_params, section
 from pipeline.core.parquet import write_checksums
 from pipeline.shards.writer import write_split
-from pipeline.stages.bench import warn_unstable, write_bench
-from pipeline.stages.fetch import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
-from pipeline.stages.idx import read_split
-from pipeline.stages.sample import MNIST
+from pipeline.stages.fetch.stage import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
+from pipeline.stages.mnist import MNIST, read_split
 
 
 def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path, codec: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.stages.idx import idx_bytes
+from pipeline.stages.mnist import idx_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -220,7 +220,7 @@ def pauses(monkeypatch) -> list[float]:
         else:
             sleep(seconds)
 
-    monkeypatch.setattr("pipeline.stages.fetch.time.sleep", record)
+    monkeypatch.setattr("pipeline.stages.fetch.stage.time.sleep", record)
     return taken
 
 

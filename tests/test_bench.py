@@ -35,13 +35,13 @@ from pipeline.bench.runners import (
 )
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
 from pipeline.bench.settings import native_bf16
+from pipeline.bench.stage import write_bench
 from pipeline.bench.variants import VARIANTS
 from pipeline.core.params import ParamsError
 from pipeline.shards import DeviceBatches
-from pipeline.stages.bench import write_bench
-from pipeline.stages.convert import convert_dataset
+from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
-from pipeline.stages.shard import shard_dataset
+from pipeline.stages.shard.stage import shard_dataset
 
 CPU = torch.device("cpu")
 
@@ -98,7 +98,7 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
     )
     doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
     assert list(doc["variants"]) == list(VARIANTS)
-    from pipeline.stages.metrics import BenchDoc, undeclared, validate
+    from pipeline.bench.document import BenchDoc, undeclared, validate
 
     validate("doc", doc, BenchDoc)
     assert undeclared(doc, BenchDoc) == []  # every key the bench writes, its readers declare
@@ -582,7 +582,7 @@ def test_unstable_variants_are_marked_with_why():
 def test_stage_warns_once_naming_the_unstable(capsys):
     import io
 
-    from pipeline.stages.bench import warn_unstable
+    from pipeline.bench.stage import warn_unstable
 
     stream = io.StringIO()
     warn_unstable(

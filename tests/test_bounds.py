@@ -43,12 +43,12 @@ from pipeline.core.dataset import CSV_LINE_MAX, CSV_ROW_MAX
 from pipeline.core.errors import DataError, InputError
 from pipeline.core.params import ParamsError, load_params
 from pipeline.core.sources import SourcesError, known_rows
-from pipeline.stages.convert import convert_dataset
+from pipeline.stages.convert.csvread import _parse_block as _REAL_PARSE_BLOCK  # taken before any test patches it
+from pipeline.stages.convert.csvread import iter_csv
+from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import render_csvs, write_csv
-from pipeline.stages.csvread import _parse_block as _REAL_PARSE_BLOCK  # taken before any test patches it
-from pipeline.stages.csvread import iter_csv
-from pipeline.stages.fetch import FetchError, FetchSettings, fetch_dataset, load_sources
-from pipeline.stages.idx import IdxError, parse_idx, read_idx, read_split, write_idx
+from pipeline.stages.fetch.stage import FetchError, FetchSettings, fetch_dataset, load_sources
+from pipeline.stages.mnist import IdxError, parse_idx, read_idx, read_split, write_idx
 from pipeline.stages.params import validate_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,7 +265,7 @@ def test_parquet_with_more_rows_than_the_data_set_is_refused_before_a_page(parqu
         for _ in range(6):
             w.write_table(compact_table(zeros[:, 0], zeros))
     write_checksums(parquet.parent)
-    from pipeline.stages.shard import shard_dataset
+    from pipeline.stages.shard.stage import shard_dataset
 
     read = []  # refused from the footer's row count, before a single row is read
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", lambda self, *a, **k: read.append(1) or iter(()))
@@ -804,7 +804,7 @@ def test_os_failures_are_one_line_naming_the_output(files, csv_dir, parquet, mon
     (out / MARKER).write_text("an earlier run's\n")  # the stage's own earlier output, which it may replace
     common = ["--sources", str(files / "sources.yaml"), "--params", str(files / "params.yaml")]
     if stage == "fetch":
-        monkeypatch.setattr("pipeline.stages.fetch._Content._emit", _fail_with(number))
+        monkeypatch.setattr("pipeline.stages.fetch.stage._Content._emit", _fail_with(number))
         args, written = ["fetch", "tiny", "--out", str(out), *common], out / "test-images.idx"  # the first file
         monkeypatch.setenv("PIPELINE_MIRROR", str(files / "mirror"))
     elif stage == "convert":
@@ -993,7 +993,7 @@ def test_manifest_count_that_cannot_be_allocated(tmp_path):
         "xxh3_128": "b" * 32,
     }
     (tmp_path / "s").mkdir()
-    from pipeline.stages.sample import MNIST
+    from pipeline.stages.mnist import MNIST
 
     write_manifest(
         tmp_path / "s",
@@ -1022,7 +1022,7 @@ def test_compact_parquet_without_label(parquet, tmp_path):
     import pyarrow.parquet as pq
 
     from pipeline.core.parquet import IMAGE_TYPE, write_checksums
-    from pipeline.stages.shard import shard_dataset
+    from pipeline.stages.shard.stage import shard_dataset
 
     table = pq.read_table(parquet / "train.parquet")
     pq.write_table(pa.table({"image": table.column("image").cast(IMAGE_TYPE)}), parquet / "train.parquet")
@@ -1143,7 +1143,7 @@ def csv_lines(draw):
 def test_csv_block_parser_never_crashes_and_parses_only_bounded_lines(tmp_path, monkeypatch, lines, end, block):
     """Whatever the lines: rows come back exactly, or a DataError; and the parser is only
     ever handed blocks of at most `block` + one line, whose every line is a row's length."""
-    import pipeline.stages.csvread as convert
+    import pipeline.stages.convert.csvread as convert
 
     real = _REAL_PARSE_BLOCK
 
@@ -1263,7 +1263,7 @@ def test_manifest_check_never_crashes(path, value, whole):
     whole): the check returns it or raises a ShardError naming the file, nothing else."""
     from pipeline.shards import ShardError
     from pipeline.shards.format import BLOCK_BYTES, check_manifest, new_manifest, shard_file
-    from pipeline.stages.sample import MNIST
+    from pipeline.stages.mnist import MNIST
 
     shards = [
         {

@@ -13,9 +13,9 @@ from conftest import ROOT, make_split
 from pipeline.core.codec import Codec
 from pipeline.core.parquet import read_parquet_arrays
 from pipeline.stages.codecs import write_codecs
-from pipeline.stages.convert import convert_dataset
+from pipeline.stages.convert.csvread import iter_csv
+from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import DataError, write_csv
-from pipeline.stages.csvread import iter_csv
 
 
 @pytest.fixture
@@ -213,7 +213,7 @@ def test_codec_table(tmp_path, csv_dir):
 def test_row_groups_are_exact_whatever_the_blocks():
     """Blocks smaller than, straddling and larger than a row group: every group but the last
     holds exactly `rows`, in order (so the file's bytes do not depend on the CSV reader's blocks)."""
-    from pipeline.stages.convert import _RowGroups
+    from pipeline.stages.convert.stage import _RowGroups
 
     class Recorder:  # keeps what a ParquetWriter would have written (the buffer is reused)
         def __init__(self) -> None:
@@ -294,7 +294,7 @@ def test_rows_counted_across_csv_blocks_and_figures_consistent(tmp_path, csv_dir
     import functools
     import time
 
-    import pipeline.stages.convert as convert
+    import pipeline.stages.convert.stage as convert
 
     monkeypatch.setattr(convert, "iter_csv", functools.partial(convert.iter_csv, block_bytes=8192))
     start = time.perf_counter()
@@ -365,7 +365,7 @@ def test_ctrl_c_stops_the_conversion_at_once():
     import threading
     import time
 
-    from pipeline.stages.convert import interruptible
+    from pipeline.stages.convert.stage import interruptible
 
     started = threading.Event()  # Ctrl-C once the work runs: never before the stage's thread waits for it
 
@@ -436,7 +436,7 @@ def test_the_read_back_by_row_group_gives_the_whole_files_values(tmp_path, layou
     """`iter_parquet_arrays`: row group after row group, the very rows `read_parquet_arrays`
     reads whole, in order; a damaged group is one line naming the file."""
     from pipeline.core.parquet import iter_parquet_arrays
-    from pipeline.stages.convert import write_compact, write_wide
+    from pipeline.stages.convert.stage import write_compact, write_wide
 
     images, labels = make_split(1000, 3)
     write_csv(images, labels, tmp_path / "train.csv")
@@ -465,13 +465,13 @@ def test_the_convert_stages_read_back_holds_a_row_group_not_the_file(tmp_path):
     import subprocess
     import sys
 
-    from pipeline.stages.convert import write_wide
+    from pipeline.stages.convert.stage import write_wide
 
     write_csv(*make_split(40_000, 5), tmp_path / "train.csv")
     write_wide(tmp_path / "train.csv", tmp_path / "wide.parquet", Codec.parse("none"), 2000)
     whole_mb = 40_000 * 785 / 1e6
     script = (
-        "import resource, sys\nfrom pathlib import Path\nfrom pipeline.stages.convert import measure_reads\n"
+        "import resource, sys\nfrom pathlib import Path\nfrom pipeline.stages.convert.stage import measure_reads\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "figures = {'rows': 40000, 'wide': {}}\n"
         "measure_reads({'wide': Path(sys.argv[1])}, figures)\n"

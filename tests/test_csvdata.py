@@ -4,7 +4,7 @@ import pytest
 
 from pipeline.core.dataset import COLUMNS
 from pipeline.stages.csvdata import HEADER, DataError, copy_csv, render_csvs, write_csv
-from pipeline.stages.idx import write_idx
+from pipeline.stages.mnist import write_idx
 
 
 def test_exact_bytes_for_known_input(tmp_path):

@@ -229,12 +229,12 @@ CONVERTS = {f"convert@{name}-{codec}" for name in ("tiny", "tiny-b") for codec i
 @pytest.mark.parametrize(
     "path, stages",
     [
-        ("pipeline/stages/fetch.py", {"fetch@tiny", "fetch@tiny-b"}),
+        ("pipeline/stages/fetch/stage.py", {"fetch@tiny", "fetch@tiny-b"}),
         ("pipeline/stages/report/tables.py", {"report"}),
         ("pipeline/bench/runners.py", {"bench@tiny", "bench@tiny-b"}),
         ("pipeline/shards/writer.py", {"shard@tiny", "shard@tiny-b"}),
         # a stage's settings model: that stage and the params check, nothing upstream
-        ("pipeline/stages/shard_settings.py", {"params", "shard@tiny", "shard@tiny-b"}),
+        ("pipeline/stages/shard/settings.py", {"params", "shard@tiny", "shard@tiny-b"}),
         # the rung names, and which train the write-up's recipe (read where results are judged)
         ("pipeline/bench/variants.py", {"params", "bench@tiny", "bench@tiny-b", "summary", "report"}),
         ("pipeline/core/codec.py", {"params", "codecs", "summary"} | CONVERTS),  # the codec parser

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline.stages.fetch import (
+from pipeline.stages.fetch.stage import (
     FetchError,
     FetchSettings,
     FileSpec,
@@ -16,7 +16,7 @@ from pipeline.stages.fetch import (
     mirror_bases,
     parse_files,
 )
-from pipeline.stages.idx import idx_bytes, read_idx
+from pipeline.stages.mnist import idx_bytes, read_idx
 
 FAST = FetchSettings(timeout_s=1.0, retries=1, backoff_s=0.01)
 
@@ -166,7 +166,7 @@ def test_checksum_mismatch_lists_every_mirror(tmp_path, tiny, http_server):
     name = "test-labels.idx"
     bad = tiny.arrays["test_labels"].copy()
     bad[0] = (bad[0] + 1) % 10
-    from pipeline.stages.idx import idx_bytes
+    from pipeline.stages.mnist import idx_bytes
 
     corrupt = gzip.compress(idx_bytes(bad))
     serve(http_server, "/m", tiny, {"t10k-labels-idx1-ubyte.gz": corrupt})
@@ -345,7 +345,7 @@ def test_mirror_paths_with_url_characters(tmp_path, tiny, monkeypatch):
 
 def test_empty_file_is_content_too(tmp_path):
     """A 0-byte file whose checksum is that of nothing is fetched (not mistaken for gzip)."""
-    from pipeline.stages.fetch import FileSpec, fetch_file
+    from pipeline.stages.fetch.stage import FileSpec, fetch_file
 
     (tmp_path / "mirror").mkdir()
     (tmp_path / "mirror" / "empty.csv").write_bytes(b"")

@@ -21,11 +21,11 @@ from pipeline.core.errors import DataError
 from pipeline.core.params import ParamsError
 from pipeline.core.parquet import read_parquet_arrays
 from pipeline.shards import ShardDataset, ShardError, read_manifest, read_split
-from pipeline.stages.convert import convert_dataset
+from pipeline.stages.convert.csvread import iter_csv
+from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
-from pipeline.stages.csvread import iter_csv
 from pipeline.stages.params import validate_params
-from pipeline.stages.shard import shard_dataset
+from pipeline.stages.shard.stage import shard_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -572,7 +572,7 @@ def test_cli_hostile_manifest_in_bench(tmp_path, shard_dir):
 def test_streamed_shard_writer_checks_page_crcs_itself(csv_dir, tmp_path):
     """Uncompressed pages: one flipped pixel byte decodes fine, only the page CRC sees it.
     stream_split (called without the stage's SHA256SUMS check) must refuse the file."""
-    from pipeline.stages.shard import stream_split
+    from pipeline.stages.shard.stage import stream_split
 
     convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "f.json", "none")
     path = tmp_path / "pq" / "compact" / "train.parquet"
@@ -664,7 +664,7 @@ def test_one_sha256sums_rule_for_both_engines_a_file_named_twice_is_refused():
     second line for the same file is a damaged list, not a correction that wins."""
     from pipeline.core.errors import DataError
     from pipeline.core.parquet import parse_sums
-    from pipeline.stages import ray_shard
+    from pipeline.stages.shard import ray as ray_shard
 
     good, bad = "a" * 64, "b" * 64
     assert parse_sums(f"{good}  compact/train.parquet\n", "S") == {"compact/train.parquet": good}

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pipeline.core.errors import DataError
-from pipeline.stages.idx import IdxError, idx_bytes, parse_idx, read_idx, read_split, write_idx
+from pipeline.stages.mnist import IdxError, idx_bytes, parse_idx, read_idx, read_split, write_idx
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 28, 28), (2, 3, 4, 5)])

@@ -123,9 +123,9 @@ def test_a_quick_bench_with_too_little_time_cuts_and_records_what_it_cut(tmp_pat
     from conftest import make_split
 
     from pipeline.bench.ladder import run_bench
-    from pipeline.stages.convert import convert_dataset
+    from pipeline.stages.convert.stage import convert_dataset
     from pipeline.stages.csvdata import write_csv
-    from pipeline.stages.shard import shard_dataset
+    from pipeline.stages.shard.stage import shard_dataset
 
     data = tmp_path / "data"
     for split, (n, seed) in {"train": (192, 0), "test": (64, 1)}.items():

@@ -20,11 +20,11 @@ import yaml
 from conftest import PARAMS, ROOT, make_split, tiny_dataset
 
 from pipeline.core.errors import InputError
-from pipeline.stages.convert import convert_dataset
+from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
 from pipeline.stages.ray_cluster import PartLost
-from pipeline.stages.ray_shard import shard_dataset_ray
-from pipeline.stages.shard import shard_dataset
+from pipeline.stages.shard.ray import shard_dataset_ray
+from pipeline.stages.shard.stage import shard_dataset
 
 ROWS = {"train": 601, "test": 130}
 NODE = {"num_cpus": 1, "object_store_memory": 200 << 20}
@@ -264,7 +264,7 @@ def test_a_url_with_the_local_engine_is_one_line(data, tmp_path):
 def test_without_ray_the_engine_is_refused_in_one_line(monkeypatch):
     """Where the extra is not installed: the settings and the stage each say how to get it."""
     from pipeline.stages.ray_cluster import ray_module
-    from pipeline.stages.shard_settings import ShardParams
+    from pipeline.stages.shard.settings import ShardParams
 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(
@@ -303,8 +303,8 @@ def test_ray_convert_writes_the_local_engines_parquet(cluster, data, tmp_path, m
     """Blocks of a few lines each (so that many tasks on both nodes parse the split): the
     same schema, rows, values and codec of every column chunk, and for the compact layout the
     same bytes; SHA256SUMS as locally."""
-    monkeypatch.setattr("pipeline.stages.ray_convert.BLOCK_BYTES", 20_000)
-    from pipeline.stages.ray_convert import plan_ranges
+    monkeypatch.setattr("pipeline.stages.convert.ray.BLOCK_BYTES", 20_000)
+    from pipeline.stages.convert.ray import plan_ranges
 
     assert len(plan_ranges(data / "csv" / "train.csv", 20_000)) > 40
     convert_dataset(data / "csv", tmp_path / "local", tmp_path / "local.json", codec, row_group_rows=100)
@@ -330,7 +330,7 @@ def test_ray_convert_writes_the_local_engines_parquet(cluster, data, tmp_path, m
 def test_ray_convert_names_a_bad_line_as_the_local_engine(cluster, data, tmp_path, monkeypatch):
     """A value out of range deep in the file: the local engine's one line (file, line,
     column), and no Parquet."""
-    monkeypatch.setattr("pipeline.stages.ray_convert.BLOCK_BYTES", 20_000)
+    monkeypatch.setattr("pipeline.stages.convert.ray.BLOCK_BYTES", 20_000)
     csv = tmp_path / "csv"
     csv.mkdir()
     for split in ROWS:

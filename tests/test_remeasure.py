@@ -17,12 +17,12 @@ pytestmark = pytest.mark.slow
 def test_a_new_machine_gets_its_own_table_and_the_suite_still_passes(tmp_path, monkeypatch):
     import test_readme
 
+    from pipeline.bench.stage import bench_dataset
     from pipeline.budget.machine import fingerprint
-    from pipeline.stages.bench import bench_dataset
-    from pipeline.stages.convert import convert_dataset
+    from pipeline.stages.convert.stage import convert_dataset
     from pipeline.stages.csvdata import write_csv
     from pipeline.stages.report.render import write_report
-    from pipeline.stages.shard import shard_dataset
+    from pipeline.stages.shard.stage import shard_dataset
 
     repo = tmp_path / "repo"  # a clone: every tracked file
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout

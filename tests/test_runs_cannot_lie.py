@@ -259,10 +259,10 @@ def newline_entry(tmp_path_factory):
     """A tiny data set that sources.yaml lists as 'mnist\\n' (and as 'mnist'), its mirror under
     both names, and every stage's input made from it: each command below ran to its end with
     DATASET 'mnist\\n' (exit status 0, its output written) before DATASET was checked."""
-    from pipeline.stages.convert import convert_dataset
+    from pipeline.stages.convert.stage import convert_dataset
     from pipeline.stages.csvdata import write_csv
-    from pipeline.stages.fetch import fetch_dataset
-    from pipeline.stages.shard import shard_dataset
+    from pipeline.stages.fetch.stage import fetch_dataset
+    from pipeline.stages.shard.stage import shard_dataset
 
     root = tmp_path_factory.mktemp("newline")
     tiny = tiny_dataset()
@@ -348,7 +348,7 @@ def test_a_list_of_200000_wrong_values_is_a_bounded_message(params):
 def parquet_input(tmp_path_factory):
     """The tiny data set as the project's stages write it: CSV, then Parquet (compact
     layout), and a sources file with its rows."""
-    from pipeline.stages.convert import convert_dataset
+    from pipeline.stages.convert.stage import convert_dataset
     from pipeline.stages.csvdata import write_csv
 
     root = tmp_path_factory.mktemp("parquet")
@@ -511,7 +511,7 @@ def test_shard_names_a_folder_one_level_too_high(tmp_path, parquet_input, level,
     """`--parquet` naming the codec folder (the layout forgotten), or one above: one line that
     says which folder is expected, not a SHA256SUMS missing one level up."""
     from pipeline.core.errors import DataError
-    from pipeline.stages.shard import shard_dataset
+    from pipeline.stages.shard.stage import shard_dataset
 
     folder = parquet_input / "pq" if level == "codec" else tmp_path / "tiny"
     (tmp_path / "tiny" / "zstd-3").mkdir(parents=True)
@@ -529,8 +529,8 @@ def test_shard_refuses_the_other_split_and_images_nobody_published(tmp_path, par
 
     from pipeline.core.errors import DataError
     from pipeline.core.parquet import IMAGE_TYPE
-    from pipeline.stages.shard import stream_split
-    from pipeline.stages.shard_source import published_pins
+    from pipeline.stages.shard.source import published_pins
+    from pipeline.stages.shard.stage import stream_split
 
     pins = published_pins(_pinned_sources(tmp_path), "tiny")
     test_file = parquet_input / "pq" / "compact" / "test.parquet"
@@ -563,8 +563,8 @@ def test_the_shard_stage_checks_each_split_against_its_own_pins(tmp_path, parque
     the first split, nothing written; its own pins pass, each split checked against its own
     (the test split's samples are not the train split's) and recorded in its manifest."""
     from pipeline.core.errors import DataError
-    from pipeline.stages.shard import shard_dataset
-    from pipeline.stages.shard_source import published_pins
+    from pipeline.stages.shard.source import published_pins
+    from pipeline.stages.shard.stage import shard_dataset
 
     sources, compact = _pinned_sources(tmp_path), parquet_input / "pq" / "compact"
     rows = {"train": 64, "test": 32}
@@ -596,7 +596,7 @@ def test_rows_streamed_must_be_the_footers_count(tmp_path, parquet_input, monkey
     import numpy as np
 
     from pipeline.core.errors import DataError
-    from pipeline.stages import shard
+    from pipeline.stages.shard import stage as shard
 
     real = shard.iter_samples
 

@@ -16,7 +16,7 @@ import xxhash
 from pipeline.shards import ShardDataset, ShardError, write_split
 from pipeline.shards.format import BLOCK_BYTES, DATA_ALIGN, read_manifest
 from pipeline.shards.mapped import MappedSplit
-from pipeline.stages.sample import MNIST
+from pipeline.stages.mnist import MNIST
 
 PER_SHARD = 300  # 300 x 785 bytes of data: 15 blocks of 16 KiB per shard
 

@@ -26,7 +26,7 @@ from pipeline.shards import (
 from pipeline.shards.format import V2_SAMPLE, parse_fields, read_manifest
 from pipeline.shards.order import epoch_seed
 from pipeline.shards.writer import ShardWriter
-from pipeline.stages.sample import MNIST
+from pipeline.stages.mnist import MNIST
 
 # A CIFAR-100-like sample with two extra fields of other dtypes.
 CIFAR = Sample(

@@ -8,9 +8,9 @@ from conftest import write_shards, write_unchecked_split
 
 from pipeline.shards import DeviceBatches, Int64, ShardDataset, ShardError, UnitFloat, read_split, unit_float
 from pipeline.shards.order import epoch_seed
-from pipeline.stages.convert import convert_dataset
+from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
-from pipeline.stages.shard import shard_dataset
+from pipeline.stages.shard.stage import shard_dataset
 
 
 def load(path, **options) -> tuple[torch.Tensor, ...]:

@@ -15,10 +15,10 @@ from conftest import make_split, write_shards
 
 from pipeline.core.parquet import compact_table
 from pipeline.shards import ShardError, ShardWriter, merge_parts, read_split, write_part
-from pipeline.stages.convert import convert_dataset
+from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
-from pipeline.stages.sample import MNIST
-from pipeline.stages.shard import shard_dataset
+from pipeline.stages.mnist import MNIST
+from pipeline.stages.shard.stage import shard_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,7 +113,7 @@ def test_memory_is_bounded_by_one_shard(tmp_path):
     code = f"""
 import tracemalloc, pyarrow as pa
 from pathlib import Path
-from pipeline.stages.shard import stream_split
+from pipeline.stages.shard.stage import stream_split
 run = lambda out: stream_split(Path({str(path)!r}), Path(out), dataset='big', split='train',
                                samples_per_shard=2000, batch_rows=1000)
 run({str(tmp_path / "warm")!r})  # the first call's lazy imports are not the writer's memory
@@ -134,7 +134,7 @@ def test_parquet_column_order_and_extra_columns_do_not_matter(tmp_path, layout):
     """Columns are read by name: a file written by another tool, with its columns in another
     order and one more, gives the same shards (label first would be a guess)."""
     from pipeline.core.dataset import COLUMNS
-    from pipeline.stages.shard import stream_split
+    from pipeline.stages.shard.stage import stream_split
 
     images, labels = make_split(40, 3)
     if layout == "compact":
@@ -155,7 +155,7 @@ def test_parquet_column_order_and_extra_columns_do_not_matter(tmp_path, layout):
     np.testing.assert_array_equal(got_labels.numpy(), labels)
     np.testing.assert_array_equal(got_images.numpy(), images)
     digest = hashlib.sha256(labels.tobytes() + images.reshape(40, 784).tobytes()).hexdigest()
-    from pipeline.stages.idx import idx_bytes
+    from pipeline.stages.mnist import idx_bytes
 
     assert manifest["source"] == {
         "content_sha256": digest,
@@ -167,7 +167,7 @@ def test_parquet_column_order_and_extra_columns_do_not_matter(tmp_path, layout):
 
 
 def test_stream_split_passes_the_zstd_level_on_and_names_its_source(tmp_path):
-    from pipeline.stages.shard import stream_split
+    from pipeline.stages.shard.stage import stream_split
 
     images, labels = make_split(300, 4)
     pq.write_table(compact_table(labels, images.reshape(300, 784)), tmp_path / "train.parquet")
@@ -217,7 +217,7 @@ def test_writer_edges_one_sample_shards_nested_folder_default_level(tmp_path):
 
 def test_stream_split_of_an_empty_or_one_row_parquet(tmp_path):
     from pipeline.core.errors import DataError
-    from pipeline.stages.shard import stream_split
+    from pipeline.stages.shard.stage import stream_split
 
     images, labels = make_split(1, 6)
     pq.write_table(compact_table(labels, images.reshape(1, 784)), tmp_path / "one.parquet")
@@ -282,7 +282,7 @@ def test_parquet_of_other_types_or_with_nulls_is_refused(tmp_path, name, table, 
     """A file not written by convert: wider types would wrap (300 -> 44) and a null would read
     as 0, both silently; the writer refuses them, naming the column."""
     from pipeline.core.errors import DataError
-    from pipeline.stages.shard import stream_split
+    from pipeline.stages.shard.stage import stream_split
 
     images, labels = make_split(10, 8)
     pq.write_table(table(labels, images.reshape(10, 784)), tmp_path / "odd.parquet")
@@ -295,7 +295,7 @@ def test_compact_batches_that_start_inside_a_row_group(tmp_path):
     """Batches smaller than a row group: each comes out whole, in file order, of the size
     asked for (pyarrow 26 decodes each into its own buffer; the reader still honours an
     array's offset, should a version hand out slices)."""
-    from pipeline.stages.shard_source import iter_samples
+    from pipeline.stages.shard.source import iter_samples
 
     images, labels = make_split(50, 9)
     pq.write_table(compact_table(labels, images.reshape(50, 784)), tmp_path / "t.parquet", row_group_size=50)

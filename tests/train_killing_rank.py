@@ -16,8 +16,8 @@ import signal
 from pathlib import Path
 
 from pipeline.core.params import read_section
-from pipeline.stages.train import TrainRun, train_ddp
-from pipeline.stages.train_settings import TrainParams
+from pipeline.stages.train.settings import TrainParams
+from pipeline.stages.train.stage import TrainRun, train_ddp
 
 
 def main() -> None:

@@ -29,13 +29,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline"
 LEFT_OUT = ("pipeline/__init__.py", "pipeline/cli.py")
+UNSPLIT = ("pipeline", "pipeline/stages")  # never a dep as a whole
 CODE_DEP = re.compile(r"^(\s+)- pipeline/\S*\s*(#.*)?$")
 ANY_CODE_DEP = re.compile(r"^\s+- [\'\"]?pipeline/")
 STAGE = re.compile(r"^  ([A-Za-z0-9_-]+):")
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
-    """The file of a project module (`pipeline.stages.fetch`), or None for anything else."""
+    """The file of a project module (`pipeline.stages.fetch.stage`), or None for anything else."""
     if name != "pipeline" and not name.startswith("pipeline."):
         return None
     base = root / name.replace(".", "/")
@@ -48,7 +49,7 @@ def module_file(name: str, root: Path = ROOT) -> Path | None:
 def imported(path: Path, root: Path = ROOT) -> set[str]:
     """Every project module `path` imports, at the top or inside a function (a lazy import
     runs too), with the packages Python initialises on the way (`pipeline.stages` for
-    `pipeline.stages.fetch`)."""
+    `pipeline.stages.fetch.stage`)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -112,10 +113,50 @@ def stage_command(stage: dict) -> str:
     return stage["cmd"].split("-m pipeline ", 1)[1].split()[0]
 
 
-def stage_code(stage: dict, root: Path = ROOT) -> list[str]:
-    """The project files a stage's command runs, as dvc.yaml spells deps, sorted."""
+def stage_files(stage: dict, root: Path = ROOT) -> list[str]:
+    """The project files a stage's command runs, sorted."""
     files = closure(cli_targets(root)[stage_command(stage)], root)
-    return sorted(name for name in (p.relative_to(root).as_posix() for p in files) if name not in LEFT_OUT)
+    return sorted(
+        path.relative_to(root).as_posix()
+        for path in files
+        if path.relative_to(root).as_posix() not in LEFT_OUT and not docstring_only(path)
+    )
+
+
+def docstring_only(path: Path) -> bool:
+    """True for a package's `__init__.py` that holds a docstring and nothing else: it runs no
+    code, so its edits rerun nothing."""
+    body = ast.parse(path.read_text()).body
+    return path.name == "__init__.py" and all(
+        isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body
+    )
+
+
+def folder_modules(root: Path = ROOT) -> dict[str, set[str]]:
+    """{folder under pipeline/: every module beneath it but a package's `__init__.py`}, for
+    each folder a dep may name whole: not `pipeline` itself nor `pipeline/stages`, which
+    hold every stage."""
+    folders: dict[str, set[str]] = {}
+    for path in sorted((root / "pipeline").rglob("*.py")):
+        name = path.relative_to(root).as_posix()
+        if path.name == "__init__.py":
+            continue
+        for parent in path.relative_to(root).parents:
+            if parent.as_posix() not in UNSPLIT and len(parent.parts) > 1:
+                folders.setdefault(parent.as_posix(), set()).add(name)
+    return folders
+
+
+def stage_code(stage: dict, root: Path = ROOT) -> list[str]:
+    """A stage's code deps as dvc.yaml spells them: a folder where the stage runs most of its
+    modules (its own folder, a library it uses throughout), each file it runs elsewhere."""
+    files = set(stage_files(stage, root))
+    deps: set[str] = set()
+    for folder, modules in sorted(folder_modules(root).items(), key=lambda item: item[0].count("/")):
+        if 2 * len(files & modules) > len(modules):
+            deps.add(folder)
+            files = {name for name in files if not name.startswith(folder + "/")}
+    return sorted(deps | files)
 
 
 def stage_definitions(root: Path = ROOT) -> dict[str, dict]:

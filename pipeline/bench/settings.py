@@ -2,7 +2,7 @@
 
 One definition for every reader (the stage, the standalone bench, the estimate, the
 benchmarks), apart from the ladder that runs them: the block's keys, ranges and defaults are
-its settings model's (`pipeline.stages.bench_settings`), and what each rung trains with, its
+its settings model's (`pipeline.bench.params`), and what each rung trains with, its
 hyper-parameters and its execution on this device, is decided here alone.
 """
 
@@ -20,7 +20,7 @@ from pipeline.budget import machine
 
 @dataclass(frozen=True)
 class BenchSettings:
-    """params.yaml's `bench` block, as its settings model (`pipeline.stages.bench_settings`)
+    """params.yaml's `bench` block, as its settings model (`pipeline.bench.params`)
     checked it: that model is the one place its keys, ranges and defaults are stated."""
 
     parquet_codec: str  # the naive rungs' Parquet codec (dvc.yaml picks the folder)

@@ -1,4 +1,4 @@
-"""The time budget of a training script left as it is: `python -m pipeline profile train.py ARGS`.
+"""The time budget of a training script left as it is: `python -m pipeline profile examples/plain_train.py ARGS`.
 
 The script runs as `__main__`, unchanged, with its own arguments. The loop is found through
 two public hooks: every `torch.utils.data.DataLoader` the script iterates is watched, and

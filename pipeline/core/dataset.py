@@ -2,7 +2,7 @@
 0..9, and the tabular columns the CSV and the wide Parquet layout spell them in, with the
 bounds of one CSV row (the fetch stage sizes a CSV download by them, the csv and convert
 stages check each line against them). The shard sample the stages write is declared in
-`pipeline.stages.sample`: core imports nothing of the shard library.
+`pipeline.stages.mnist`: core imports nothing of the shard library.
 """
 
 SPLITS = ("train", "test")

@@ -7,7 +7,7 @@ zstd-compressed, listed in `manifest.json` with counts, sizes, sha256 and xxh3-1
 manifest declares the sample's fields (name, dtype, shape of one sample and, for a class
 label, its number of classes); every reader and writer checks data against that
 declaration, never against constants, so any fixed-shape data fits (MNIST is one instance:
-`pipeline.stages.sample.MNIST`). A few large shards rather than many small files, because DVC
+`pipeline.stages.mnist.MNIST`). A few large shards rather than many small files, because DVC
 (and every file system) pays per file. Writer, whole-split reader and per-rank reader all go
 through this module, so the format is stated once.
 

@@ -9,7 +9,7 @@ conversion comes first, the bytes never depend on how the caller batches or whic
 it hands over. `ShardWriter` fills one preallocated shard buffer per field and writes each
 shard as soon as it is full (a full shard's worth handed over at once is written straight
 from the converted array, no further copy). `write_split` feeds it a split held in memory;
-the shard stage (`pipeline.stages.shard`) feeds it record batches streamed from Parquet, so
+the shard stage (`pipeline.stages.shard.stage`) feeds it record batches streamed from Parquet, so
 both give the same bytes. `write_split` writes a split held in memory.
 
 Parallel writes: several processes each write a part of a split (`write_part`, or a

@@ -1,5 +1,5 @@
-"""One module per DVC stage (fetch, csvdata, convert, codecs, shard, bench, train, summary,
-report), each a plain function with paths and params in and files out, plus the formats
-they read (`idx`, `idxheader`). Beside each stage that has settings, its section's model
-(`<stage>_settings`); `params`, the first stage, checks the whole file with them all.
-`python -m pipeline <stage>` calls them; dvc.yaml runs them."""
+"""One folder per DVC stage that has more than one concern (fetch/, convert/, shard/,
+train/, report/: the stage, its settings model, its engines), one module per other stage
+(csvdata, codecs, summary, machine, params: the check of every settings model), and what
+several stages share (mnist: MNIST's files and sample; ray_cluster and engine_settings: the
+Ray engine). `python -m pipeline <stage>` calls them; dvc.yaml runs them."""

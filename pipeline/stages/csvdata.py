@@ -18,7 +18,7 @@ from pipeline.core.atomic import atomic_dir, atomic_path
 from pipeline.core.bounded import open_regular
 from pipeline.core.dataset import COLUMNS, CSV_HEADER, CSV_HEADER_MAX, CSV_LINE_MAX, PIXELS, SPLITS
 from pipeline.core.errors import DataError
-from pipeline.stages.idx import read_split
+from pipeline.stages.mnist import read_split
 
 HEADER = CSV_HEADER + "\n"
 HEADER_LINE = CSV_HEADER.encode()

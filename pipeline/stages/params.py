@@ -15,14 +15,14 @@ from typing import Any
 
 from pydantic import Field, StrictStr, field_validator, model_validator
 
+from pipeline.bench.params import BenchParams
 from pipeline.core.atomic import write_text
 from pipeline.core.params import dataset_names, load_params, validated
 from pipeline.core.strict import Strict
-from pipeline.stages.bench_settings import BenchParams
-from pipeline.stages.convert_settings import ConvertParams
-from pipeline.stages.fetch_settings import FetchParams
-from pipeline.stages.shard_settings import ShardParams
-from pipeline.stages.train_settings import TrainParams
+from pipeline.stages.convert.settings import ConvertParams
+from pipeline.stages.fetch.settings import FetchParams
+from pipeline.stages.shard.settings import ShardParams
+from pipeline.stages.train.settings import TrainParams
 
 # What the stage writes: the same text whatever the values, so a valid change of one key
 # reruns this check and then only the stages that read that key.

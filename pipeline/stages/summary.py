@@ -16,7 +16,7 @@ key then names each.
 
 Every number read is checked before it is written: finite, of its type and in a range a
 real run can give (NaN, inf, 1e308 or a negative time stop the stage, naming file and key);
-a bench document is checked by the metrics schema the report uses (`pipeline.stages.metrics`).
+a bench document is checked by the metrics schema the report uses (`pipeline.bench.document`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from pathlib import Path
 
 from pydantic import Field
 
+from pipeline.bench.document import Loose, Slug, Variant, fastest_full, validate
 from pipeline.core.atomic import write_json
 from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
 from pipeline.core.errors import DataError
-from pipeline.stages.metrics import Loose, Slug, Variant, fastest_full, validate
 
 MAX_BYTES = 1 << 40  # a Parquet split: far above any here (MNIST's largest: 47 MB)
 

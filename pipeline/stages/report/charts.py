@@ -16,7 +16,7 @@ import math
 import statistics
 from typing import Any
 
-from pipeline.stages.metrics import CodecEntry, RaceDoc
+from pipeline.bench.document import CodecEntry, RaceDoc
 from pipeline.stages.report.data import Run
 
 VEGA_LITE = "https://vega.github.io/schema/vega-lite/v5.json"

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.bench.document import BenchDoc, RaceDoc, validate
 from pipeline.core.bounded import read_json as read_checked_json
 from pipeline.core.errors import InputError, is_slug
-from pipeline.stages.metrics import BenchDoc, RaceDoc, validate
 
 MAX_FILE_BYTES = 4 << 20  # a bench or codec document is a few KB
 THIS_MACHINE = "this-machine"  # the name of metrics/bench's machine when its files do not say

@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.bench.document import CodecTable
 from pipeline.core.atomic import atomic_dir, write_text
-from pipeline.stages.metrics import CodecTable
 from pipeline.stages.report import charts
 from pipeline.stages.report.blocks import embed, splice
 from pipeline.stages.report.charts import budget_csv, chart_specs, ladder_csv, race_rows

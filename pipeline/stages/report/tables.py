@@ -7,8 +7,7 @@ import html
 import math
 from collections.abc import Callable
 
-from pipeline.bench.variants import writeup_recipe
-from pipeline.stages.metrics import (
+from pipeline.bench.document import (
     CodecEntry,
     Seeds,
     Spread,
@@ -18,6 +17,7 @@ from pipeline.stages.metrics import (
     Variant,
     fastest_full,
 )
+from pipeline.bench.variants import writeup_recipe
 from pipeline.stages.report import charts
 from pipeline.stages.report.data import Run
 

@@ -27,7 +27,7 @@ from pipeline.core.location import is_url
 from pipeline.core.parquet import parse_sums, verify_checksum
 from pipeline.shards.writer import merge_parts
 from pipeline.stages.ray_cluster import RETRIES, cluster, gather
-from pipeline.stages.shard_source import Pins, check_folder, label_digests, plan_blocks, split_digests, write_block
+from pipeline.stages.shard.source import Pins, check_folder, label_digests, plan_blocks, split_digests, write_block
 
 
 def split_source(parquet_dir: Path | str, split: str) -> Path | str:

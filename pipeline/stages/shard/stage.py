@@ -1,7 +1,7 @@
 """Stage `shard@<dataset>`: the convert stage's Parquet, checked, streamed into shards.
 
 Memory stays bounded by one shard whatever the size of the split: record batches are read
-one row group at a time (`shard_source`) and handed to the library's `ShardWriter`.
+one row group at a time (`source`) and handed to the library's `ShardWriter`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from pipeline.core.dataset import IMAGE_SHAPE, SPLITS
 from pipeline.core.errors import DataError
 from pipeline.core.parquet import verify_checksum
 from pipeline.shards.writer import ShardWriter
-from pipeline.stages.idxheader import idx_header
-from pipeline.stages.sample import MNIST
-from pipeline.stages.shard_source import Pins, check_folder, iter_samples, label_digests
+from pipeline.stages.mnist import MNIST, idx_header
+from pipeline.stages.shard.source import Pins, check_folder, iter_samples, label_digests
 
 
 def stream_split(
@@ -86,9 +85,9 @@ def shard_dataset(
     """Stage `shard@<dataset>`: both splits, checked against SHA256SUMS (and, given `rows`
     and `pins` per split, against the data set's row counts and published files), streamed
     to shards; the whole folder swapped in at the end (both splits or neither). `engine`
-    "ray" writes each split's blocks as Ray tasks (pipeline.stages.ray_shard): same bytes."""
+    "ray" writes each split's blocks as Ray tasks (pipeline.stages.shard.ray): same bytes."""
     if engine == "ray":
-        from pipeline.stages.ray_shard import shard_dataset_ray
+        from pipeline.stages.shard.ray import shard_dataset_ray
 
         shard_dataset_ray(parquet_dir, out_dir, dataset, samples_per_shard, compression, level, rows=rows, pins=pins)
         return

@@ -28,8 +28,7 @@ from pipeline.core.location import is_url
 from pipeline.core.parquet import LAYOUTS, check_present, check_types
 from pipeline.core.sources import idx_pins, pin_owners
 from pipeline.shards.writer import ShardWriter
-from pipeline.stages.idxheader import idx_header
-from pipeline.stages.sample import MNIST
+from pipeline.stages.mnist import MNIST, idx_header
 
 
 @contextmanager

@@ -44,7 +44,7 @@ from pipeline.core.location import is_url
 from pipeline.shards.dataset import ShardDataset, ShardLoader
 from pipeline.shards.remote import join
 from pipeline.shards.watched import Deadlines
-from pipeline.stages.train_settings import TrainParams
+from pipeline.stages.train.settings import TrainParams
 
 
 @dataclass(frozen=True)

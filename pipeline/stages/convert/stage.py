@@ -35,7 +35,7 @@ from pipeline.core.codec import Codec
 from pipeline.core.dataset import PIXELS, SPLITS
 from pipeline.core.errors import DataError
 from pipeline.core.parquet import IMAGE_TYPE, LAYOUTS, compact_table, iter_parquet_arrays, write_checksums
-from pipeline.stages.csvread import SCHEMA, iter_csv
+from pipeline.stages.convert.csvread import SCHEMA, iter_csv
 
 # ---------------------------------------------------------------- the stage
 
@@ -167,7 +167,7 @@ def _engine(engine: str) -> contextlib.AbstractContextManager:
     for "ray", a function of (csv path, rows) giving the blocks parsed by Ray tasks."""
     if engine != "ray":
         return contextlib.nullcontext(None)
-    from pipeline.stages.ray_convert import ray_blocks
+    from pipeline.stages.convert.ray import ray_blocks
 
     return ray_blocks()
 
@@ -183,7 +183,7 @@ def convert_dataset(
 ) -> dict:
     """Stage `convert@<dataset>-<codec>`: both splits, both layouts, one codec; with `rows`
     (sources.yaml), each split must have its count. `engine` "ray": the CSV parsed and
-    checked by Ray tasks (pipeline.stages.ray_convert), the same Parquet bytes."""
+    checked by Ray tasks (pipeline.stages.convert.ray), the same Parquet bytes."""
     codec = Codec.parse(codec_spec)
     figures: dict = {"codec": codec.label}
     engine_blocks = _engine(engine)

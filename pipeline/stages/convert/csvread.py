@@ -20,7 +20,7 @@ from pipeline.core.bounded import open_regular
 from pipeline.core.dataset import COLUMNS, CSV_LINE_MAX, CSV_ROW_MAX, CSV_ROW_MIN, NUM_CLASSES
 from pipeline.core.errors import DataError, reason
 from pipeline.stages.csvdata import HEADER, is_header, line_body
-from pipeline.stages.sample import first_bad_label
+from pipeline.stages.mnist import first_bad_label
 
 
 def _check_header(csv_path: Path, f: BinaryIO) -> None:

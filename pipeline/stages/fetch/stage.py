@@ -31,7 +31,7 @@ from pipeline.core.bounded import UnsafeFileError, open_regular, short
 from pipeline.core.dataset import CSV_HEADER_MAX, CSV_LINE_MAX, PIXELS
 from pipeline.core.errors import InputError, is_hex, reason
 from pipeline.core.sources import SourcesError, dataset_entry
-from pipeline.stages.idxheader import MAX_HEADER, IdxError, header_size, parse_header
+from pipeline.stages.mnist import MAX_HEADER, IdxError, header_size, parse_header
 
 MIRROR_ENV = "PIPELINE_MIRROR"
 CHUNK = 1 << 20

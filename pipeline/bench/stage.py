@@ -46,13 +46,13 @@ def read_machine(path: Path) -> dict:
 
 def write_bench(document: dict, out: Path) -> None:
     """Write the bench document, first checked against the schema its readers use
-    (`metrics.BenchDoc`): a value out of range, or a key that schema does not declare (a
+    (`document.BenchDoc`): a value out of range, or a key that schema does not declare (a
     reader would drop it without a word), stops the stage with one line and leaves `out` as
     it was; the refused document is kept in the system's temporary folder, named in that
     line, so a long run is not lost. Where pydantic is not installed (a machine with torch
     alone), written unchecked: the report checks it when the results come home."""
     try:
-        from pipeline.stages.metrics import BenchDoc, undeclared, validate
+        from pipeline.bench.document import BenchDoc, undeclared, validate
     except ImportError:
         print(f"{out}: written unchecked (pydantic is not installed here)", file=sys.stderr)
     else:
@@ -63,7 +63,7 @@ def write_bench(document: dict, out: Path) -> None:
             if extra:
                 raise DataError(
                     f"{out}: the bench wrote keys its schema does not declare: {', '.join(extra[:4])} "
-                    f"(pipeline/stages/metrics.py)"
+                    f"(pipeline/bench/document.py)"
                 )
         except DataError as err:
             raise DataError(f"{err}; the run's document is kept as {keep_rejected(document, out)}") from None

@@ -25,8 +25,8 @@ import numpy as np
 
 from pipeline.core.dataset import CSV_LINE_MAX
 from pipeline.core.errors import DataError
+from pipeline.stages.convert.csvread import iter_csv, parse_lines
 from pipeline.stages.csvdata import is_header
-from pipeline.stages.csvread import iter_csv, parse_lines
 from pipeline.stages.ray_cluster import RETRIES, cluster, result, stop
 
 BLOCK_BYTES = 16 << 20  # a task's share of the CSV, as the local reader's blocks

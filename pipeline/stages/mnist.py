@@ -1,8 +1,12 @@
-"""The IDX format of MNIST and Fashion-MNIST, read and written with full validation.
+"""MNIST's and Fashion-MNIST's files and sample: the IDX format, read and written with full
+validation, and the sample (images and labels) every stage writes and reads.
 
-The header is two zero bytes, a type code, the number of dimensions, then one big-endian
-uint32 per dimension. A reader that trusted it blindly would turn a truncated download into
-a silently short data set; here every field is checked and the error names the file.
+An IDX file is two zero bytes, a type code, the number of dimensions, then one big-endian
+uint32 per dimension; the body is the product of the dimensions times the type's size, computed
+with Python's integers, so dimensions that would wrap a 64-bit product give a size that is
+simply too large, never a small one. The fetch stage checks a download's header while it
+streams (`header_size`, `parse_header`); the readers check every field before they read a body,
+and each error names the file: a truncated download is refused, never a short data set.
 """
 
 from __future__ import annotations
@@ -15,15 +19,77 @@ import numpy as np
 from pipeline.core.atomic import atomic_path
 from pipeline.core.bounded import open_regular
 from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES, PIXELS
-from pipeline.core.errors import DataError
-from pipeline.stages.idxheader import TYPES, IdxError, header_size, idx_header, parse_header
-from pipeline.stages.sample import first_bad_label
+from pipeline.core.errors import DataError, InputError
+from pipeline.shards.format import Field, Sample
+
+# Type code -> (numpy dtype string, bytes per value); MNIST uses 0x08 only.
+TYPES: dict[int, tuple[str, int]] = {
+    0x08: ("u1", 1),
+    0x09: ("i1", 1),
+    0x0B: (">i2", 2),
+    0x0C: (">i4", 4),
+    0x0D: (">f4", 4),
+    0x0E: (">f8", 8),
+}
+MAX_DIMS = 8  # MNIST's files have 1 or 3; numpy takes at most 32 (1.x) or 64 (2.x)
+MAX_HEADER = 4 + 4 * MAX_DIMS
+
+
+class IdxError(InputError):
+    """An IDX file whose header or length does not describe a valid array."""
+
+
+def header_size(prefix: bytes, source: str) -> int:
+    """The header's length in bytes, from its first 4 bytes (magic and dimension count)."""
+    if len(prefix) < 4:
+        raise IdxError(f"{source}: {len(prefix)} bytes, too short for an IDX header (4 bytes)")
+    if prefix[0] != 0 or prefix[1] != 0 or prefix[2] not in TYPES:
+        raise IdxError(
+            f"{source}: bad magic number 0x{prefix[:4].hex()}: expected 0x0000 then a type "
+            f"code in {sorted(hex(c) for c in TYPES)} (is this a gzip file not unpacked?)"
+        )
+    ndim = prefix[3]
+    if ndim == 0:
+        raise IdxError(f"{source}: header declares 0 dimensions")
+    if ndim > MAX_DIMS:
+        raise IdxError(
+            f"{source}: header declares {ndim} dimensions, more than the {MAX_DIMS} an IDX file here may have"
+        )
+    return 4 + 4 * ndim
+
+
+def parse_header(data: bytes, source: str) -> tuple[int, tuple[int, ...], int, int]:
+    """(type code, shape, header bytes, whole file bytes) from the start of an IDX file."""
+    header = header_size(data, source)
+    if len(data) < header:
+        raise IdxError(f"{source}: truncated header: {data[3]} dimensions need {header} bytes")
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(data[3]))
+    count = 1
+    for dim in shape:
+        count *= dim
+    return data[2], shape, header, header + count * TYPES[data[2]][1]
+
+
+def idx_header(code: int, shape: tuple[int, ...]) -> bytes:
+    """The header of an IDX file holding an array of type `code` and `shape`: what the bytes
+    of a split's images or labels are preceded by in the published files."""
+    return bytes([0, 0, code, len(shape)]) + b"".join(int(d).to_bytes(4, "big") for d in shape)
+
+
+# The tensor names and dtypes of every shard the pipeline writes (the same as what shard
+# format version 2 fixed, so those shards' bytes did not change).
+MNIST = Sample((Field("images", "uint8", IMAGE_SHAPE), Field("labels", "uint8", (), classes=NUM_CLASSES)))
+
+
+def first_bad_label(labels) -> int | None:
+    """The index of the first label outside 0..NUM_CLASSES-1 (numpy array or CPU tensor), or
+    None: the label field's own rule, so the stages cannot drift from the shard writer's."""
+    return MNIST["labels"].first_bad(labels)
+
 
 # Type codes of the IDX format; MNIST only uses 0x08, the others are read for completeness.
 _DTYPES: dict[int, np.dtype] = {code: np.dtype(spec) for code, (spec, _) in TYPES.items()}
 _CODES = {dt.newbyteorder(">") if dt.itemsize > 1 else dt: code for code, dt in _DTYPES.items()}
-
-__all__ = ["IdxError", "idx_bytes", "parse_idx", "read_idx", "read_split", "write_idx"]
 
 
 def _check_size(source: str, shape: tuple[int, ...], expected: int, actual: int) -> None:

@@ -1,0 +1,1 @@
+"""The fetch stage: each file from its sources.yaml mirrors, checked against its pinned digest."""
