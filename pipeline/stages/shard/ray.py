@@ -16,7 +16,6 @@ a folder there or an object-store URL every node reads.
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,15 @@ from pipeline.core.location import is_url
 from pipeline.core.parquet import parse_sums, verify_checksum
 from pipeline.shards.writer import merge_parts
 from pipeline.stages.ray_cluster import RETRIES, cluster, gather
-from pipeline.stages.shard.source import Pins, check_folder, label_digests, plan_blocks, split_digests, write_block
+from pipeline.stages.shard.source import (
+    Pins,
+    check_folder,
+    label_digests,
+    plan_blocks,
+    split_digests,
+    split_done,
+    write_block,
+)
 
 
 def split_source(parquet_dir: Path | str, split: str) -> Path | str:
@@ -142,8 +149,4 @@ def shard_dataset_ray(
                 pins=None if pins is None else pins[split],
                 hook=hook,
             )
-            size = sum(s["bytes"] for s in manifest["shards"])
-            print(
-                f"{out_dir}/{split}: {len(manifest['shards'])} shards, {size / 1e6:.1f} MB (engine: ray)",
-                file=sys.stderr,
-            )
+            split_done(out_dir, split, manifest, engine="ray")

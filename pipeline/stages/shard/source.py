@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -204,6 +205,38 @@ def plan_blocks(source: Path | str, samples_per_shard: int, rows: int | None = N
     return total, blocks
 
 
+def mnist_writer(
+    folder: Path,
+    source: Path | str,
+    dataset: str,
+    split: str,
+    samples_per_shard: int,
+    compression: str,
+    level: int,
+    **part,
+) -> ShardWriter:
+    """The writer of one split's MNIST samples from `source` (`part`: a block's `first_sample`
+    and `total`), the same for both engines, so their shards are the same bytes."""
+    return ShardWriter(
+        folder,
+        sample=MNIST,
+        dataset=dataset,
+        split=split,
+        samples_per_shard=samples_per_shard,
+        compression=compression,
+        level=level,
+        origin=str(source),
+        **part,
+    )
+
+
+def split_done(out_dir: Path, split: str, manifest: dict, engine: str = "") -> None:
+    """The line each engine prints when a split's shards are written."""
+    size = sum(s["bytes"] for s in manifest["shards"])
+    note = f" (engine: {engine})" if engine else ""
+    print(f"{out_dir}/{split}: {len(manifest['shards'])} shards, {size / 1e6:.1f} MB{note}", file=sys.stderr)
+
+
 def write_block(
     source: Path | str,
     folder: Path,
@@ -221,17 +254,8 @@ def write_block(
     """One block of a split written as a part (`ShardWriter` with `first_sample`) into
     `folder`: a Ray task's work. Memory: one shard and one batch, whatever the split. `hook`
     (tests only) is called with (first, samples written) after each batch. Returns the count."""
-    with ShardWriter(
-        folder,
-        sample=MNIST,
-        dataset=dataset,
-        split=split,
-        samples_per_shard=samples_per_shard,
-        compression=compression,
-        level=level,
-        origin=str(source),
-        first_sample=block.first,
-        total=total,
+    with mnist_writer(
+        folder, source, dataset, split, samples_per_shard, compression, level, first_sample=block.first, total=total
     ) as writer:
         skip = block.skip
         for labels, images in iter_samples(source, batch_rows, row_groups=list(block.row_groups)):

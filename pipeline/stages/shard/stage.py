@@ -7,16 +7,14 @@ one row group at a time (`source`) and handed to the library's `ShardWriter`.
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 
 from pipeline.core.atomic import atomic_dir
 from pipeline.core.dataset import IMAGE_SHAPE, SPLITS
 from pipeline.core.errors import DataError
 from pipeline.core.parquet import verify_checksum
-from pipeline.shards.writer import ShardWriter
-from pipeline.stages.mnist import MNIST, idx_header
-from pipeline.stages.shard.source import Pins, check_folder, iter_samples, label_digests
+from pipeline.stages.mnist import idx_header
+from pipeline.stages.shard.source import Pins, check_folder, iter_samples, label_digests, mnist_writer, split_done
 
 
 def stream_split(
@@ -41,16 +39,7 @@ def stream_split(
     if pins is not None:
         pins.check(source, "labels", labels_idx.hexdigest(), dataset, split)
     images_idx = hashlib.sha256(idx_header(0x08, (count, *IMAGE_SHAPE)))
-    writer = ShardWriter(
-        out_dir,
-        sample=MNIST,
-        dataset=dataset,
-        split=split,
-        samples_per_shard=samples_per_shard,
-        compression=compression,
-        level=level,
-        origin=str(source),
-    )
+    writer = mnist_writer(out_dir, source, dataset, split, samples_per_shard, compression, level)
     for labels, images in iter_samples(source, batch_rows, rows):
         digest.update(images.tobytes())
         images_idx.update(images.tobytes())
@@ -107,5 +96,4 @@ def shard_dataset(
                 rows=None if rows is None else rows[split],
                 pins=None if pins is None else pins[split],
             )
-            total = sum(s["bytes"] for s in manifest["shards"])
-            print(f"{out_dir}/{split}: {len(manifest['shards'])} shards, {total / 1e6:.1f} MB", file=sys.stderr)
+            split_done(out_dir, split, manifest)
