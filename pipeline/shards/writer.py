@@ -738,19 +738,17 @@ def write_part(
     """Write samples `first_sample`.. of a split ({field: array-like [n, *shape]}) into `folder`,
     beside the other writers' parts; `merge_parts` makes them one split. `total`, the split's
     sample count, is recorded so that a part missing at the merge is named."""
-    with ShardWriter(
-        folder,
-        sample=sample,
-        dataset=dataset,
-        split=split,
-        samples_per_shard=samples_per_shard,
-        compression=compression,
-        level=level,
-        first_sample=first_sample,
-        total=total,
-    ) as writer:
+    options = dict(sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard)
+    return _write_all(
+        columns, folder, None, **options, compression=compression, level=level, first_sample=first_sample, total=total
+    )
+
+
+def _write_all(columns: Mapping[str, object], folder: Path, source: dict | None, **options) -> dict:
+    """`columns` written whole by one ShardWriter (`options`: its arguments), its manifest returned."""
+    with ShardWriter(folder, **options) as writer:
         writer.add(columns)
-        return writer.finish()
+        return writer.finish(source)
 
 
 def _read_part(record: Path, folder: Path) -> dict:
@@ -1131,14 +1129,5 @@ def write_split(
     """Write one split held in memory ({field name: array-like [n, *shape]}) as shards plus
     manifest.json into `out_dir` (replaced whole: on any error nothing is left behind)."""
     _checked_source(source)
-    with ShardWriter(
-        out_dir,
-        sample=sample,
-        dataset=dataset,
-        split=split,
-        samples_per_shard=samples_per_shard,
-        compression=compression,
-        level=level,
-    ) as writer:
-        writer.add(columns)
-        return writer.finish(source)
+    options = dict(sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard)
+    return _write_all(columns, out_dir, source, **options, compression=compression, level=level)
