@@ -81,8 +81,10 @@ def script(readme: str, root: Path) -> str:
 
 
 def clean_environment() -> dict[str, str]:
-    """This environment as a new terminal has it: no virtual environment active."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    """This environment as a new terminal has it: no virtual environment active, and none of
+    the variables an outer `make` passes down (`make readme-walk`)."""
+    outer = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEFILES")
+    env = {k: v for k, v in os.environ.items() if k not in outer}
     venvs = {str(Path(os.environ["VIRTUAL_ENV"]) / "bin")} if "VIRTUAL_ENV" in os.environ else set()
     env["PATH"] = os.pathsep.join(
         p
