@@ -16,6 +16,7 @@ keeps it; the scratch copy this run made is removed (no other).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import signal
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench-quick: --budget-min {args.budget_min:g}: expected minutes in (0, 1440]", file=sys.stderr)
         return 2
     datasets = list(yaml.safe_load((ROOT / "params.yaml").read_text())["datasets"])
-    per = round(args.budget_min / max(1, len(datasets)), 2)
+    per = math.ceil(args.budget_min / max(1, len(datasets)) * 100) / 100  # never 0: params.yaml's rule
     print(
         f"bench-quick: {args.budget_min:g} min for {', '.join(datasets)}: {per:g} min each", file=sys.stderr, flush=True
     )
