@@ -37,7 +37,11 @@ def read_machine(path: Path) -> dict:
     except (OSError, InputError) as err:
         raise InputError(f"{path}: not a machine fingerprint ({reason(err)}); run `dvc repro machine`") from None
     if not isinstance(machine, dict) or set(machine) != set(MACHINE_KEYS):
-        raise InputError(f"{path}: expected the keys {sorted(MACHINE_KEYS)}")
+        found = sorted(machine) if isinstance(machine, dict) else type(machine).__name__
+        raise InputError(
+            f"{path}: expected the keys {sorted(MACHINE_KEYS)}, found {found} (written by an older or other "
+            "version?): run `dvc repro machine`"
+        )
     for key, kind in MACHINE_KEYS.items():
         if not isinstance(machine[key], kind) or isinstance(machine[key], bool):
             raise InputError(f"{path}: {key}: {machine[key]!r:.40} is not a {getattr(kind, '__name__', kind)}")
