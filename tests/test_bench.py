@@ -1064,3 +1064,17 @@ def test_the_tuned_recipe_is_never_the_accuracy_anchor_nor_held_to_it():
     finish(doc, bench_settings(accuracy_tolerance=0.01))
     assert doc["variants"]["device"]["accuracy_ok"] and doc["variants"]["compiled"]["accuracy_ok"]
     assert "accuracy_ok" not in doc["variants"]["tuned"]
+
+
+def test_a_long_cpu_model_name_still_fits_a_folder_name_with_its_cores_and_tier():
+    """A model string of 100 characters on a 1,024-core AVX-512 BF16 host: the name keeps its
+    cores and tier and stays a valid 64-character slug (what every reader of a name checks)."""
+    import re
+
+    from pipeline.budget.machine import cpu_name
+    from pipeline.core.errors import SLUG
+
+    name = cpu_name("Intel(R) Xeon(R) Platinum " + "Extraordinarily Long Model Name " * 3, 1024, "avx512bf16")
+    assert re.fullmatch(SLUG, name) and len(name) <= 64
+    assert name.endswith("-1024c-avx512bf16") and name.startswith("intel-xeon-platinum-extraordinarily")
+    assert cpu_name("AMD EPYC", 2) == "amd-epyc-2c"

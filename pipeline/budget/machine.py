@@ -111,6 +111,13 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:48] or "unknown"
 
 
+def cpu_name(model: str, cores: int, best: str = "") -> str:
+    """A CPU run's name, 'amd-epyc-2c-avx512bf16': the model's slug, cut so that the name,
+    cores and instruction-set tier included, fits a 64-character folder name."""
+    suffix = f"-{cores}c" + (f"-{best}" if best else "")
+    return slug(model)[: 64 - len(suffix)].rstrip("-") + suffix
+
+
 def fingerprint(device: str = "auto") -> dict:
     """The fingerprint of this machine as the bench would use it (`device`: auto, cpu, cuda)."""
     import torch
@@ -122,7 +129,7 @@ def fingerprint(device: str = "auto") -> dict:
     text = cpu_info()
     flags = cpu_flags(text)
     best = tier(flags)
-    name = slug(gpu) if chosen == "cuda" and gpu else f"{slug(cpu_model(text))}-{cores}c" + (f"-{best}" if best else "")
+    name = slug(gpu) if chosen == "cuda" and gpu else cpu_name(cpu_model(text), cores, best)
     return {
         "name": name,
         "cpu": cpu_model(text),
