@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.bench.datapaths import Resident  # noqa: E402
 from pipeline.bench.figures import time_to_accuracy  # noqa: E402
+from pipeline.bench.recipe import execution_of, recipe_config, train_config  # noqa: E402
 from pipeline.bench.runners import TrainConfig, train_static  # noqa: E402
 from pipeline.bench.settings import Recipe, settings_from_params  # noqa: E402
 from pipeline.bench.variants import GRAPH_SCOPES  # noqa: E402
@@ -54,7 +55,7 @@ class Choice:
     def config(self, seed: int, write_up: TrainConfig) -> TrainConfig:
         if self.recipe is None:
             return TrainConfig(batch_size=write_up.batch_size, lr=write_up.lr, seed=seed)
-        return self.recipe.train_config(seed)
+        return recipe_config(self.recipe, seed)
 
 
 def choices(write_up_epochs: int, tuned: Recipe) -> list[Choice]:
@@ -165,7 +166,7 @@ def main() -> None:
 
         _, shards = build_inputs(args.dataset, args.mirror, args.work, Path("sources.yaml"), 32768, None)
     data = Resident.load(shards, device, args.dataset)
-    execution = settings.execution("tuned", device)
+    execution = execution_of(settings, "tuned", device)
     targets = list(settings.targets(args.dataset))
     seeds = list(range(settings.seed + 1, settings.seed + 1 + args.seeds))
     print(
@@ -176,7 +177,7 @@ def main() -> None:
     for choice in choices(settings.epochs, settings.tuned):
         if args.only and not any(part in choice.name for part in args.only):
             continue
-        print(measure(choice, data, device, execution, settings.train_config(), seeds, targets), flush=True)
+        print(measure(choice, data, device, execution, train_config(settings), seeds, targets), flush=True)
 
 
 if __name__ == "__main__":

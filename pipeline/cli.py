@@ -372,12 +372,11 @@ def bench(
     left, goes to stderr; a variant whose epochs disagree is marked unstable and named in a
     warning at the end.
     """
-    from pipeline.bench.params import BenchParams
     from pipeline.bench.settings import settings_from_params
     from pipeline.bench.stage import bench_dataset, read_machine
-    from pipeline.core.params import read_section
+    from pipeline.core.params import load_params, section
 
-    settings = settings_from_params(read_section(params_path, BenchParams, "bench").model_dump())
+    settings = settings_from_params(section(load_params(params_path), "bench"), params_path)
     bench_dataset(dataset, parquet, shards, out, resolve_device(device), settings, read_machine(machine_path))
 
 

@@ -113,7 +113,7 @@ def run_standalone(
     params = load_params(params_path)
     params["bench"] = {**section(params, "bench"), **overrides}
     checked(params, params_path)
-    settings = settings_from_params(params["bench"])
+    settings = settings_from_params(params["bench"], params_path)
     samples_per_shard = int(section(params, "shard", "samples_per_shard"))
     device_ = torch.device(device)
     written = []

@@ -74,11 +74,8 @@ def bench_settings(**overrides):
     state only what they change, and no default is written twice."""
     from pipeline.bench.settings import settings_from_params
     from pipeline.core.params import load_params
-    from pipeline.stages.params import validate_params
 
-    params = load_params(PARAMS)
-    params["bench"] = {**params["bench"], **overrides}
-    return settings_from_params(validate_params(params)["bench"])
+    return settings_from_params({**load_params(PARAMS)["bench"], **overrides})
 
 
 IDX_NAMES = {

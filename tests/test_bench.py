@@ -22,6 +22,7 @@ from pipeline.bench.figures import (
 )
 from pipeline.bench.ladder import floor_after, run_bench, run_variant
 from pipeline.bench.model import SimpleCNN, parameter_count
+from pipeline.bench.recipe import execution_of, native_bf16, train_config
 from pipeline.bench.runners import (
     Execution,
     Floor,
@@ -34,7 +35,6 @@ from pipeline.bench.runners import (
     train_static,
 )
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
-from pipeline.bench.settings import native_bf16
 from pipeline.bench.stage import write_bench
 from pipeline.bench.variants import VARIANTS
 from pipeline.core.params import ParamsError
@@ -524,7 +524,7 @@ def test_two_cpus_sold_under_one_name_whose_peaks_differ_are_two_machines(monkey
     """'AMD EPYC' with AVX2 alone and with AVX-512 BF16 compute bf16 a hundred times apart: the
     fingerprint (and so DVC, which reruns the bench on a changed fingerprint) and the name
     (the label of every figure) tell them apart; the bench's bf16 choice follows the flags."""
-    from pipeline.bench.settings import native_bf16
+    from pipeline.bench.recipe import native_bf16
     from pipeline.budget import machine
 
     seen = {}
@@ -752,34 +752,38 @@ def test_summary_keys_and_rounding():
 def test_execution_per_variant_and_device(monkeypatch):
     settings = bench_settings()
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert settings.execution("graphed", cuda) == Execution(cuda_graph=True)
-    assert settings.execution("graphed", cpu) == Execution(cuda_graph=True)  # recorded as not captured off CUDA
-    assert settings.execution("compiled", cuda) == Execution(
+    assert execution_of(settings, "graphed", cuda) == Execution(cuda_graph=True)
+    assert execution_of(settings, "graphed", cpu) == Execution(cuda_graph=True)  # recorded as not captured off CUDA
+    assert execution_of(settings, "compiled", cuda) == Execution(
         compile_mode="default", autocast=True, channels_last=True, cuda_graph=True
     )
-    assert settings.execution("compiled", cpu) == Execution(
+    assert execution_of(settings, "compiled", cpu) == Execution(
         compile_mode="none", autocast=native_bf16(cpu), channels_last=True, cuda_graph=False
     )
-    monkeypatch.setattr("pipeline.bench.settings.native_bf16", lambda device: True)  # a CPU with native bf16
-    assert settings.execution("compiled", cpu) == Execution(
+    monkeypatch.setattr("pipeline.bench.recipe.native_bf16", lambda device: True)  # a CPU with native bf16
+    assert execution_of(settings, "compiled", cpu) == Execution(
         compile_mode="none", autocast=True, channels_last=True, cuda_graph=False
     )
     by_step = bench_settings(graph="step")  # what one graph holds: graphed, compiled and tuned alike
-    assert [by_step.execution(v, cuda).graph_scope for v in ("graphed", "compiled", "tuned")] == ["step"] * 3
-    assert settings.execution("graphed", cuda).graph_scope == settings.execution("tuned", cuda).graph_scope == "epoch"
+    assert [execution_of(by_step, v, cuda).graph_scope for v in ("graphed", "compiled", "tuned")] == ["step"] * 3
+    assert (
+        execution_of(settings, "graphed", cuda).graph_scope
+        == execution_of(settings, "tuned", cuda).graph_scope
+        == "epoch"
+    )
     sparse = bench_settings(
         compiled={
             "cpu": {"compile_mode": "max-autotune", "autocast": False, "channels_last": False, "cuda_graph": False}
         }
     )
-    assert sparse.execution("compiled", cpu) == Execution(compile_mode="max-autotune")  # the rest: defaults
-    assert sparse.execution("compiled", cuda) == Execution()  # no entry: eager fp32
+    assert execution_of(sparse, "compiled", cpu) == Execution(compile_mode="max-autotune")  # the rest: defaults
+    assert execution_of(sparse, "compiled", cuda) == Execution()  # no entry: eager fp32
     assert bench_settings(num_workers=3).workers() == 3
     for cores, workers in ((16, 4), (3, 3), (None, 1)):  # 0: at most 4, one where the count is unknown
         monkeypatch.setattr("pipeline.bench.settings.os.cpu_count", lambda cores=cores: cores)
         assert settings.workers() == workers
-    assert settings.train_config() == TrainConfig(batch_size=512, lr=1e-3, seed=42)
-    assert bench_settings(batch_size=64, lr=0.01, seed=7).train_config() == TrainConfig(batch_size=64, lr=0.01, seed=7)
+    assert train_config(settings) == TrainConfig(batch_size=512, lr=1e-3, seed=42)
+    assert train_config(bench_settings(batch_size=64, lr=0.01, seed=7)) == TrainConfig(batch_size=64, lr=0.01, seed=7)
 
 
 def test_finish_anchors_on_preprocessed_and_rounds_to_hundredths():
@@ -1078,3 +1082,17 @@ def test_a_long_cpu_model_name_still_fits_a_folder_name_with_its_cores_and_tier(
     assert re.fullmatch(SLUG, name) and len(name) <= 64
     assert name.endswith("-1024c-avx512bf16") and name.startswith("intel-xeon-platinum-extraordinarily")
     assert cpu_name("AMD EPYC", 2) == "amd-epyc-2c"
+
+
+def test_settings_built_without_pydantic_are_the_validated_ones_and_keep_their_rules():
+    """The standalone bench builds the block where pydantic is missing: the same object as
+    the validated one, and the rules between fields (in `__post_init__`) hold there too."""
+    from pipeline.bench.settings import BenchSettings, settings_from_params
+    from pipeline.core.params import load_params
+
+    block = load_params(PARAMS)["bench"]
+    assert BenchSettings.built(block).for_run() == settings_from_params(block)
+    with pytest.raises(ValueError, match="cannot be sampled"):
+        BenchSettings.built({**block, "sample": ["graphed"]})
+    with pytest.raises(ValueError, match="needs its recipe"):
+        BenchSettings.built({**block, "variants": ["tuned"], "tuned": None})

@@ -116,7 +116,7 @@ OWNERS: list[tuple[str, set[str]]] = [
     # The bench: its stage, settings and document; its model is also what train trains, its
     # rung names and document what the check, the summary and the report read.
     ("pipeline/bench/model.py", {"bench", "train"}),
-    ("pipeline/bench/params.py", {"bench", "params"}),
+    ("pipeline/bench/settings.py", {"bench", "params"}),
     ("pipeline/bench/document.py", {"bench", "summary", "report"}),
     ("pipeline/bench/variants.py", {"bench", "params", "summary", "report"}),
     ("pipeline/bench/", {"bench"}),
@@ -197,7 +197,7 @@ def test_the_walk_follows_lazy_imports_and_the_cli_helpers_a_command_calls():
         "pipeline/stages/shard/settings.py",
     } <= shard
     assert "pipeline/stages/convert/stage.py" not in shard and "pipeline/bench/ladder.py" not in shard
-    assert not shard & {"pipeline/bench/params.py", "pipeline/bench/variants.py", "pipeline/core/codec.py"}
+    assert not shard & {"pipeline/bench/settings.py", "pipeline/bench/variants.py", "pipeline/core/codec.py"}
 
 
 def test_imports_flow_one_way():

@@ -51,6 +51,7 @@ from pipeline.bench.figures import FLOOR_OF, finish, seconds_spread, summarise, 
 from pipeline.bench.hostmem import reuse_host_memory
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.bench.quickplan import Plan, Pricer, plan_rest
+from pipeline.bench.recipe import execution_of, train_config
 from pipeline.bench.runners import Execution, Floor, Timing, cudnn_benchmark, train_eager, train_static
 from pipeline.bench.settings import BenchSettings
 from pipeline.bench.variants import STATIC_VARIANTS, writeup_recipe
@@ -75,14 +76,14 @@ def run_variant(
     The clock starts before anything of the variant is built, so `setup_s` is all a user
     waits for before its first step."""
     started = time.perf_counter()
-    config = settings.train_config(variant)
+    config = train_config(settings, variant)
     if variant in STATIC_VARIANTS:
         data = Resident.load(shards, device, dataset)
         timing = train_static(
             data,
             device,
             config,
-            settings.execution(variant, device),
+            execution_of(settings, variant, device),
             epochs=settings.epochs_of(variant),
             started=started,
             progress=progress,
@@ -392,7 +393,7 @@ def _run_bench(
             "quick": settings.quick,
             **tuned_params(settings),
         },
-        "compiled_options": dataclasses.asdict(settings.execution("compiled", device)),
+        "compiled_options": dataclasses.asdict(execution_of(settings, "compiled", device)),
         "variants": results,
     }
     if settings.quick:
@@ -519,11 +520,11 @@ def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSett
     metrics: `train_s` for plain eager steps, `graphed_train_s`, `compiled_train_s`. Options
     that are the same work on this device share one run."""
     data = Resident.load(shards, device, dataset)
-    config = settings.train_config()
+    config = train_config(settings)
     runs: dict[Execution, Floor] = {}
     out = {}
     for key in dict.fromkeys(k for v in settings.variants if (k := FLOOR_OF.get(v, "eager")) is not None):
-        execution = Execution() if key == "eager" else settings.execution(key, device)
+        execution = Execution() if key == "eager" else execution_of(settings, key, device)
         same = replace(execution, cuda_graph=execution.cuda_graph and device.type == "cuda")
         if same not in runs:
             runs[same] = Floor(data, device, config, execution, progress=f"{dataset}/floor ({key})")

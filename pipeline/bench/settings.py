@@ -1,9 +1,11 @@
 """The bench's settings: params.yaml's `bench` block, the `tuned` rung's recipe, quick mode.
 
-One definition for every reader (the stage, the standalone bench, the estimate, the
-benchmarks), apart from the ladder that runs them: the block's keys, ranges and defaults are
-its settings model's (`pipeline.bench.params`), and what each rung trains with, its
-hyper-parameters and its execution on this device, is decided here alone.
+One type per concept, its bounds written once: each field's range rides on its annotation,
+which pydantic reads where it is installed (`settings_from_params` validates the block with
+it, each problem named by its dotted key); on a machine with torch alone (the standalone
+bench) the same classes are built without it, and the rules between fields, in
+`__post_init__`, hold on both. Plain data, no torch: the params check reads these classes;
+what each rung trains with on a device is `recipe`'s.
 """
 
 from __future__ import annotations
@@ -11,49 +13,112 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, Optional, Union
 
-import torch
+from pipeline.bench.variants import COMPILE_MODES, GRAPH_SCOPES, STATIC_VARIANTS, VARIANTS
+from pipeline.core.bounds import BATCH, EPOCHS, RATE, SEED, SEEDS, STRICT, Bool, Int, Len, Num, Text
 
-from pipeline.bench.runners import Execution, OneCycle, TrainConfig
-from pipeline.budget import machine
+Variant = Literal[VARIANTS]  # type: ignore[valid-type]
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """`bench.compiled.<device type>`: what the `compiled` rung adds on that device type,
+    chosen by measurement (`runners.Execution` runs it)."""
+
+    __pydantic_config__ = STRICT
+    compile_mode: Literal[COMPILE_MODES]  # type: ignore[valid-type]
+    autocast: Union[Bool, Literal["auto"]]  # "auto": where this device computes bf16 natively
+    channels_last: Bool
+    cuda_graph: Bool
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """`bench.tuned`: the `tuned` rung's training recipe (Adam, a one-cycle rate over `epochs`
+    at its own batch), and the fresh seeds its accuracy and time to accuracy are measured over
+    (a recipe is judged by its spread, not by one lucky seed)."""
+
+    __pydantic_config__ = STRICT
+    epochs: EPOCHS
+    batch_size: BATCH
+    max_lr: RATE
+    pct_start: Num(gt=0, lt=1)
+    betas: Annotated[tuple[Num(ge=0, lt=1), Num(ge=0, lt=1)], Len(2, 2)]
+    seeds: SEEDS
 
 
 @dataclass(frozen=True)
 class BenchSettings:
-    """params.yaml's `bench` block, as its settings model (`pipeline.bench.params`)
-    checked it: that model is the one place its keys, ranges and defaults are stated."""
+    """params.yaml's `bench` block. `parquet_codec` must also be one of convert.codecs (the
+    `params` stage checks that rule, between two sections)."""
 
-    parquet_codec: str  # the naive rungs' Parquet codec (dvc.yaml picks the folder)
-    epochs: int
-    batch_size: int
-    lr: float
-    seed: int
-    num_workers: int  # 0: min(4, CPU count)
-    variants: tuple[str, ...]
+    __pydantic_config__ = STRICT
+    parquet_codec: Text  # the naive rungs' Parquet codec (dvc.yaml picks the folder)
+    epochs: EPOCHS
+    batch_size: BATCH
+    lr: RATE
+    seed: SEED
+    num_workers: Int(0, 256)  # 0: min(4, CPU count)
+    variants: Annotated[tuple[Variant, ...], Len(1)]
     # Variants timed over the samples of `sample_steps` train steps at `batch_size` (and as many
     # test samples) per epoch for `sample_epochs` epochs, then scaled to a full epoch. Empty:
     # every variant runs in full.
-    sample: tuple[str, ...]
-    sample_steps: int
-    sample_epochs: int
-    accuracy_tolerance: float  # vs the `preprocessed` variant (the write-up's best)
-    # What `compiled` adds, per device type (see `runners.Execution`); chosen by measurement.
-    compiled: dict
-    floor: bool  # also time the floor: the same steps with no data path
-    reuse_host_memory: bool  # keep freed host blocks in the heap (`hostmem`)
+    sample: tuple[Variant, ...]
+    sample_steps: Int(1, 10_000)
+    sample_epochs: Int(1, 100)
+    accuracy_tolerance: Num(ge=0, le=1)  # vs the `preprocessed` variant (the write-up's best)
+    compiled: dict[Literal["cpu", "cuda"], Compiled]
+    floor: Bool  # also time the floor: the same steps with no data path
+    reuse_host_memory: Bool  # keep freed host blocks in the heap (`hostmem`)
     # A variant whose timed epochs spread more than this (max - min over the median), or
     # whose twin doing identical work disagrees by more, is marked unstable.
-    max_spread: float
-    budget: bool  # profile `sample_steps` more steps per variant: its time budget
-    quick: bool = False  # a first answer: QUICK's settings, marked in every table
-    quick_minutes: float = 5.0  # quick: this data set's time budget, the rungs re-planned to fit
-    # The test accuracies each data set's time to accuracy is measured to (data set -> the
-    # fractions, ascending; a single number is one target).
-    target_accuracy: dict = dataclasses.field(default_factory=dict)
-    accuracy_seeds: int = 0  # fresh seeds the fastest rung's time to accuracy is taken again over
-    # The `tuned` rung's recipe (`Recipe`); None: the rung is not configured.
-    tuned: Recipe | None = None
-    graph: str = "epoch"  # what one CUDA graph holds (`runners.GRAPH_SCOPES`)
+    max_spread: Num(gt=0, le=10)
+    budget: Bool  # profile `sample_steps` more steps per variant: its time budget
+    quick: Bool = False  # a first answer: QUICK's settings, marked in every table
+    quick_minutes: Num(gt=0, le=24 * 60) = 5.0  # quick: this data set's time budget, the rungs re-planned to fit
+    # The test accuracies each data set's time to accuracy is measured to (data set -> 1 to 4
+    # fractions in (0, 1]; a single number is one target).
+    target_accuracy: dict[Text, Union[Num(), list[Num()]]] = dataclasses.field(default_factory=dict)
+    accuracy_seeds: SEEDS = 0  # fresh seeds the fastest rung's time to accuracy is taken again over
+    tuned: Optional[Recipe] = None  # None: the `tuned` rung is not configured
+    graph: Literal[GRAPH_SCOPES] = "epoch"  # type: ignore[valid-type]  # what one CUDA graph holds
+
+    def __post_init__(self) -> None:
+        listed = {name: v if isinstance(v, (list, tuple)) else [v] for name, v in self.target_accuracy.items()}
+        bad = {name: v for name, v in listed.items() if not v or len(v) > 4 or not all(0 < x <= 1 for x in v)}
+        if bad:
+            raise ValueError(
+                f"a data set's target accuracies are 1 to 4 fractions in (0, 1]: {dict(list(bad.items())[:3])}"
+            )
+        static = [v for v in self.sample if v in STATIC_VARIANTS]
+        if static:
+            raise ValueError(f"sample: {static} run whole epochs as one graph and cannot be sampled")
+        if "tuned" in self.variants and self.tuned is None:
+            raise ValueError("variants: `tuned` needs its recipe, bench.tuned")
+
+    @classmethod
+    def built(cls, block: dict) -> BenchSettings:
+        """The block as these classes, unvalidated: for a machine without pydantic, where
+        the block is the repository's own params.yaml."""
+        tuned, compiled = block.get("tuned"), block.get("compiled", {})
+        return cls(
+            **{
+                **block,
+                "variants": tuple(block["variants"]),
+                "sample": tuple(block["sample"]),
+                "compiled": {device: Compiled(**options) for device, options in compiled.items()},
+                "tuned": None if tuned is None else Recipe(**{**tuned, "betas": tuple(tuned["betas"])}),
+            }
+        )
+
+    def for_run(self) -> BenchSettings:
+        """These settings as a run uses them: with `quick`, QUICK's in place of the block's."""
+        if not self.quick:
+            return self
+        tuned = None if self.tuned is None else dataclasses.replace(self.tuned, seeds=QUICK_TUNED_SEEDS)
+        return dataclasses.replace(self, **QUICK, tuned=tuned)
 
     def targets(self, dataset: str) -> tuple[float, ...]:
         """The data set's target accuracies, ascending; () when it has none."""
@@ -69,65 +134,9 @@ class BenchSettings:
         """The steps each variant's profiled pass covers: 0, none, when `budget` is off."""
         return self.sample_steps if self.budget else 0
 
-    def train_config(self, variant: str = "") -> TrainConfig:
-        """The write-up's hyper-parameters; `tuned`'s recipe for that rung."""
-        if variant == "tuned" and self.tuned is not None:
-            return self.tuned.train_config(self.seed)
-        return TrainConfig(batch_size=self.batch_size, lr=self.lr, seed=self.seed)
-
     def epochs_of(self, variant: str) -> int:
         """The epochs a fully run rung trains: the bench's; `tuned`'s schedule has its own length."""
         return self.tuned.epochs if variant == "tuned" and self.tuned is not None else self.epochs
-
-    def execution(self, variant: str, device: torch.device) -> Execution:
-        """`graphed` is `device` with static steps in CUDA graphs (fp32, as `device`), each
-        holding `graph`'s scope; `compiled` adds what makes the model itself fast, per device type; `tuned` runs as
-        `compiled` does."""
-        if variant == "graphed":
-            return Execution(cuda_graph=True, graph_scope=self.graph)
-        options = self.compiled.get(device.type) or {}
-        autocast = options.get("autocast")
-        return Execution(
-            compile_mode=str(options.get("compile_mode", "none")),
-            autocast=native_bf16(device) if autocast == "auto" else bool(autocast),
-            channels_last=bool(options.get("channels_last")),
-            cuda_graph=bool(options.get("cuda_graph")),
-            graph_scope=self.graph,
-        )
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """params.yaml's `bench.tuned`: the `tuned` rung's training recipe, and the fresh seeds
-    its accuracy and time to accuracy are measured over (a recipe is judged by its spread,
-    not by one lucky seed)."""
-
-    epochs: int
-    batch_size: int
-    max_lr: float
-    pct_start: float
-    betas: tuple[float, float]
-    seeds: int
-
-    def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(
-            batch_size=self.batch_size,
-            lr=self.max_lr,
-            seed=seed,
-            betas=tuple(self.betas),
-            schedule=OneCycle(max_lr=self.max_lr, pct_start=self.pct_start),
-        )
-
-
-# pragma: no mutate start (probes the device: exercised by test_bench, too slow per mutant)
-def native_bf16(device: torch.device) -> bool:
-    """Whether bf16 autocast pays here: on CUDA, and on CPUs whose flags list AMX-BF16 or
-    AVX512-BF16 (Linux's /proc/cpuinfo; elsewhere fp32 is kept). On other CPUs bf16 is
-    emulated and slower per step than fp32, so `compiled` keeps fp32 there."""
-    return device.type == "cuda" or machine.native_bf16(machine.cpu_flags())
-
-
-# pragma: no mutate end
 
 
 # `bench.quick`: every rung, fewer epochs and fewer sampled steps, no floor and no profiled
@@ -137,15 +146,14 @@ QUICK = {"epochs": 2, "sample_steps": 5, "sample_epochs": 2, "floor": False, "bu
 QUICK_TUNED_SEEDS = 0  # quick: the tuned rung runs once, no seeds
 
 
-def settings_from_params(block: dict) -> BenchSettings:
-    """BenchSettings from params.yaml's `bench` block, already checked by the params schema
-    (lists become tuples); with `quick`, QUICK's settings in place of the block's."""
-    tuned = block.get("tuned")
-    recipe = None if tuned is None else Recipe(**{**tuned, "betas": tuple(tuned["betas"])})
-    settings = BenchSettings(
-        **{**block, "variants": tuple(block["variants"]), "sample": tuple(block["sample"]), "tuned": recipe}
-    )
-    if not settings.quick:
-        return settings
-    quick_tuned = None if recipe is None else dataclasses.replace(recipe, seeds=QUICK_TUNED_SEEDS)
-    return dataclasses.replace(settings, **QUICK, tuned=quick_tuned)
+def settings_from_params(block: dict, path: Path = Path("params.yaml")) -> BenchSettings:
+    """BenchSettings from params.yaml's `bench` block (`path`: named in errors), as a run uses
+    them: validated where pydantic is installed (ParamsError naming each problem by its
+    dotted key), built as they are where it is not."""
+    try:
+        import pydantic  # noqa: F401
+    except ImportError:
+        return BenchSettings.built(block).for_run()
+    from pipeline.core.params import validated
+
+    return validated(BenchSettings, block, "bench", path).for_run()

@@ -2,9 +2,10 @@
 one section of it as the settings model of the stage that reads it: checked, with the
 model's defaults filled in, so that a stage reads every setting, stated or not, from one object.
 
-Each stage's model lives beside the stage (`pipeline.stages.<stage>_settings`); the `params`
-stage checks the whole file with all of them first. pydantic is imported only when a section
-is checked, so reading params needs nothing beyond PyYAML.
+Each stage's model lives in its folder (`pipeline/stages/<stage>/settings.py`, the bench's in
+`pipeline/bench/settings.py`); the `params` stage checks the whole file with all of them
+first. pydantic is imported only when a section is checked, so reading params needs nothing
+beyond PyYAML.
 """
 
 from __future__ import annotations
@@ -55,20 +56,27 @@ def problems(path: Path, found: list[str], count: int) -> ParamsError:
 
 
 def validated(model: type, value: Any, key: str, path: Path) -> Any:
-    """`value` (the params file's `key`, "" for the whole file) checked by the pydantic
-    `model`; ParamsError listing every problem, each by its dotted key, if it does not fit."""
-    from pydantic import ValidationError
+    """`value` (the params file's `key`, "" for the whole file) checked by `model` (a pydantic
+    model, or a dataclass whose annotations carry its bounds); ParamsError listing every
+    problem, each by its dotted key, if it does not fit."""
+    from pydantic import TypeAdapter, ValidationError
 
     try:
-        return model.model_validate(value)
+        return TypeAdapter(model).validate_python(value)
     except ValidationError as err:
         found = []
         for error in err.errors()[:SHOWN]:
             where = ".".join(str(part) for part in ((key,) if key else ()) + tuple(error["loc"])) or "(top level)"
-            message = error["msg"].removeprefix("Value error, ")
-            got = "" if error["type"] in ("missing", "value_error") else f" (got {short(error.get('input'))})"
+            kind = SAME_AS.get(error["type"], error["type"])
+            message = MESSAGES.get(kind, error["msg"]).removeprefix("Value error, ")
+            got = "" if kind in ("missing", "value_error") else f" (got {short(error.get('input'))})"
             found.append(f"{where}: {message}{got}")
         raise problems(path, found, err.error_count()) from None
+
+
+# A dataclass's errors said as a model's, so that a section reads the same whichever it is.
+SAME_AS = {"missing_argument": "missing", "unexpected_keyword_argument": "extra_forbidden"}
+MESSAGES = {"missing": "Field required", "extra_forbidden": "Extra inputs are not permitted"}
 
 
 def read_section(path: Path, model: type, key: str) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, StrictStr, field_validator, model_validator
 
-from pipeline.bench.params import BenchParams
+from pipeline.bench.settings import BenchSettings
 from pipeline.core.atomic import write_text
 from pipeline.core.params import dataset_names, load_params, validated
 from pipeline.core.strict import Strict
@@ -36,7 +36,7 @@ class Params(Strict):
     fetch: FetchParams
     convert: ConvertParams
     shard: ShardParams
-    bench: BenchParams
+    bench: BenchSettings
     train: TrainParams
 
     @field_validator("datasets")

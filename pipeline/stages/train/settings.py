@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pydantic import Field, StrictInt, model_validator
 
-from pipeline.core.strict import Number, Strict, epochs, seed
+from pipeline.core.bounds import BATCH, EPOCHS, RATE, SEED
+from pipeline.core.strict import Number, Strict
 
 
 class Remote(Strict):
@@ -21,10 +22,10 @@ class TrainParams(Strict):
     """Ranks, epochs, the global batch, checkpoints, the remote cache and deadlines."""
 
     world_size: StrictInt = Field(ge=1, le=1024)
-    epochs: StrictInt = epochs()
-    batch_size: StrictInt = Field(ge=1, le=1 << 16)
-    lr: Number = Field(gt=0, le=10)
-    seed: StrictInt = seed()
+    epochs: EPOCHS
+    batch_size: BATCH
+    lr: RATE
+    seed: SEED
     checkpoint_every: StrictInt = Field(ge=0, le=1 << 30)  # optimizer steps; 0: never
     cache_mib: StrictInt = Field(ge=1, le=1 << 30)  # the node-local cache of a remote split
     timeout_s: Number = Field(gt=0, le=3600)  # the most a collective may wait for the other ranks

@@ -1,0 +1,50 @@
+"""The value types of the settings sections, each with its bounds on its annotation: pydantic
+reads them where it is installed (a section's model or dataclass is validated, every problem
+named by its dotted key); on a machine with torch alone the same classes are built without
+it, and the marks are read by nothing.
+
+Strict: `1.5` is not a count, `true` is not 1, a string is not a number.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+try:  # the bounds pydantic reads; on a torch-only machine, marks nothing reads
+    from annotated_types import Interval, Len
+    from pydantic import ConfigDict, Strict
+except ImportError:  # pragma: no cover (the standalone bench's machine)
+
+    def Interval(**_: float) -> None:  # noqa: N802 (the library's name)
+        return None
+
+    def Len(*_: int) -> None:  # noqa: N802
+        return None
+
+    def Strict() -> None:  # noqa: N802
+        return None
+
+    def ConfigDict(**_: object) -> dict:  # noqa: N802
+        return {}
+
+
+def Int(low: int, high: int) -> object:  # noqa: N802 (a type, as pydantic's own)
+    """An integer in [low, high]: `1.5` is not a count, `true` is not 1."""
+    return Annotated[int, Strict(), Interval(ge=low, le=high)]
+
+
+def Num(**bounds: float) -> object:  # noqa: N802
+    """A number (int or float, never a string or a bool) within `bounds` (gt, ge, lt, le)."""
+    return Annotated[float, Strict(), Interval(**bounds)]
+
+
+Bool = Annotated[bool, Strict()]
+Text = Annotated[str, Strict()]
+EPOCHS = Int(1, 100)  # a CPU epoch of the slowest rung takes minutes, so 100 is days
+BATCH = Int(1, 1 << 16)
+RATE = Num(gt=0, le=10)
+# numpy's and torch's generators take any 32-bit value, and a shuffle's seed (seed x 1,000,003
+# + epoch) must stay within torch's 64 bits
+SEED = Int(0, (1 << 32) - 1)
+SEEDS = Int(0, 100)
+STRICT = ConfigDict(extra="forbid")  # an unknown key is refused, by name
