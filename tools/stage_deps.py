@@ -46,12 +46,18 @@ def module_file(name: str, root: Path = ROOT) -> Path | None:
     return None
 
 
-def imported(path: Path, root: Path = ROOT) -> set[str]:
+def imported(path: Path, root: Path = ROOT, typing: bool = True) -> set[str]:
     """Every project module `path` imports, at the top or inside a function (a lazy import
     runs too), with the packages Python initialises on the way (`pipeline.stages` for
-    `pipeline.stages.fetch.stage`)."""
+    `pipeline.stages.fetch.stage`). A package that loads its names on first use says which
+    in an `if TYPE_CHECKING:` block: those count (they run when a name is used) unless
+    `typing` is False (nothing of them runs while the package itself is imported)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skipped = set() if typing else {id(node) for block in type_checking(tree) for node in ast.walk(block)}
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -62,6 +68,15 @@ def imported(path: Path, root: Path = ROOT) -> set[str]:
             parts = name.split(".")
             names.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
     return {name for name in names if module_file(name, root)}
+
+
+def type_checking(tree: ast.Module) -> list[ast.If]:
+    """The module's `if TYPE_CHECKING:` blocks."""
+    return [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING"
+    ]
 
 
 def closure(roots: set[str], root: Path = ROOT) -> set[Path]:

@@ -26,8 +26,7 @@ from pathlib import Path
 import torch
 
 from pipeline.bench.model import SimpleCNN
-from pipeline.budget.peak import usable_cores
-from pipeline.budget.units import duration
+from pipeline.budget import duration, usable_cores
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError
 

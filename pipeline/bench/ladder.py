@@ -55,7 +55,7 @@ from pipeline.bench.recipe import execution_of, train_config
 from pipeline.bench.runners import Execution, Floor, Timing, cudnn_benchmark, train_eager, train_static
 from pipeline.bench.settings import BenchSettings
 from pipeline.bench.variants import STATIC_VARIANTS, writeup_recipe
-from pipeline.budget.units import duration
+from pipeline.budget import duration
 from pipeline.shards.format import read_manifest
 
 

@@ -36,8 +36,9 @@ import torch.nn.functional as F
 
 from pipeline.bench.datapaths import DataPath, Resident
 from pipeline.bench.model import SimpleCNN
-from pipeline.bench.profiled import profile_steps, timed_window
+from pipeline.bench.profiled import profile_steps
 from pipeline.bench.variants import GRAPH_SCOPES
+from pipeline.budget import sync, timed_window
 from pipeline.core.errors import InputError, reason
 from pipeline.shards.order import ShardSampler
 from pipeline.shards.transforms import unit_float
@@ -120,11 +121,6 @@ class Timing:
     budget: dict | None = None  # where a train step's time goes (`profiled.profile_steps`)
     sampled_steps: int | None = None  # train steps per timed epoch when sampled; None: whole epochs
     sampled_test_steps: int | None = None  # test steps per timed epoch when sampled
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class RecompileError(InputError):

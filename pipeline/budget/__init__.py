@@ -15,10 +15,19 @@ torch.profiler trace read as intervals), `peak` (this device's measured matmul p
 `threads` (the loop re-timed on one thread), `machine` (the name figures carry),
 `timebudget` (the API), `verdict` (the bound, from the evidence) and `findloop` (a script's
 loop found without editing it: `python -m pipeline profile`). It imports torch and nothing
-of the ladder or the stages; the bench imports it as any user would.
+of the ladder or the stages; the bench imports it as any user would, through the names
+below: `timed_window` for a window with no step to mark (a replayed CUDA graph), `sync`,
+`usable_cores` and `duration` for a caller's own timing and printing.
 """
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what each name is (loaded on first use, below)
+    from pipeline.budget.peak import Peak, device_peak, usable_cores
+    from pipeline.budget.timebudget import Budget, BudgetError, TimeBudget, checked_device
+    from pipeline.budget.trace import sync, timed_window
+    from pipeline.budget.units import duration
 
 _WHERE = {
     "Budget": "timebudget",
@@ -27,8 +36,23 @@ _WHERE = {
     "checked_device": "timebudget",
     "Peak": "peak",
     "device_peak": "peak",
+    "usable_cores": "peak",
+    "sync": "trace",
+    "timed_window": "trace",
+    "duration": "units",
 }
-__all__ = sorted(_WHERE)
+__all__ = [  # noqa: RUF022 (grouped as _WHERE is)
+    "Budget",
+    "BudgetError",
+    "TimeBudget",
+    "checked_device",
+    "Peak",
+    "device_peak",
+    "usable_cores",
+    "sync",
+    "timed_window",
+    "duration",
+]
 
 
 def __getattr__(name: str):

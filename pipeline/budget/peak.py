@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from pipeline.budget.machine import fingerprint
+from pipeline.budget.trace import sync
 from pipeline.budget.units import rate
 
 DTYPES = (torch.float32, torch.bfloat16)
@@ -78,16 +79,11 @@ class Peak:
         return f"{rates}, {threads}measured on {self.machine}"
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _product_s(a: torch.Tensor, b: torch.Tensor, device: torch.device) -> float:
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     torch.mm(a, b)
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start
 
 

@@ -175,8 +175,26 @@ def activities(device: torch.device) -> list:
 
 
 def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA), so that a clock read after it is honest."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def timed_window(run: Callable[[], None], device: torch.device, steps: int) -> dict:
+    """The parts per step of a window with no step to mark (a whole epoch replayed as one CUDA
+    graph, `steps` steps): kernels are compute, memcpys copy, the rest of the host's wait
+    overhead; with the kernels launched per step (None off CUDA)."""
+    import time
+
+    sync(device)
+    with QuietProfiler(device) as prof:
+        start = time.perf_counter()
+        with torch.profiler.record_function(RANGE + "step"):
+            run()
+            sync(device)
+        wall = time.perf_counter() - start
+    window = window_parts(list(prof.events()), steps, wall, device, flops=False)
+    return {**window.per_step, "kernels_per_step": window.kernels_per_step}
 
 
 @dataclass(frozen=True)
