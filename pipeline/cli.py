@@ -513,11 +513,14 @@ def profile(
     from pipeline.core.atomic import write_json
     from pipeline.core.bounded import read_json
 
-    quoted = read_json(ladder, 64 << 20, "bench metrics file") if ladder else None
-    if quoted is not None:  # refused in one line, not ignored: the verdict would quote nothing
+    quoted = None
+    if ladder:  # refused in one line, not ignored: the verdict would quote nothing
         from pipeline.bench.document import BenchDoc, validate
+        from pipeline.budget.verdict import LadderQuote
 
-        validate(ladder, quoted, BenchDoc)
+        document = read_json(ladder, 64 << 20, "bench metrics file")
+        validate(ladder, document, BenchDoc)
+        quoted = LadderQuote.of(document)
     json_path, trace = (path.resolve() if path else None for path in (json_path, trace))  # the script may chdir
     result = profile_script(
         script,

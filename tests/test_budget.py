@@ -12,7 +12,7 @@ from pipeline.bench.profiled import profile_steps
 from pipeline.budget import intervals, timebudget, trace
 from pipeline.budget.intervals import exclusive, idle_split, intersect, per_step, split, subtract, union
 from pipeline.budget.trace import device_idle, queued_intervals, trace_intervals
-from pipeline.budget.verdict import evidence, rule_for, verdict
+from pipeline.budget.verdict import LadderQuote, evidence, rule_for, verdict
 
 CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
 
@@ -303,18 +303,20 @@ def test_the_cpu_has_rules_of_its_own_for_overhead_and_copy():
 def test_evidence_quotes_the_closest_pair_the_ladder_ran():
     rule = rule_for("overhead", "cuda")  # (device -> graphed), then (graphed -> compiled)
     ladder = {"variants": {"graphed": {"train_s": 2.0}, "compiled": {"train_s": 1.0, "extrapolated": True}}}
-    assert evidence(rule, ladder) == (
+    assert evidence(rule, LadderQuote.of(ladder)) == (
         " On a ladder of an unnamed machine (bench): `graphed` 2 -> `compiled` 1 (sampled: extrapolated) s/epoch."
     )
     ladder["variants"]["device"] = {"train_s": 4.0, "unstable": True}
     ladder.update(dataset="mnist", machine={"device": "cpu", "name": "amd-epyc-2c"}, params={"quick": True})
-    assert evidence(rule, ladder, "amd-epyc-2c") == (
+    assert evidence(rule, LadderQuote.of(ladder), "amd-epyc-2c") == (
         " On this machine's ladder (`amd-epyc-2c`, mnist, on cpu, a quick "
         "run): `device` 4 (unstable) -> `graphed` 2 s/epoch."
     )
-    assert evidence(rule, ladder, "intel-xeon-2c").startswith(" On another machine's ladder (`amd-epyc-2c`, mnist")
-    assert evidence(rule, None) == "" and evidence(rule, {"dataset": "mnist"}) == ""
-    assert evidence(rule, {"variants": {"device": {"train_s": 4.0}}}) == ""
+    assert evidence(rule, LadderQuote.of(ladder), "intel-xeon-2c").startswith(
+        " On another machine's ladder (`amd-epyc-2c`, mnist"
+    )
+    assert evidence(rule, None) == "" and evidence(rule, LadderQuote.of({"dataset": "mnist"})) == ""
+    assert evidence(rule, LadderQuote.of({"variants": {"device": {"train_s": 4.0}}})) == ""
 
 
 def test_queued_from_the_earliest_launch_call_and_every_unmatched_event_counted():

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from pipeline.budget import Peak, TimeBudget
-from pipeline.budget.verdict import LoaderSeen, diagnose, rule_for, verdict
+from pipeline.budget.verdict import LadderQuote, LoaderSeen, diagnose, rule_for, verdict
 
 # A float32 peak far below what any CPU reaches: every counted FLOP is "a meaningful fraction".
 LOW_PEAK = Peak(rates={"float32": 1e6}, machine="test-machine", device="cpu", threads=1)
@@ -150,20 +150,22 @@ def test_the_verdict_quotes_this_machines_ladder_when_given():
     first = lambda said: said.split("\n")[0]  # noqa: E731 (the verdict's line; `Why:` follows)
     here = budget.result.machine
     ladder["machine"] = {"name": here, "device": "cpu"}
-    said = first(verdict(budget.result, ladder))
+    said = first(verdict(budget.result, LadderQuote.of(ladder)))
     assert said.endswith(
         f" On this machine's ladder (`{here}`, mnist, on cpu): `naive` 76.8 -> `preprocessed` 15.5 s/epoch."
     )
     del ladder["variants"]["preprocessed"]  # the closest change not run: the next one quoted
-    assert first(verdict(budget.result, ladder)).endswith(" on cpu): `naive` 76.8 -> `workers` 50 s/epoch.")
+    assert first(verdict(budget.result, LadderQuote.of(ladder))).endswith(
+        " on cpu): `naive` 76.8 -> `workers` 50 s/epoch."
+    )
     ladder["variants"]["workers"].update(extrapolated=True, unstable=True)
     ladder.update(params={"quick": True})
-    assert first(verdict(budget.result, ladder)).endswith(
+    assert first(verdict(budget.result, LadderQuote.of(ladder))).endswith(
         ", a quick run): `naive` 76.8 -> `workers` 50 (sampled: extrapolated, unstable) s/epoch."
     )
     ladder["machine"]["name"] = "another-machine-2c"  # figures of another machine are never this one's
-    assert " On another machine's ladder (`another-machine-2c`, mnist" in verdict(budget.result, ladder)
-    assert "this machine's" not in verdict(budget.result, ladder)
+    assert " On another machine's ladder (`another-machine-2c`, mnist" in verdict(budget.result, LadderQuote.of(ladder))
+    assert "this machine's" not in verdict(budget.result, LadderQuote.of(ladder))
 
 
 def test_a_trace_and_a_summary_a_user_can_keep(tmp_path):

@@ -23,7 +23,7 @@ from pipeline.budget.threads import ThreadCheck, plan
 from pipeline.budget.timebudget import Budget
 from pipeline.budget.trace import CONVOLUTION, RANGE, QuietProfiler, kineto_lines_dropped, window_parts
 from pipeline.budget.units import duration
-from pipeline.budget.verdict import LoaderSeen, diagnose, loader_seen, rule_for, verdict
+from pipeline.budget.verdict import LadderQuote, LoaderSeen, diagnose, loader_seen, rule_for, verdict
 from pipeline.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,7 +270,7 @@ def test_the_thread_count_is_put_back_when_a_retimed_step_raises_and_left_alone_
     ],
 )
 def test_a_malformed_ladder_is_quoted_as_nothing_or_by_what_it_holds(ladder):
-    said = verdict(budget({"data_wait": 0.8, "compute": 0.2}), ladder)
+    said = verdict(budget({"data_wait": 0.8, "compute": 0.2}), LadderQuote.of(ladder))
     assert said.startswith("DATA WAIT-BOUND") and "s/epoch" not in said or "`naive` 9 -> `preprocessed` 1" in said
 
 
@@ -282,8 +282,8 @@ def test_a_ladder_is_this_machines_only_when_this_machine_is_known():
     }
     unknown = budget({"data_wait": 0.8, "compute": 0.2})
     unknown.machine = None
-    assert " On `amd-epyc-2c`'s ladder (mnist, on cpu): " in verdict(unknown, ladder)
-    assert "this machine's" not in verdict(unknown, ladder)
+    assert " On `amd-epyc-2c`'s ladder (mnist, on cpu): " in verdict(unknown, LadderQuote.of(ladder))
+    assert "this machine's" not in verdict(unknown, LadderQuote.of(ladder))
 
 
 def test_a_peak_is_refused_without_a_float32_rate_and_scaled_to_the_loops_threads():

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # what each name is (loaded on first use, below)
     from pipeline.budget.timebudget import Budget, BudgetError, TimeBudget, checked_device
     from pipeline.budget.trace import sync, timed_window
     from pipeline.budget.units import duration
+    from pipeline.budget.verdict import LadderQuote
 
 _WHERE = {
     "Budget": "timebudget",
@@ -40,6 +41,7 @@ _WHERE = {
     "sync": "trace",
     "timed_window": "trace",
     "duration": "units",
+    "LadderQuote": "verdict",
 }
 __all__ = [  # noqa: RUF022 (grouped as _WHERE is)
     "Budget",
@@ -52,6 +54,7 @@ __all__ = [  # noqa: RUF022 (grouped as _WHERE is)
     "sync",
     "timed_window",
     "duration",
+    "LadderQuote",
 ]
 
 

@@ -15,6 +15,7 @@ import textwrap
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,6 +27,9 @@ from pipeline.budget.trace import RANGE, QuietProfiler, sync, window_parts
 from pipeline.budget.units import duration
 from pipeline.budget.verdict import LoaderSeen, loader_seen
 from pipeline.core.errors import InputError
+
+if TYPE_CHECKING:
+    from pipeline.budget.verdict import LadderQuote
 
 
 def checked_device(device: str | torch.device, what: str = "device", auto: bool = False) -> torch.device:
@@ -128,14 +132,14 @@ class Budget:
             "peak_device_bytes": self.peak_device_bytes,
         }
 
-    def report(self, ladder: dict | None = None, width: int = 100) -> str:
-        """The step, its parts and the verdict (quoting `ladder`, a bench metrics document,
-        when given), wrapped at `width` columns."""
-        from pipeline.budget.verdict import LABELS, verdict
+    def report(self, ladder: dict | LadderQuote | None = None, width: int = 100) -> str:
+        """The step, its parts and the verdict (quoting `ladder`, a bench metrics document as
+        read from its JSON or its `LadderQuote`, when given), wrapped at `width` columns."""
+        from pipeline.budget.verdict import LABELS, LadderQuote, verdict
 
-        if ladder is not None and not (
-            isinstance(ladder, dict) and isinstance(ladder.get("variants"), dict) and ladder["variants"]
-        ):
+        if isinstance(ladder, dict) and isinstance(ladder.get("variants"), dict) and ladder["variants"]:
+            ladder = LadderQuote.of(ladder)
+        elif ladder is not None and not isinstance(ladder, LadderQuote):
             raise BudgetError(
                 f"report(ladder): expected a bench metrics document (metrics/bench/<dataset>.json, read as a "
                 f"dict with its 'variants'), got {type(ladder).__name__} {ladder!r:.40}"

@@ -306,44 +306,73 @@ def diagnose(budget) -> Diagnosis:
     return Diagnosis(bounds=tuple(dict.fromkeys(bounds)), why=tuple(why), weak=weak)
 
 
-def _figure(name: str, variant: dict) -> str:
-    marks = [
-        word for key, word in (("extrapolated", "sampled: extrapolated"), ("unstable", "unstable")) if variant.get(key)
-    ]
-    return f"`{name}` {variant['train_s']:.3g}" + (f" ({', '.join(marks)})" if marks else "")
+@dataclass(frozen=True)
+class Rung:
+    """One rung of a bench run, as the verdict quotes it."""
+
+    train_s: float  # seconds per epoch
+    extrapolated: bool = False  # timed on sampled steps
+    unstable: bool = False  # its epochs disagreed
+
+    def quote(self, name: str) -> str:
+        marks = [
+            word for flag, word in ((self.extrapolated, "sampled: extrapolated"), (self.unstable, "unstable")) if flag
+        ]
+        return f"`{name}` {self.train_s:.3g}" + (f" ({', '.join(marks)})" if marks else "")
 
 
-def _quotable(ladder: object, before: str, after: str) -> bool:
-    """Whether `ladder` holds both rungs with a number of seconds each (anything else, a
-    malformed or foreign file, is quoted as nothing rather than crashing the report)."""
-    variants = ladder.get("variants") if isinstance(ladder, dict) else None
-    return isinstance(variants, dict) and all(
-        isinstance(variants.get(name), dict)
-        and isinstance(variants[name].get("train_s"), (int, float))
-        and not isinstance(variants[name].get("train_s"), bool)
-        for name in (before, after)
-    )
+@dataclass(frozen=True)
+class LadderQuote:
+    """What the verdict quotes of a bench run: each rung's seconds per epoch, and whose run it
+    was (its machine's name and device, its data set, whether it was a quick run)."""
+
+    rungs: dict[str, Rung]
+    dataset: str = "bench"
+    machine: str | None = None
+    device: str | None = None
+    quick: bool = False
+
+    @classmethod
+    def of(cls, document: object) -> LadderQuote:
+        """The quote of a bench metrics document (metrics/bench/<dataset>.json, read as JSON);
+        a rung without a number of seconds, or a part of another shape, is quoted as nothing
+        rather than crashing the report."""
+        doc = document if isinstance(document, dict) else {}
+        variants = doc.get("variants") if isinstance(doc.get("variants"), dict) else {}
+        rungs = {
+            name: Rung(float(v["train_s"]), bool(v.get("extrapolated")), bool(v.get("unstable")))
+            for name, v in variants.items()
+            if isinstance(v, dict) and isinstance(v.get("train_s"), (int, float)) and not isinstance(v["train_s"], bool)
+        }
+        about = doc.get("machine") if isinstance(doc.get("machine"), dict) else {}
+        params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+        name, device = about.get("name"), about.get("device")
+        return cls(
+            rungs,
+            str(doc.get("dataset", "bench")),
+            name if isinstance(name, str) and name else None,
+            device if isinstance(device, str) and device else None,
+            bool(params.get("quick")),
+        )
 
 
-def evidence(rule: Rule, ladder: dict | None, machine: str | None = None) -> str:
-    """What the rule's closest change did on the ladder given (a bench metrics document), in
-    words, named by the machine that measured it: the first of its rung pairs the ladder ran.
-    `machine`: this machine's name; a ladder is called this machine's only when the names
-    match, another machine's when they differ, and by its own name when `machine` is unknown."""
-    pair = next(((before, after) for before, after in rule.rungs if _quotable(ladder, before, after)), None)
+def evidence(rule: Rule, ladder: LadderQuote | None, machine: str | None = None) -> str:
+    """What the rule's closest change did on the ladder quoted, in words, named by the machine
+    that measured it: the first of its rung pairs the ladder ran. `machine`: this machine's
+    name; a ladder is called this machine's only when the names match, another machine's
+    when they differ, and by its own name when `machine` is unknown."""
+    rungs = ladder.rungs if ladder is not None else {}
+    pair = next(((before, after) for before, after in rule.rungs if before in rungs and after in rungs), None)
     if pair is None:
         return ""
     before, after = pair
-    variants = ladder["variants"]
-    about_machine = ladder.get("machine") if isinstance(ladder.get("machine"), dict) else {}
-    measured, device = about_machine.get("name"), about_machine.get("device")
-    params = ladder.get("params") if isinstance(ladder.get("params"), dict) else {}
+    measured = ladder.machine
     named = measured and machine is not None  # only then can "this" or "another" machine be said
     about = [
         f"`{measured}`" if named else None,
-        str(ladder.get("dataset", "bench")),
-        f"on {device}" if device else None,
-        "a quick run" if params.get("quick") else None,
+        ladder.dataset,
+        f"on {ladder.device}" if ladder.device else None,
+        "a quick run" if ladder.quick else None,
     ]
     if not measured:
         whose = "a ladder of an unnamed machine"
@@ -353,10 +382,8 @@ def evidence(rule: Rule, ladder: dict | None, machine: str | None = None) -> str
         whose = "another machine's ladder"
     else:
         whose = "this machine's ladder"
-    return (
-        f" On {whose} ({', '.join(a for a in about if a)}): "
-        f"{_figure(before, variants[before])} -> {_figure(after, variants[after])} s/epoch."
-    )
+    figures = f"{rungs[before].quote(before)} -> {rungs[after].quote(after)}"
+    return f" On {whose} ({', '.join(a for a in about if a)}): {figures} s/epoch."
 
 
 def _device_word(budget) -> str:
@@ -473,9 +500,9 @@ def _share(part: str, budget) -> str:
     return f"{LABELS[part]} is {shares[part]:.0%} of the step"
 
 
-def verdict(budget, ladder: dict | None = None) -> str:
-    """The bound(s), what they mean and what to try, and, given a bench metrics document,
-    what the first bound's change measured there; then, on a line of its own, `Why:` and
+def verdict(budget, ladder: LadderQuote | None = None) -> str:
+    """The bound(s), what they mean and what to try, and, given a bench run's quote, what the
+    first bound's change measured there; then, on a line of its own, `Why:` and
     the evidence."""
     found = diagnose(budget)
     main = found.bounds[0]
