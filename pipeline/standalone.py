@@ -35,6 +35,7 @@ from pipeline.bench.settings import settings_from_params
 from pipeline.bench.stage import warn_unstable, write_bench
 from pipeline.budget.machine import fingerprint
 from pipeline.core.atomic import atomic_path
+from pipeline.core.codec import Codec
 from pipeline.core.dataset import COLUMNS, SPLITS
 from pipeline.core.params import load_params, section
 from pipeline.core.parquet import write_checksums
@@ -44,11 +45,13 @@ from pipeline.stages.mnist import MNIST, read_split
 
 
 def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path, codec: str) -> None:
-    """The write-up's layout (label + pixel1..pixel784, uint8) with pyarrow, in `codec`."""
+    """The write-up's layout (label + pixel1..pixel784, uint8) with pyarrow (the convert
+    stage writes it with polars, absent here), in `codec` as params.yaml spells it
+    (`zstd-3`: zstd at level 3, parsed by the pipeline's own `Codec`)."""
     flat = images.reshape(len(images), -1)
     columns = [pa.array(labels)] + [pa.array(np.ascontiguousarray(flat[:, i])) for i in range(flat.shape[1])]
     with atomic_path(dest) as tmp:
-        pq.write_table(pa.Table.from_arrays(columns, names=COLUMNS), tmp, compression=codec)
+        pq.write_table(pa.Table.from_arrays(columns, names=COLUMNS), tmp, **Codec.parse(codec).writer_options())
 
 
 def build_inputs(

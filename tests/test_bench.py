@@ -1096,3 +1096,22 @@ def test_settings_built_without_pydantic_are_the_validated_ones_and_keep_their_r
         BenchSettings.built({**block, "sample": ["graphed"]})
     with pytest.raises(ValueError, match="needs its recipe"):
         BenchSettings.built({**block, "variants": ["tuned"], "tuned": None})
+
+
+def test_the_standalone_wide_parquet_is_written_in_the_codec_and_level_asked(tmp_path):
+    """`zstd-3` is zstd at level 3 (parsed as params.yaml spells it), not a codec name
+    pyarrow would refuse or read otherwise; the columns are the write-up's."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from pipeline.core.dataset import COLUMNS
+    from pipeline.standalone import write_wide_parquet
+
+    images = np.arange(4 * 28 * 28, dtype=np.uint8).reshape(4, 28, 28)
+    labels = np.array([0, 1, 2, 9], dtype=np.uint8)
+    write_wide_parquet(images, labels, tmp_path / "train.parquet", "zstd-3")
+    meta = pq.ParquetFile(tmp_path / "train.parquet").metadata
+    column = meta.row_group(0).column(1)
+    assert column.compression == "ZSTD" and meta.num_rows == 4
+    table = pq.read_table(tmp_path / "train.parquet")
+    assert table.column_names == list(COLUMNS) and table.column("label").to_pylist() == [0, 1, 2, 9]
