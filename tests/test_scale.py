@@ -731,7 +731,7 @@ def test_the_docs_show_the_measured_results():
 )
 def test_a_bad_checkpoint_is_one_line(tmp_path, content, message):
     from pipeline.core.errors import InputError
-    from pipeline.stages.train.stage import Checkpoints
+    from pipeline.stages.train.checkpoints import Checkpoints
 
     path = tmp_path / "c.pt"
     if content is None:

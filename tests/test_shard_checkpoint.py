@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 import torch.distributed as dist
 from pipeline.core.errors import InputError
-from pipeline.stages.train.stage import Checkpoints
+from pipeline.stages.train.checkpoints import Checkpoints
 folder = Path(sys.argv[1])
 dist.init_process_group("gloo", init_method=f"file://{folder / 'store'}", rank=0, world_size=1)
 checkpoints = Checkpoints(folder / "ckpt.pt", 1, False)
