@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.stages.csvdata import HEADER, load_idx_split, write_csv
+from pipeline.stages.csvdata import HEADER, write_csv
+from pipeline.stages.mnist import read_raw_split
 
 
 def main(raw: Path) -> None:
-    images, labels = load_idx_split(raw, "train")
+    images, labels = read_raw_split(raw, "train")
     rows = np.concatenate([labels[:, None], images.reshape(len(images), -1)], axis=1)
     with tempfile.TemporaryDirectory() as tmp:
         results = {}
