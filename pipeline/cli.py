@@ -70,7 +70,7 @@ def stage_command(func: F) -> F:
 
         try:
             if kwargs.get("dataset") is not None:
-                check_names([kwargs["dataset"]])
+                check_datasets([kwargs["dataset"]])
             return func(*args, **kwargs)
         except KeyboardInterrupt:  # Ctrl-C: one line, not click's "Aborted!" (every stage writes beside, then swaps)
             if click.get_current_context().find_root().params.get("debug"):
@@ -115,7 +115,7 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def check_names(datasets: list) -> None:
+def check_datasets(datasets: list) -> None:
     """Data set names become folder names: plain slugs only (what the params schema asks)."""
     from pipeline.core.errors import InputError, is_slug
 
@@ -600,7 +600,7 @@ def standalone_bench(
     overrides = {k: v for k, v in (("epochs", epochs), ("sample_steps", sample_steps)) if v is not None}
     device = resolve_device(device)
     names = list(datasets) or list(section(load_params(params_path), "datasets"))
-    check_names(names)
+    check_datasets(names)
     run_standalone(mirror, out_root, work, names, params_path, sources_path, device, commit, overrides)
 
 

@@ -41,7 +41,7 @@ from pipeline.core.params import load_params, section
 from pipeline.core.parquet import write_checksums
 from pipeline.shards.writer import write_split
 from pipeline.stages.fetch.stage import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
-from pipeline.stages.mnist import MNIST, read_split
+from pipeline.stages.mnist import MNIST, read_raw_split
 
 
 def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path, codec: str) -> None:
@@ -64,7 +64,7 @@ def build_inputs(
     raw, parquet, shards = (work / dataset / part for part in ("raw", "parquet", "shards"))
     fetch_dataset(dataset, files, [], raw, FetchSettings(retries=0), env={MIRROR_ENV: str(mirror)})
     for split in SPLITS:
-        images, labels = read_split(raw, split)
+        images, labels = read_raw_split(raw, split)
         if codec is not None:
             write_wide_parquet(images, labels, parquet / "wide" / f"{split}.parquet", codec)
         write_split(
@@ -82,7 +82,7 @@ def build_inputs(
     return parquet / "wide", shards
 
 
-def checked(params: dict, path: Path) -> dict:
+def checked_params(params: dict, path: Path) -> dict:
     """params.yaml (with the command line's overrides) checked against its schema where
     pydantic is installed; where it is not, the user is told so."""
     try:
@@ -95,9 +95,10 @@ def checked(params: dict, path: Path) -> dict:
     return validate_params(params, path)
 
 
-def earlier_runs(out_root: Path, params_path: Path) -> list[Path]:
-    """The bench documents a run can take its time estimate from: those under `out_root` and
-    the project's own `results/` beside params.yaml (a fresh `--out` folder holds none)."""
+def documents_under(out_root: Path, params_path: Path) -> list[Path]:
+    """The bench documents a standalone run can take its time estimate from: those of every
+    machine under `out_root` and the project's own `results/` beside params.yaml (a fresh
+    `--out` folder holds none)."""
     roots = {Path(out_root).resolve(), Path(params_path).resolve().parent / "results"}
     return sorted({doc for root in roots for doc in root.glob("*/*.json")})
 
@@ -115,7 +116,7 @@ def run_standalone(
 ) -> list[Path]:
     params = load_params(params_path)
     params["bench"] = {**section(params, "bench"), **overrides}
-    checked(params, params_path)
+    checked_params(params, params_path)
     settings = settings_from_params(params["bench"], params_path)
     samples_per_shard = int(section(params, "shard", "samples_per_shard"))
     device_ = torch.device(device)
@@ -125,12 +126,11 @@ def run_standalone(
             dataset, Path(mirror), Path(work), Path(sources), samples_per_shard, settings.parquet_codec
         )
         machine = fingerprint(device)
-        document = run_bench(
-            dataset, parquet, shards, device_, settings, earlier_runs(out_root, params_path), machine["name"]
-        )
+        out = Path(out_root) / machine["name"] / f"{dataset}.json"
+        earlier = documents_under(out_root, params_path)
+        document = run_bench(dataset, parquet, shards, device_, settings, earlier, machine["name"])
         document.update(machine=machine, date=dt.date.today().isoformat())
         document["env"].update(commit=commit)
-        out = Path(out_root) / machine["name"] / f"{dataset}.json"
         write_bench(document, out)
         warn_unstable(document)
         print(f"wrote {out}", file=sys.stderr)

@@ -22,7 +22,7 @@ from pipeline.bench.figures import (
 )
 from pipeline.bench.ladder import floor_after, run_bench, run_variant
 from pipeline.bench.model import SimpleCNN, parameter_count
-from pipeline.bench.recipe import execution_of, native_bf16, train_config
+from pipeline.bench.recipe import bf16_pays, execution_of, train_config
 from pipeline.bench.runners import (
     Execution,
     Floor,
@@ -142,7 +142,7 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
     # one floor epoch after every fully run variant: the fastest is the floor
     assert doc["floor"]["epochs"] == len(VARIANTS) - 2
     assert doc["env"]["host_memory"] == "kept"  # glibc here: freed blocks stay in the heap for the next step
-    assert doc["compiled_options"]["autocast"] == native_bf16(CPU)
+    assert doc["compiled_options"]["autocast"] == bf16_pays(CPU)
     for name, entry in doc["variants"].items():
         budget = entry["budget"]
         parts = [budget[f"{part}_s"] for part in ("data_wait", "copy", "compute", "overhead", "other")]
@@ -477,7 +477,7 @@ def test_inputs_for_a_benchmark_that_reads_no_parquet_are_the_shards_alone(tmp_p
 
 
 def test_a_standalone_run_estimates_from_the_projects_results_as_well_as_its_out_folder(tmp_path):
-    from pipeline.standalone import earlier_runs
+    from pipeline.standalone import documents_under
 
     project, out = tmp_path / "project", tmp_path / "out"
     for doc in (
@@ -488,10 +488,12 @@ def test_a_standalone_run_estimates_from_the_projects_results_as_well_as_its_out
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text("{}")
     (project / "params.yaml").write_text("")
-    assert earlier_runs(out, project / "params.yaml") == sorted(
+    assert documents_under(out, project / "params.yaml") == sorted(
         [project / "results" / "h100" / "mnist.json", out / "a100" / "mnist.json"]
     )
-    assert earlier_runs(project / "results", project / "params.yaml") == [project / "results" / "h100" / "mnist.json"]
+    assert documents_under(project / "results", project / "params.yaml") == [
+        project / "results" / "h100" / "mnist.json"
+    ]
 
 
 def test_machine_fingerprint_names_the_gpu_and_is_stable(monkeypatch, tmp_path):
@@ -524,14 +526,14 @@ def test_two_cpus_sold_under_one_name_whose_peaks_differ_are_two_machines(monkey
     """'AMD EPYC' with AVX2 alone and with AVX-512 BF16 compute bf16 a hundred times apart: the
     fingerprint (and so DVC, which reruns the bench on a changed fingerprint) and the name
     (the label of every figure) tell them apart; the bench's bf16 choice follows the flags."""
-    from pipeline.bench.recipe import native_bf16
+    from pipeline.bench.recipe import bf16_pays
     from pipeline.budget import machine
 
     seen = {}
     for label, text in (("avx2", AVX2_ONLY), ("bf16", BF16)):
         monkeypatch.setattr(machine, "cpu_info", lambda text=text: text)
         seen[label] = machine.fingerprint("cpu")
-        seen[label + "_native"] = native_bf16(torch.device("cpu"))
+        seen[label + "_native"] = bf16_pays(torch.device("cpu"))
     assert seen["avx2"]["cpu"] == seen["bf16"]["cpu"] == "AMD EPYC"
     assert seen["avx2"]["isa"] == ["avx2", "fma"]
     assert seen["bf16"]["isa"] == ["avx2", "avx512_bf16", "avx512_vnni", "avx512f", "fma"]
@@ -758,9 +760,9 @@ def test_execution_per_variant_and_device(monkeypatch):
         compile_mode="default", autocast=True, channels_last=True, cuda_graph=True
     )
     assert execution_of(settings, "compiled", cpu) == Execution(
-        compile_mode="none", autocast=native_bf16(cpu), channels_last=True, cuda_graph=False
+        compile_mode="none", autocast=bf16_pays(cpu), channels_last=True, cuda_graph=False
     )
-    monkeypatch.setattr("pipeline.bench.recipe.native_bf16", lambda device: True)  # a CPU with native bf16
+    monkeypatch.setattr("pipeline.bench.recipe.bf16_pays", lambda device: True)  # a CPU with native bf16
     assert execution_of(settings, "compiled", cpu) == Execution(
         compile_mode="none", autocast=True, channels_last=True, cuda_graph=False
     )

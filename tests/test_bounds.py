@@ -48,7 +48,7 @@ from pipeline.stages.convert.csvread import iter_csv
 from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import render_csvs, write_csv
 from pipeline.stages.fetch.stage import FetchError, FetchSettings, fetch_dataset, load_sources
-from pipeline.stages.mnist import IdxError, parse_idx, read_idx, read_split, write_idx
+from pipeline.stages.mnist import IdxError, parse_idx, read_idx, read_raw_split, write_idx
 from pipeline.stages.params import validate_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -348,7 +348,7 @@ def test_raw_idx_with_more_samples_than_the_data_set(tmp_path, tiny):
     ):
         render_csvs(raw, tmp_path / "csv", rows={"train": 50, "test": 32})
     with pytest.raises(DataError, match=r"test-images.idx: 32 samples, but the data set's test split has 40"):
-        read_split(raw, "test", rows=40)
+        read_raw_split(raw, "test", rows=40)
     assert not (tmp_path / "csv").exists()
 
 
@@ -399,7 +399,7 @@ def test_special_files_where_files_are_expected(kind, shard_dir, parquet, csv_di
     cases = [
         (shard_dir / "manifest.json", lambda: read_manifest(shard_dir)),
         (parquet.parent / "SHA256SUMS", lambda: verify_checksum(parquet / "train.parquet")),
-        (raw / "train-images.idx", lambda: read_split(raw, "train")),
+        (raw / "train-images.idx", lambda: read_raw_split(raw, "train")),
         (csv_dir / "train.csv", lambda: list(iter_csv(csv_dir / "train.csv"))),
     ]
     for path, read in cases:
@@ -982,7 +982,7 @@ def test_manifest_count_that_cannot_be_allocated(tmp_path):
     """A zstd split's count is not bounded by its file sizes: 2^31 samples (1.7 TB) is
     refused as a message when the tensor cannot be had, not a torch traceback."""
     from pipeline.shards import ShardError
-    from pipeline.shards import read_split as read_shard_split  # (read_split here is the IDX reader's)
+    from pipeline.shards import read_split as read_shard_split  # (read_raw_split here is the IDX reader's)
     from pipeline.shards.format import MAX_COUNT, new_manifest, write_manifest
 
     entry = {
@@ -1049,11 +1049,11 @@ def test_device_this_machine_lacks_is_one_line(monkeypatch):
 
 
 def test_standalone_data_set_names_are_slugs():
-    from pipeline.cli import check_names
+    from pipeline.cli import check_datasets
 
-    check_names(["mnist", "fashion-mnist"])
+    check_datasets(["mnist", "fashion-mnist"])
     with pytest.raises(InputError, match=r"must be plain slugs .*'\.\./x'"):
-        check_names(["mnist", "../x"])
+        check_datasets(["mnist", "../x"])
 
 
 # ---------------------------------------------------------------- 6. smaller ones

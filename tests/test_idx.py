@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pipeline.core.errors import DataError
-from pipeline.stages.mnist import IdxError, idx_bytes, parse_idx, read_idx, read_split, write_idx
+from pipeline.stages.mnist import IdxError, idx_bytes, parse_idx, read_idx, read_raw_split, write_idx
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 28, 28), (2, 3, 4, 5)])
@@ -78,12 +78,12 @@ def _split(tmp_path, images, labels):
 )
 def test_read_split_cross_checks(tmp_path, images, labels, message):
     with pytest.raises(DataError, match=message):
-        read_split(_split(tmp_path, images, labels), "train")
+        read_raw_split(_split(tmp_path, images, labels), "train")
 
 
 def test_read_split_returns_both_arrays(tmp_path):
     images, labels = np.arange(2 * 784, dtype=np.uint8).reshape(2, 28, 28), np.array([9, 0], np.uint8)
-    back_images, back_labels = read_split(_split(tmp_path, images, labels), "train")
+    back_images, back_labels = read_raw_split(_split(tmp_path, images, labels), "train")
     np.testing.assert_array_equal(back_images, images)
     np.testing.assert_array_equal(back_labels, labels)
 
@@ -223,9 +223,9 @@ def test_read_split_bounds_and_confines_the_labels_file_too(tmp_path):
     with pytest.raises(
         IdxError, match=r"train-labels\.idx: header says shape \(4,\) \(12 bytes\), more than the 11 bytes"
     ):
-        read_split(raw, "train", rows=3)
+        read_raw_split(raw, "train", rows=3)
     write_idx(tmp_path / "elsewhere.idx", np.zeros(3, np.uint8))
     (raw / "train-labels.idx").unlink()
     (raw / "train-labels.idx").symlink_to(tmp_path / "elsewhere.idx")
     with pytest.raises(UnsafeFileError, match=r"train-labels\.idx"):
-        read_split(raw, "train", rows=3)
+        read_raw_split(raw, "train", rows=3)

@@ -39,7 +39,7 @@ def execution_of(settings: BenchSettings, variant: str, device: torch.device) ->
     options = settings.compiled.get(device.type) or EAGER
     return Execution(
         compile_mode=options.compile_mode,
-        autocast=native_bf16(device) if options.autocast == "auto" else options.autocast,
+        autocast=bf16_pays(device) if options.autocast == "auto" else options.autocast,
         channels_last=options.channels_last,
         cuda_graph=options.cuda_graph,
         graph_scope=settings.graph,
@@ -47,7 +47,7 @@ def execution_of(settings: BenchSettings, variant: str, device: torch.device) ->
 
 
 # pragma: no mutate start (probes the device: exercised by test_bench, too slow per mutant)
-def native_bf16(device: torch.device) -> bool:
+def bf16_pays(device: torch.device) -> bool:
     """Whether bf16 autocast pays here: on CUDA, and on CPUs whose flags list AMX-BF16 or
     AVX512-BF16 (Linux's /proc/cpuinfo; elsewhere fp32 is kept). On other CPUs bf16 is
     emulated and slower per step than fp32, so `compiled` keeps fp32 there."""

@@ -50,7 +50,7 @@ def plan(threads: int, block: int, rounds: int = 2) -> list[int]:
     return ([threads] * block + [1] * block) * rounds
 
 
-def summarise(timed: list[tuple[int, float]], threads: int) -> ThreadCheck | None:
+def thread_check(timed: list[tuple[int, float]], threads: int) -> ThreadCheck | None:
     """The check from (thread count, seconds) pairs; None unless both sides were timed."""
     own = [s for n, s in timed if n == threads]
     one = [s for n, s in timed if n == 1]

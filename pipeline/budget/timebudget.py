@@ -22,7 +22,7 @@ import torch
 from pipeline.budget.intervals import PARTS
 from pipeline.budget.machine import fingerprint
 from pipeline.budget.peak import Peak, device_peak
-from pipeline.budget.threads import ThreadCheck, plan, summarise
+from pipeline.budget.threads import ThreadCheck, plan, thread_check
 from pipeline.budget.trace import RANGE, QuietProfiler, sync, window_parts
 from pipeline.budget.units import duration
 from pipeline.budget.verdict import LoaderSeen, loader_seen
@@ -484,7 +484,7 @@ class TimeBudget:
         self._plan = []
         self._restore_threads()
         budget = self._measured
-        budget.threads = summarise(self._timed, self._threads)
+        budget.threads = thread_check(self._timed, self._threads)
         budget.intra_threads = self._threads if self.device.type == "cpu" else None
         budget.machine = fingerprint(self.device.type)["name"]
         budget.loader = self._loader

@@ -18,7 +18,7 @@ from pipeline.core.atomic import atomic_dir, atomic_path
 from pipeline.core.bounded import open_regular
 from pipeline.core.dataset import COLUMNS, CSV_HEADER, CSV_HEADER_MAX, CSV_LINE_MAX, PIXELS, SPLITS
 from pipeline.core.errors import DataError
-from pipeline.stages.mnist import read_split
+from pipeline.stages.mnist import read_raw_split
 
 HEADER = CSV_HEADER + "\n"
 HEADER_LINE = CSV_HEADER.encode()
@@ -87,6 +87,6 @@ def render_csvs(raw_dir: Path, out_dir: Path, rows: dict[str, int] | None = None
             if csv_source.exists() or csv_source.is_symlink():
                 copy_csv(csv_source, dest, expected, raw_dir)
             else:
-                images, labels = read_split(raw_dir, split, expected)
+                images, labels = read_raw_split(raw_dir, split, expected)
                 write_csv(images, labels, dest)
             print(f"{out_dir / dest.name}: {dest.stat().st_size:,} bytes", file=sys.stderr)

@@ -144,7 +144,7 @@ def write_idx(path: Path, array: np.ndarray) -> None:
         tmp.write_bytes(idx_bytes(array))
 
 
-def read_split(raw_dir: Path, split: str, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def read_raw_split(raw_dir: Path, split: str, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Images [n, 28, 28] uint8 and labels [n] uint8 of one fetched split, cross-checked;
     n must be `rows` (the data set's count, sources.yaml) when given, and no file larger
     than n samples can be is read. Files must be regular files inside `raw_dir`."""

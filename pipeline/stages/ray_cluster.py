@@ -75,7 +75,7 @@ def cluster() -> Iterator[Any]:
                     f"to a running cluster's, or the stage's engine back to local"
                 ) from None
         else:
-            join(ray, address, connect_deadline())
+            join_cluster(ray, address, connect_deadline())
         try:
             yield ray
         finally:
@@ -98,7 +98,7 @@ def connect_deadline() -> float:
     return value
 
 
-def join(ray: Any, address: str, deadline_s: float) -> None:
+def join_cluster(ray: Any, address: str, deadline_s: float) -> None:
     """Join the cluster at `address` within `deadline_s` seconds, else one line. The address
     is first tried with a TCP connect; then `ray.init` runs on a thread of its own (Ray's join
     retries for minutes in native code, where no signal reaches Python) while this thread

@@ -26,7 +26,7 @@ class ReportError(InputError):
     file outside results/ or metrics/, a missing one, or one holding a block marker."""
 
 
-def read_json(path: Path) -> Any:
+def read_metrics(path: Path) -> Any:
     """A metrics file's JSON, read with a byte cap; a special file or bad JSON is refused."""
     path = Path(path)
     try:  # a special file, an oversized one, not JSON, a key twice, NaN: one line
@@ -35,7 +35,7 @@ def read_json(path: Path) -> Any:
         raise ReportError(str(err)) from None
 
 
-def checked(path: Path, data: Any, model: Any) -> Any:
+def as_model(path: Path, data: Any, model: Any) -> Any:
     """`data` as `model`, or ReportError naming `path` and the first bad key."""
     return validate(path, data, model, ReportError)
 
@@ -64,7 +64,7 @@ def is_bench_document(data: Any) -> bool:
 
 
 def load_run(path: Path, default_machine: str, local: bool, data: Any = None) -> Run:
-    doc = checked(path, read_json(path) if data is None else data, BenchDoc)
+    doc = as_model(path, read_metrics(path) if data is None else data, BenchDoc)
     if doc.machine is None and doc.env is None:
         raise ReportError(f"{path}: machine: Field required (neither 'machine' nor the older 'env')")
     return Run(doc, Path(path), doc.machine.name if doc.machine else default_machine, local)
@@ -76,7 +76,7 @@ def collect_runs(bench_paths: list[Path], results_dir: Path | None) -> list[Run]
     runs = [load_run(p, THIS_MACHINE, True) for p in sorted(bench_paths)]
     if results_dir is not None and Path(results_dir).is_dir():
         for folder in sorted(p for p in Path(results_dir).iterdir() if p.is_dir()):
-            documents = [(p, data) for p in sorted(folder.glob("*.json")) if is_bench_document(data := read_json(p))]
+            documents = [(p, data) for p in sorted(folder.glob("*.json")) if is_bench_document(data := read_metrics(p))]
             if documents and not is_slug(folder.name):
                 raise ReportError(f"{folder}: a machine folder's name must be a plain slug (a-z, 0-9, '-', '_')")
             runs += [load_run(p, folder.name, False, data) for p, data in documents]
@@ -105,5 +105,5 @@ def race_docs(results_dir: Path | None) -> list[RaceDoc]:
     folder = Path(results_dir) / "peers" if results_dir is not None else None
     if folder is None or not folder.is_dir():
         return []
-    docs = [checked(p, read_json(p), RaceDoc) for p in sorted(folder.glob("scale-*.json"))]
+    docs = [as_model(p, read_metrics(p), RaceDoc) for p in sorted(folder.glob("scale-*.json"))]
     return sorted(docs, key=lambda d: d.meta.samples)

@@ -24,8 +24,8 @@ from pipeline.core.atomic import atomic_dir, write_text
 from pipeline.stages.report import charts
 from pipeline.stages.report.blocks import embed, splice
 from pipeline.stages.report.charts import budget_csv, chart_specs, ladder_csv, race_rows
-from pipeline.stages.report.data import Run, checked, collect_runs, newest, race_docs, read_json
-from pipeline.stages.report.tables import NOTE, bench_time, budget_table, codec_table, headline, ladder_table
+from pipeline.stages.report.data import Run, as_model, collect_runs, newest, race_docs, read_metrics
+from pipeline.stages.report.tables import NOTE, bench_time, budget_table, codec_markdown, headline_table, ladder_table
 
 
 def image(name: str, alt: str, prefix: str) -> str:
@@ -50,7 +50,7 @@ def blocks(machines: dict[str, dict[str, Run]], codecs: dict | None, images: set
         f" {more} more machine{'s' if more > 1 else ''}: [docs/results.md](docs/results.md#headline)." if more else ""
     )
     out = {
-        "headline": headline(shown) + rest if machines else "No bench results yet: run `dvc repro`.",
+        "headline": headline_table(shown) + rest if machines else "No bench results yet: run `dvc repro`.",
         "bench-time": bench_time(shown),
     }
     out["ladder-chart"] = (
@@ -100,7 +100,7 @@ def results_page(
         "",
     ]
     if machines:
-        parts += ["## Headline", "", headline(machines), ""]
+        parts += ["## Headline", "", headline_table(machines), ""]
     if "ladder" in images:
         parts += [image("ladder", "Seconds per train epoch per rung, per machine (log scale)", ""), ""]
     for machine, runs in machines.items():
@@ -127,7 +127,7 @@ def results_page(
             "Train split: Parquet size / seconds to read it back into uint8 "
             "arrays, a row group at a time (`metrics/codecs.json`).",
             "",
-            codec_table(codecs),
+            codec_markdown(codecs),
             "",
         ]
         if "codecs" in images:
@@ -204,7 +204,7 @@ def render_all(
     if codecs_path is not None and Path(codecs_path).exists():
         codecs = {
             d: {lay: dict(by) for lay, by in layouts.items()}
-            for d, layouts in checked(codecs_path, read_json(codecs_path), CodecTable).items()
+            for d, layouts in as_model(codecs_path, read_metrics(codecs_path), CodecTable).items()
         }
     specs = chart_specs(machines, codecs, race_rows(race_docs(results_dir)))
     local = [r for r in runs if r.local]

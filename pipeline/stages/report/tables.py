@@ -245,7 +245,7 @@ def first_target(run: Run) -> str:
     return f"{num(seconds)} s to {100 * target:g}% (`{name}`)"
 
 
-def headline(machines: dict[str, dict[str, Run]]) -> str:
+def headline_table(machines: dict[str, dict[str, Run]]) -> str:
     """Per machine and data set: the write-up's naive loop, its best rung, the fastest here,
     and the least wait for a trained model."""
     lines = [
@@ -276,7 +276,7 @@ def headline(machines: dict[str, dict[str, Run]]) -> str:
     )
 
 
-def codec_table(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> str:
+def codec_markdown(codecs: dict[str, dict[str, dict[str, CodecEntry]]]) -> str:
     names = list(dict.fromkeys(c for layouts in codecs.values() for by in layouts.values() for c in by))
     lines = ["| data set | layout | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
     for dataset, layouts in codecs.items():
