@@ -578,3 +578,17 @@ def test_a_quick_runs_line_says_what_its_budget_cut(tmp_path):
     doc["quick_plan"] = {"budget_s": 90.0, "cuts": [], "skipped": []}  # nothing cut: nothing said
     (tmp_path / "mnist.json").write_text(json.dumps(doc))
     assert "within its" not in machine_line(collect_runs([tmp_path / "mnist.json"], None)[0])
+
+
+def test_the_time_to_accuracy_cell_gives_the_warm_time_beside_where_setup_took_part_of_it():
+    """Records time a run with compile and capture done beforehand: the cell says both, the
+    setup-included time first; a document without the warm figure (older runs) says one."""
+    from pipeline.bench.document import TimeToAccuracy
+    from pipeline.stages.report.tables import num, reached
+
+    both = TimeToAccuracy(target=0.99, seconds=7.0, warm_seconds=5.5, epoch=2)
+    assert reached([both]) == f"{num(7.0)} s to 99% (epoch 2; warm {num(5.5)} s)"
+    older = TimeToAccuracy(target=0.99, seconds=7.0, epoch=2)
+    same = TimeToAccuracy(target=0.98, seconds=3.0, warm_seconds=3.0, epoch=1)
+    assert reached([same, older]) == f"{num(3.0)} s to 98% (epoch 1); {num(7.0)} s to 99% (epoch 2)"
+    assert reached([TimeToAccuracy(target=0.995)]) == "not reached (99.5%)"

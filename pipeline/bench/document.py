@@ -80,7 +80,8 @@ class Measured(Loose):
 
 class TimeToAccuracy(Loose):
     target: Fraction
-    seconds: Optional[Seconds] = None  # None: no timed epoch reached the target
+    seconds: Optional[Seconds] = None  # None: no timed epoch reached the target; the setup counted
+    warm_seconds: Optional[Seconds] = None  # the same, warm-up and capture left out (older documents: none)
     epoch: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
 
 

@@ -93,17 +93,20 @@ def vs_naive(naive: float | None, row: float | None) -> str:
 
 
 def reached(times: list[TimeToAccuracy] | None) -> str:
-    """The cell, per target: "<seconds> s to <target>% (epoch <n>)" or "not reached
-    (<target>%)", joined by "; "; "n/a" where not measured (a sampled rung)."""
+    """The cell, per target: "<seconds> s to <target>% (epoch <n>)", with "warm <s> s" beside
+    where the warm-up and capture took part of it, or "not reached (<target>%)", joined by
+    "; "; "n/a" where not measured (a sampled rung)."""
     if not times:
         return "n/a"
     cells = []
     for time in times:
         target = f"{100 * time.target:g}%"
+        warm = time.warm_seconds
+        apart = f"; warm {num(warm)} s" if warm is not None and num(warm) != num(time.seconds) else ""
         cells.append(
             f"not reached ({target})"
             if time.seconds is None
-            else f"{num(time.seconds)} s to {target} (epoch {time.epoch})"
+            else f"{num(time.seconds)} s to {target} (epoch {time.epoch}{apart})"
         )
     return "; ".join(cells)
 
