@@ -67,7 +67,9 @@ def profile(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_a_script_is_profiled_unchanged_and_stopped_after_the_window(tmp_path):
-    path = script(tmp_path)
+    # 50 ms a loader item, four a batch: a data wait of 200 ms a step, far above what a busy
+    # host's preemptions add to the tiny step (65 ms seen beside four spinning processes)
+    path = script(tmp_path, sleep=0.05)
     done = profile(
         "--device",
         "cpu",
@@ -85,11 +87,20 @@ def test_a_script_is_profiled_unchanged_and_stopped_after_the_window(tmp_path):
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "DATA WAIT-BOUND" in done.stdout and "(6 steps on cpu, " in done.stdout
+    assert "(6 steps on cpu, " in done.stdout
     budget = json.loads((tmp_path / "budget.json").read_text())
-    assert budget["script"] == "train.py" and budget["steps"] == 6 and budget["bound"] == "data_wait"
-    # each wait for a batch holds its four items' 20 ms sleeps (a loaded host wakes late, never early)
-    assert budget["partial"] is False and budget["data_wait_s"] >= 0.08 - 1e-5
+    assert budget["script"] == "train.py" and budget["steps"] == 6
+    # The data wait is the bound; unless the thread check (on in `profile`) timed the loop
+    # slower with more threads, as a busy host can make it: then the verdict says that, and
+    # what the step's parts were as measured with the threads waiting.
+    said = done.stdout.replace("\n", " ")  # the report is wrapped at 100 columns
+    if budget["bound"] == "threads":
+        assert "THREAD CONTENTION-BOUND" in said and "slower with more threads" in said
+        assert "as measured with the threads waiting: data wait" in said
+    else:
+        assert budget["bound"] == "data_wait" and "DATA WAIT-BOUND" in done.stdout
+    # each wait for a batch holds its four items' 50 ms sleeps (a loaded host wakes late, never early)
+    assert budget["partial"] is False and budget["data_wait_s"] >= 0.2 - 1e-5
     parts = [budget[f"{part}_s"] for part in ("data_wait", "copy", "compute", "overhead", "other")]
     assert sum(parts) == pytest.approx(budget["step_s"], abs=1e-5)
     names = {event.get("name") for event in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]}
