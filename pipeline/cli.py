@@ -195,10 +195,10 @@ def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> Non
     """
     from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
-    from pipeline.stages.fetch.settings import FetchParams
-    from pipeline.stages.fetch.stage import FetchSettings, fetch_dataset, load_sources
+    from pipeline.stages.fetch.settings import FetchSettings
+    from pipeline.stages.fetch.stage import fetch_dataset, load_sources
 
-    settings = FetchSettings(**read_section(params_path, FetchParams, "fetch").model_dump())
+    settings = read_section(params_path, FetchSettings, "fetch")
     files, mirrors = load_sources(sources_path, dataset)
     fetch_dataset(dataset, files, mirrors, out, settings, rows=known_rows(sources_path, dataset))
 

@@ -40,7 +40,8 @@ from pipeline.core.dataset import COLUMNS, SPLITS
 from pipeline.core.params import load_params, section
 from pipeline.core.parquet import write_checksums
 from pipeline.shards.writer import write_split
-from pipeline.stages.fetch.stage import MIRROR_ENV, FetchSettings, fetch_dataset, load_sources
+from pipeline.stages.fetch.settings import FetchSettings
+from pipeline.stages.fetch.stage import MIRROR_ENV, fetch_dataset, load_sources
 from pipeline.stages.mnist import MNIST, read_raw_split
 
 

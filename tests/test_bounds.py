@@ -47,7 +47,8 @@ from pipeline.stages.convert.csvread import _parse_block as _REAL_PARSE_BLOCK  #
 from pipeline.stages.convert.csvread import iter_csv
 from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import render_csvs, write_csv
-from pipeline.stages.fetch.stage import FetchError, FetchSettings, fetch_dataset, load_sources
+from pipeline.stages.fetch.settings import FetchSettings
+from pipeline.stages.fetch.stage import FetchError, fetch_dataset, load_sources
 from pipeline.stages.mnist import IdxError, parse_idx, read_idx, read_raw_split, write_idx
 from pipeline.stages.params import validate_params
 

@@ -1,14 +1,15 @@
 import gzip
 import hashlib
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
+from pipeline.stages.fetch.settings import FetchSettings
 from pipeline.stages.fetch.stage import (
     FetchError,
-    FetchSettings,
     FileSpec,
     _Content,
     fetch_dataset,
@@ -428,3 +429,17 @@ def test_content_fed_a_byte_at_a_time_is_the_file(gzipped):
         content.feed(wire[at : at + 1])
     content.finish()
     assert out.getvalue() == raw and content.written == len(raw) and content.digest.hexdigest() == spec.sha256
+
+
+def test_fetch_settings_are_one_type_whose_rule_between_keys_is_the_params_files():
+    """The params check refuses pauses past the deadline (one line, by key); the fetcher
+    itself takes such settings (it stops a pause that would pass the deadline)."""
+    from pipeline.core.params import ParamsError, validated
+
+    good = {"timeout_s": 5, "retries": 2, "backoff_s": 1, "deadline_s": 60}
+    assert validated(FetchSettings, good, "fetch", Path("params.yaml")) == FetchSettings(5, 2, 1, 60)
+    with pytest.raises(ParamsError, match=r"fetch: the pauses between retries .* exceed deadline_s \(5 s\)"):
+        validated(FetchSettings, {**good, "retries": 5, "backoff_s": 1.5, "deadline_s": 5}, "fetch", Path("p"))
+    with pytest.raises(ParamsError, match=r"fetch.retries: Input should be less than or equal to 10"):
+        validated(FetchSettings, {**good, "retries": 11}, "fetch", Path("p"))
+    assert FetchSettings(timeout_s=1, retries=5, backoff_s=1.5, deadline_s=5).retries == 5  # built, not checked

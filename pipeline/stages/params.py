@@ -20,7 +20,7 @@ from pipeline.core.atomic import write_text
 from pipeline.core.params import dataset_names, load_params, validated
 from pipeline.core.strict import Strict
 from pipeline.stages.convert.settings import ConvertParams
-from pipeline.stages.fetch.settings import FetchParams
+from pipeline.stages.fetch.settings import FetchSettings
 from pipeline.stages.shard.settings import ShardParams
 from pipeline.stages.train.settings import TrainParams
 
@@ -33,7 +33,7 @@ class Params(Strict):
     """The whole file: the data sets, then one section per stage that has settings."""
 
     datasets: list[StrictStr] = Field(min_length=1)
-    fetch: FetchParams
+    fetch: FetchSettings
     convert: ConvertParams
     shard: ShardParams
     bench: BenchSettings

@@ -1,23 +1,28 @@
-"""params.yaml's `fetch` section, as the fetch stage reads it: its model, checked before the
-stage starts and by the `params` stage before any stage runs."""
+"""params.yaml's `fetch` section: timeouts, retries and the deadline of one file's download
+from one mirror, checked before the stage starts and by the `params` stage before any stage
+runs. One type for the section and for the fetcher (`fetch_dataset`), which takes these
+defaults where a caller gives none."""
 
 from __future__ import annotations
 
-from pydantic import Field, StrictInt, model_validator
+from dataclasses import dataclass
 
-from pipeline.core.strict import Number, Strict
+from pipeline.core.bounds import STRICT, Int, Num, model_validator
 
 
-class FetchParams(Strict):
+@dataclass(frozen=True)
+class FetchSettings:
     """Timeouts, retries and the deadline of one file's download from one mirror."""
 
-    timeout_s: Number = Field(gt=0, le=600)  # per connect and per read
-    retries: StrictInt = Field(ge=0, le=10)
-    backoff_s: Number = Field(ge=0, le=600)  # first pause, doubling
-    deadline_s: Number = Field(gt=0, le=3600)  # the most one file may take from one mirror, all tries
+    __pydantic_config__ = STRICT
+    timeout_s: Num(gt=0, le=600) = 30.0  # per connect and per read
+    retries: Int(0, 10) = 3
+    backoff_s: Num(ge=0, le=600) = 1.0  # first pause, doubling
+    deadline_s: Num(gt=0, le=3600) = 600.0  # the most one file may take from one mirror, all tries
 
     @model_validator(mode="after")
-    def _fits_deadline(self) -> FetchParams:
+    def _fits_deadline(self) -> FetchSettings:
+        """params.yaml's rule (the fetcher itself stops a pause that would pass the deadline)."""
         pauses = self.backoff_s * ((1 << self.retries) - 1)
         if pauses > self.deadline_s:
             raise ValueError(

@@ -31,6 +31,7 @@ from pipeline.core.bounded import UnsafeFileError, open_regular, short
 from pipeline.core.dataset import CSV_HEADER_MAX, CSV_LINE_MAX, PIXELS
 from pipeline.core.errors import InputError, is_hex, reason
 from pipeline.core.sources import SourcesError, dataset_entry
+from pipeline.stages.fetch.settings import FetchSettings
 from pipeline.stages.mnist import MAX_HEADER, IdxError, header_size, parse_header
 
 MIRROR_ENV = "PIPELINE_MIRROR"
@@ -87,14 +88,6 @@ class FileSpec:
         if n is None:
             return MAX_RAW_BYTES
         return {"images": 16 + n * PIXELS, "labels": 8 + n, "csv": CSV_HEADER_MAX + n * CSV_LINE_MAX}[self.kind]
-
-
-@dataclass(frozen=True)
-class FetchSettings:
-    timeout_s: float = 30.0
-    retries: int = 3
-    backoff_s: float = 1.0
-    deadline_s: float = 600.0  # per file and mirror, every try and pause included
 
 
 class FetchError(InputError):
