@@ -410,6 +410,8 @@ def test_bench_settings_are_checked_once_by_the_params_schema():
             "bench.compiled.cpu.compile_mode",
         ),
         ({"graph": "batch"}, "bench.graph: Input should be 'epoch' or 'step'"),
+        ({"variants": "naive"}, r"bench.variants: Input should be a valid list \(got 'naive'\)"),  # as YAML says it
+        ({"variants": []}, "bench.variants: List should have at least 1 item"),
     ):
         with pytest.raises(ParamsError, match=message):
             bench_settings(**overrides)

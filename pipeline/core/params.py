@@ -68,7 +68,9 @@ def validated(model: type, value: Any, key: str, path: Path) -> Any:
         for error in err.errors()[:SHOWN]:
             where = ".".join(str(part) for part in ((key,) if key else ()) + tuple(error["loc"])) or "(top level)"
             kind = SAME_AS.get(error["type"], error["type"])
-            message = MESSAGES.get(kind, error["msg"]).removeprefix("Value error, ")
+            message = (
+                MESSAGES.get(kind, error["msg"]).removeprefix("Value error, ").replace("Tuple should", "List should")
+            )
             got = "" if kind in ("missing", "value_error") else f" (got {short(error.get('input'))})"
             found.append(f"{where}: {message}{got}")
         raise problems(path, found, err.error_count()) from None
@@ -76,7 +78,12 @@ def validated(model: type, value: Any, key: str, path: Path) -> Any:
 
 # A dataclass's errors said as a model's, so that a section reads the same whichever it is.
 SAME_AS = {"missing_argument": "missing", "unexpected_keyword_argument": "extra_forbidden"}
-MESSAGES = {"missing": "Field required", "extra_forbidden": "Extra inputs are not permitted"}
+# A dataclass's sequences are tuples; params.yaml writes them as lists.
+MESSAGES = {
+    "missing": "Field required",
+    "extra_forbidden": "Extra inputs are not permitted",
+    "tuple_type": "Input should be a valid list",
+}
 
 
 def read_section(path: Path, model: type, key: str) -> Any:
