@@ -46,28 +46,45 @@ def module_file(name: str, root: Path = ROOT) -> Path | None:
     return None
 
 
-def imported(path: Path, root: Path = ROOT, typing: bool = True) -> set[str]:
+def imported(path: Path, root: Path = ROOT) -> set[str]:
     """Every project module `path` imports, at the top or inside a function (a lazy import
     runs too), with the packages Python initialises on the way (`pipeline.stages` for
-    `pipeline.stages.fetch.stage`). A package that loads its names on first use says which
-    in an `if TYPE_CHECKING:` block: those count (they run when a name is used) unless
-    `typing` is False (nothing of them runs while the package itself is imported)."""
+    `pipeline.stages.fetch.stage`). A package that loads its names on first use (a module
+    `__getattr__`) says where each lives in an `if TYPE_CHECKING:` block: nothing of that
+    block runs when the package is imported, and `from package import name` runs the module
+    of that name alone."""
     names: set[str] = set()
     tree = ast.parse(path.read_text())
-    skipped = set() if typing else {id(node) for block in type_checking(tree) for node in ast.walk(block)}
+    skipped = {id(node) for block in type_checking(tree) for node in ast.walk(block)}
     for node in ast.walk(tree):
         if id(node) in skipped:
             continue
         if isinstance(node, ast.Import):
             found = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            lazy = lazy_names(node.module, root)
+            found = [node.module] + [lazy.get(alias.name, f"{node.module}.{alias.name}") for alias in node.names]
         else:
             continue
         for name in found:
             parts = name.split(".")
             names.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
     return {name for name in names if module_file(name, root)}
+
+
+def lazy_names(package: str, root: Path = ROOT) -> dict[str, str]:
+    """{name: the module it is loaded from} for a package whose `__init__.py` names its lazy
+    names in an `if TYPE_CHECKING:` block; {} for any other module."""
+    init = module_file(package, root)
+    if init is None or init.name != "__init__.py":
+        return {}
+    return {
+        alias.asname or alias.name: node.module
+        for block in type_checking(ast.parse(init.read_text()))
+        for node in ast.walk(block)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
 
 
 def type_checking(tree: ast.Module) -> list[ast.If]:
@@ -163,12 +180,14 @@ def folder_modules(root: Path = ROOT) -> dict[str, set[str]]:
 
 
 def stage_code(stage: dict, root: Path = ROOT) -> list[str]:
-    """A stage's code deps as dvc.yaml spells them: a folder where the stage runs most of its
-    modules (its own folder, a library it uses throughout), each file it runs elsewhere."""
+    """A stage's code deps as dvc.yaml spells them: a folder where the stage runs every module
+    of it (its own folder, a library it uses whole), each file it runs elsewhere. Exact: an
+    edit reruns the stages that run the edited module and no other (a docstring-only
+    `__init__.py` inside a listed folder is the one file whose edit reruns a stage in vain)."""
     files = set(stage_files(stage, root))
     deps: set[str] = set()
     for folder, modules in sorted(folder_modules(root).items(), key=lambda item: item[0].count("/")):
-        if 2 * len(files & modules) > len(modules):
+        if modules <= files:
             deps.add(folder)
             files = {name for name in files if not name.startswith(folder + "/")}
     return sorted(deps | files)
