@@ -31,12 +31,21 @@ def output_path(flag: str, text: str) -> Callable[[F], F]:
     return click.option(flag, type=click.Path(path_type=Path), required=True, help=text)
 
 
-PARAMS_OPTION = click.option(
+def shown(*names: str, **options: Any) -> Callable[[F], F]:
+    """An option whose default `--help` shows."""
+    return click.option(*names, show_default=True, **options)
+
+
+def sources_option(text: str) -> Callable[[F], F]:
+    """The data sets' pins file (sources.yaml), with what this command reads of it."""
+    return shown("--sources", "sources_path", type=click.Path(path_type=Path), default=Path("sources.yaml"), help=text)
+
+
+PARAMS_OPTION = shown(
     "--params",
     "params_path",
     type=click.Path(path_type=Path),
     default=Path("params.yaml"),
-    show_default=True,
     help="The params file holding this stage's settings.",
 )
 
@@ -176,14 +185,7 @@ def check_params_command(out: Path, params_path: Path) -> None:
 @main.command()
 @click.argument("dataset")
 @output_path("--out", "Folder to fill with the verified, decompressed files (replaced whole).")
-@click.option(
-    "--sources",
-    "sources_path",
-    type=click.Path(path_type=Path),
-    default=Path("sources.yaml"),
-    show_default=True,
-    help="The pins (content sha256) and mirrors of each data set.",
-)
+@sources_option("The pins (content sha256) and mirrors of each data set.")
 @PARAMS_OPTION
 @stage_command
 def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> None:
@@ -203,21 +205,11 @@ def fetch(dataset: str, out: Path, sources_path: Path, params_path: Path) -> Non
     fetch_dataset(dataset, files, mirrors, out, settings, rows=known_rows(sources_path, dataset))
 
 
-SOURCES_OPTION = click.option(
-    "--sources",
-    "sources_path",
-    type=click.Path(path_type=Path),
-    default=Path("sources.yaml"),
-    show_default=True,
-    help="The data sets' pins and row counts: the input must have DATASET's rows.",
-)
-
-
 @main.command("csv")
 @click.argument("dataset", required=False)
 @input_dir("--raw", "The fetch stage's folder.")
 @output_path("--out", "Folder for train.csv and test.csv.")
-@SOURCES_OPTION
+@sources_option("The data sets' pins and row counts: the input must have DATASET's rows.")
 @stage_command
 def csv_command(dataset: str | None, raw: Path, out: Path, sources_path: Path) -> None:
     """Render train.csv and test.csv: header, then label + 784 pixels per row.
@@ -235,7 +227,7 @@ def csv_command(dataset: str | None, raw: Path, out: Path, sources_path: Path) -
 @input_dir("--csv", "The csv stage's folder (train.csv, test.csv).", dest="csv_dir")
 @output_path("--out", "Folder for {wide,compact}/{train,test}.parquet.")
 @output_path("--figures", "JSON file for the sizes and timings measured.")
-@SOURCES_OPTION
+@sources_option("The data sets' pins and row counts: the input must have DATASET's rows.")
 @PARAMS_OPTION
 @stage_command
 def convert(
@@ -298,7 +290,7 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
     "with shard.engine ray, also a URL every Ray node reads (s3://bucket/parquet/mnist/zstd-3/compact).",
 )
 @output_path("--out", "Folder for train/ and test/ shard folders.")
-@SOURCES_OPTION
+@sources_option("The data sets' pins and row counts: the input must have DATASET's rows.")
 @PARAMS_OPTION
 @stage_command
 def shard(dataset: str, parquet: str, out: Path, sources_path: Path, params_path: Path) -> None:
@@ -354,12 +346,7 @@ def machine(out: Path, device: str) -> None:
     required=True,
     help="The machine stage's fingerprint, recorded with the results.",
 )
-@click.option(
-    "--device",
-    default="auto",
-    show_default=True,
-    help="Torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1, ...",
-)
+@shown("--device", default="auto", help="Torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1, ...")
 @PARAMS_OPTION
 @stage_command
 def bench(
@@ -400,12 +387,11 @@ def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> Non
 @main.command()
 @input_dir("--bench", "Folder of this machine's bench metrics JSON files.", dest="bench_dir")
 @click.option("--codecs", "codecs_path", type=click.Path(path_type=Path), help="The codecs metrics JSON.")
-@click.option(
+@shown(
     "--results",
     "results_dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("results"),
-    show_default=True,
     help="Committed bench results of other machines, one folder each.",
 )
 @click.option(
@@ -441,24 +427,16 @@ def report(
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option(
+@shown(
     "--device",
     default="auto",
-    show_default=True,
     help="The device the loop trains on: auto (where its optimizer's parameters are), cpu, cuda, cuda:1.",
 )
-@click.option(
-    "--steps",
-    type=click.IntRange(1, 100_000),
-    default=20,
-    show_default=True,
-    help="Train steps in the profiled window.",
-)
-@click.option(
+@shown("--steps", type=click.IntRange(1, 100_000), default=20, help="Train steps in the profiled window.")
+@shown(
     "--skip",
     type=click.IntRange(0, 1_000_000),
     default=5,
-    show_default=True,
     help="Train steps run first, unprofiled (warm-up, compilation, workers starting).",
 )
 @click.option(
@@ -478,12 +456,11 @@ def report(
     help="A bench metrics file (metrics/bench/<dataset>.json) whose rungs the verdict quotes.",
 )
 @click.option("--keep-going", is_flag=True, help="Let the script run to its end after the window.")
-@click.option(
+@shown(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0, min_open=True, max=7 * 24 * 3600),
     default=300,
-    show_default=True,
     help="Seconds the script may run before its window is profiled; then it is stopped and what was seen said.",
 )
 @stage_command
@@ -544,19 +521,17 @@ def profile(
     required=True,
     help="Folder holding <dataset>/ with the four IDX .gz files (e.g. /data/idx).",
 )
-@click.option(
+@shown(
     "--out",
     "out_root",
     type=click.Path(path_type=Path),
     default=Path("results"),
-    show_default=True,
     help="Results root: writes <out>/<machine>/<dataset>.json.",
 )
-@click.option(
+@shown(
     "--work",
     type=click.Path(path_type=Path),
     default=Path("/tmp/pipeline-standalone"),
-    show_default=True,
     help="Scratch folder for the raw files, Parquet and shards.",
 )
 @click.option("--dataset", "datasets", multiple=True, help="Data set(s) to run; default: params.yaml's list.")
@@ -564,14 +539,7 @@ def profile(
 @click.option("--commit", default="unknown", show_default=True, help="The project commit, recorded in the results.")
 @click.option("--epochs", type=int, help="Override bench.epochs.")
 @click.option("--sample-steps", type=int, help="Override bench.sample_steps (the slow rungs' sampled steps).")
-@click.option(
-    "--sources",
-    "sources_path",
-    type=click.Path(path_type=Path),
-    default=Path("sources.yaml"),
-    show_default=True,
-    help="The pins of each data set.",
-)
+@sources_option("The pins of each data set.")
 @PARAMS_OPTION
 @stage_command
 def standalone_bench(
