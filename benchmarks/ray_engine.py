@@ -183,10 +183,14 @@ def run_stage(stage: str, engine: str, work: Path) -> None:
             work / "csv", out, work / f"figures-{stage}-{engine}.json", CODEC, ROW_GROUP, engine=engine
         )
     else:
+        from pipeline.stages.shard.settings import ShardSettings
         from pipeline.stages.shard.stage import shard_dataset
 
         shard_dataset(
-            work / "pq-local-writes" / "compact", work / f"shards-{engine}", "bench", SHARD, "none", 3, engine=engine
+            work / "pq-local-writes" / "compact",
+            work / f"shards-{engine}",
+            "bench",
+            ShardSettings(SHARD, engine=engine),
         )
 
 
@@ -223,6 +227,7 @@ def parts(work: Path, rows: dict[str, int]) -> dict:
     from pipeline.core.codec import Codec
     from pipeline.stages.convert.ray import BLOCK_BYTES, parse_range, plan_ranges
     from pipeline.stages.convert.stage import write_compact
+    from pipeline.stages.shard.settings import ShardSettings
     from pipeline.stages.shard.source import plan_blocks, split_digests, write_block
 
     csv = work / "csv" / "train.csv"
@@ -249,9 +254,7 @@ def parts(work: Path, rows: dict[str, int]) -> dict:
         total=total,
         dataset="bench",
         split="train",
-        samples_per_shard=SHARD,
-        compression="none",
-        level=3,
+        layout=ShardSettings(SHARD),
     )
     block_s = time.perf_counter() - start
     shutil.rmtree(scratch)

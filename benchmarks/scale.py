@@ -32,8 +32,9 @@ STEPS = {
     "for s in ('train', 'test'): shutil.copy(d / 'train.parquet', Path(W) / 'pq' / 'wide' / f'{s}.parquet')\n"
     "write_checksums(Path(W) / 'pq')",
     "shard, streaming writer": "from pipeline.stages.shard.stage import stream_split\nfrom pathlib import Path\n"
+    "from pipeline.stages.shard.settings import ShardSettings\n"
     "stream_split(Path(W) / 'pq/compact/train.parquet', Path(W) / 'shards/train', dataset='x', split='train',"
-    " samples_per_shard=32768)",
+    " layout=ShardSettings(32768))",
     "shard, in-memory writer": "from pipeline.core.parquet import read_parquet_arrays\nfrom pipeline.shards import write_split\n"
     "from pipeline.shards.format import V2_SAMPLE\n"
     "from pathlib import Path\nl, i = read_parquet_arrays(Path(W) / 'pq/compact/train.parquet')\n"

@@ -301,22 +301,19 @@ def shard(dataset: str, parquet: str, out: Path, sources_path: Path, params_path
     split is refused, naming what it holds); the manifest records both digests."""
     from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
-    from pipeline.stages.shard.settings import ShardParams
+    from pipeline.stages.shard.settings import ShardSettings
     from pipeline.stages.shard.source import parquet_source, published_pins
     from pipeline.stages.shard.stage import shard_dataset
 
-    settings = read_section(params_path, ShardParams, "shard")
-    source = parquet_source(parquet, settings.engine)
+    layout = read_section(params_path, ShardSettings, "shard")
+    source = parquet_source(parquet, layout.engine)
     shard_dataset(
         source,
         out,
         dataset,
-        settings.samples_per_shard,
-        settings.compression,
-        settings.level,
+        layout,
         rows=known_rows(sources_path, dataset),
         pins=published_pins(sources_path, dataset),
-        engine=settings.engine,
     )
 
 

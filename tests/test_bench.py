@@ -41,6 +41,7 @@ from pipeline.core.params import ParamsError
 from pipeline.shards import DeviceBatches
 from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
+from pipeline.stages.shard.settings import ShardSettings
 from pipeline.stages.shard.stage import shard_dataset
 
 CPU = torch.device("cpu")
@@ -54,7 +55,7 @@ def prepared(tmp_path_factory):
     write_csv(train_x, train_y, root / "csv" / "train.csv")
     write_csv(test_x, test_y, root / "csv" / "test.csv")
     convert_dataset(root / "csv", root / "pq", root / "fig.json", "snappy")
-    shard_dataset(root / "pq" / "compact", root / "shards", "tiny", 256, "none", 3)
+    shard_dataset(root / "pq" / "compact", root / "shards", "tiny", ShardSettings(256, "none", 3))
     return root, (train_x, train_y)
 
 

@@ -51,6 +51,7 @@ from pipeline.stages.fetch.settings import FetchSettings
 from pipeline.stages.fetch.stage import FetchError, fetch_dataset, load_sources
 from pipeline.stages.mnist import IdxError, parse_idx, read_idx, read_raw_split, write_idx
 from pipeline.stages.params import validate_params
+from pipeline.stages.shard.settings import ShardSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = {"train": 64, "test": 32}  # tiny_dataset's splits
@@ -275,7 +276,7 @@ def test_parquet_with_more_rows_than_the_data_set_is_refused_before_a_page(parqu
         match=r"train.parquet: 300,000 rows, but the data set's split has 64 "
         r"\(sources.yaml rows\)",
     ):
-        shard_dataset(parquet, tmp_path / "shards", "tiny", 20, "none", 3, rows=ROWS)
+        shard_dataset(parquet, tmp_path / "shards", "tiny", ShardSettings(20, "none", 3), rows=ROWS)
     assert read == [] and not (tmp_path / "shards").exists()
 
 
@@ -1029,7 +1030,7 @@ def test_compact_parquet_without_label(parquet, tmp_path):
     pq.write_table(pa.table({"image": table.column("image").cast(IMAGE_TYPE)}), parquet / "train.parquet")
     write_checksums(parquet.parent)
     with pytest.raises(DataError, match=r"train.parquet: no 'label' column \(1 missing\): neither layout"):
-        shard_dataset(parquet, tmp_path / "shards", "tiny", 20, "none", 3)
+        shard_dataset(parquet, tmp_path / "shards", "tiny", ShardSettings(20, "none", 3))
 
 
 def test_device_this_machine_lacks_is_one_line(monkeypatch):

@@ -25,6 +25,7 @@ from pipeline.stages.convert.csvread import iter_csv
 from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
 from pipeline.stages.params import validate_params
+from pipeline.stages.shard.settings import ShardSettings
 from pipeline.stages.shard.stage import shard_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -408,17 +409,17 @@ def test_damaged_parquet_stops_the_shard_stage(parquet, tmp_path, where, message
     path.write_bytes(bytes(data))
     out = tmp_path / "shards"
     with pytest.raises(DataError, match=rf"train.parquet: {message}"):
-        shard_dataset(parquet, out, "tiny", 20, "none", 3)
+        shard_dataset(parquet, out, "tiny", ShardSettings(20, "none", 3))
     assert not out.exists()
 
 
 def test_bad_test_parquet_leaves_no_new_train_shards(parquet, tmp_path):
     out = tmp_path / "shards"
-    shard_dataset(parquet, out, "tiny", 20, "none", 3)
+    shard_dataset(parquet, out, "tiny", ShardSettings(20, "none", 3))
     before = tree_digest(out)
     (parquet / "test.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(DataError, match="test.parquet"):
-        shard_dataset(parquet, out, "tiny", 30, "none", 3)  # other params: train shards would differ
+        shard_dataset(parquet, out, "tiny", ShardSettings(30, "none", 3))  # other params: train shards would differ
     assert tree_digest(out) == before
 
 
@@ -580,7 +581,7 @@ def test_streamed_shard_writer_checks_page_crcs_itself(csv_dir, tmp_path):
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
     with pytest.raises(DataError, match=r"train.parquet: not a readable Parquet split"):
-        stream_split(path, tmp_path / "out", dataset="tiny", split="train", samples_per_shard=20)
+        stream_split(path, tmp_path / "out", dataset="tiny", split="train", layout=ShardSettings(20))
 
 
 def test_zstd_frame_size_bounds():

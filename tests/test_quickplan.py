@@ -12,6 +12,7 @@ import pytest
 from conftest import bench_settings
 
 from pipeline.bench.quickplan import FILL, MIN_SAMPLE_STEPS, plan_rest
+from pipeline.stages.shard.settings import ShardSettings
 
 RUNGS = ("naive", "preprocessed", "device", "compiled", "tuned")
 
@@ -131,7 +132,7 @@ def test_a_quick_bench_with_too_little_time_cuts_and_records_what_it_cut(tmp_pat
     for split, (n, seed) in {"train": (192, 0), "test": (64, 1)}.items():
         write_csv(*make_split(n, seed), data / "csv" / f"{split}.csv")
     convert_dataset(data / "csv", data / "pq", data / "fig.json", "snappy", 65536)
-    shard_dataset(data / "pq" / "compact", data / "shards", "tiny", 128, "none", 3)
+    shard_dataset(data / "pq" / "compact", data / "shards", "tiny", ShardSettings(128, "none", 3))
     reference = tmp_path / "results" / "earlier" / "tiny.json"
     s = bench_settings(
         quick=True,

@@ -24,6 +24,7 @@ from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
 from pipeline.stages.ray_cluster import PartLost
 from pipeline.stages.shard.ray import shard_dataset_ray
+from pipeline.stages.shard.settings import ShardSettings
 from pipeline.stages.shard.stage import shard_dataset
 
 ROWS = {"train": 601, "test": 130}
@@ -99,7 +100,7 @@ def data(tmp_path_factory):
 
 def local_shards(data: Path, out: Path, layout: str = "compact", **settings) -> dict[str, str]:
     options = {"samples_per_shard": 25, "compression": "none", "level": 3, **settings}
-    shard_dataset(data / "pq" / layout, out, "tiny", rows=ROWS, **options)
+    shard_dataset(data / "pq" / layout, out, "tiny", ShardSettings(**options), rows=ROWS)
     return tree(out)
 
 
@@ -108,7 +109,7 @@ def local_shards(data: Path, out: Path, layout: str = "compact", **settings) -> 
 def test_ray_shards_are_the_local_engines_bytes(cluster, data, tmp_path, layout, compression):
     """Both splits, shards and manifests, byte for byte, from blocks written on two nodes."""
     expected = local_shards(data, tmp_path / "local", layout, compression=compression)
-    shard_dataset(data / "pq" / layout, tmp_path / "ray", "tiny", 25, compression, 3, rows=ROWS, engine="ray")
+    shard_dataset(data / "pq" / layout, tmp_path / "ray", "tiny", ShardSettings(25, compression, 3, "ray"), rows=ROWS)
     assert tree(tmp_path / "ray") == expected
     assert len([name for name in expected if name.startswith("train/shard-")]) == 25
 
@@ -123,7 +124,7 @@ def test_ray_reads_the_split_from_s3(cluster, data, s3, tmp_path):
     for path in [folder / "SHA256SUMS", *sorted((folder / "compact").glob("*.parquet"))]:
         client.put_object(Bucket="data", Key=f"pq/{path.relative_to(folder).as_posix()}", Body=path.read_bytes())
     expected = local_shards(data, tmp_path / "local")
-    shard_dataset_ray("s3://data/pq/compact", tmp_path / "ray", "tiny", 25, "none", 3, rows=ROWS)
+    shard_dataset_ray("s3://data/pq/compact", tmp_path / "ray", "tiny", ShardSettings(25, "none", 3), rows=ROWS)
     assert tree(tmp_path / "ray") == expected
     # One byte changed in the store: refused against SHA256SUMS before any task runs.
     damaged = bytearray((folder / "compact" / "train.parquet").read_bytes())
@@ -132,7 +133,7 @@ def test_ray_reads_the_split_from_s3(cluster, data, s3, tmp_path):
     from pipeline.core.errors import DataError
 
     with pytest.raises(DataError, match=r"^s3://data/pq/compact/train.parquet: checksum mismatch: SHA256SUMS says "):
-        shard_dataset_ray("s3://data/pq/compact", tmp_path / "again", "tiny", 25, "none", 3, rows=ROWS)
+        shard_dataset_ray("s3://data/pq/compact", tmp_path / "again", "tiny", ShardSettings(25, "none", 3), rows=ROWS)
     assert not (tmp_path / "again").exists()
 
 
@@ -161,7 +162,12 @@ def test_a_worker_killed_mid_task_is_retried_to_the_same_shards(cluster, data, t
     expected = local_shards(data, tmp_path / "local")
     marker = tmp_path / "killed"
     shard_dataset_ray(
-        data / "pq" / "compact", tmp_path / "ray", "tiny", 25, "none", 3, rows=ROWS, hook=kill_once(str(marker))
+        data / "pq" / "compact",
+        tmp_path / "ray",
+        "tiny",
+        ShardSettings(25, "none", 3),
+        rows=ROWS,
+        hook=kill_once(str(marker)),
     )
     assert marker.exists(), "no worker was killed"
     assert tree(tmp_path / "ray") == expected
@@ -171,7 +177,9 @@ def test_a_worker_killed_mid_task_is_retried_to_the_same_shards(cluster, data, t
 def test_a_part_that_never_arrives_is_one_line_and_no_split(cluster, data, tmp_path):
     out = tmp_path / "ray"
     with pytest.raises(PartLost) as err:
-        shard_dataset_ray(data / "pq" / "compact", out, "tiny", 25, "none", 3, rows=ROWS, hook=kill_always)
+        shard_dataset_ray(
+            data / "pq" / "compact", out, "tiny", ShardSettings(25, "none", 3), rows=ROWS, hook=kill_always
+        )
     message = str(err.value)
     assert "\n" not in message
     assert "the part from sample 200 (100 samples) never arrived" in message
@@ -263,8 +271,8 @@ def test_a_url_with_the_local_engine_is_one_line(data, tmp_path):
 
 def test_without_ray_the_engine_is_refused_in_one_line(monkeypatch):
     """Where the extra is not installed: the settings and the stage each say how to get it."""
+    from pipeline.core.params import ParamsError, validated
     from pipeline.stages.ray_cluster import ray_module
-    from pipeline.stages.shard.settings import ShardParams
 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(
@@ -273,9 +281,10 @@ def test_without_ray_the_engine_is_refused_in_one_line(monkeypatch):
         r"'trainpath\[ray\]'",
     ):
         ray_module()
-    with pytest.raises(ValueError, match="engine ray needs Ray"):
-        ShardParams(samples_per_shard=25, compression="none", level=3, engine="ray")
-    assert ShardParams(samples_per_shard=25, compression="none", level=3).engine == "local"
+    section = {"samples_per_shard": 25, "compression": "none", "level": 3}
+    with pytest.raises(ParamsError, match="shard.engine: engine ray needs Ray"):
+        validated(ShardSettings, {**section, "engine": "ray"}, "shard", Path("params.yaml"))
+    assert validated(ShardSettings, section, "shard", Path("params.yaml")).engine == "local"
 
 
 # --- convert ----------------------------------------------------------------------------------
@@ -572,7 +581,9 @@ def test_a_task_that_never_answers_is_one_line_at_its_deadline(cluster, data, tm
     out = tmp_path / "ray"
     start = time.monotonic()
     with pytest.raises(PartLost) as err:
-        shard_dataset_ray(data / "pq" / "compact", out, "tiny", 25, "none", 3, rows=ROWS, hook=sleep_at_200)
+        shard_dataset_ray(
+            data / "pq" / "compact", out, "tiny", ShardSettings(25, "none", 3), rows=ROWS, hook=sleep_at_200
+        )
     assert time.monotonic() - start < 5 + 120  # a bound on the wait: the task's deadline, then its cancel
     assert "\n" not in str(err.value)
     assert str(err.value).endswith(

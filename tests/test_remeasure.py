@@ -22,6 +22,7 @@ def test_a_new_machine_gets_its_own_table_and_the_suite_still_passes(tmp_path, m
     from pipeline.stages.convert.stage import convert_dataset
     from pipeline.stages.csvdata import write_csv
     from pipeline.stages.report.render import write_report
+    from pipeline.stages.shard.settings import ShardSettings
     from pipeline.stages.shard.stage import shard_dataset
 
     repo = tmp_path / "repo"  # a clone: every tracked file
@@ -36,7 +37,7 @@ def test_a_new_machine_gets_its_own_table_and_the_suite_still_passes(tmp_path, m
     for split, (n, seed) in {"train": (192, 0), "test": (64, 1)}.items():
         write_csv(*make_split(n, seed), data / "csv" / f"{split}.csv")
     convert_dataset(data / "csv", data / "pq", data / "fig.json", "snappy", 65536)
-    shard_dataset(data / "pq" / "compact", data / "shards", "tiny", 128, "none", 3)
+    shard_dataset(data / "pq" / "compact", data / "shards", "tiny", ShardSettings(128, "none", 3))
     machine = {**fingerprint("cpu"), "name": "a-laptop-8c", "cpu": "A Laptop CPU", "cores": 8}
     settings = bench_settings(
         epochs=2,

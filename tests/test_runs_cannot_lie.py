@@ -262,6 +262,7 @@ def newline_entry(tmp_path_factory):
     from pipeline.stages.convert.stage import convert_dataset
     from pipeline.stages.csvdata import write_csv
     from pipeline.stages.fetch.stage import fetch_dataset
+    from pipeline.stages.shard.settings import ShardSettings
     from pipeline.stages.shard.stage import shard_dataset
 
     root = tmp_path_factory.mktemp("newline")
@@ -274,7 +275,7 @@ def newline_entry(tmp_path_factory):
     for split in ("train", "test"):
         write_csv(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], root / "csv" / f"{split}.csv")
     convert_dataset(root / "csv", root / "pq", root / "figures.json", "zstd-3", row_group_rows=1024)
-    shard_dataset(root / "pq" / "compact", root / "shards", "mnist", 64, "none", 3)
+    shard_dataset(root / "pq" / "compact", root / "shards", "mnist", ShardSettings(64, "none", 3))
     fetch_dataset("mnist", tiny.files, [], root / "raw", env={"PIPELINE_MIRROR": str(root / "mirror")})
     params_file(root / "params.yaml", epochs=1, batch_size=32)
     return root
@@ -511,12 +512,13 @@ def test_shard_names_a_folder_one_level_too_high(tmp_path, parquet_input, level,
     """`--parquet` naming the codec folder (the layout forgotten), or one above: one line that
     says which folder is expected, not a SHA256SUMS missing one level up."""
     from pipeline.core.errors import DataError
+    from pipeline.stages.shard.settings import ShardSettings
     from pipeline.stages.shard.stage import shard_dataset
 
     folder = parquet_input / "pq" if level == "codec" else tmp_path / "tiny"
     (tmp_path / "tiny" / "zstd-3").mkdir(parents=True)
     with pytest.raises(DataError) as caught:
-        shard_dataset(folder, tmp_path / "out", "tiny", 16, "none", 3)
+        shard_dataset(folder, tmp_path / "out", "tiny", ShardSettings(16, "none", 3))
     assert str(caught.value) == f"{folder}: " + hint.format(pq=parquet_input / "pq")
     assert not (tmp_path / "out").exists()
 
@@ -529,13 +531,16 @@ def test_shard_refuses_the_other_split_and_images_nobody_published(tmp_path, par
 
     from pipeline.core.errors import DataError
     from pipeline.core.parquet import IMAGE_TYPE
+    from pipeline.stages.shard.settings import ShardSettings
     from pipeline.stages.shard.source import published_pins
     from pipeline.stages.shard.stage import stream_split
 
     pins = published_pins(_pinned_sources(tmp_path), "tiny")
     test_file = parquet_input / "pq" / "compact" / "test.parquet"
     with pytest.raises(DataError, match=r"test\.parquet: holds tiny's test labels, not tiny's train labels"):
-        stream_split(test_file, tmp_path / "a", dataset="tiny", split="train", samples_per_shard=16, pins=pins["train"])
+        stream_split(
+            test_file, tmp_path / "a", dataset="tiny", split="train", layout=ShardSettings(16), pins=pins["train"]
+        )
     table = pq.read_table(test_file)
     images = bytearray(table.column("image")[5].as_py())
     images[100] ^= 1
@@ -553,7 +558,7 @@ def test_shard_refuses_the_other_split_and_images_nobody_published(tmp_path, par
             tmp_path / "b",
             dataset="tiny",
             split="test",
-            samples_per_shard=16,
+            layout=ShardSettings(16),
             pins=pins["test"],
         )
 
@@ -563,6 +568,7 @@ def test_the_shard_stage_checks_each_split_against_its_own_pins(tmp_path, parque
     the first split, nothing written; its own pins pass, each split checked against its own
     (the test split's samples are not the train split's) and recorded in its manifest."""
     from pipeline.core.errors import DataError
+    from pipeline.stages.shard.settings import ShardSettings
     from pipeline.stages.shard.source import published_pins
     from pipeline.stages.shard.stage import shard_dataset
 
@@ -572,10 +578,17 @@ def test_the_shard_stage_checks_each_split_against_its_own_pins(tmp_path, parque
         DataError, match=rf"^{re.escape(str(compact / 'train.parquet'))}: holds tiny's train labels, not other's"
     ):
         shard_dataset(
-            compact, tmp_path / "out", "other", 16, "none", 3, rows=rows, pins=published_pins(sources, "other")
+            compact,
+            tmp_path / "out",
+            "other",
+            ShardSettings(16, "none", 3),
+            rows=rows,
+            pins=published_pins(sources, "other"),
         )
     assert not (tmp_path / "out").exists()
-    shard_dataset(compact, tmp_path / "out", "tiny", 16, "none", 3, rows=rows, pins=published_pins(sources, "tiny"))
+    shard_dataset(
+        compact, tmp_path / "out", "tiny", ShardSettings(16, "none", 3), rows=rows, pins=published_pins(sources, "tiny")
+    )
     files = tiny_dataset().files
     for split in ("train", "test"):
         source = json.loads((tmp_path / "out" / split / "manifest.json").read_text())["source"]
@@ -597,6 +610,7 @@ def test_rows_streamed_must_be_the_footers_count(tmp_path, parquet_input, monkey
 
     from pipeline.core.errors import DataError
     from pipeline.stages.shard import stage as shard
+    from pipeline.stages.shard.settings import ShardSettings
 
     real = shard.iter_samples
 
@@ -610,7 +624,7 @@ def test_rows_streamed_must_be_the_footers_count(tmp_path, parquet_input, monkey
     monkeypatch.setattr(shard, "iter_samples", miscounted)
     source = parquet_input / "pq" / "compact" / "train.parquet"
     with pytest.raises(DataError, match=rf"^{re.escape(str(source))}: {message}$"):
-        shard.stream_split(source, tmp_path / "out", dataset="tiny", split="train", samples_per_shard=16)
+        shard.stream_split(source, tmp_path / "out", dataset="tiny", split="train", layout=ShardSettings(16))
     assert not (tmp_path / "out" / "manifest.json").exists()
     # the writer works in a folder of its own and swaps it in only whole: nothing half-written is left
     assert not list((tmp_path / "out").glob("shard-*")) and sorted(p.name for p in tmp_path.iterdir()) in ([], ["out"])

@@ -10,6 +10,7 @@ from pipeline.shards import DeviceBatches, Int64, ShardDataset, ShardError, Unit
 from pipeline.shards.order import epoch_seed
 from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
+from pipeline.stages.shard.settings import ShardSettings
 from pipeline.stages.shard.stage import shard_dataset
 
 
@@ -49,7 +50,7 @@ def test_round_trip_from_parquet(tmp_path, tiny):
     write_csv(tiny.arrays["test_images"], tiny.arrays["test_labels"], csv / "test.csv")
     convert_dataset(csv, tmp_path / "pq", tmp_path / "f.json", "zstd-3")
     for layout in ("wide", "compact"):
-        shard_dataset(tmp_path / "pq" / layout, tmp_path / layout, "tiny", 20, "zstd", 3)
+        shard_dataset(tmp_path / "pq" / layout, tmp_path / layout, "tiny", ShardSettings(20, "zstd", 3))
         for split in ("train", "test"):
             fields = read_split(tmp_path / layout / split, dataset="tiny", split=split)
             assert list(fields) == ["images", "labels"]  # the manifest's order

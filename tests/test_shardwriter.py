@@ -18,6 +18,7 @@ from pipeline.shards import ShardError, ShardWriter, merge_parts, read_split, wr
 from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
 from pipeline.stages.mnist import MNIST
+from pipeline.stages.shard.settings import ShardSettings
 from pipeline.stages.shard.stage import shard_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +43,7 @@ def test_streamed_stage_writes_the_bytes_of_the_whole_split_in_memory(tmp_path, 
     for split in ("train", "test"):
         write_csv(tiny.arrays[f"{split}_images"], tiny.arrays[f"{split}_labels"], tmp_path / "csv" / f"{split}.csv")
     convert_dataset(tmp_path / "csv", tmp_path / "pq", tmp_path / "f.json", "zstd-3", row_group_rows=10)
-    shard_dataset(tmp_path / "pq" / layout, tmp_path / "streamed", "tiny", 24, compression, 5)
+    shard_dataset(tmp_path / "pq" / layout, tmp_path / "streamed", "tiny", ShardSettings(24, compression, 5))
     for split in ("train", "test"):
         labels, images = tiny.arrays[f"{split}_labels"], tiny.arrays[f"{split}_images"]
         digest = hashlib.sha256(labels.tobytes() + images.tobytes()).hexdigest()
@@ -113,9 +114,10 @@ def test_memory_is_bounded_by_one_shard(tmp_path):
     code = f"""
 import tracemalloc, pyarrow as pa
 from pathlib import Path
+from pipeline.stages.shard.settings import ShardSettings
 from pipeline.stages.shard.stage import stream_split
 run = lambda out: stream_split(Path({str(path)!r}), Path(out), dataset='big', split='train',
-                               samples_per_shard=2000, batch_rows=1000)
+                               layout=ShardSettings(2000), batch_rows=1000)
 run({str(tmp_path / "warm")!r})  # the first call's lazy imports are not the writer's memory
 tracemalloc.start()
 run({str(tmp_path / "out")!r})
@@ -148,7 +150,7 @@ def test_parquet_column_order_and_extra_columns_do_not_matter(tmp_path, layout):
     table = table.append_column("note", pa.array(["x"] * 40)).select(names)
     pq.write_table(table, tmp_path / "foreign.parquet")
     manifest = stream_split(
-        tmp_path / "foreign.parquet", tmp_path / "s", dataset="d", split="train", samples_per_shard=16
+        tmp_path / "foreign.parquet", tmp_path / "s", dataset="d", split="train", layout=ShardSettings(16)
     )
     got = read_split(tmp_path / "s")
     got_images, got_labels = got["images"], got["labels"]
@@ -176,8 +178,7 @@ def test_stream_split_passes_the_zstd_level_on_and_names_its_source(tmp_path):
         tmp_path / "default",
         dataset="d",
         split="train",
-        samples_per_shard=300,
-        compression="zstd",
+        layout=ShardSettings(300, "zstd"),
     )
     assert default["compression"] == {"codec": "zstd", "level": 3}
     sizes = {}
@@ -187,9 +188,7 @@ def test_stream_split_passes_the_zstd_level_on_and_names_its_source(tmp_path):
             tmp_path / f"z{level}",
             dataset="d",
             split="train",
-            samples_per_shard=300,
-            compression="zstd",
-            level=level,
+            layout=ShardSettings(300, "zstd", level),
         )
         assert manifest["compression"] == {"codec": "zstd", "level": level}
         sizes[level] = manifest["shards"][0]["bytes"]
@@ -199,7 +198,7 @@ def test_stream_split_passes_the_zstd_level_on_and_names_its_source(tmp_path):
     with pytest.raises(
         ShardError, match=rf"^{tmp_path / 'bad.parquet'}: field 'labels': value 10 at sample 7 is outside 0\.\.9$"
     ):
-        stream_split(tmp_path / "bad.parquet", tmp_path / "bad", dataset="d", split="train", samples_per_shard=300)
+        stream_split(tmp_path / "bad.parquet", tmp_path / "bad", dataset="d", split="train", layout=ShardSettings(300))
 
 
 def test_writer_edges_one_sample_shards_nested_folder_default_level(tmp_path):
@@ -222,14 +221,14 @@ def test_stream_split_of_an_empty_or_one_row_parquet(tmp_path):
     images, labels = make_split(1, 6)
     pq.write_table(compact_table(labels, images.reshape(1, 784)), tmp_path / "one.parquet")
     assert (
-        stream_split(tmp_path / "one.parquet", tmp_path / "one", dataset="d", split="test", samples_per_shard=4)[
+        stream_split(tmp_path / "one.parquet", tmp_path / "one", dataset="d", split="test", layout=ShardSettings(4))[
             "count"
         ]
         == 1
     )
     pq.write_table(compact_table(labels[:0], images[:0].reshape(0, 784)), tmp_path / "empty.parquet")
     with pytest.raises(DataError, match=rf"^{tmp_path / 'empty.parquet'}: no samples$"):
-        stream_split(tmp_path / "empty.parquet", tmp_path / "empty", dataset="d", split="test", samples_per_shard=4)
+        stream_split(tmp_path / "empty.parquet", tmp_path / "empty", dataset="d", split="test", layout=ShardSettings(4))
 
 
 def _wide(labels: pa.Array, pixels: np.ndarray, **override: pa.Array) -> pa.Table:
@@ -287,7 +286,7 @@ def test_parquet_of_other_types_or_with_nulls_is_refused(tmp_path, name, table, 
     images, labels = make_split(10, 8)
     pq.write_table(table(labels, images.reshape(10, 784)), tmp_path / "odd.parquet")
     with pytest.raises(DataError, match=rf"^{tmp_path / 'odd.parquet'}: {message}$"):
-        stream_split(tmp_path / "odd.parquet", tmp_path / "out", dataset="d", split="train", samples_per_shard=4)
+        stream_split(tmp_path / "odd.parquet", tmp_path / "out", dataset="d", split="train", layout=ShardSettings(4))
     assert not (tmp_path / "out" / "manifest.json").exists()  # a folder without one is not a split
 
 

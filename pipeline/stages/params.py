@@ -21,7 +21,7 @@ from pipeline.core.params import dataset_names, load_params, validated
 from pipeline.core.strict import Strict
 from pipeline.stages.convert.settings import ConvertParams
 from pipeline.stages.fetch.settings import FetchSettings
-from pipeline.stages.shard.settings import ShardParams
+from pipeline.stages.shard.settings import ShardSettings
 from pipeline.stages.train.settings import TrainParams
 
 # What the stage writes: the same text whatever the values, so a valid change of one key
@@ -35,7 +35,7 @@ class Params(Strict):
     datasets: list[StrictStr] = Field(min_length=1)
     fetch: FetchSettings
     convert: ConvertParams
-    shard: ShardParams
+    shard: ShardSettings
     bench: BenchSettings
     train: TrainParams
 

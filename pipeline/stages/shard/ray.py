@@ -26,6 +26,7 @@ from pipeline.core.location import is_url
 from pipeline.core.parquet import parse_sums, verify_checksum
 from pipeline.shards.writer import merge_parts
 from pipeline.stages.ray_cluster import RETRIES, cluster, gather
+from pipeline.stages.shard.settings import ShardSettings
 from pipeline.stages.shard.source import (
     Pins,
     check_folder,
@@ -77,9 +78,7 @@ def shard_split_ray(
     *,
     dataset: str,
     split: str,
-    samples_per_shard: int,
-    compression: str,
-    level: int,
+    layout: ShardSettings,
     rows: int | None = None,
     pins: Pins | None = None,
     hook: Any = None,
@@ -91,7 +90,7 @@ def shard_split_ray(
         pins.check(source, "labels", labels_idx.hexdigest(), dataset, split)
     if count == 0:
         raise DataError(f"{source}: no samples")
-    total, blocks = plan_blocks(source, samples_per_shard, rows)
+    total, blocks = plan_blocks(source, layout.samples_per_shard, rows)
     write = ray.remote(write_block).options(max_retries=RETRIES, num_cpus=1)
     digests = ray.remote(split_digests).options(max_retries=RETRIES, num_cpus=1).remote(source, rows)
     refs = [
@@ -102,9 +101,7 @@ def shard_split_ray(
             total=total,
             dataset=dataset,
             split=split,
-            samples_per_shard=samples_per_shard,
-            compression=compression,
-            level=level,
+            layout=layout,
             hook=hook,
         )
         for block in blocks
@@ -120,9 +117,7 @@ def shard_dataset_ray(
     parquet_dir: Path | str,
     out_dir: Path,
     dataset: str,
-    samples_per_shard: int,
-    compression: str,
-    level: int,
+    layout: ShardSettings,
     rows: dict[str, int] | None = None,
     pins: dict[str, Pins] | None = None,
     hook: Any = None,
@@ -136,17 +131,6 @@ def shard_dataset_ray(
         for split in SPLITS:
             source = split_source(parquet_dir, split)
             verify_url(str(source)) if is_url(source) else verify_checksum(Path(source))
-            manifest = shard_split_ray(
-                ray,
-                source,
-                tmp / split,
-                dataset=dataset,
-                split=split,
-                samples_per_shard=samples_per_shard,
-                compression=compression,
-                level=level,
-                rows=None if rows is None else rows[split],
-                pins=None if pins is None else pins[split],
-                hook=hook,
-            )
+            one = {"rows": (rows or {}).get(split), "pins": (pins or {}).get(split), "hook": hook}
+            manifest = shard_split_ray(ray, source, tmp / split, dataset=dataset, split=split, layout=layout, **one)
             split_done(out_dir, split, manifest, engine="ray")

@@ -30,6 +30,7 @@ from pipeline.core.parquet import LAYOUTS, check_present, check_types
 from pipeline.core.sources import idx_pins, pin_owners
 from pipeline.shards.writer import ShardWriter
 from pipeline.stages.mnist import MNIST, idx_header
+from pipeline.stages.shard.settings import ShardSettings
 
 
 @contextmanager
@@ -210,9 +211,7 @@ def mnist_writer(
     source: Path | str,
     dataset: str,
     split: str,
-    samples_per_shard: int,
-    compression: str,
-    level: int,
+    layout: ShardSettings,
     **part,
 ) -> ShardWriter:
     """The writer of one split's MNIST samples from `source` (`part`: a block's `first_sample`
@@ -222,9 +221,9 @@ def mnist_writer(
         sample=MNIST,
         dataset=dataset,
         split=split,
-        samples_per_shard=samples_per_shard,
-        compression=compression,
-        level=level,
+        samples_per_shard=layout.samples_per_shard,
+        compression=layout.compression,
+        level=layout.level,
         origin=str(source),
         **part,
     )
@@ -245,18 +244,14 @@ def write_block(
     total: int,
     dataset: str,
     split: str,
-    samples_per_shard: int,
-    compression: str,
-    level: int,
+    layout: ShardSettings,
     batch_rows: int = 8192,
     hook: Any = None,
 ) -> int:
     """One block of a split written as a part (`ShardWriter` with `first_sample`) into
     `folder`: a Ray task's work. Memory: one shard and one batch, whatever the split. `hook`
     (tests only) is called with (first, samples written) after each batch. Returns the count."""
-    with mnist_writer(
-        folder, source, dataset, split, samples_per_shard, compression, level, first_sample=block.first, total=total
-    ) as writer:
+    with mnist_writer(folder, source, dataset, split, layout, first_sample=block.first, total=total) as writer:
         skip = block.skip
         for labels, images in iter_samples(source, batch_rows, row_groups=list(block.row_groups)):
             start = min(skip, len(labels))

@@ -14,6 +14,7 @@ from pipeline.core.dataset import IMAGE_SHAPE, SPLITS
 from pipeline.core.errors import DataError
 from pipeline.core.parquet import verify_checksum
 from pipeline.stages.mnist import idx_header
+from pipeline.stages.shard.settings import ShardSettings
 from pipeline.stages.shard.source import Pins, check_folder, iter_samples, label_digests, mnist_writer, split_done
 
 
@@ -23,9 +24,7 @@ def stream_split(
     *,
     dataset: str,
     split: str,
-    samples_per_shard: int,
-    compression: str = "none",
-    level: int = 3,
+    layout: ShardSettings,
     batch_rows: int = 8192,
     rows: int | None = None,
     pins: Pins | None = None,
@@ -39,7 +38,7 @@ def stream_split(
     if pins is not None:
         pins.check(source, "labels", labels_idx.hexdigest(), dataset, split)
     images_idx = hashlib.sha256(idx_header(0x08, (count, *IMAGE_SHAPE)))
-    writer = mnist_writer(out_dir, source, dataset, split, samples_per_shard, compression, level)
+    writer = mnist_writer(out_dir, source, dataset, split, layout)
     for labels, images in iter_samples(source, batch_rows, rows):
         digest.update(images.tobytes())
         images_idx.update(images.tobytes())
@@ -64,36 +63,24 @@ def shard_dataset(
     parquet_dir: Path,
     out_dir: Path,
     dataset: str,
-    samples_per_shard: int,
-    compression: str,
-    level: int,
+    layout: ShardSettings,
     rows: dict[str, int] | None = None,
     pins: dict[str, Pins] | None = None,
-    engine: str = "local",
 ) -> None:
     """Stage `shard@<dataset>`: both splits, checked against SHA256SUMS (and, given `rows`
     and `pins` per split, against the data set's row counts and published files), streamed
-    to shards; the whole folder swapped in at the end (both splits or neither). `engine`
-    "ray" writes each split's blocks as Ray tasks (pipeline.stages.shard.ray): same bytes."""
-    if engine == "ray":
+    to shards; the whole folder swapped in at the end (both splits or neither). The layout's
+    engine "ray" writes each split's blocks as Ray tasks (pipeline.stages.shard.ray): same bytes."""
+    if layout.engine == "ray":
         from pipeline.stages.shard.ray import shard_dataset_ray
 
-        shard_dataset_ray(parquet_dir, out_dir, dataset, samples_per_shard, compression, level, rows=rows, pins=pins)
+        shard_dataset_ray(parquet_dir, out_dir, dataset, layout, rows=rows, pins=pins)
         return
     check_folder(Path(parquet_dir))
     with atomic_dir(Path(out_dir)) as tmp:
         for split in SPLITS:
             source = Path(parquet_dir) / f"{split}.parquet"
             verify_checksum(source)  # one flipped byte anywhere: refused, the file named
-            manifest = stream_split(
-                source,
-                tmp / split,
-                dataset=dataset,
-                split=split,
-                samples_per_shard=samples_per_shard,
-                compression=compression,
-                level=level,
-                rows=None if rows is None else rows[split],
-                pins=None if pins is None else pins[split],
-            )
+            one = {"rows": (rows or {}).get(split), "pins": (pins or {}).get(split)}
+            manifest = stream_split(source, tmp / split, dataset=dataset, split=split, layout=layout, **one)
             split_done(out_dir, split, manifest)
