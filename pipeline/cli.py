@@ -319,7 +319,7 @@ def shard(dataset: str, parquet: str, out: Path, sources_path: Path, params_path
 
 @main.command()
 @output_path("--out", "JSON file for the fingerprint (rewritten only when it changes).")
-@click.option("--device", default="auto", show_default=True, help="The device the bench will use: auto, cpu, cuda.")
+@shown("--device", default="auto", help="The device the bench will use: auto, cpu, cuda.")
 @stage_command
 def machine(out: Path, device: str) -> None:
     """Fingerprint this machine (CPU, cores, memory, GPU, torch, CUDA): the bench's input.
@@ -532,8 +532,8 @@ def profile(
     help="Scratch folder for the raw files, Parquet and shards.",
 )
 @click.option("--dataset", "datasets", multiple=True, help="Data set(s) to run; default: params.yaml's list.")
-@click.option("--device", default="auto", show_default=True, help="auto (cuda when available), cpu, cuda, ...")
-@click.option("--commit", default="unknown", show_default=True, help="The project commit, recorded in the results.")
+@shown("--device", default="auto", help="auto (cuda when available), cpu, cuda, ...")
+@shown("--commit", default="unknown", help="The project commit, recorded in the results.")
 @click.option("--epochs", type=int, help="Override bench.epochs.")
 @click.option("--sample-steps", type=int, help="Override bench.sample_steps (the slow rungs' sampled steps).")
 @sources_option("The pins of each data set.")
