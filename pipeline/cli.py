@@ -242,14 +242,14 @@ def convert(
     from pipeline.core.errors import InputError
     from pipeline.core.params import read_section
     from pipeline.core.sources import known_rows
-    from pipeline.stages.convert.settings import ConvertParams
+    from pipeline.stages.convert.settings import ConvertSettings
     from pipeline.stages.convert.stage import convert_dataset
 
     try:
         Codec.parse(codec)
     except ValueError as err:
         raise InputError(f"CODEC: {err}") from None
-    settings = read_section(params_path, ConvertParams, "convert")
+    settings = read_section(params_path, ConvertSettings, "convert")
     # Python's own Ctrl-C handler back in place of the one polars installs when imported, which
     # loses the interrupt outside polars' own calls (pola-rs/polars#21739); the conversion
     # runs off this thread (`interruptible`), so Ctrl-C stops it at once.
@@ -275,9 +275,9 @@ def codecs(figures: Path, metrics: Path, plot: Path, params_path: Path) -> None:
     """Gather every convert stage's figures into the codec size/speed table."""
     from pipeline.core.params import read_datasets, read_section
     from pipeline.stages.codecs import write_codecs
-    from pipeline.stages.convert.settings import ConvertParams
+    from pipeline.stages.convert.settings import ConvertSettings
 
-    convert = read_section(params_path, ConvertParams, "convert")
+    convert = read_section(params_path, ConvertSettings, "convert")
     write_codecs(figures, read_datasets(params_path), list(convert.codecs), metrics, plot)
 
 
@@ -374,10 +374,10 @@ def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> Non
     """The headline figures that `dvc metrics show` / `dvc exp show` compare: per data set,
     the train Parquet MB in the codec under study and the fastest steady epoch."""
     from pipeline.core.params import read_datasets, read_section
-    from pipeline.stages.convert.settings import ConvertParams
+    from pipeline.stages.convert.settings import ConvertSettings
     from pipeline.stages.summary import write_summary
 
-    convert = read_section(params_path, ConvertParams, "convert")
+    convert = read_section(params_path, ConvertSettings, "convert")
     write_summary(figures, bench_dir, read_datasets(params_path), convert.codec, convert.layout, out)
 
 
@@ -611,7 +611,7 @@ def train(
     """
     from pipeline.core.location import is_url
     from pipeline.core.params import read_section
-    from pipeline.stages.train.settings import TrainParams
+    from pipeline.stages.train.settings import TrainSettings
     from pipeline.stages.train.stage import TrainRun, train_ddp
 
     if not is_url(shards) and not Path(shards).is_dir():
@@ -621,7 +621,7 @@ def train(
     check_world(shards, dataset)
     run = TrainRun.from_params(
         dataset,
-        read_section(params_path, TrainParams, "train"),
+        read_section(params_path, TrainSettings, "train"),
         record=record,
         cache=cache,
         checkpoint=checkpoint,

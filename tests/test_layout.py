@@ -86,8 +86,7 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/core/errors.py", EVERY),
     ("pipeline/core/bounded.py", EVERY - {"machine"}),
     ("pipeline/core/params.py", READ_PARAMS),
-    ("pipeline/core/strict.py", READ_PARAMS - {"fetch", "bench", "shard"}),  # the sections still pydantic models
-    ("pipeline/core/bounds.py", {"params", "fetch", "bench", "shard", "train"}),  # the dataclass sections' bounds
+    ("pipeline/core/bounds.py", READ_PARAMS),  # every section's bounds
     ("pipeline/core/codec.py", {"params", "convert", "codecs", "summary"}),
     ("pipeline/core/dataset.py", {"fetch", "csv", "convert", "codecs", "shard", "bench", "train"}),
     ("pipeline/core/parquet.py", {"convert", "codecs", "shard", "bench"}),

@@ -16,7 +16,7 @@ import signal
 from pathlib import Path
 
 from pipeline.core.params import read_section
-from pipeline.stages.train.settings import TrainParams
+from pipeline.stages.train.settings import TrainSettings
 from pipeline.stages.train.stage import TrainRun, train_ddp
 
 
@@ -37,7 +37,7 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     run = TrainRun.from_params(
-        args.dataset, read_section(args.params, TrainParams, "train"), record=args.record, checkpoint=args.checkpoint
+        args.dataset, read_section(args.params, TrainSettings, "train"), record=args.record, checkpoint=args.checkpoint
     )
     train_ddp(args.shards, args.out, run, after_step=kill)
 

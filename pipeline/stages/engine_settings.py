@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator
+from pipeline.core.bounds import AfterValidator
 
 
 def _installed(engine: str) -> str:

@@ -10,42 +10,42 @@ stated here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pydantic import Field, StrictStr, field_validator, model_validator
+from typing import Annotated, Any
 
 from pipeline.bench.settings import BenchSettings
 from pipeline.core.atomic import write_text
+from pipeline.core.bounds import STRICT, AfterValidator, Len, Text, model_validator
 from pipeline.core.params import dataset_names, load_params, validated
-from pipeline.core.strict import Strict
-from pipeline.stages.convert.settings import ConvertParams
+from pipeline.stages.convert.settings import ConvertSettings
 from pipeline.stages.fetch.settings import FetchSettings
 from pipeline.stages.shard.settings import ShardSettings
-from pipeline.stages.train.settings import TrainParams
+from pipeline.stages.train.settings import TrainSettings
 
 # What the stage writes: the same text whatever the values, so a valid change of one key
 # reruns this check and then only the stages that read that key.
 CHECKED = "params.yaml: every section and the rules between sections checked\n"
 
 
-class Params(Strict):
+def _names(names: list[str]) -> list[str]:
+    wrong = dataset_names(names)
+    if wrong:
+        raise ValueError(wrong)
+    return names
+
+
+@dataclass(frozen=True)
+class Params:
     """The whole file: the data sets, then one section per stage that has settings."""
 
-    datasets: list[StrictStr] = Field(min_length=1)
+    __pydantic_config__ = STRICT
+    datasets: Annotated[list[Text], Len(1), AfterValidator(_names)]
     fetch: FetchSettings
-    convert: ConvertParams
+    convert: ConvertSettings
     shard: ShardSettings
     bench: BenchSettings
-    train: TrainParams
-
-    @field_validator("datasets")
-    @classmethod
-    def _names(cls, names: list[str]) -> list[str]:
-        wrong = dataset_names(names)
-        if wrong:
-            raise ValueError(wrong)
-        return names
+    train: TrainSettings
 
     @model_validator(mode="after")
     def _bench_codec(self) -> Params:

@@ -42,7 +42,7 @@ from pipeline.shards.dataset import ShardDataset, ShardLoader
 from pipeline.shards.remote import join
 from pipeline.shards.watched import Deadlines
 from pipeline.stages.train.checkpoints import Checkpoints
-from pipeline.stages.train.settings import TrainParams
+from pipeline.stages.train.settings import TrainSettings
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class TrainRun:
     def from_params(
         cls,
         dataset: str,
-        params: TrainParams,
+        params: TrainSettings,
         *,
         record: bool = False,
         cache: Path | None = None,
