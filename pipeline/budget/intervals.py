@@ -1,33 +1,8 @@
 """A profiled window cut into exclusive parts that add up to its wall time: plain interval arithmetic.
 
-A profiled window runs a loop's train steps under `torch.profiler`, each step cut into three
-marked ranges: `data_wait` (blocked on the next batch: the `next()` of its loader, as
-Lightning's profiler counts it), `copy` (moving the batch to the device) and `step`
-(forward, backward, optimizer). The profiler also records
-every torch op on the host and, on CUDA, every kernel and memcpy on the device. Each instant
-of the window is then counted once, in priority order, as PyTorch's TensorBoard plugin does for
-its step-time breakdown, so the parts sum to the span of the window's events by construction;
-a plain clock around the window (`wall_s`) checks that the span is the window, nothing lost:
-
-- on CUDA: `compute` (a kernel runs) > `copy` (a memcpy runs, or the host is copying) >
-  `data_wait` > `overhead` (the host is inside a step while the device is idle: Python,
-  kernel launches; Holistic Trace Analysis calls it host wait) > `other` (between steps);
-- on the CPU, where the host does the work itself: `data_wait` > `copy` > `compute` (inside
-  a torch op that the step called) > `overhead` (inside the step, outside every op: Python
-  and dispatch) > `other`.
-
-Why the profiler rather than timers alone: only its op and kernel events separate computing
-from issuing work. Its own cost (a few microseconds per recorded op) lands mostly in per-item
-work, which it can only make look slower, never faster; the bench records the profiled
-step time beside the timed epochs' so the difference is visible.
-
-On CUDA the overhead is split once more, as Holistic Trace Analysis splits GPU idle time,
-but by instant rather than by gap: each device kernel or memcpy is matched to the host call that
-launched it (the CUDA runtime event with the same correlation id); an idle instant of the device
-inside a step is `launch_gap` when work was already queued (launched, not started: the device
-itself is slow to start the next of many small kernels) and `host_wait` when nothing was (the
-host had not issued the next kernel yet). The two add up to `overhead`.
-
+Each instant of the window is counted once, in priority order (data wait, copy, compute,
+overhead, other; on CUDA the overhead split into launch gap and host wait), as PyTorch's
+TensorBoard plugin and Holistic Trace Analysis count them: docs/budget.md, "What it reports".
 Plain code over (start, end) pairs in seconds, so it is tested on the CPU with synthetic
 event lists, CUDA categories included; `trace` turns a torch.profiler trace into them.
 """

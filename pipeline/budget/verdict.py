@@ -1,28 +1,9 @@
 """What bounds a training loop, in words, what to try next, and why: the rules, written once.
 
-A verdict is a claim, so it rests on evidence, not on the largest share alone:
-
-- threads that wait for cores (`threads`: one thread runs the loop clearly faster) are the
-  verdict, with their fix: every share measured beside them is skewed by the wait, so no
-  other bound is named until the loop is profiled again without it;
-- compute is claimed only when the step's achieved FLOP/s is a meaningful fraction of this
-  device's measured float32 peak (`peak`); below NEGLIGIBLE of it the time inside ops is the cost of
-  dispatching small ops (or launching small kernels), and the advice is about that;
-- two parts within CLOSE of each other are both named;
-- a profiled window DISTURBED times slower than the same steps on a plain clock (the thread
-  check's) is said to be so: its shares describe that stretch, not the loop;
-- without counted FLOPs or a peak, a compute claim says its evidence is weak, unless the
-  device's kernels average under SMALL_KERNEL_S: kernels that short cannot fill a GPU;
-- a lever is advised only where this machine's evidence says it pays: bf16 autocast where the
-  measured bfloat16 peak beats float32's by PAYS, channels_last where the trace shows
-  convolutions (`Budget.convolutions`), and torch.compile only as something to measure; where
-  none pays, the verdict says so, and why;
-- Dataset advice fits the loader seen (`loader_seen`, `Budget.loader`): a TensorDataset's
-  items are tensors already, so it is told to hand out whole batches, not to convert anything.
-
-Each part's rule ties its change to the rungs of the ladder that measured that very change
-(before -> after), so that given a bench metrics document (`metrics/bench/<dataset>.json`)
-the verdict quotes what the change did there, naming the machine that measured it.
+A verdict is a claim resting on evidence, not on the largest share alone: threads waiting for
+cores come first; compute is claimed only near this device's measured peak; a lever is advised
+only where this machine measured it to pay; with a bench document, each part's change is
+quoted from the rungs that measured it (docs/budget.md, "The verdict", gives every rule).
 """
 
 from __future__ import annotations

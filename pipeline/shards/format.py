@@ -1,25 +1,11 @@
 """What a shard folder is: the sample schema, the manifest's format, how a writer builds it,
 and the checks a reader runs before opening anything it names.
 
-A split is a few large safetensors files, one tensor per field of the sample schema (e.g.
-images uint8 [n, 28, 28] and labels uint8 [n]; no pickle, memory-mappable), optionally
-zstd-compressed, listed in `manifest.json` with counts, sizes, sha256 and xxh3-128. The
-manifest declares the sample's fields (name, dtype, shape of one sample and, for a class
-label, its number of classes); every reader and writer checks data against that
-declaration, never against constants, so any fixed-shape data fits (MNIST is one instance:
-`pipeline.stages.mnist.MNIST`). A few large shards rather than many small files, because DVC
-(and every file system) pays per file. Writer, whole-split reader and per-rank reader all go
-through this module, so the format is stated once.
-
-Format versions: 4 adds, for uncompressed shards, an xxh3-64 digest of every `block_bytes`
-block of each file's data area, listed in the file's own safetensors header
-(`__metadata__.xxh3_64_blocks`), and the xxh3-64 of that header in the manifest
-(`header_xxh3_64`): a reader verifies the header, then just the blocks a batch touches, and
-serves the first batch before it has hashed the whole split, while the manifest stays the
-same size whatever the size of the shards; 3 declares the fields
-(`"fields": [...]`); 2, the MNIST-only format before it (fixed `images` uint8 [28, 28] and
-`labels` uint8 0..9 keys). Both are still read: `read_manifest` turns them into the
-version-4 form in memory (with no block digests: their shards are verified whole).
+A split is a few large safetensors files (one tensor per field of the declared sample; no
+pickle, memory-mappable; DVC and file systems pay per file), optionally zstd-compressed,
+listed in `manifest.json` with counts, sizes, sha256 and xxh3-128. Version 4 adds per-block
+xxh3-64 digests in each file's own header, so a reader verifies only the blocks a batch
+touches; versions 3 and 2 are still read (`read_manifest`). docs/shards.md says it whole.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """The one rule for which samples a rank takes, in which order, and where a run resumes.
 
-Every reader of the library (`ShardLoader`, `DeviceBatches`) draws its batches from a
-`ShardSampler`, so shuffling, DDP ranks and resuming behave the same on every path.
-
-An epoch's order is a sequence of all the split's sample indices that depends only on the
-seed, the epoch and the shuffle, never on the number of ranks:
-- "none": 0, 1, ..., n-1;
-- "samples": one permutation of the split (`torch.randperm`, seeded by (seed, epoch));
-- "shards": the shards in a seeded order, each shard's samples permuted: a rank then reads
-  few shards at a time (what a split in object storage wants), at the cost of batches drawn
-  from fewer shards.
-
-The positions of that order still due this epoch (all of them at its start) are cut into
-`world_size` contiguous runs whose lengths differ by at most one; rank r takes run r,
-`batch_size` positions at a time. Every rank takes the same number of steps (DDP's
-collectives need it): where runs differ in length, a shorter run's last batch is one sample
-smaller, and empty where the longest run's last batch holds a single sample (61 samples on 4
-ranks in batches of 5: rank 0 takes 5, 5, 5, 1; the others 5, 5, 5, 0). A loss averaged over
-the global batch sums each rank's samples and divides by `batch_total`. After `s` steps, the positions
-still due are each run minus its first `s * batch_size`: a list of at most `world_size`
-intervals, which is the resume state. Loaded into a sampler with another world size (or
-another batch size), those intervals are cut anew, so an interrupted epoch ends with every
-sample taken exactly once, however many ranks finish it.
+Every reader of the library draws its batches from a `ShardSampler`. An epoch's order
+depends on the seed, the epoch and the shuffle only ("none", "samples", "shards"), never on
+the number of ranks; the positions still due are cut into `world_size` contiguous runs whose
+lengths differ by at most one, and every rank takes the same number of steps (DDP needs it).
+The resume state is those runs minus what was taken: at most `world_size` intervals, cut
+anew for another world size, so an interrupted epoch ends with every sample taken once
+(docs/shards.md, "Shuffles, ranks and resuming").
 """
 
 from __future__ import annotations

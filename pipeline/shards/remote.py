@@ -1,32 +1,14 @@
-"""Shards read from where they are stored: a shard split at a URL, fetched shard by shard into
-a bounded node-local cache.
+"""Shards read from where they are stored: a split at a URL, fetched shard by shard into a
+bounded node-local cache (docs/shards.md, "A split in object storage"; docs/scale.md).
 
     split = RemoteShards("s3://bucket/shards/mnist/train", cache=Path("/local/cache"), max_bytes=2 << 30)
     folder, entry = split.local(0)       # shard 0, fetched (or found) in the cache and verified
 
-The file-system layer is fsspec's (s3fs for s3://; any fsspec URL works: gs://, memory://,
-file://), imported when a URL is first opened so that `import pipeline.shards` stays light.
-S3 credentials and endpoint come from the usual places (AWS_ACCESS_KEY_ID,
-AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for a MinIO or moto server, ~/.aws), or
-`storage_options`.
-
-Why whole shards rather than byte ranges: the manifest's checksums cover whole files, so a
-shard can only be verified whole; a rank whose run touches part of a shard still fetches all
-of it (with `shuffle="shards"`, at most two such shards per rank and epoch: `order`).
-
-Every read is watched by deadlines (`watched.Deadlines`, passed as `deadlines`, and importable
-from here too); an expired one abandons the try, which is then retried like any failed fetch.
-
-The cache holds verified copies named by content (`<xxh3_128 or sha256><suffix>`): a shard
-that changed upstream is a different name, never a stale hit, and two splits share what they
-have in common. Each fetch streams into a temporary file inside the cache, hashing as it
-goes, and is renamed into place only once size and checksum match; a failed try is retried
-`retries` times, then refused with one line naming the shard. A cached copy is verified again
-before use (a disk can rot; a damaged copy is fetched anew). When a new shard would take the
-cache past `max_bytes`, the least recently used copies go first (a temporary left by a killed
-fetch first of all; never a copy another process holds). Ranks of one node may share a
-cache folder: a per-shard lock makes one of them fetch while the others wait and then hit.
-Nothing is written outside the cache folder (a link in its place is refused).
+Whole shards, not byte ranges: the manifest's checksums cover whole files. The cache names a
+copy by its content, renames it into place only once size and checksum match, verifies it
+again before use, evicts the least recently used past `max_bytes` (never one another process
+holds), and lets the ranks of a node share it behind a per-shard lock. Every read has
+deadlines (`watched.Deadlines`); fsspec (s3fs for s3://) is imported on first use.
 """
 
 from __future__ import annotations

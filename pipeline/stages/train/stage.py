@@ -1,24 +1,12 @@
 """Training under torchrun: DistributedDataParallel over shards streamed per rank.
 
-    torchrun --standalone --nproc-per-node 2 -m pipeline train mnist --shards data/shards/mnist \
-        --out metrics/train/mnist.json
+    torchrun --standalone --nproc-per-node 2 -m pipeline train mnist --shards data/shards/mnist --out metrics/train/mnist.json
 
-gloo on the CPU, nccl on CUDA (one GPU per rank, by LOCAL_RANK). The global batch
-(`train.batch_size`, the write-up's 512) is split evenly across ranks; DDP averages the ranks'
-gradients, so each step's update is the write-up's mean over 512 samples and the learning rate
-stays the write-up's (1e-3): no scaling rule is needed because the global batch does not change.
-Each rank reads its contiguous run of the epoch's order, which visits the shards one after
-another (the shard library's `shuffle="shards"`, `pipeline.shards.order`); the test split is
-cut across ranks the same way and the correct counts summed. Rank 0 writes the metrics.
-
-Past one machine (docs/scale.md): `--shards` may be a URL (`s3://bucket/shards/mnist`); each
-node then fetches the shards its ranks' runs touch into its `--cache` folder. With
-`--checkpoint`, rank 0 saves model, optimizer and data position every `train.checkpoint_every`
-optimizer steps (atomically: a kill leaves the previous checkpoint); `--resume` continues from
-it, mid-epoch, with exactly the batches and weights an uninterrupted run would have had; with
-another number of ranks, the samples still due that epoch are spread over the new ranks, each
-taken once. A run's settings are one `TrainRun`; a test passes `after_step` to act between
-steps (tests/train_killing_rank.py kills a rank there).
+The global batch is the write-up's, split evenly across ranks, so the learning rate stays
+the write-up's; each rank reads its run of the epoch's order (`pipeline.shards.order`).
+`--shards` may be a URL, `--checkpoint`/`--resume` continue mid-epoch with another number
+of ranks too (docs/scale.md). A run's settings are one `TrainRun`; a test passes
+`after_step` to act between steps (tests/train_killing_rank.py kills a rank there).
 """
 
 from __future__ import annotations
