@@ -1,19 +1,11 @@
 """The write-up's training ladder, timed per epoch, and beyond it: what stage `bench@` runs.
 
-Every variant trains the same SimpleCNN from the same seed with Adam (lr 1e-3) and
-cross-entropy, testing after every epoch; only the data path (`datapaths`) and, on the last
-rungs, the way the steps run (`runners`) change. The last rung, `tuned`, keeps the model and
-`compiled`'s execution and changes the recipe (`settings.Recipe`), measured over its seeds. This module builds and trains each
-variant, times the floor beside them, takes the fresh seeds and says what time is left: it
-is the part that trains, so the settings it runs with (`pipeline.bench.settings`) and the
-figures it reports (`pipeline.bench.figures`) live apart, testable without a step.
-
-Variants whose per-item pandas path would take many minutes per epoch on a small CPU can be
-timed over a fixed number of steps per epoch (`BenchSettings.sample`); `figures.summarise`
-scales them to the full epoch.
-
-This module imports only torch, numpy, pandas and pyarrow (plus the shards reader), so it
-runs on a machine with torch but without polars, dvc and zstandard (`standalone-bench`).
+Every variant trains the same SimpleCNN from the same seed; only the data path
+(`datapaths`) and, on the last rungs, the way the steps run (`runners`) change; `tuned`
+changes the recipe (`settings.Recipe`), measured over its seeds. This module trains; the
+settings (`pipeline.bench.settings`) and the figures (`pipeline.bench.figures`) live apart,
+testable without a step. It imports only torch, numpy, pandas and pyarrow (plus the shards
+reader), so it runs where polars, dvc and zstandard are absent (`standalone-bench`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The time budget of a training script left as it is: `python -m pipeline profile examples/plain_train.py ARGS`.
 
-The script runs as `__main__`, unchanged, with its own arguments. The loop is found through
-two public hooks: every `torch.utils.data.DataLoader` the script iterates is watched, and
-torch.optim's global step hook says when an optimizer stepped. The first loader whose batches
-have an optimizer step between them is the training loop's; from its next batch on,
-`TimeBudget` takes its batches: each wait for one is timed (data wait), and the time from a
-batch handed out to the request for the next is one step (copies, forward, backward,
-optimizer, and whatever else the loop body does). A test loader, iterated without a step,
-is never taken. After the profiled window the script is stopped (or, with `keep_going`, runs
-on to its end) and the budget is what it returns.
-
-What it cannot see, it says: a script that steps no optimizer inside a DataLoader's
-iteration (a hand-written batch loop, a loader that is not a DataLoader) ends with one line
-naming what the command needs, and `TimeBudget` in the loop itself is the way there.
+The script runs as `__main__`, unchanged. Two public hooks find its loop: every DataLoader
+it iterates is watched, and torch.optim's global step hook says when an optimizer stepped;
+the first loader with a step between its batches is the training loop's, and `TimeBudget`
+takes its batches from then on. What it cannot see (no optimizer step inside a DataLoader's
+iteration) ends with one line naming what the command needs (docs/budget.md, "A script
+left as it is").
 """
 
 from __future__ import annotations

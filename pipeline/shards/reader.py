@@ -1,17 +1,8 @@
 """Reading shards back, verified on the way: a whole split into tensors (`read_split`) and
 the per-shard primitives every reader shares (opening a shard as a plain file of its stated
-size, its safetensors header checked against the sample schema, its digests).
-`mapped.MappedSplit` reads a split for random access without copying it.
-
-What each shard must hold comes from the manifest's sample schema: the reader allocates one
-tensor per field, of its dtype and [count, *shape], and checks every shard's safetensors
-header against those (names, dtypes, shapes, offsets) before copying a byte.
-
-Loading memory-maps each shard, hashes it in place with xxh3 and copies each tensor once
-into its place in the output. sha256 stays in the manifest for `sha256sum`-style checks and
-`verify="sha256"`. How fast each way loads, next to a plain memory copy of the same bytes,
-depends on the machine: `python benchmarks/shard_load.py` measures it, and docs/results.md
-shows the recorded runs.
+size, its safetensors header checked against the manifest's sample schema before a byte is
+copied, its digests). `mapped.MappedSplit` reads a split for random access without copying
+it; `python benchmarks/shard_load.py` measures each way of loading.
 """
 
 from __future__ import annotations

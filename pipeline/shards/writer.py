@@ -2,21 +2,11 @@
 shard whatever the size of the split.
 
 Every batch is checked against the sample schema and converted to each field's declared
-dtype before anything is buffered: a value that does not fit (out of the dtype's range, a
-fraction for an integer field, an overflow for a float one, a class label outside its
-classes) is refused with the field and the sample's index in the split. Because the
-conversion comes first, the bytes never depend on how the caller batches or which dtype
-it hands over. `ShardWriter` fills one preallocated shard buffer per field and writes each
-shard as soon as it is full (a full shard's worth handed over at once is written straight
-from the converted array, no further copy). `write_split` feeds it a split held in memory;
-the shard stage (`pipeline.stages.shard.stage`) feeds it record batches streamed from Parquet, so
-both give the same bytes. `write_split` writes a split held in memory.
-
-Parallel writes: several processes each write a part of a split (`write_part`, or a
-`ShardWriter` given `first_sample`) into one folder, starting at a multiple of
-`samples_per_shard`; `merge_parts` checks that the parts agree and tile the split, then
-writes the manifest. The shards are numbered by their place in the split, so the merged
-folder holds the same bytes as one writer's, whatever the number of writers.
+dtype before anything is buffered (a value that does not fit is refused with its field and
+sample index), so the bytes never depend on how the caller batches. Several processes may
+each write a part of a split (`write_part`, or `ShardWriter` given `first_sample`) and
+`merge_parts` joins them: the same bytes as one writer's (docs/shards.md, "Several writers,
+one split").
 """
 
 from __future__ import annotations
