@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: the `gpu` tests, then the bench of each data set at this
 # checkout's code, then the tuned recipe with one step per CUDA graph (bench.graph: step),
+# then the tuned rung warm and cold over 30 seeds (benchmarks/cold_start.py, COLD_SEEDS),
 # then the tuned recipe's choices over ten seeds; everything under $OUT.
 #
 #   OUT=/tmp/gpu-out [DEADLINE=570] tools/gpu_session.sh MIRROR COMMIT [BENCH_ARGS...]
@@ -54,6 +55,8 @@ for dataset in ${DATASETS:-mnist fashion-mnist}; do
 done
 part tuned_recipe_step_graph "$python" benchmarks/tuned_recipe.py --mirror "$mirror" --work "$scratch/recipe" \
     --seeds "${SEEDS:-10}" --only "*" --graph step
+part cold_start "$python" benchmarks/cold_start.py --mirror "$mirror" --work "$scratch/recipe" \
+    --seeds "${COLD_SEEDS:-30}"
 part tuned_recipe "$python" benchmarks/tuned_recipe.py --mirror "$mirror" --work "$scratch/recipe" \
     --seeds "${SEEDS:-10}" ${RECIPES:+--only "$RECIPES"}
 exit "$status"
