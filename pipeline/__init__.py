@@ -1,7 +1,8 @@
 """Where does PyTorch training time go on MNIST, and how fast can the data path be?
 
     core/     what the stages share: errors, bounded reads, atomic writes, params and the
-              base of every settings model, the data set's columns, sources.yaml, Parquet
+              bounds every settings dataclass is written with, the data set's columns,
+              sources.yaml, Parquet
     shards/   the shard library: format, writer, reader, loaders, per-rank ranges
     budget/   the time budget of any PyTorch loop: TimeBudget, the verdict, `profile`
     bench/    the training ladder: its stage, settings and document, the write-up's Datasets
