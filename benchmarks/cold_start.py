@@ -39,6 +39,7 @@ from tuned_recipe import checked_settings  # noqa: E402 (this folder's own scrip
 
 from pipeline.bench.datapaths import Resident  # noqa: E402
 from pipeline.bench.figures import time_to_accuracy  # noqa: E402
+from pipeline.bench.hostmem import reuse_host_memory  # noqa: E402
 from pipeline.bench.ladder import run_variant  # noqa: E402
 from pipeline.bench.recipe import execution_of, recipe_config  # noqa: E402
 from pipeline.bench.runners import train_static  # noqa: E402
@@ -64,7 +65,8 @@ def child(args: argparse.Namespace) -> None:
     device = torch.device(args.device)
     seeded = dataclasses.replace(settings, seed=args.child)
     read_at = time.perf_counter()  # CLOCK_MONOTONIC on Linux: the same clock in every process
-    timing, _, _ = run_variant("tuned", args.dataset, Path(), args.shards, device, seeded)
+    with reuse_host_memory(settings.reuse_host_memory):  # as the bench runs its rungs
+        timing, _, _ = run_variant("tuned", args.dataset, Path(), args.shards, device, seeded)
     reached = time_to_accuracy(timing, args.target)
     done = None if reached["seconds"] is None else read_at + reached["seconds"]
     print(json.dumps({"read_at": read_at, "done": done, "accuracy": timing.accuracy, "epoch": reached["epoch"]}))
@@ -139,47 +141,48 @@ def main() -> None:
     device = torch.device(args.device)
     compiles = execution_of(settings, "tuned", device).compile_mode != "none"
     seeds = list(range(settings.seed + 1, settings.seed + 1 + args.seeds))
-    data = Resident.load(args.shards, device, args.dataset)
-    warm(data, device, settings, settings.seed, args.target)  # the untimed warm-up run
-    recipe = settings.tuned
-    print(
-        f"{args.dataset} on {device.type} ({torch.get_num_threads()} threads), tuned recipe: {recipe.epochs} epoch(s), "
-        f"batch {recipe.batch_size}, one-cycle max_lr {recipe.max_lr:g} (pct_start {recipe.pct_start:g}), "
-        f"betas {tuple(recipe.betas)}; target {args.target:.2%}; seeds {seeds[0]}-{seeds[-1]}",
-        flush=True,
-    )
-    compile_cache = Path(tempfile.mkdtemp(prefix="cold-start-inductor-"))  # empty: the first process fills it
-    rows = []
-    for n, seed in enumerate(seeds):
-        row = cold(args, seed, compile_cache) | {"cache": "none" if not compiles else "miss" if n == 0 else "hit"}
-        row |= {f"warm_{k}": v for k, v in warm(data, device, settings, seed, args.target).items()}
-        rows.append(row)
+    with reuse_host_memory(settings.reuse_host_memory):  # as the bench runs its rungs
+        data = Resident.load(args.shards, device, args.dataset)
+        warm(data, device, settings, settings.seed, args.target)  # the untimed warm-up run
+        recipe = settings.tuned
         print(
-            f"seed {seed}: accuracy {row['accuracy']:.4f} (warm run {row['warm_accuracy']:.4f}); to target: "
-            f"cold {seconds(row['from_spawn'])} from spawn (compile cache: {row['cache']}), "
-            f"{seconds(row['from_read'])} from reading; warm {seconds(row['warm_warm'])}",
-            file=sys.stderr,
+            f"{args.dataset} on {device.type} ({torch.get_num_threads()} threads), tuned recipe: {recipe.epochs} epoch(s), "
+            f"batch {recipe.batch_size}, one-cycle max_lr {recipe.max_lr:g} (pct_start {recipe.pct_start:g}), "
+            f"betas {tuple(recipe.betas)}; target {args.target:.2%}; seeds {seeds[0]}-{seeds[-1]}",
             flush=True,
         )
-    accuracies = [r["accuracy"] for r in rows]
-    mean = statistics.mean(accuracies)
-    target = f"{args.target:.2%}"
-    print(
-        f"final accuracy over {len(seeds)} fresh processes: mean {mean:.4%} (std {statistics.pstdev(accuracies):.4%}), "
-        f"worst {min(accuracies):.4%}, best {max(accuracies):.4%}: the mean "
-        f"{'reaches' if mean >= args.target else 'misses'} {target}"
-    )
-    if compiles:
-        print(f"cold, from spawn, compile cache empty (seed {seeds[0]}): {spread([rows[0]['from_spawn']])}")
-        print(f"cold, from spawn, compile cache filled by it:  {spread([r['from_spawn'] for r in rows[1:]])}")
-    else:
+        compile_cache = Path(tempfile.mkdtemp(prefix="cold-start-inductor-"))  # empty: the first process fills it
+        rows = []
+        for n, seed in enumerate(seeds):
+            row = cold(args, seed, compile_cache) | {"cache": "none" if not compiles else "miss" if n == 0 else "hit"}
+            row |= {f"warm_{k}": v for k, v in warm(data, device, settings, seed, args.target).items()}
+            rows.append(row)
+            print(
+                f"seed {seed}: accuracy {row['accuracy']:.4f} (warm run {row['warm_accuracy']:.4f}); to target: "
+                f"cold {seconds(row['from_spawn'])} from spawn (compile cache: {row['cache']}), "
+                f"{seconds(row['from_read'])} from reading; warm {seconds(row['warm_warm'])}",
+                file=sys.stderr,
+                flush=True,
+            )
+        accuracies = [r["accuracy"] for r in rows]
+        mean = statistics.mean(accuracies)
+        target = f"{args.target:.2%}"
         print(
-            f"cold, from the process's spawn to the test pass at {target} (no compile): "
-            f"{spread([r['from_spawn'] for r in rows])}"
+            f"final accuracy over {len(seeds)} fresh processes: mean {mean:.4%} (std {statistics.pstdev(accuracies):.4%}), "
+            f"worst {min(accuracies):.4%}, best {max(accuracies):.4%}: the mean "
+            f"{'reaches' if mean >= args.target else 'misses'} {target}"
         )
-    print(f"cold, from its first read of the shards: {spread([r['from_read'] for r in rows])}")
-    print(f"warm, data resident, warm-up and capture untimed: {spread([r['warm_warm'] for r in rows])}")
-    shutil.rmtree(compile_cache, ignore_errors=True)
+        if compiles:
+            print(f"cold, from spawn, compile cache empty (seed {seeds[0]}): {spread([rows[0]['from_spawn']])}")
+            print(f"cold, from spawn, compile cache filled by it:  {spread([r['from_spawn'] for r in rows[1:]])}")
+        else:
+            print(
+                f"cold, from the process's spawn to the test pass at {target} (no compile): "
+                f"{spread([r['from_spawn'] for r in rows])}"
+            )
+        print(f"cold, from its first read of the shards: {spread([r['from_read'] for r in rows])}")
+        print(f"warm, data resident, warm-up and capture untimed: {spread([r['warm_warm'] for r in rows])}")
+        shutil.rmtree(compile_cache, ignore_errors=True)
 
 
 if __name__ == "__main__":
