@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuned_recipe import checked_settings  # noqa: E402 (this folder's own script)
 
 from pipeline.bench.datapaths import Resident  # noqa: E402
-from pipeline.bench.figures import time_to_accuracy  # noqa: E402
+from pipeline.bench.figures import seconds_spread, time_to_accuracy  # noqa: E402
 from pipeline.bench.hostmem import reuse_host_memory  # noqa: E402
 from pipeline.bench.ladder import run_variant  # noqa: E402
 from pipeline.bench.recipe import execution_of, recipe_config  # noqa: E402
@@ -106,12 +106,12 @@ def seconds(value: float | None) -> str:
 
 
 def spread(values: list[float | None]) -> str:
-    got = [v for v in values if v is not None]
-    if not got:
+    """The bench's rule (`figures.seconds_spread`): a seed that missed counts as slower than all."""
+    found = seconds_spread(values)
+    if not found["reached"]:
         return f"reached by 0/{len(values)}"
-    missed = len(values) - len(got)
-    worst = "inf (a seed missed)" if missed else f"{max(got):.3f}"
-    return f"median {statistics.median(got):.3f} s, min {min(got):.3f}, max {worst} ({len(got)}/{len(values)} reached)"
+    worst = "inf (a seed missed)" if found["max"] is None else f"{found['max']:.3f}"
+    return f"median {seconds(found['median'])}, min {found['min']:.3f}, max {worst} ({found['reached']}/{len(values)} reached)"
 
 
 def main() -> None:
