@@ -172,7 +172,8 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
     assert len(tuned["measured"]["train_s"]) == TINY_RECIPE["epochs"] and "accuracy_ok" not in tuned
     over = doc["tuned"]
     assert over["seeds"] == [43, 44] and len(over["accuracy"]) == 2 and over["recipe"]["max_lr"] == 0.01
-    assert doc["params"]["tuned"] == over["recipe"] == TINY_RECIPE  # the recipe, as params.yaml spells it
+    # the recipe as it ran: params.yaml's fields, and no label smoothing where none is set
+    assert doc["params"]["tuned"] == over["recipe"] == {**TINY_RECIPE, "label_smoothing": 0.0}
     assert over["accuracy_min"] <= over["accuracy_mean"] <= over["accuracy_max"]
     assert [t["target"] for t in over["targets"]] == [0.2, 0.3] and all(len(t["seconds"]) == 2 for t in over["targets"])
 
@@ -1057,6 +1058,31 @@ def test_the_tuned_recipe_sets_each_steps_rate_from_the_one_cycle_schedule():
     assert seen[0] == pytest.approx(0.02 / 25) and max(seen) == pytest.approx(0.02, rel=1e-3)
     assert seen.index(max(seen)) == pytest.approx(0.25 * total, abs=1)
     assert seen[-1] < 0.02 / 1000 and run.optimizer.param_groups[0]["betas"] == (0.9, 0.99)
+
+
+def test_the_tuned_recipes_label_smoothing_is_the_train_losss():
+    """With smoothing eps over 10 classes the loss cannot fall below the smoothed target's
+    entropy (cross-entropy = entropy + KL >= entropy), however well the model fits; without
+    it, the same run on learnable data falls far below that floor. The recipe hands it on."""
+    from pipeline.bench.recipe import recipe_config
+    from pipeline.bench.runners import OneCycle
+    from pipeline.bench.settings import Recipe
+
+    eps = 0.1
+    target = [1 - eps + eps / 10] + [eps / 10] * 9
+    floor = -sum(p * math.log(p) for p in target)
+    data = resident()
+    losses = {}
+    for smoothing in (0.0, eps):
+        config = TrainConfig(
+            batch_size=25, lr=0.01, betas=(0.9, 0.99), schedule=OneCycle(max_lr=0.01), label_smoothing=smoothing
+        )
+        losses[smoothing] = train_static(data, CPU, config, Execution(), epochs=6).loss
+    assert losses[0.0] < floor / 10 and floor - 1e-4 <= losses[eps] < floor + 0.2
+    recipe = Recipe(
+        epochs=1, batch_size=64, max_lr=0.01, pct_start=0.25, betas=(0.9, 0.99), seeds=2, label_smoothing=eps
+    )
+    assert recipe_config(recipe, seed=7).label_smoothing == eps
 
 
 def test_the_tuned_recipe_is_never_the_accuracy_anchor_nor_held_to_it():

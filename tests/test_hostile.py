@@ -296,6 +296,11 @@ PARAMS_CASES = {
     ),
     "zstd level absurd": (["shard", "level"], -200000, r"shard\.level: Input should be greater than or equal to 1"),
     "zero epochs": (["bench", "epochs"], 0, r"bench\.epochs: Input should be greater than or equal to 1"),
+    "label smoothing of 1": (
+        ["bench", "tuned", "label_smoothing"],
+        1.0,
+        r"bench\.tuned\.label_smoothing: Input should be less than 1",
+    ),
     "zero sample steps": (["bench", "sample_steps"], 0, r"bench\.sample_steps: Input should be greater"),
     "unknown bench key": (["bench", "speed"], "max", r"bench\.speed: Extra inputs are not permitted"),
     "null param": (["fetch", "retries"], None, r"fetch\.retries: Input should be a valid integer \(got None\)"),

@@ -156,6 +156,7 @@ class RecipeDoc(Loose):
     pct_start: Fraction
     betas: list[Fraction] = Field(min_length=2, max_length=2)
     seeds: Count
+    label_smoothing: Optional[Fraction] = None  # absent: none (a document from before the knob)
 
 
 class RunParams(Loose):

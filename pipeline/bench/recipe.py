@@ -13,13 +13,15 @@ EAGER = Compiled("none", False, False, False)  # a device type `bench.compiled` 
 
 
 def recipe_config(recipe: Recipe, seed: int) -> TrainConfig:
-    """The `tuned` recipe's hyper-parameters: Adam at its betas, a one-cycle rate."""
+    """The `tuned` recipe's hyper-parameters: Adam at its betas, a one-cycle rate, the loss's
+    label smoothing."""
     return TrainConfig(
         batch_size=recipe.batch_size,
         lr=recipe.max_lr,
         seed=seed,
         betas=tuple(recipe.betas),
         schedule=OneCycle(max_lr=recipe.max_lr, pct_start=recipe.pct_start),
+        label_smoothing=recipe.label_smoothing,
     )
 
 

@@ -89,6 +89,7 @@ class TrainConfig:
     seed: int = 42
     betas: tuple[float, float] = (0.9, 0.999)
     schedule: OneCycle | None = None  # None: the constant `lr`
+    label_smoothing: float = 0.0  # the train loss's; the test pass counts correct answers only
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,7 @@ def train_eager(
     steps, or a sampled epoch's `steps` whole; the very steps the timed figures are made of."""
     started = time.perf_counter() if started is None else started
     model, forward, optimizer = build_model(device, config, Execution(), graph=False)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
     non_blocking = device.type == "cuda"
     timing = Timing(sampled_steps=steps, sampled_test_steps=test_steps if steps is not None else None)
     sync(device)
@@ -358,6 +359,7 @@ class StaticSteps:
         epochs: int = 1,
     ) -> None:
         self.device, self.execution, self.batch = device, execution, config.batch_size
+        self.label_smoothing = config.label_smoothing
         self.graph = execution.cuda_graph and device.type == "cuda"
         self.by_counter = execution.graph_scope == "step"
         self.step_index = torch.zeros(1, dtype=torch.long, device=device)  # the counter's position
@@ -443,7 +445,8 @@ class StaticSteps:
     def _update(self, x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> None:
         with _autocast(self.device, self.execution.autocast):
             logits = self.forward(x)
-        loss = (F.cross_entropy(logits.float(), y, reduction="none") * weights).sum()
+        loss = F.cross_entropy(logits.float(), y, reduction="none", label_smoothing=self.label_smoothing)
+        loss = (loss * weights).sum()
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

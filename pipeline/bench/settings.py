@@ -37,7 +37,7 @@ class Compiled:
 @dataclass(frozen=True)
 class Recipe:
     """`bench.tuned`: the `tuned` rung's training recipe (Adam, a one-cycle rate over `epochs`
-    at its own batch), and the fresh seeds its accuracy and time to accuracy are measured over
+    at its own batch, the loss's label smoothing), and the fresh seeds its accuracy and time to accuracy are measured over
     (a recipe is judged by its spread, not by one lucky seed)."""
 
     __pydantic_config__ = STRICT
@@ -47,6 +47,7 @@ class Recipe:
     pct_start: Num(gt=0, lt=1)
     betas: Annotated[tuple[Num(ge=0, lt=1), Num(ge=0, lt=1)], Len(2, 2)]
     seeds: SEEDS
+    label_smoothing: Num(ge=0, lt=1) = 0.0  # the train loss's (`F.cross_entropy`); 0: none
 
 
 @dataclass(frozen=True)
