@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuned_recipe import checked_settings  # noqa: E402 (this folder's own script)
+from tuned_recipe import add_recipe_flags, checked_settings, recipe_flags, with_recipe_flags  # noqa: E402 (this folder's)
 
 from pipeline.bench.datapaths import Resident  # noqa: E402
 from pipeline.bench.figures import seconds_spread, time_to_accuracy  # noqa: E402
@@ -45,7 +45,6 @@ from pipeline.bench.recipe import execution_of, recipe_config  # noqa: E402
 from pipeline.bench.runners import train_static  # noqa: E402
 from pipeline.bench.settings import BenchSettings  # noqa: E402
 
-RECIPE_FLAGS = ("epochs", "batch_size", "max_lr", "pct_start")
 CHILD_DEADLINE_S = 1800  # one fresh run: minutes on a 2-core CPU; past this, the benchmark stops
 
 
@@ -54,8 +53,7 @@ def settings_of(args: argparse.Namespace) -> BenchSettings:
     settings = checked_settings(Path(args.params))
     if settings.tuned is None:
         sys.exit(f"{args.params}: bench.tuned is not set: no recipe to time")
-    changes = {name: getattr(args, name) for name in RECIPE_FLAGS if getattr(args, name) is not None}
-    return dataclasses.replace(settings, tuned=dataclasses.replace(settings.tuned, **changes), budget=False)
+    return dataclasses.replace(with_recipe_flags(settings, args), budget=False)
 
 
 def child(args: argparse.Namespace) -> None:
@@ -75,7 +73,7 @@ def child(args: argparse.Namespace) -> None:
 def cold(args: argparse.Namespace, seed: int, compile_cache: Path) -> dict:
     """A fresh process's run: seconds from spawn and from its first read to the target, with
     `compile_cache` as its Inductor cache folder."""
-    recipe = [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in RECIPE_FLAGS if getattr(args, name)]
+    recipe = recipe_flags(args)
     command = [sys.executable, __file__, f"--child={seed}", f"--shards={args.shards}", f"--dataset={args.dataset}"]
     command += [f"--target={args.target}", f"--params={args.params}", f"--device={args.device}", *recipe]
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(compile_cache)}
@@ -125,8 +123,7 @@ def main() -> None:
     parser.add_argument("--target", type=float, help="default: the data set's highest bench target")
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    for name in RECIPE_FLAGS:
-        parser.add_argument(f"--{name.replace('_', '-')}", type=float if "lr" in name or "pct" in name else int)
+    add_recipe_flags(parser)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     settings = settings_of(args)
@@ -148,7 +145,7 @@ def main() -> None:
         print(
             f"{args.dataset} on {device.type} ({torch.get_num_threads()} threads), tuned recipe: {recipe.epochs} epoch(s), "
             f"batch {recipe.batch_size}, one-cycle max_lr {recipe.max_lr:g} (pct_start {recipe.pct_start:g}), "
-            f"betas {tuple(recipe.betas)}; target {args.target:.2%}; seeds {seeds[0]}-{seeds[-1]}",
+            f"betas {tuple(recipe.betas)}, label smoothing {recipe.label_smoothing:g}; target {args.target:.2%}; seeds {seeds[0]}-{seeds[-1]}",
             flush=True,
         )
         compile_cache = Path(tempfile.mkdtemp(prefix="cold-start-inductor-"))  # empty: the first process fills it

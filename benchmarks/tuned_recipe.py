@@ -59,24 +59,17 @@ class Choice:
 
 
 def choices(write_up_epochs: int, tuned: Recipe) -> list[Choice]:
-    """The write-up's recipe, then one-cycle recipes around params.yaml's: batch, peak rate
-    and schedule length each moved one step from it."""
+    """The write-up's recipe, then one-cycle recipes around the starting one (params.yaml's,
+    or as the recipe flags set it): batch, peak rate, schedule length, betas and label
+    smoothing each moved one step from it."""
 
     def recipe(**change) -> Recipe:
-        fields = {
-            "epochs": tuned.epochs,
-            "batch_size": tuned.batch_size,
-            "max_lr": tuned.max_lr,
-            "pct_start": tuned.pct_start,
-            "betas": tuned.betas,
-            "seeds": tuned.seeds,
-            **change,
-        }
-        return Recipe(**fields)
+        return dataclasses.replace(tuned, **change)
 
     def named(r: Recipe) -> str:
         mark = " *" if r == tuned else ""
-        return f"one-cycle bs {r.batch_size} lr {r.max_lr:g} {r.epochs} ep betas {r.betas[0]:g},{r.betas[1]:g}{mark}"
+        smoothing = f" ls {r.label_smoothing:g}" if r.label_smoothing else ""
+        return f"one-cycle bs {r.batch_size} lr {r.max_lr:g} {r.epochs} ep betas {r.betas[0]:g},{r.betas[1]:g}{smoothing}{mark}"
 
     variants = [
         tuned,
@@ -86,6 +79,7 @@ def choices(write_up_epochs: int, tuned: Recipe) -> list[Choice]:
         recipe(max_lr=tuned.max_lr * 2),
         recipe(epochs=tuned.epochs - 1),
         recipe(betas=(0.9, 0.999)),
+        recipe(label_smoothing=0.0 if tuned.label_smoothing else 0.1),
     ]
     unique = list(dict.fromkeys(r for r in variants if r.epochs >= 1))
     return [Choice(f"write-up: Adam lr const, {write_up_epochs} ep", None, write_up_epochs)] + [
@@ -128,6 +122,45 @@ def measure(
     return f"{choice.name:<48} " + " | ".join(cells)
 
 
+# The recipe flags both scripts take (`--epochs 1 --label-smoothing 0.1`): each overrides that
+# field of params.yaml's `bench.tuned`.
+RECIPE_FLAGS = {"epochs": int, "batch_size": int, "max_lr": float, "pct_start": float, "label_smoothing": float}
+
+
+def add_recipe_flags(parser: argparse.ArgumentParser) -> None:
+    for name, kind in RECIPE_FLAGS.items():
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=kind, help=f"bench.tuned.{name}; default: params.yaml's"
+        )
+
+
+def recipe_flags(args: argparse.Namespace) -> list[str]:
+    """The recipe flags as given, to hand on to another process."""
+    return [
+        f"--{name.replace('_', '-')}={getattr(args, name)}" for name in RECIPE_FLAGS if getattr(args, name) is not None
+    ]
+
+
+def with_recipe_flags(settings, args: argparse.Namespace):
+    """`settings` with its tuned recipe's fields set by the recipe flags given (checked as
+    params.yaml's would be, where pydantic is installed)."""
+    changes = {name: getattr(args, name) for name in RECIPE_FLAGS if getattr(args, name) is not None}
+    if not changes:
+        return settings
+    recipe = dataclasses.replace(settings.tuned, **changes)
+    try:
+        import pydantic  # noqa: F401
+    except ImportError:
+        return dataclasses.replace(settings, tuned=recipe)  # torch alone here: unchecked, as the bench's
+    from pipeline.core.params import ParamsError, validated
+
+    try:
+        recipe = validated(Recipe, dataclasses.asdict(recipe), "bench.tuned", Path("the recipe flags"))
+    except ParamsError as err:
+        sys.exit(str(err))
+    return dataclasses.replace(settings, tuned=recipe)
+
+
 def checked_settings(path: Path):
     """params.yaml's bench block, checked against its schema where pydantic is installed,
     with quick mode off: the write-up's row is its whole epochs, not quick mode's two."""
@@ -152,6 +185,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="substrings of the recipes to run")
     parser.add_argument("--params", default="params.yaml", help="the params file whose bench block is used")
     parser.add_argument("--graph", choices=GRAPH_SCOPES, help="what one CUDA graph holds; default: params.yaml's")
+    add_recipe_flags(parser)
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     settings = checked_settings(Path(args.params))
@@ -159,6 +193,7 @@ def main() -> None:
         settings = dataclasses.replace(settings, graph=args.graph)
     if settings.tuned is None:
         parser.error(f"{args.params}: bench.tuned is not set: no recipe to start from")
+    settings = with_recipe_flags(settings, args)
     if args.shards is not None:
         shards = args.shards
     else:
