@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
 )
 
+from pipeline.bench.settings import Recipe  # the recipe as params.yaml states it: one type
 from pipeline.bench.variants import writeup_recipe
 from pipeline.core.bounded import short
 from pipeline.core.errors import SLUG, DataError, InputError
@@ -147,18 +148,6 @@ class Env(Loose):
     date: Optional[IsoDate] = None
 
 
-class RecipeDoc(Loose):
-    """params.yaml's `bench.tuned`, as the run used it."""
-
-    epochs: StrictInt = Field(ge=1, le=1 << 20)
-    batch_size: StrictInt = Field(ge=1, le=1 << 30)
-    max_lr: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)]
-    pct_start: Fraction
-    betas: list[Fraction] = Field(min_length=2, max_length=2)
-    seeds: Count
-    label_smoothing: Optional[Fraction] = None  # absent: none (a document from before the knob)
-
-
 class RunParams(Loose):
     epochs: StrictInt = Field(ge=1, le=1 << 20)
     batch_size: StrictInt = Field(ge=1, le=1 << 30)
@@ -166,7 +155,7 @@ class RunParams(Loose):
     num_workers: Optional[Count] = None
     parameters: Optional[Count] = None  # the model's
     train_samples: Optional[Count] = None
-    tuned: Optional[RecipeDoc] = None  # the `tuned` rung's recipe, where it ran
+    tuned: Optional[Recipe] = None  # the `tuned` rung's recipe, where it ran
     sample_steps: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 30)
     sample_epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
     quick: StrictBool = False
@@ -207,7 +196,7 @@ class TargetSeconds(Loose):
 class TunedSeeds(Loose):
     """The `tuned` recipe over fresh seeds (`ladder.tuned_over_seeds`)."""
 
-    recipe: Optional[RecipeDoc] = None
+    recipe: Optional[Recipe] = None
     seeds: list[StrictInt] = Field(min_length=1, max_length=100)
     accuracy: list[Fraction] = Field(min_length=1, max_length=100)
     accuracy_mean: Fraction
