@@ -276,7 +276,7 @@ def check_classes(sample: Sample, columns: dict[str, torch.Tensor], where: str, 
             field.check_classes(columns[field.name][index : index + 1], where, sample_id)
 
 
-def checked_device(device) -> torch.device:
+def torch_device(device) -> torch.device:
     """`device` (a torch.device, a name such as "cpu", "cuda" or "cuda:1", or an accelerator's
     index, as torch takes it) as a torch.device, or a ShardError naming the argument: "gpu"
     is not a device torch knows."""
@@ -315,7 +315,7 @@ def read_split(
         raise ShardError(f"path must be a shard folder (str or pathlib.Path), got {type(path).__name__}")
     if not isinstance(verify, str) or verify not in VERIFY:
         raise ShardError(f"verify must be one of {VERIFY}, got {verify!r:.40}")
-    device = checked_device(device)
+    device = torch_device(device)
     folder = Path(path)
     manifest = read_manifest(folder, dataset, split)
     sample = manifest_sample(manifest)
