@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: the `gpu` tests, then the bench of each data set at this
 # checkout's code, then the tuned recipe with one step per CUDA graph (bench.graph: step),
-# then the tuned rung warm and cold over 30 seeds (benchmarks/cold_start.py, COLD_SEEDS),
-# then the tuned recipe's choices over ten seeds; everything under $OUT.
+# then the tuned rung warm and cold over 30 seeds (benchmarks/cold_start.py, COLD_SEEDS), with
+# params.yaml's recipe and with the one-epoch recipe (ONE_EPOCH: its recipe flags), then the
+# tuned recipe's choices over ten seeds, then where a step's time goes per execution
+# (benchmarks/gpu_steps.py: kernels per step); everything under $OUT.
 #
 #   OUT=/tmp/gpu-out [DEADLINE=570] tools/gpu_session.sh MIRROR COMMIT [BENCH_ARGS...]
 #
@@ -57,6 +59,10 @@ part tuned_recipe_step_graph "$python" benchmarks/tuned_recipe.py --mirror "$mir
     --seeds "${SEEDS:-10}" --only "*" --graph step
 part cold_start "$python" benchmarks/cold_start.py --mirror "$mirror" --work "$scratch/recipe" \
     --seeds "${COLD_SEEDS:-30}"
+# shellcheck disable=SC2086 (ONE_EPOCH is a list of flags)
+part cold_start_one_epoch "$python" benchmarks/cold_start.py --mirror "$mirror" --work "$scratch/recipe" \
+    --seeds "${COLD_SEEDS:-30}" ${ONE_EPOCH:---epochs 1 --batch-size 64 --max-lr 0.02 --pct-start 0.15 --label-smoothing 0.1}
 part tuned_recipe "$python" benchmarks/tuned_recipe.py --mirror "$mirror" --work "$scratch/recipe" \
     --seeds "${SEEDS:-10}" ${RECIPES:+--only "$RECIPES"}
+part gpu_steps "$python" benchmarks/gpu_steps.py --mirror "$mirror" --work "$scratch/steps" --epochs "${STEP_EPOCHS:-5}"
 exit "$status"
