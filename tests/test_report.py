@@ -150,6 +150,8 @@ def test_report_writes_every_output_from_tiny_metrics(tmp_path):
         results={
             "box-b/tiny.json": sampled,
             "benchmarks/box-a/load.txt": "$ python load.py\n12.5 ms\n",
+            "benchmarks/box-a/cold_start.txt": "$ python cold_start.py\nwarm 1 s\n",
+            "anchors.md": "| record | time |\n|---|---|\n| fast | 1 s |\n",
             "scale/two_nodes.json": {"nodes": 2},  # not a bench result: left alone
             "scale/notes.txt": "not embedded",
             "box-b/steps.txt": "kernel table\n",
@@ -175,6 +177,11 @@ def test_report_writes_every_output_from_tiny_metrics(tmp_path):
     assert "Compute floor" in page
     assert "| device | 4.70 | 0.100 | 0 | 4.00 | 0.500 | 0.100 |" in page  # ms per step
     assert "<!-- embed: results/benchmarks/box-a/load.txt -->\n```\n$ python load.py\n12.5 ms\n```" in page
+    # the public records, and beside them (not among the other benchmarks) the warm/cold recordings
+    records = page.split("## Against the public records")[1].split("\n## ")[0]
+    assert "<!-- include: results/anchors.md -->\n| record | time |" in records
+    assert "<!-- embed: results/benchmarks/box-a/cold_start.txt -->\n```\n$ python cold_start.py" in records
+    assert page.count("cold_start.txt -->") == 1 and page.index("## Against") < page.index("## Storage")
     assert "| tiny | compact | 4.70 MB / 0.0100 s | 1.20 MB / 0.0100 s |" in page
     assert "<!-- embed: results/box-b/steps.txt -->\n```\nkernel table\n```" in page
     assert "scale/" not in page and "two_nodes" not in page and "not embedded" not in page

@@ -143,6 +143,21 @@ def results_page(
             "",
         ]
     outputs = benchmark_outputs(root, folders)
+    clocks = [path for path in outputs if path.name.startswith("cold_start")]  # shown beside the records
+    outputs = [path for path in outputs if path not in clocks]
+    if (root / "results" / "anchors.md").is_file():
+        parts += [
+            "## Against the public records",
+            "",
+            f"How each record is timed, and this project's two clocks ([warm and cold]({docs}bench.md#warm-and-cold)).",
+            "",
+            "<!-- include: results/anchors.md -->",
+            "<!-- /include -->",
+            "",
+        ]
+        for path in clocks:
+            name = path.relative_to(root.resolve()).as_posix()
+            parts += [f"<!-- embed: {name} -->", "```", "```", "<!-- /embed -->", ""]
     if outputs:
         parts += [
             "## Storage and loading benchmarks",
