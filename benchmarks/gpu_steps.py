@@ -83,8 +83,8 @@ def profile_step(data: Resident, device: torch.device, config: TrainConfig, exec
         top_level = sum(1 for e in prof.events() if e.cpu_parent is None)
         calls = sum(e.count for e in events)
         print(
-            f"\noperators of one step ({execution}), {total / steps / 1000:.3f} ms CPU time per step, "
-            f"{top_level / steps:.0f} dispatched from Python, {calls / steps:.0f} in all:"
+            f"\noperators of one step ({execution}): {top_level / steps:.0f} dispatched from Python, "
+            f"{calls / steps:.0f} in all, {total / steps / 1000:.3f} ms of their own time on the calling threads:"
         )
     for e, us in sorted(zip(events, own), key=lambda pair: -pair[1])[:top]:
         print(f"  {us / steps:8.1f} us  {100 * us / total:5.1f}%  {e.count // steps:3d}x  {e.key[:90]}")
