@@ -124,8 +124,10 @@ def another(value: object) -> str:
     """A different value of the same kind, as `-S key=value` spells it."""
     if isinstance(value, bool):
         return str(not value).lower()
-    if isinstance(value, (int, float)):
-        return str(value + 1 if isinstance(value, int) else value / 2)
+    if isinstance(value, int):
+        return str(value + 1)
+    if isinstance(value, float):
+        return str(value / 2 if value else 0.5)  # half of 0.0 is 0.0: no change at all
     return f"x{value}"
 
 
