@@ -388,6 +388,14 @@ def test_embed_refreshes_and_refuses(tmp_path):
     (tmp_path / "results" / "a.txt").write_text("| new |\n")
     table = "<!-- include: results/a.txt -->\n| old |\n<!-- /include -->\n"
     assert embed(table, tmp_path) == "<!-- include: results/a.txt -->\n| new |\n<!-- /include -->\n"
+    # a marker whose block is malformed would be left as written, silently empty: refused
+    for broken, message in (
+        ("<!-- embed: results/a.txt -->\n<!-- /embed -->\n", "expected a fenced block"),
+        ("<!-- include: results/a.txt -->\n| old |\n", "expected <!-- /include -->"),
+    ):
+        with pytest.raises(ReportError, match=message):
+            embed(table + broken, tmp_path)
+    assert embed("`<!-- embed: ... -->` in prose\n", tmp_path) == "`<!-- embed: ... -->` in prose\n"
 
 
 def test_write_report_changes_nothing_on_bad_input(tmp_path):

@@ -36,6 +36,16 @@ def splice(readme: str, bodies: dict[str, str], where: str = "README.md") -> str
     return GENERATED.sub(fill, readme)
 
 
+def _well_formed(text: str) -> None:
+    """Refuse an embed marker with no fenced block under it, or an include marker with no end:
+    either would be left as it is, silently empty, by the substitutions below."""
+    blocks = {m.start() for m in EMBED.finditer(text)} | {m.start() for m in INCLUDE.finditer(text)}
+    for marker in re.finditer(r"^<!-- (embed|include): (\S+) -->$", text, re.MULTILINE):
+        if marker.start() not in blocks:
+            end = "a fenced block (```), then <!-- /embed -->" if marker[1] == "embed" else "<!-- /include -->"
+            raise ReportError(f"{marker[1]} {marker[2]!r}: expected {end} after its marker")
+
+
 def embed(text: str, root: Path) -> str:
     """`text` with every embed block (fenced) and include block (markdown as is) refreshed
     from its file under `root` (the repository)."""
@@ -52,6 +62,7 @@ def embed(text: str, root: Path) -> str:
             raise ReportError(f"embed {name!r}: holds a code fence (```); refusing to embed it")
         return body
 
+    _well_formed(text)
     text = EMBED.sub(
         lambda m: f"<!-- embed: {m['path']} -->\n```{m['lang']}\n{read(m['path'], True)}\n```\n<!-- /embed -->", text
     )
