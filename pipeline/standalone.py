@@ -127,10 +127,10 @@ def run_standalone(
             dataset, Path(mirror), Path(work), Path(sources), samples_per_shard, settings.parquet_codec
         )
         machine = fingerprint(device)
-        out = Path(out_root) / machine["name"] / f"{dataset}.json"
+        out = Path(out_root) / machine.name / f"{dataset}.json"
         earlier = documents_under(out_root, params_path)
-        document = run_bench(dataset, parquet, shards, device_, settings, earlier, machine["name"])
-        document.update(machine=machine, date=dt.date.today().isoformat())
+        document = run_bench(dataset, parquet, shards, device_, settings, earlier, machine.name)
+        document.update(machine=machine.as_json(), date=dt.date.today().isoformat())
         document["env"].update(commit=commit)
         write_bench(document, out)
         warn_unstable(document)

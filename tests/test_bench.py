@@ -456,9 +456,9 @@ def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
         "abc1234",
         {},
     )
-    assert written == [tmp_path / "results" / fingerprint("cpu")["name"] / "tiny.json"]
+    assert written == [tmp_path / "results" / fingerprint("cpu").name / "tiny.json"]
     doc = json.loads(written[0].read_text())
-    assert doc["env"]["commit"] == "abc1234" and doc["date"] and doc["machine"] == fingerprint("cpu")
+    assert doc["env"]["commit"] == "abc1234" and doc["date"] and doc["machine"] == fingerprint("cpu").as_json()
     assert doc["params"]["train_samples"] == 64 and list(doc["variants"]) == ["naive", "device", "graphed"]
     assert math.isfinite(doc["variants"]["graphed"]["wall_s"])
     import pyarrow.parquet as pq  # the naive rungs read the codec the pipeline's bench reads
@@ -511,15 +511,15 @@ def test_machine_fingerprint_names_the_gpu_and_is_stable(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     gpu = fingerprint()
-    assert (gpu["name"], gpu["gpu"], gpu["gpu_count"], gpu["device"]) == (
+    assert (gpu.name, gpu.gpu, gpu.gpu_count, gpu.device) == (
         "h100-80gb-hbm3",
         "NVIDIA H100 80GB HBM3",
         8,
         "cuda",
     )
     cpu = fingerprint("cpu")  # the same box benched on its CPU: cores, then its best instruction set
-    assert cpu["name"].split("-")[-1] in ("", "amx", "avx512bf16", "avx512", "avx2", "sve2", "sve", "neon")
-    assert f"-{gpu['cores']}c" in cpu["name"]
+    assert cpu.name.split("-")[-1] in ("", "amx", "avx512bf16", "avx512", "avx2", "sve2", "sve", "neon")
+    assert f"-{gpu.cores}c" in cpu.name
 
 
 AVX2_ONLY = "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2 bmi2\n"
@@ -538,14 +538,14 @@ def test_two_cpus_sold_under_one_name_whose_peaks_differ_are_two_machines(monkey
         monkeypatch.setattr(machine, "cpu_info", lambda text=text: text)
         seen[label] = machine.fingerprint("cpu")
         seen[label + "_native"] = bf16_pays(torch.device("cpu"))
-    assert seen["avx2"]["cpu"] == seen["bf16"]["cpu"] == "AMD EPYC"
-    assert seen["avx2"]["isa"] == ["avx2", "fma"]
-    assert seen["bf16"]["isa"] == ["avx2", "avx512_bf16", "avx512_vnni", "avx512f", "fma"]
-    cores = seen["avx2"]["cores"]
-    assert (seen["avx2"]["name"], seen["bf16"]["name"]) == (f"amd-epyc-{cores}c-avx2", f"amd-epyc-{cores}c-avx512bf16")
+    assert seen["avx2"].cpu == seen["bf16"].cpu == "AMD EPYC"
+    assert seen["avx2"].isa == ("avx2", "fma")
+    assert seen["bf16"].isa == ("avx2", "avx512_bf16", "avx512_vnni", "avx512f", "fma")
+    cores = seen["avx2"].cores
+    assert (seen["avx2"].name, seen["bf16"].name) == (f"amd-epyc-{cores}c-avx2", f"amd-epyc-{cores}c-avx512bf16")
     assert (seen["avx2_native"], seen["bf16_native"]) == (False, True)
     monkeypatch.setattr(machine, "cpu_info", lambda: "")  # no /proc/cpuinfo: no tier, no flags
-    assert machine.fingerprint("cpu")["isa"] == [] and machine.fingerprint("cpu")["name"].endswith(f"-{cores}c")
+    assert machine.fingerprint("cpu").isa == () and machine.fingerprint("cpu").name.endswith(f"-{cores}c")
 
 
 def _entry(train_s: float, test_s: float, wall_s: float, accuracy: float | None, spread: float = 0.0) -> dict:

@@ -86,7 +86,7 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/core/errors.py", EVERY),
     ("pipeline/core/bounded.py", EVERY - {"machine"}),
     ("pipeline/core/params.py", READ_PARAMS),
-    ("pipeline/core/bounds.py", READ_PARAMS),  # every section's bounds
+    ("pipeline/core/bounds.py", READ_PARAMS | {"machine"}),  # every section's bounds, the fingerprint's
     ("pipeline/core/codec.py", {"params", "convert", "codecs", "summary"}),
     ("pipeline/core/dataset.py", {"fetch", "csv", "convert", "codecs", "shard", "bench", "train"}),
     ("pipeline/core/parquet.py", {"convert", "codecs", "shard", "bench"}),
@@ -128,8 +128,8 @@ OWNERS: list[tuple[str, set[str]]] = [
     # The time budget: the ladder profiles every rung with it; the machine's name is also the
     # machine stage's; the loop finder is `profile`'s, no stage's.
     ("pipeline/budget/findloop.py", set()),
-    ("pipeline/budget/machine.py", {"bench", "machine"}),
-    ("pipeline/budget/__init__.py", {"bench", "machine"}),
+    ("pipeline/budget/machine.py", {"bench", "machine", "summary", "report"}),  # its Fingerprint is the document's
+    ("pipeline/budget/__init__.py", {"bench", "machine", "summary", "report"}),
     ("pipeline/budget/", {"bench"}),
 ]
 

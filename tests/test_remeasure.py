@@ -4,6 +4,7 @@ machines' tables kept beside the new one."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -38,7 +39,7 @@ def test_a_new_machine_gets_its_own_table_and_the_suite_still_passes(tmp_path, m
         write_csv(*make_split(n, seed), data / "csv" / f"{split}.csv")
     convert_dataset(data / "csv", data / "pq", data / "fig.json", "snappy", 65536)
     shard_dataset(data / "pq" / "compact", data / "shards", "tiny", ShardSettings(128, "none", 3))
-    machine = {**fingerprint("cpu"), "name": "a-laptop-8c", "cpu": "A Laptop CPU", "cores": 8}
+    machine = dataclasses.replace(fingerprint("cpu"), name="a-laptop-8c", cpu="A Laptop CPU", cores=8)
     settings = bench_settings(
         epochs=2,
         batch_size=64,

@@ -28,6 +28,7 @@ from pydantic import (
 
 from pipeline.bench.settings import Recipe  # the recipe as params.yaml states it: one type
 from pipeline.bench.variants import writeup_recipe
+from pipeline.budget.machine import Fingerprint  # the machine stage's type: one for both
 from pipeline.core.bounded import short
 from pipeline.core.errors import SLUG, DataError, InputError
 
@@ -116,20 +117,6 @@ class Variant(Loose):
     @classmethod
     def _listed(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
-
-
-class Machine(Loose):
-    name: Slug
-    cpu: Text
-    isa: Optional[list[Slug]] = None  # the CPU's peak-setting instruction sets (older documents: none)
-    cores: StrictInt = Field(ge=1, le=1 << 20)
-    memory_gb: Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]
-    gpu: Optional[Text] = None
-    gpu_count: StrictInt = Field(default=0, ge=0, le=1 << 16)
-    torch: Text
-    cuda: Optional[Text] = None
-    device: Annotated[str, StringConstraints(pattern=r"^(cpu|cuda)$", strict=True)]
-    python: Optional[Text] = None
 
 
 class Env(Loose):
@@ -233,7 +220,7 @@ class QuickPlan(Loose):
 
 class BenchDoc(Loose):
     dataset: Slug
-    machine: Optional[Machine] = None
+    machine: Optional[Fingerprint] = None
     env: Optional[Env] = None
     date: Optional[IsoDate] = None
     params: RunParams

@@ -3,6 +3,7 @@ machine, written as the data set's bench metrics, labelled with the machine it m
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -11,41 +12,28 @@ from pathlib import Path
 
 from pipeline.bench.ladder import run_bench
 from pipeline.bench.settings import BenchSettings
+from pipeline.budget.machine import Fingerprint
 from pipeline.core.atomic import write_json
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import DataError, InputError, reason
 
-MACHINE_KEYS = {
-    "name": str,
-    "cpu": str,
-    "isa": list,
-    "cores": int,
-    "memory_gb": float,
-    "gpu": (str, type(None)),
-    "gpu_count": int,
-    "torch": str,
-    "cuda": (str, type(None)),
-    "device": str,
-    "python": str,
-}
 
-
-def read_machine(path: Path) -> dict:
+def read_machine(path: Path) -> Fingerprint:
     """The machine stage's fingerprint, checked: the bench copies it into every result."""
     try:  # a few hundred bytes: 64 KiB read at most
         machine = read_json(Path(path), 1 << 16, "machine fingerprint")
     except (OSError, InputError) as err:
         raise InputError(f"{path}: not a machine fingerprint ({reason(err)}); run `dvc repro machine`") from None
-    if not isinstance(machine, dict) or set(machine) != set(MACHINE_KEYS):
+    keys = [field.name for field in dataclasses.fields(Fingerprint)]
+    if not isinstance(machine, dict) or set(machine) != set(keys):
         found = sorted(machine) if isinstance(machine, dict) else type(machine).__name__
         raise InputError(
-            f"{path}: expected the keys {sorted(MACHINE_KEYS)}, found {found} (written by an older or other "
+            f"{path}: expected the keys {sorted(keys)}, found {found} (written by an older or other "
             "version?): run `dvc repro machine`"
         )
-    for key, kind in MACHINE_KEYS.items():
-        if not isinstance(machine[key], kind) or isinstance(machine[key], bool):
-            raise InputError(f"{path}: {key}: {machine[key]!r:.40} is not a {getattr(kind, '__name__', kind)}")
-    return machine
+    from pipeline.bench.document import validate
+
+    return validate(path, machine, Fingerprint, InputError)
 
 
 def write_bench(document: dict, out: Path) -> None:
@@ -115,7 +103,7 @@ def bench_dataset(
     out: Path,
     device: str,
     settings: BenchSettings,
-    machine: dict,
+    machine: Fingerprint,
     earlier: list[Path] | None = None,
 ) -> dict:
     """Every variant of `settings` on one data set's wide Parquet and shards -> `out`; the
@@ -123,8 +111,8 @@ def bench_dataset(
     under `make bench-quick` also leaves a copy in the folder QUICK_KEEP names (outside the
     experiment's scratch copy, which a stopped run loses)."""
     earlier = earlier_runs(out) if earlier is None else earlier
-    document = run_bench(dataset, Path(parquet), Path(shards), device, settings, earlier, machine.get("name"))
-    document["machine"] = machine
+    document = run_bench(dataset, Path(parquet), Path(shards), device, settings, earlier, machine.name)
+    document["machine"] = machine.as_json()
     document["date"] = dt.date.today().isoformat()
     write_bench(document, out)
     keep = os.environ.get(QUICK_KEEP)

@@ -11,9 +11,25 @@ times apart in bf16), so the best of those instruction sets is in the name too.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import re
+from dataclasses import dataclass
+from typing import Annotated, Literal, Optional
+
+from pipeline.core.bounds import AfterValidator, ConfigDict, Int, Len, Num, Text
+from pipeline.core.errors import SLUG
+
+
+def _slug(value: str) -> str:
+    if not re.fullmatch(SLUG, value):
+        raise ValueError("not a name of a-z, 0-9, '-' and '_' (at most 64), as a folder takes it")
+    return value
+
+
+Name = Annotated[Text, AfterValidator(_slug)]  # a folder name under results/
+Line = Annotated[Text, Len(0, 2000)]  # escaped where rendered
 
 # The CPU flags that set a peak (x86: vector width, FMA, bf16/fp16 and AMX; Arm: NEON, SVE,
 # bf16, int8 matrix), best first where they name a tier of the machine's name.
@@ -118,7 +134,32 @@ def cpu_name(model: str, cores: int, best: str = "") -> str:
     return slug(model)[: 64 - len(suffix)].rstrip("-") + suffix
 
 
-def fingerprint(device: str = "auto") -> dict:
+@dataclass(frozen=True, kw_only=True)
+class Fingerprint:
+    """A machine as its figures name it: the machine stage's file, every bench document's
+    `machine` block. Fields in the file's order; the ones a document written before them lacks
+    (`isa`, `python`) are None there."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+    name: Name
+    cpu: Line
+    isa: Optional[tuple[Name, ...]] = None  # the peak-setting instruction sets
+    cores: Int(1, 1 << 20)
+    memory_gb: Num(ge=0, le=1e7)
+    gpu: Optional[Line] = None
+    gpu_count: Int(0, 1 << 16) = 0
+    torch: Line
+    cuda: Optional[Line] = None
+    device: Literal["cpu", "cuda"]
+    python: Optional[Line] = None
+
+    def as_json(self) -> dict:
+        """The fields as the file holds them (the instruction sets a list)."""
+        found = dataclasses.asdict(self)
+        return {**found, "isa": None if self.isa is None else list(self.isa)}
+
+
+def fingerprint(device: str = "auto") -> Fingerprint:
     """The fingerprint of this machine as the bench would use it (`device`: auto, cpu, cuda)."""
     import torch
 
@@ -130,16 +171,16 @@ def fingerprint(device: str = "auto") -> dict:
     flags = cpu_flags(text)
     best = tier(flags)
     name = slug(gpu) if chosen == "cuda" and gpu else cpu_name(cpu_model(text), cores, best)
-    return {
-        "name": name,
-        "cpu": cpu_model(text),
-        "isa": isa(flags),
-        "cores": cores,
-        "memory_gb": memory_gb(),
-        "gpu": gpu,
-        "gpu_count": torch.cuda.device_count() if cuda else 0,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": chosen,
-        "python": platform.python_version(),
-    }
+    return Fingerprint(
+        name=name,
+        cpu=cpu_model(text),
+        isa=tuple(isa(flags)),
+        cores=cores,
+        memory_gb=memory_gb(),
+        gpu=gpu,
+        gpu_count=torch.cuda.device_count() if cuda else 0,
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        device=chosen,
+        python=platform.python_version(),
+    )

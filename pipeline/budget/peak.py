@@ -141,7 +141,7 @@ def measure_peak(device: torch.device, seconds: float = 0.6) -> Peak:
             torch.cuda.empty_cache()  # the probe's matrices are not the user's to keep
     return Peak(
         rates=rates,
-        machine=fingerprint(device.type)["name"],
+        machine=fingerprint(device.type).name,
         device=device.type,
         threads=probe_threads,
         busy=busy or host_busy(),
@@ -156,7 +156,7 @@ def cache_file() -> Path:
 
 def _key(device: torch.device) -> str:
     return (
-        f"{fingerprint(device.type)['name']}|{device.type}|cores={usable_cores()}|torch={torch.__version__}"
+        f"{fingerprint(device.type).name}|{device.type}|cores={usable_cores()}|torch={torch.__version__}"
         f"|float32={torch.get_float32_matmul_precision()}"
     )
 

@@ -486,7 +486,7 @@ class TimeBudget:
         budget = self._measured
         budget.threads = thread_check(self._timed, self._threads)
         budget.intra_threads = self._threads if self.device.type == "cpu" else None
-        budget.machine = fingerprint(self.device.type)["name"]
+        budget.machine = fingerprint(self.device.type).name
         budget.loader = self._loader
         if isinstance(self.peak, Peak):
             budget.peak = self.peak

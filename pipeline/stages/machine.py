@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.budget.machine import fingerprint
+from pipeline.budget.machine import Fingerprint, fingerprint
 from pipeline.core.atomic import write_json
 
 
-def write_machine(out: Path, device: str = "auto") -> dict:
+def write_machine(out: Path, device: str = "auto") -> Fingerprint:
     machine = fingerprint(device)
-    write_json(Path(out), machine)
+    write_json(Path(out), machine.as_json())
     return machine
