@@ -304,7 +304,7 @@ def test_newest_run_of_each_machine(tmp_path):
             "variants.device.budget.copy_s: Input should be a valid number",
         ),
         (("dataset",), "a,b\nc", "dataset: String should match pattern"),
-        (("machine", "name"), "x <!-- /generated --> y", "machine.name: Value error, not a name of a-z"),
+        (("machine", "name"), "x <!-- /generated --> y", "machine.name: Value error, not a plain name"),
         (("machine", "cores"), True, "machine.cores: Input should be a valid integer"),
     ],
 )

@@ -37,8 +37,8 @@ class Compiled:
 @dataclass(frozen=True)
 class Recipe:
     """`bench.tuned`: the `tuned` rung's training recipe (Adam, a one-cycle rate over `epochs`
-    at its own batch, the loss's label smoothing), and the fresh seeds its accuracy and time to accuracy are measured over
-    (a recipe is judged by its spread, not by one lucky seed)."""
+    at its own batch, the loss's label smoothing), and the fresh seeds its accuracy and time
+    to accuracy are measured over (a recipe is judged by its spread, not by one lucky seed)."""
 
     __pydantic_config__ = STRICT
     epochs: EPOCHS

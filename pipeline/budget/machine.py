@@ -18,17 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Literal, Optional
 
-from pipeline.core.bounds import AfterValidator, ConfigDict, Int, Len, Num, Text
-from pipeline.core.errors import SLUG
+from pipeline.core.bounds import ConfigDict, Int, Len, Name, Num, Text
 
-
-def _slug(value: str) -> str:
-    if not re.fullmatch(SLUG, value):
-        raise ValueError("not a name of a-z, 0-9, '-' and '_' (at most 64), as a folder takes it")
-    return value
-
-
-Name = Annotated[Text, AfterValidator(_slug)]  # a folder name under results/
 Line = Annotated[Text, Len(0, 2000)]  # escaped where rendered
 
 # The CPU flags that set a peak (x86: vector width, FMA, bf16/fp16 and AMX; Arm: NEON, SVE,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from pipeline.core.errors import is_slug
+
 try:  # the bounds pydantic reads; on a torch-only machine, marks nothing reads
     from annotated_types import Interval, Len
     from pydantic import AfterValidator, ConfigDict, Strict, model_validator
@@ -44,8 +46,15 @@ def Num(**bounds: float) -> object:  # noqa: N802
     return Annotated[float, Strict(), Interval(**bounds)]
 
 
+def _slug(value: str) -> str:
+    if not is_slug(value):
+        raise ValueError("not a plain name (a-z, 0-9, '-' and '_', at most 64), as a folder takes it")
+    return value
+
+
 Bool = Annotated[bool, Strict()]
 Text = Annotated[str, Strict()]
+Name = Annotated[str, Strict(), AfterValidator(_slug)]  # a folder name: `is_slug`'s rule
 EPOCHS = Int(1, 100)  # a CPU epoch of the slowest rung takes minutes, so 100 is days
 BATCH = Int(1, 1 << 16)
 RATE = Num(gt=0, le=10)
