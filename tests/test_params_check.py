@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,32 @@ def test_a_bad_value_is_one_line_and_exit_status_2(tmp_path, bad):
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error: "), result.stderr
     assert BAD[bad] in result.stderr
+    assert not (tmp_path / "params.ok").exists()
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (None, r"params.yaml: no such params file$"),
+        ("bench: [1, 2\n", r"params.yaml: not valid YAML: .* \(line 2, column 1\)$"),
+        ("a: 1\na: 2\n", r"params.yaml: .*key 'a' is given twice"),
+    ],
+    ids=["missing", "unclosed", "key-twice"],
+)
+def test_an_unreadable_params_file_is_one_line_naming_it(tmp_path, text, said):
+    """A missing or malformed params.yaml is refused as the check's own error, with the file's
+    name (and the line and column of a YAML error): exit status 2, one line, nothing written."""
+    path = tmp_path / "params.yaml"
+    if text is not None:
+        path.write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "check-params", "--params", str(path), "--out", str(tmp_path / "params.ok")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert re.search(said, result.stderr.strip()), result.stderr
     assert not (tmp_path / "params.ok").exists()
 
 

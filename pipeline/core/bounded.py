@@ -186,24 +186,27 @@ def _yaml_loader():
     return StrictLoader
 
 
-def load_yaml(path: Path, cap: int = TEXT_CAP, what: str = "YAML file") -> Any:
+def load_yaml(path: Path, cap: int = TEXT_CAP, what: str = "YAML file", error: type[InputError] = InputError) -> Any:
     """A YAML file read strictly: at most `cap` bytes of UTF-8, no alias, no key twice; any
-    problem is one InputError naming the file, line and column."""
+    problem, a missing file included, is one `error` naming the file (line and column)."""
     import yaml
 
-    text = read_text(path, cap, what)
+    try:
+        text = read_text(path, cap, what)
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what}") from None
+    except InputError as err:
+        raise error(str(err)) from None
     try:
         return yaml.load(text, Loader=_yaml_loader())  # a SafeLoader, stricter
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise InputError(f"{path}: not valid YAML: {err.problem or err.context}{where}") from None
+        raise error(f"{path}: not valid YAML: {err.problem or err.context}{where}") from None
     except yaml.YAMLError as err:
-        raise InputError(
-            f"{path}: not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
-        ) from None
+        raise error(f"{path}: not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
     except RecursionError:
-        raise InputError(f"{path}: not valid YAML: nested too deeply") from None
+        raise error(f"{path}: not valid YAML: nested too deeply") from None
 
 
 # ---------------------------------------------------------------- JSON

@@ -28,12 +28,7 @@ SHOWN = 10  # problems quoted in one message: one readable line however many the
 def load_params(path: Path) -> dict[str, Any]:
     """params.yaml read strictly (pipeline.core.bounded.load_yaml): at most 1 MiB of UTF-8,
     no alias, no key given twice, each refused with one line naming the file."""
-    try:
-        data = load_yaml(Path(path), PARAMS_CAP, "params file")
-    except FileNotFoundError:
-        raise ParamsError(f"{path}: no such params file") from None
-    except InputError as err:
-        raise ParamsError(str(err)) from None
+    data = load_yaml(Path(path), PARAMS_CAP, "params file", ParamsError)
     if not isinstance(data, dict):
         raise ParamsError(f"{path}: expected a mapping at the top level")
     return data

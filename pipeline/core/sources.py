@@ -27,12 +27,7 @@ class SourcesError(InputError):
 
 
 def read_sources(path: Path) -> dict[str, Any]:
-    try:
-        sources = load_yaml(Path(path), SOURCES_CAP, "sources file")
-    except FileNotFoundError:
-        raise SourcesError(f"{path}: no such sources file") from None
-    except InputError as err:
-        raise SourcesError(str(err)) from None
+    sources = load_yaml(Path(path), SOURCES_CAP, "sources file", SourcesError)
     return sources if isinstance(sources, dict) else {}
 
 
