@@ -115,6 +115,17 @@ def test_a_part_writer_refuses_a_shard_the_folder_publishes(tmp_path):
     assert (folder / "shard-00000.safetensors").read_bytes() == published
 
 
+@pytest.mark.parametrize("extra", [{"first_sample": 0}, {"total": 16}, {"first_sample": 8, "total": 16}])
+def test_write_split_refuses_a_parts_keywords_and_writes_nothing(tmp_path, extra):
+    """`write_split` and `write_part` pass their keywords on to one ShardWriter; a part's
+    keywords given to `write_split` are refused (a TypeError naming `write_part`), not written
+    as a part the caller thought was a whole split."""
+    folder = tmp_path / "split"
+    with pytest.raises(TypeError, match="write_split writes a whole split; a part is write_part's"):
+        write_split(columns(16, 0), folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, **extra)
+    assert not folder.exists()
+
+
 # ---- merge_parts never returns a short split -------------------------------------------------
 
 

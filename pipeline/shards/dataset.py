@@ -19,6 +19,7 @@ import gc
 import multiprocessing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,8 +28,11 @@ from torch.utils.data import DataLoader, Dataset
 from pipeline.core.errors import reason
 from pipeline.shards.format import ShardError, ShardTypeError
 from pipeline.shards.mapped import MappedSplit
-from pipeline.shards.order import ShardSampler
+from pipeline.shards.order import Order, ShardSampler
 from pipeline.shards.transforms import Transform, compose
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
 
 class ShardDataset(Dataset):
@@ -83,49 +87,19 @@ class ShardDataset(Dataset):
         """Map (fetch) and verify the whole split now, raising what is wrong."""
         self.split.wait()
 
-    def sampler(
-        self,
-        batch_size: int,
-        *,
-        shuffle: bool | str = False,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        drop_last: bool = False,
-    ) -> ShardSampler:
-        """A `ShardSampler` for this split (its shard counts included, for shuffle="shards")."""
-        return ShardSampler(
-            len(self),
-            batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            shard_counts=self.shard_counts,
-        )
+    def sampler(self, batch_size: int, **order: Unpack[Order]) -> ShardSampler:
+        """A `ShardSampler` for this split (its shard counts included, for shuffle="shards");
+        `order`: the sampler's shuffle, seed, rank, world_size and drop_last."""
+        return ShardSampler(len(self), batch_size, **order, shard_counts=self.shard_counts)
 
-    def loader(
-        self,
-        batch_size: int,
-        *,
-        shuffle: bool | str = False,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        drop_last: bool = False,
-        freeze: bool = True,
-        preload: bool = True,
-        **dataloader_options,
-    ) -> ShardLoader:
-        """The batched path: a `ShardLoader` over this dataset (see `order` for the rules of
-        `shuffle`, ranks and resuming). Other keyword arguments (num_workers, pin_memory, ...)
-        go to the DataLoader underneath; `freeze=False` leaves the workers' gc as it is,
-        `preload=False` the fork server's preload list (see `ShardLoader`)."""
-        sampler = self.sampler(
-            batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last
-        )
-        return ShardLoader(self, sampler, freeze=freeze, preload=preload, **dataloader_options)
+    def loader(self, batch_size: int, *, freeze: bool = True, preload: bool = True, **options: Any) -> ShardLoader:
+        """The batched path: a `ShardLoader` over this dataset. The order keywords (shuffle,
+        seed, rank, world_size, drop_last: see `order` for their rules, ranks and resuming) go
+        to its sampler, other keyword arguments (num_workers, pin_memory, ...) to the DataLoader
+        underneath; `freeze=False` leaves the workers' gc as it is, `preload=False` the fork
+        server's preload list (see `ShardLoader`)."""
+        order = {key: options.pop(key) for key in Order.__annotations__ if key in options}
+        return ShardLoader(self, self.sampler(batch_size, **order), freeze=freeze, preload=preload, **options)
 
 
 def freeze_inherited(worker_id: int = 0) -> None:
@@ -295,20 +269,16 @@ class DeviceBatches(_Resumable):
     """Batches of a split held as tensors (on any device: `read_split(path, device)`), gathered
     where they are, in the order a ShardSampler gives: no host work per step. `columns` maps
     field names to tensors [n, *shape]; each batch is a tuple of them in that order, as
-    stored unless `transform` is given."""
+    stored unless `transform` is given. `order`: the sampler's keywords (`order.Order`)."""
 
     def __init__(
         self,
         columns: Mapping[str, torch.Tensor],
         batch_size: int,
         *,
-        shuffle: bool | str = False,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        drop_last: bool = False,
         transform: Transform | Sequence[Transform] | None = None,
         shard_counts: Sequence[int] | None = None,
+        **order: Unpack[Order],
     ) -> None:
         if not isinstance(columns, Mapping) or not columns:
             raise ShardError("DeviceBatches: columns must map field names to tensors")
@@ -324,16 +294,7 @@ class DeviceBatches(_Resumable):
         self.columns = dict(columns)
         self.device = next(iter(columns.values())).device
         self.transform = compose(transform, {n: str(t.dtype).removeprefix("torch.") for n, t in columns.items()})
-        self.sampler = ShardSampler(
-            next(iter(lengths.values())),
-            batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            shard_counts=shard_counts,
-        )
+        self.sampler = ShardSampler(next(iter(lengths.values())), batch_size, **order, shard_counts=shard_counts)
         self.indices = None
 
     def rank_order(self, epoch: int) -> torch.Tensor:

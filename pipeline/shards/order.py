@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -98,6 +99,17 @@ def _merge(intervals: list[Interval]) -> list[Interval]:
         else:
             merged.append((a, b))
     return merged
+
+
+class Order(TypedDict, total=False):
+    """A `ShardSampler`'s order keywords, for the calls that pass them on (`ShardDataset.sampler`
+    and `.loader`): their rules and defaults are the sampler's."""
+
+    shuffle: bool | str
+    seed: int
+    rank: int
+    world_size: int
+    drop_last: bool
 
 
 class ShardSampler(Sampler[np.ndarray]):

@@ -28,6 +28,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -713,25 +714,13 @@ PARTS = ".parts"  # where parallel writers leave their records until `merge_part
 
 
 def write_part(
-    columns: Mapping[str, object],
-    folder: Path,
-    *,
-    first_sample: int,
-    sample: Sample,
-    dataset: str,
-    split: str,
-    samples_per_shard: int,
-    compression: str = "none",
-    level: int = 3,
-    total: int | None = None,
+    columns: Mapping[str, object], folder: Path, *, first_sample: int, total: int | None = None, **options: Any
 ) -> dict:
     """Write samples `first_sample`.. of a split ({field: array-like [n, *shape]}) into `folder`,
-    beside the other writers' parts; `merge_parts` makes them one split. `total`, the split's
-    sample count, is recorded so that a part missing at the merge is named."""
-    options = dict(sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard)
-    return _write_all(
-        columns, folder, None, **options, compression=compression, level=level, first_sample=first_sample, total=total
-    )
+    beside the other writers' parts; `merge_parts` makes them one split. `options`: the
+    `ShardWriter`'s keywords, as `write_split` takes them. `total`, the split's sample count,
+    is recorded so that a part missing at the merge is named."""
+    return _write_all(columns, folder, None, **options, first_sample=first_sample, total=total)
 
 
 def _write_all(columns: Mapping[str, object], folder: Path, source: dict | None, **options) -> dict:
@@ -1104,20 +1093,12 @@ def check_replaceable(folder: Path) -> None:
         )
 
 
-def write_split(
-    columns: Mapping[str, object],
-    out_dir: Path,
-    *,
-    sample: Sample,
-    dataset: str,
-    split: str,
-    samples_per_shard: int,
-    compression: str = "none",
-    level: int = 3,
-    source: dict | None = None,
-) -> dict:
+def write_split(columns: Mapping[str, object], out_dir: Path, *, source: dict | None = None, **options: Any) -> dict:
     """Write one split held in memory ({field name: array-like [n, *shape]}) as shards plus
-    manifest.json into `out_dir` (replaced whole: on any error nothing is left behind)."""
+    manifest.json into `out_dir` (replaced whole: on any error nothing is left behind).
+    `options`: the `ShardWriter`'s keywords (sample, dataset, split and samples_per_shard;
+    compression and level); `source`, what the split was made from, goes into the manifest."""
+    if options.keys() & {"first_sample", "total"}:
+        raise TypeError("write_split writes a whole split; a part is write_part's")
     _checked_source(source)
-    options = dict(sample=sample, dataset=dataset, split=split, samples_per_shard=samples_per_shard)
-    return _write_all(columns, out_dir, source, **options, compression=compression, level=level)
+    return _write_all(columns, out_dir, source, **options)
