@@ -1,4 +1,4 @@
-"""How fast can the same training step run? Every `runners.Execution` worth trying, side by side.
+"""How fast can the same training step run? Every `variants.Execution` worth trying, side by side.
 
 Runs the static-step runner (one batch shape, last batch padded and weighted) over a data
 set resident on the device, for each execution: eager or torch.compile (modes), fp32 or
@@ -29,7 +29,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.bench.datapaths import Resident  # noqa: E402
-from pipeline.bench.runners import Execution, StaticSteps, Timing, TrainConfig, train_static  # noqa: E402
+from pipeline.bench.runners import StaticSteps, Timing, TrainConfig, train_static  # noqa: E402
+from pipeline.bench.variants import Execution  # noqa: E402
 from pipeline.budget import sync  # noqa: E402
 from pipeline.standalone import build_inputs  # noqa: E402
 

@@ -24,7 +24,6 @@ from pipeline.bench.ladder import floor_after, run_bench, run_variant
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.bench.recipe import bf16_pays, execution_of, train_config
 from pipeline.bench.runners import (
-    Execution,
     Floor,
     StaticSteps,
     Timing,
@@ -36,7 +35,7 @@ from pipeline.bench.runners import (
 )
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
 from pipeline.bench.stage import write_bench
-from pipeline.bench.variants import VARIANTS
+from pipeline.bench.variants import VARIANTS, Execution
 from pipeline.core.params import ParamsError
 from pipeline.shards import DeviceBatches
 from pipeline.stages.convert.stage import convert_dataset

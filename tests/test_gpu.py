@@ -10,7 +10,8 @@ import torch
 from conftest import device_path, resident
 
 from pipeline.bench.model import SimpleCNN
-from pipeline.bench.runners import Execution, TrainConfig, train_eager, train_static
+from pipeline.bench.runners import TrainConfig, train_eager, train_static
+from pipeline.bench.variants import Execution
 from pipeline.budget import TimeBudget
 
 pytestmark = pytest.mark.gpu

@@ -306,10 +306,15 @@ def test_newest_run_of_each_machine(tmp_path):
         (("dataset",), "a,b\nc", "dataset: String should match pattern"),
         (("machine", "name"), "x <!-- /generated --> y", "machine.name: Value error, not a plain name"),
         (("machine", "cores"), True, "machine.cores: Input should be a valid integer"),
+        (("compiled_options", "autocast"), "true", "compiled_options.autocast: Input should be a valid boolean"),
+        (("compiled_options", "graph_scope"), "all", "compiled_options.graph_scope: Input should be 'epoch' or 'step'"),
+        (("compiled_options", "compile_mod"), "default", "compiled_options.compile_mod: Unexpected keyword argument"),
     ],
 )
 def test_bad_numbers_and_names_are_refused(tmp_path, key, value, message):
     doc = new_doc()
+    # the bench's own record of `compiled`: the runners' Execution, validated as that type
+    doc["compiled_options"] = {"compile_mode": "none", "autocast": False, "channels_last": False, "cuda_graph": False}
     target = doc
     for part in key[:-1]:
         target = target[part]

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from pipeline.bench.settings import Recipe  # the recipe as params.yaml states it: one type
-from pipeline.bench.variants import writeup_recipe
+from pipeline.bench.variants import Execution, writeup_recipe
 from pipeline.budget.machine import Fingerprint  # the machine stage's type: one for both
 from pipeline.core.bounded import short
 from pipeline.core.errors import SLUG, DataError, InputError
@@ -199,17 +199,6 @@ class CalibrationDoc(Loose):
     spread: Ratio
 
 
-class CompiledOptions(Loose):
-    """What `compiled` ran with here (`runners.Execution`)."""
-
-    compile_mode: Text
-    autocast: StrictBool
-    channels_last: StrictBool
-    cuda_graph: StrictBool
-    backend: Text
-    graph_scope: Optional[Text] = None  # absent from documents older than the option
-
-
 class QuickPlan(Loose):
     """What a quick bench cut to end within its budget (`ladder._run_bench`)."""
 
@@ -229,7 +218,7 @@ class BenchDoc(Loose):
     seeds: Optional[Seeds] = None
     tuned: Optional[TunedSeeds] = None
     calibration: Optional[CalibrationDoc] = None
-    compiled_options: Optional[CompiledOptions] = None
+    compiled_options: Optional[Execution] = None  # what `compiled` ran with here
     accuracy_tolerance: Optional[Fraction] = None
     floor_s: Optional[Seconds] = None  # of wall_s: the floor's set-up and first epochs
     seeds_s: Optional[Seconds] = None  # of wall_s: the runs over fresh seeds

@@ -44,9 +44,9 @@ from pipeline.bench.hostmem import reuse_host_memory
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.bench.quickplan import Plan, Pricer, plan_rest
 from pipeline.bench.recipe import execution_of, train_config
-from pipeline.bench.runners import Execution, Floor, Timing, cudnn_benchmark, train_eager, train_static
+from pipeline.bench.runners import Floor, Timing, cudnn_benchmark, train_eager, train_static
 from pipeline.bench.settings import BenchSettings
-from pipeline.bench.variants import STATIC_VARIANTS, writeup_recipe
+from pipeline.bench.variants import STATIC_VARIANTS, Execution, writeup_recipe
 from pipeline.budget import duration
 from pipeline.shards.format import read_manifest
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.bench.runners import Execution, OneCycle, TrainConfig
+from pipeline.bench.runners import OneCycle, TrainConfig
 from pipeline.bench.settings import BenchSettings, Compiled, Recipe
+from pipeline.bench.variants import Execution
 from pipeline.budget import machine
 
 EAGER = Compiled("none", False, False, False)  # a device type `bench.compiled` has no entry for

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from pipeline.bench.datapaths import DataPath, Resident
 from pipeline.bench.model import SimpleCNN
 from pipeline.bench.profiled import profile_steps
-from pipeline.bench.variants import GRAPH_SCOPES
+from pipeline.bench.variants import Execution
 from pipeline.budget import sync, timed_window
 from pipeline.core.errors import InputError, reason
 from pipeline.shards.order import ShardSampler
@@ -90,22 +90,6 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     schedule: OneCycle | None = None  # None: the constant `lr`
     label_smoothing: float = 0.0  # the train loss's; the test pass counts correct answers only
-
-
-@dataclass(frozen=True)
-class Execution:
-    """How the model itself runs: compiled or not, bf16 autocast, memory layout, CUDA graph."""
-
-    compile_mode: str = "none"  # one of variants.COMPILE_MODES ("none": eager)
-    autocast: bool = False  # bf16 autocast for forward and loss
-    channels_last: bool = False
-    cuda_graph: bool = False  # capture CUDA graphs; ignored (recorded) off CUDA
-    backend: str = "inductor"  # torch.compile backend; the tests use "eager" (cheap)
-    graph_scope: str = "epoch"  # one of variants.GRAPH_SCOPES: what one graph holds (`StaticSteps`)
-
-    def __post_init__(self) -> None:
-        if self.graph_scope not in GRAPH_SCOPES:
-            raise ValueError(f"graph_scope {self.graph_scope!r} is not one of {', '.join(GRAPH_SCOPES)}")
 
 
 @dataclass

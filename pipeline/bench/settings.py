@@ -25,7 +25,7 @@ Variant = Literal[VARIANTS]  # type: ignore[valid-type]
 @dataclass(frozen=True)
 class Compiled:
     """`bench.compiled.<device type>`: what the `compiled` rung adds on that device type,
-    chosen by measurement (`runners.Execution` runs it)."""
+    chosen by measurement (`variants.Execution` runs it)."""
 
     __pydantic_config__ = STRICT
     compile_mode: Literal[COMPILE_MODES]  # type: ignore[valid-type]

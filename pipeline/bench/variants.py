@@ -7,6 +7,13 @@ where batches come from; the static rungs change how the steps run (one batch sh
 whole epochs as one graph) and so cannot be timed on a sample of steps.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pipeline.core.bounds import STRICT, Bool, Text
+
 LOADER_VARIANTS = ("naive_bs16", "naive", "workers", "persistent", "pinned", "preprocessed")
 EAGER_VARIANTS = LOADER_VARIANTS + ("batched", "device")
 # `tuned`: `compiled`'s execution with a training recipe chosen for time to accuracy (its own
@@ -27,3 +34,22 @@ def writeup_recipe(name: str) -> bool:
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # What one CUDA graph of a static run holds: a whole epoch's steps, or one step replayed per step.
 GRAPH_SCOPES = ("epoch", "step")
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How the model itself runs: compiled or not, bf16 autocast, memory layout, CUDA graph
+    (`runners` runs it; the bench document records `compiled`'s, validated as this type)."""
+
+    __pydantic_config__ = STRICT
+    compile_mode: Literal[COMPILE_MODES] = "none"  # type: ignore[valid-type]  # "none": eager
+    autocast: Bool = False  # bf16 autocast for forward and loss
+    channels_last: Bool = False
+    cuda_graph: Bool = False  # capture CUDA graphs; ignored (recorded) off CUDA
+    backend: Text = "inductor"  # torch.compile backend; the tests use "eager" (cheap)
+    graph_scope: Literal[GRAPH_SCOPES] = "epoch"  # type: ignore[valid-type]  # what one graph holds (`StaticSteps`)
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("compile_mode", COMPILE_MODES), ("graph_scope", GRAPH_SCOPES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} {getattr(self, name)!r} is not one of {', '.join(allowed)}")
