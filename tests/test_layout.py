@@ -88,7 +88,7 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/core/params.py", READ_PARAMS),
     ("pipeline/core/bounds.py", READ_PARAMS | {"machine"}),  # every section's bounds, the fingerprint's
     ("pipeline/core/codec.py", {"params", "convert", "codecs", "summary"}),
-    ("pipeline/core/dataset.py", {"fetch", "csv", "convert", "codecs", "shard", "bench", "train"}),
+    ("pipeline/core/dataset.py", {"fetch", "csv", "convert", "codecs", "shard", "bench", "train", "summary"}),
     ("pipeline/core/parquet.py", {"convert", "codecs", "shard", "bench"}),
     ("pipeline/core/sources.py", {"fetch", "csv", "convert", "shard"}),
     ("pipeline/core/location.py", {"shard", "bench", "train"}),  # a path or a URL: the stages that read either

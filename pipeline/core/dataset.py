@@ -19,6 +19,7 @@ CSV_HEADER_MAX = len(CSV_HEADER) + 2  # with CRLF
 CSV_ROW_MIN = len(COLUMNS) * 2 - 1  # without its line end
 CSV_ROW_MAX = len(COLUMNS) * 4 - 1  # without its line end
 CSV_LINE_MAX = CSV_ROW_MAX + 2  # with CRLF
+SPLIT_BYTES_MAX = 1 << 40  # one split as CSV or Parquet, as a figures file may state it: far above any
 
 __all__ = [
     "COLUMNS",
@@ -31,4 +32,5 @@ __all__ = [
     "NUM_CLASSES",
     "PIXELS",
     "SPLITS",
+    "SPLIT_BYTES_MAX",
 ]

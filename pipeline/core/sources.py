@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.bounded import load_yaml, short
+from pipeline.core.dataset import SPLITS
 from pipeline.core.errors import InputError, is_hex
 
 SOURCES_CAP = 1 << 20  # bytes: the file is a few KiB
 MAX_ROWS = 1 << 24  # samples in one split: far above any data set of 28x28 images here
-SPLITS = ("train", "test")
 IDX_ROLES = ("train_images", "train_labels", "test_images", "test_labels")
 
 

@@ -15,11 +15,10 @@ from pathlib import Path
 from pipeline.core.atomic import write_json, write_text
 from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
-from pipeline.core.dataset import SPLITS
+from pipeline.core.dataset import SPLIT_BYTES_MAX, SPLITS
 from pipeline.core.errors import DataError
 from pipeline.core.parquet import LAYOUTS
 
-MAX_BYTES = 1 << 40  # a CSV or Parquet split: far above any here
 MAX_SECONDS = 24 * 3600  # writing or reading one split
 
 
@@ -48,13 +47,13 @@ def codec_table(figures_dir: Path, datasets: list[str], codecs: list[str]) -> di
                 for split in SPLITS:
                     entry = _entry(path, figures, f"{split}.{layout}")
                     where = f"{split}.{layout}"
-                    size = number(path, f"{where}.bytes", entry.get("bytes"), 1, MAX_BYTES, integer=True)
+                    size = number(path, f"{where}.bytes", entry.get("bytes"), 1, SPLIT_BYTES_MAX, integer=True)
                     csv_bytes = number(
                         path,
                         f"{split}.csv_bytes",
                         _entry(path, figures, split).get("csv_bytes"),
                         1,
-                        MAX_BYTES,
+                        SPLIT_BYTES_MAX,
                         integer=True,
                     )
                     table.setdefault(dataset, {}).setdefault(layout, {}).setdefault(label, {})[split] = {

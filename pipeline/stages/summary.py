@@ -29,9 +29,8 @@ from pipeline.bench.document import Loose, Slug, Variant, fastest_full, validate
 from pipeline.core.atomic import write_json
 from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
+from pipeline.core.dataset import SPLIT_BYTES_MAX
 from pipeline.core.errors import DataError
-
-MAX_BYTES = 1 << 40  # a Parquet split: far above any here (MNIST's largest: 47 MB)
 
 
 class Ladder(Loose):
@@ -70,7 +69,7 @@ def headline(
         f"train.{layout}",
         _mapping(Path(figures_source), "train", codec_figures.get("train")).get(layout),
     )
-    size = number(figures_source, f"train.{layout}.bytes", entry.get("bytes"), 1, MAX_BYTES, integer=True)
+    size = number(figures_source, f"train.{layout}.bytes", entry.get("bytes"), 1, SPLIT_BYTES_MAX, integer=True)
     return {"MB": round(size / 1e6, 3), "epoch_s": round(best.train_s, 4)}
 
 
