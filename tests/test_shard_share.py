@@ -459,7 +459,7 @@ def test_a_merge_while_a_part_is_being_written_is_refused_and_no_part_starts_und
 def test_a_part_writer_not_on_record_yet_stops_a_merge_and_a_merge_stops_a_new_writer(tmp_path):
     """A writer of a part no record or lock names yet still holds the parts (shared): the
     merge is one line; while a merge holds them (exclusive), a new part's writer is refused."""
-    from pipeline.shards.writer import PARTS, parts_held
+    from pipeline.shards.writer import PARTS_DIR, parts_held
 
     folder, data = tmp_path / "p", columns(16, 0)
     _parts(folder, data, [0, 8, 16], total=16)
@@ -478,7 +478,7 @@ def test_a_part_writer_not_on_record_yet_stops_a_merge_and_a_merge_stops_a_new_w
                 split="train",
                 samples_per_shard=8,
             )
-    assert merge_parts(folder)["count"] == 16 and not (folder / PARTS).exists()
+    assert merge_parts(folder)["count"] == 16 and not (folder / PARTS_DIR).exists()
     assert torch.equal(read_split(folder)["x"], torch.from_numpy(data["x"]))
 
 

@@ -148,7 +148,7 @@ class MappedShard:
             fd, status = plain_descriptor(Path(self.path))
         except (OSError, UnsafeFileError):
             return
-        if _identity(status) != self.identity:
+        if _file_identity(status) != self.identity:
             os.close(fd)
             return
         self.fd = fd
@@ -182,7 +182,7 @@ class MappedShard:
             self.fd = None
 
 
-def _identity(status: os.stat_result) -> tuple[int, ...]:
+def _file_identity(status: os.stat_result) -> tuple[int, ...]:
     """What tells one file from another that took its name: device, inode, size, mtime."""
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
 
@@ -237,7 +237,7 @@ def map_shard(
         mapped.close()  # (no array was handed out: the map is ours to close)
         os.close(fd)
         raise
-    shard.identity, shard.size = _identity(status), size
+    shard.identity, shard.size = _file_identity(status), size
     if pread:
         shard.fd = fd
         shard.let_go()
@@ -513,7 +513,7 @@ class MappedSplit:
         pays a few system calls per shard it maps again, not a header)."""
         path, fd, size = open_shard(self.location, self.manifest["shards"][number], self.dir_fd)
         with _closed_on_failure(path, fd):
-            if _identity(os.fstat(fd)) != known.identity:
+            if _file_identity(os.fstat(fd)) != known.identity:
                 raise ShardError(
                     f"{path}: another file than the one this process verified (replaced or rewritten "
                     f"since); open the split again"

@@ -90,7 +90,7 @@ def _positions(run: list[Interval]) -> np.ndarray:
     return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in run])
 
 
-def _merge(intervals: list[Interval]) -> list[Interval]:
+def _merge_intervals(intervals: list[Interval]) -> list[Interval]:
     """Sorted, with empty intervals gone and touching ones joined."""
     merged: list[Interval] = []
     for a, b in sorted(i for i in intervals if i[1] > i[0]):
@@ -229,7 +229,7 @@ class ShardSampler(Sampler[np.ndarray]):
                 take = min(skip, b - a)
                 left.append((a + take, b))
                 skip -= take
-        return epoch, _merge(left)
+        return epoch, _merge_intervals(left)
 
     def state_dict(self, steps: int | None = None) -> dict:
         """Where the next batch comes from, with what fixes the order; the same on every rank.

@@ -332,7 +332,7 @@ def fit(field: Field, values, where: str, first_id: int) -> np.ndarray:
     return converted
 
 
-def _digest(hasher, parts: list[memoryview]) -> str:
+def _hex_digest(hasher, parts: list[memoryview]) -> str:
     for part in parts:
         hasher.update(part)
     return hasher.hexdigest()
@@ -517,13 +517,13 @@ class ShardWriter:
                     self.published: set[str] = set()
                 else:
                     self.folder = self.target
-                    (self.folder / PARTS).mkdir(parents=True, exist_ok=True)
+                    (self.folder / PARTS_DIR).mkdir(parents=True, exist_ok=True)
                     self._stack.enter_context(parts_held(self.folder, exclusive=False))  # never beside a merge
-                    self._stack.enter_context(locked(self.folder / PARTS / self._key))  # one writer per part
+                    self._stack.enter_context(locked(self.folder / PARTS_DIR / self._key))  # one writer per part
                     self.published = published(self.folder)
                     # An earlier run of this part leaves its record; its shards are about to be replaced,
                     # so the record goes first: a merge never pairs it with this run's files.
-                    (self.folder / PARTS / f"{self._key}.json").unlink(missing_ok=True)
+                    (self.folder / PARTS_DIR / f"{self._key}.json").unlink(missing_ok=True)
         except BaseException:
             self._stack.close()  # a lock taken before the refusal is let go now, not when collected
             raise
@@ -549,7 +549,7 @@ class ShardWriter:
                 f"{self.folder / name}: listed in {self.folder / 'manifest.json'}; a published shard is "
                 f"never rewritten (write the parts into a new folder, or remove the old split first)"
             )
-        fd, tmp = tempfile.mkstemp(prefix=f".{self._key}.", suffix=".tmp", dir=self.folder / PARTS)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self._key}.", suffix=".tmp", dir=self.folder / PARTS_DIR)
         return os.fdopen(fd, "wb"), Path(tmp)
 
     def _write(self, columns: dict[str, np.ndarray]) -> None:
@@ -563,7 +563,7 @@ class ShardWriter:
 
         parts = shard_parts(columns, self.compression, self.level, self.block)
         name = placed_file(self.first_sample or 0, self.size, len(self.entries), self.compression)
-        sha256 = self.pool.submit(_digest, hashlib.sha256(), parts)
+        sha256 = self.pool.submit(_hex_digest, hashlib.sha256(), parts)
         try:
             file, path = self._open(name)
             try:
@@ -575,7 +575,7 @@ class ShardWriter:
             finally:
                 if path.name != name:
                     path.unlink(missing_ok=True)
-            xxh3 = _digest(xxhash.xxh3_128(), parts)
+            xxh3 = _hex_digest(xxhash.xxh3_128(), parts)
         finally:
             digest = sha256.result()
         self.entries.append(shard_entry(name, len(next(iter(columns.values()))), parts, digest, xxh3, self.block))
@@ -659,7 +659,7 @@ class ShardWriter:
                 part = {**manifest, "first_sample": self.first_sample, "samples_per_shard": self.size}
                 if self.total is not None:
                     part["total"] = self.total
-                record = self.folder / PARTS / f"{self._key}.json"
+                record = self.folder / PARTS_DIR / f"{self._key}.json"
                 tmp = record.with_name(f".{self._key}.record.tmp")
                 tmp.write_text(json.dumps(part, indent=2) + "\n")
                 tmp.replace(record)
@@ -710,7 +710,7 @@ class ShardWriter:
                 raise
 
 
-PARTS = ".parts"  # where parallel writers leave their records until `merge_parts`
+PARTS_DIR = ".parts"  # where parallel writers leave their records until `merge_parts`
 
 
 def write_part(
@@ -755,7 +755,7 @@ def _split_total(folder: Path, records: list[Path], parts: list[dict], total: in
     if len(recorded | ({total} if total is not None else set())) > 1:
         said = {record.name: part["total"] for record, part in zip(records, parts)}
         raise ShardError(
-            f"{folder / PARTS}: the parts disagree on the split's total: {said}"
+            f"{folder / PARTS_DIR}: the parts disagree on the split's total: {said}"
             + (f", merge_parts was given {total:,}" if total is not None else "")
         )
     if total is None and not recorded:
@@ -801,13 +801,13 @@ def merge_parts(folder: Path, source: dict | None = None, *, total: int | None =
             with locked(folder), contextlib.ExitStack() as writers:
                 for key in _part_keys(folder):  # (every writer holds the parts shared: none is left)
                     try:
-                        writers.enter_context(locked(folder / PARTS / key))
+                        writers.enter_context(locked(folder / PARTS_DIR / key))
                     except BusyError:
                         raise ShardError(
                             f"{folder}: the part from sample {int(key):,} is being written right now; "
                             f"merge once every writer has finished"
                         ) from None
-                manifest = _merge(folder, source, total, waited)
+                manifest = _merge_records(folder, source, total, waited)
             _remove_parts(folder)  # (the records are gone already: once the folder's lock is let go)
             return manifest
         finally:
@@ -815,12 +815,12 @@ def merge_parts(folder: Path, source: dict | None = None, *, total: int | None =
 
 
 def _hold_parts(folder: Path, wait: float) -> tuple[int | None, bool]:
-    """Hold `folder`'s parts alone for a merge: (the descriptor holding PARTS/WRITERS
+    """Hold `folder`'s parts alone for a merge: (the descriptor holding PARTS_DIR/WRITERS
     exclusively, or None where there is no parts folder, none written or a merge just took
     it away; whether another merge held them while this one waited). Part writers hold the
     parts shared: the merge is refused, naming a part being written where one holds its
     own lock. Another merge holds them alone: this one waits for it, at most `wait` seconds."""
-    lock = folder / PARTS / WRITERS
+    lock = folder / PARTS_DIR / WRITERS
     deadline, waited = time.monotonic() + wait, False
     while True:
         try:
@@ -877,7 +877,7 @@ def _busy_part(folder: Path) -> str | None:
     """The key of a part whose writer holds its lock now, or None (looked at, never taken)."""
     for key in _part_keys(folder):
         try:
-            fd = os.open(folder / PARTS / f".{key}.lock", os.O_RDWR | os.O_CLOEXEC)
+            fd = os.open(folder / PARTS_DIR / f".{key}.lock", os.O_RDWR | os.O_CLOEXEC)
         except OSError:
             continue
         try:
@@ -895,16 +895,16 @@ def _remove_parts(folder: Path) -> None:
     try:
         gone = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     except OSError:
-        shutil.rmtree(folder / PARTS, ignore_errors=True)
+        shutil.rmtree(folder / PARTS_DIR, ignore_errors=True)
         return
     try:
-        os.replace(folder / PARTS, gone / PARTS)
+        os.replace(folder / PARTS_DIR, gone / PARTS_DIR)
     except OSError:  # gone already (a writer swapped the folder in), or another file system
-        shutil.rmtree(folder / PARTS, ignore_errors=True)
+        shutil.rmtree(folder / PARTS_DIR, ignore_errors=True)
     shutil.rmtree(gone, ignore_errors=True)
 
 
-WRITERS = ".writers.lock"  # in PARTS: held shared by every part's writer, exclusively by a merge
+WRITERS = ".writers.lock"  # in PARTS_DIR: held shared by every part's writer, exclusively by a merge
 
 
 @contextlib.contextmanager
@@ -913,7 +913,7 @@ def parts_held(folder: Path, exclusive: bool) -> Iterator[None]:
     exclusive as a merge holds them, so a merge never runs beside a writer and no writer
     starts under a merge; either, when busy, is one line. The lock file goes with the parts'
     folder when a merge removes it; a hold taken on a file already removed counts as busy."""
-    lock = Path(folder) / PARTS / WRITERS
+    lock = Path(folder) / PARTS_DIR / WRITERS
     try:
         fd = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
     except FileNotFoundError:  # a merge took the parts' folder away just now
@@ -935,16 +935,16 @@ def parts_held(folder: Path, exclusive: bool) -> Iterator[None]:
 def _part_keys(folder: Path) -> list[str]:
     """The parts of `folder` on record or being written: each record's name and each held
     or left lock's (`.<key>.lock`), keys of 12 digits."""
-    names = [p.name for p in (folder / PARTS).iterdir()] if (folder / PARTS).is_dir() else []
+    names = [p.name for p in (folder / PARTS_DIR).iterdir()] if (folder / PARTS_DIR).is_dir() else []
     keys = {n[:-5] for n in names if n.endswith(".json")} | {
         n[1:-5] for n in names if n.startswith(".") and n.endswith(".lock")
     }
     return sorted(k for k in keys if len(k) == 12 and k.isdigit())
 
 
-def _merge(folder: Path, source: dict, total: int | None, waited: bool) -> dict:
+def _merge_records(folder: Path, source: dict, total: int | None, waited: bool) -> dict:
     """The merge itself, under the parts' hold and the folder's lock (see `merge_parts`)."""
-    records = sorted((folder / PARTS).glob("*.json"))  # none where there is no such folder
+    records = sorted((folder / PARTS_DIR).glob("*.json"))  # none where there is no such folder
     if not records:
         return _no_parts(folder, waited)
     parts = [_read_part(record, folder) for record in records]
@@ -1031,7 +1031,7 @@ def _no_parts(folder: Path, waited: bool) -> dict:
             f"{folder}: no parts to merge: another merge_parts merged them already (its "
             f"manifest.json holds the split, {merged['count']:,} samples)"
         )
-    raise ShardError(f"{folder}: no parts to merge (expected {PARTS}/*.json written by write_part)")
+    raise ShardError(f"{folder}: no parts to merge (expected {PARTS_DIR}/*.json written by write_part)")
 
 
 _PARTS_FILES = re.compile(r"\d{12}\.json|\.\d{12}\.lock|\.\d{12}\.(record|[a-z0-9_]{8})\.tmp|" + re.escape(WRITERS))
@@ -1068,10 +1068,10 @@ def _stranger(folder: Path, manifest: dict) -> str | None:
     `notes.txt`: only what the manifest names is ever removed."""
     listed = {entry.get("file") for entry in manifest["shards"] if isinstance(entry, dict)}
     for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
-        if entry.name == PARTS and entry.is_dir(follow_symlinks=False):
+        if entry.name == PARTS_DIR and entry.is_dir(follow_symlinks=False):
             for part in sorted(os.scandir(entry.path), key=lambda part: part.name):
                 if not (_PARTS_FILES.fullmatch(part.name) and part.is_file(follow_symlinks=False)):
-                    return f"{PARTS}/{part.name}"
+                    return f"{PARTS_DIR}/{part.name}"
         elif not (entry.name in listed or entry.name in ("manifest.json", MANIFEST_TMP)) or not entry.is_file(
             follow_symlinks=False
         ):

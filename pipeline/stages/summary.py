@@ -39,7 +39,7 @@ class Ladder(Loose):
     variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
 
 
-def _mapping(source: Path, key: str, value) -> dict:
+def _object_at(source: Path, key: str, value) -> dict:
     if not isinstance(value, dict):
         raise DataError(f"{source}: {key}: expected an object, got {short(value)}")
     return value
@@ -64,10 +64,10 @@ def headline(
 ) -> dict:
     ladder = validate(bench_source, bench, Ladder)
     _, best = fastest(ladder.variants, bench_source)
-    entry = _mapping(
+    entry = _object_at(
         Path(figures_source),
         f"train.{layout}",
-        _mapping(Path(figures_source), "train", codec_figures.get("train")).get(layout),
+        _object_at(Path(figures_source), "train", codec_figures.get("train")).get(layout),
     )
     size = number(figures_source, f"train.{layout}.bytes", entry.get("bytes"), 1, SPLIT_BYTES_MAX, integer=True)
     return {"MB": round(size / 1e6, 3), "epoch_s": round(best.train_s, 4)}

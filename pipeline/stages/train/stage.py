@@ -239,7 +239,7 @@ def _loaders(shards: Path | str, run: TrainRun, batch: int) -> tuple[ShardLoader
     )
 
 
-def _identity(loader: ShardLoader) -> dict:
+def _loader_identity(loader: ShardLoader) -> dict:
     """What a split is, for a checkpoint and for the ranks to agree on: its data set, split,
     count and the digest of its shards' digests."""
     import hashlib
@@ -317,8 +317,8 @@ def _start(shards: Path | str, device: torch.device, run: TrainRun, local_batch:
     train, test = _loaders(shards, run, local_batch)
     origin = {
         "dataset": run.dataset,
-        "train": _identity(train),
-        "test": _identity(test),
+        "train": _loader_identity(train),
+        "test": _loader_identity(test),
         "seed": run.seed,
         "lr": run.lr,
         "global_batch": run.global_batch,
@@ -454,7 +454,7 @@ def _write_record(state: _Training, out: Path) -> None:
             "steps": [h["steps"] for h in state.history],
             "params_sum": float(params.double().sum()),
             "params_head": params[:8].tolist(),
-            "params_sha256": _digest(params),
+            "params_sha256": _params_digest(params),
             "batches": state.batches,
             "ids": state.seen,
             "fetched": fetched,
@@ -490,7 +490,7 @@ def _fetched(loader: ShardLoader) -> int:
     return remote.counts.bytes if remote else 0
 
 
-def _digest(params: torch.Tensor) -> str:
+def _params_digest(params: torch.Tensor) -> str:
     import hashlib
 
     return hashlib.sha256(params.numpy().tobytes()).hexdigest()
