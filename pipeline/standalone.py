@@ -1,22 +1,13 @@
-"""The bench on a machine that has torch but not this project's other tools.
-
-A GPU machine set up for training often has torch (a CUDA build), numpy, pandas, pyarrow,
-safetensors, xxhash, click and pyyaml, but no polars, dvc or zstandard, and no internet. This builds the
-bench's inputs from the IDX files alone, with what is installed there, and runs the same
-bench as `dvc repro`:
+"""The bench on a machine that has torch but not this project's other tools (no polars, dvc
+or zstandard, no internet): the bench's inputs built from the IDX files alone, then the same
+bench as `dvc repro`, written to `results/<machine>/` (docs/bench.md, "On a GPU machine,
+without DVC").
 
     python -m pipeline standalone-bench --mirror <folder with mnist/ and fashion-mnist/>
 
-- fetch: the pipeline's own download code, with the folder as the only mirror, so every
-  file is checked against its pinned content sha256 (sources.yaml);
-- Parquet: the wide layout (the naive rungs' input) written by pyarrow in the codec the
-  pipeline's bench reads (params.yaml's bench.parquet_codec); same rows and values as the
-  convert stage writes;
-- shards: `writer.write_split`, the shard stage's own writer fed from memory;
-- bench: `ladder.run_bench` with params.yaml's `bench` block.
-
-Results go to `results/<machine>/<dataset>.json` with the machine's fingerprint (the machine
-stage's), the project's commit and the date, for the report stage to render in the README.
+Fetch is the pipeline's own download code (every file checked against its pinned sha256),
+Parquet the wide layout written by pyarrow in `bench.parquet_codec` (parsed by `core.codec`),
+shards the shard stage's writer, the bench `ladder.run_bench` with params.yaml's `bench`.
 """
 
 from __future__ import annotations

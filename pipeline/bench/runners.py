@@ -1,23 +1,10 @@
 """How a variant runs its training steps, and what it pays before the first one.
 
-Two runners train the same SimpleCNN from the same seed with Adam and cross-entropy:
-
-- `train_eager` takes batches from any iterable, shapes as they come: the write-up's loop,
-  used by every data-path rung (its last partial batch is simply smaller).
-- `train_static` takes both splits resident on the device and runs every step at one batch
-  shape. The last partial batch is padded with weight-0 samples and the loss is a weighted
-  sum (weight 1/n on each of the n real samples), so the loss and every gradient equal the
-  write-up's mean over the real samples, while one shape means one compilation, done in the
-  warm-up, never inside a timed epoch. One shape also lets a whole epoch (every step:
-  gather, convert, forward, backward, Adam) be captured once as a CUDA graph and replayed
-  per epoch: no Python and no kernel-launch latency per step, which is what an eager step
-  of this small model is made of on a GPU. Capturing costs about what running the epoch's
-  steps eagerly does, once, in the setup; `graph_scope="step"` captures one step instead,
-  replayed once per step, a counter on the device choosing each step's batch and rate (a
-  short run, where the setup is most of the time to accuracy, pays less).
-
-Everything a user waits for before the first timed step (building the model, compiling,
-autotuning, capturing) is timed as setup and reported, never hidden.
+`train_eager` is the write-up's loop over any iterable of batches. `train_static` runs every
+step at one batch shape over splits resident on the device, the last batch padded with
+weight-0 samples so that loss and gradients equal the write-up's: one compilation, and an
+epoch (or a step) that a CUDA graph can capture (docs/bench.md, "Static steps and padding"). Everything
+before the first timed step (model, compiling, capturing) is timed as setup.
 """
 
 from __future__ import annotations

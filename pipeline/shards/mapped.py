@@ -1,27 +1,9 @@
 """A split read for random access without copying it: each uncompressed shard memory-mapped
 and gathered from in place, verified block by block as batches touch it.
 
-One read path, whatever the process: the main process and every DataLoader worker read
-through maps of the shards, whose pages are the kernel's page cache (shared, and dropped by
-the kernel under pressure). What a process holds is bounded by policy, not by its role:
-each map costs a file descriptor, so all the splits of a process keep at most their share
-of its descriptor limit of maps open (`process_max_open`), a split at most `max_open` when given, and at most
-`max_resident` bytes of shards mapped; past a bound the split's least recently used map is
-closed, and a shard mapped again must be the very file first verified. `pread=True` reads rows with pread instead of through the maps, for a
-caller who names it. zstd shards are decompressed into this process's memory when the split
-is opened; their size must fit `max_resident`.
-
-A split never feeds new bytes under the manifest it was opened with: shards are opened
-through a descriptor of the split's folder taken when the manifest was read (a writer swaps
-a whole new folder in, so this process keeps the old files, or finds them gone), a shard's
-size is checked against the manifest before each batch reads it (a file truncated under its
-map kills the process with SIGBUS when read; the check names a truncation made before the
-batch, though one made between the check and the read still ends the process), and a shard
-opened again is checked to be the file first opened. Each failure is one ShardError naming
-the file.
-
-A location is a local folder or a URL (`s3://...`, any fsspec URL); a URL's shards are
-fetched into a node-local cache (`remote.RemoteShards`) when a batch first touches them.
+Every process reads through maps (the kernel's shared page cache), their number and bytes
+bounded by policy (`process_max_open`, `max_open`, `max_resident`), and a split never feeds
+new bytes under the manifest it was opened with: docs/shards.md ("Read it") gives each rule.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Stage `summary`: the few figures a user compares across experiments, in one small file.
 
-`dvc metrics show` prints one row per metrics file with a column per key, and `dvc exp show`
-one column per key, prefixed with the file's path whenever two files share a key. Both fit a
-120-column terminal only with one metrics file of a few dataset-qualified keys: per data
-set, the train split's Parquet MB in the codec under study (the `convert.codec` param, a
-column of its own) and the fastest variant's steady seconds per epoch. A codec experiment
-changes the first (its shards are byte-identical, so no training reruns); a bench change,
-the second. The full tables are `metrics/codecs.json` and `metrics/bench/<dataset>.json`,
-drawn by `dvc plots` and rendered in docs/results.md.
-
-The file also names the machine that measured the seconds (`machine`), so a figure never
-reads as this machine's when it is not: after an interrupted `dvc repro` on a new machine,
-one data set's bench may be the committed machine's and the other's this one's, and the
-key then names each.
-
-Every number read is checked before it is written: finite, of its type and in a range a
-real run can give (NaN, inf, 1e308 or a negative time stop the stage, naming file and key);
-a bench document is checked by the metrics schema the report uses (`pipeline.bench.document`).
+Per data set, the train split's Parquet MB in the codec under study and the fastest rung's
+steady seconds per epoch, with the machine that measured them: what `dvc metrics show` and
+`dvc exp show` print in a 120-column terminal (docs/stages.md, "summary"). Every number read
+is checked (finite, typed, in range) before it is written.
 """
 
 from __future__ import annotations
