@@ -11,7 +11,7 @@ import torch
 from pipeline.bench.profiled import profile_steps
 from pipeline.budget import intervals, timebudget, trace
 from pipeline.budget.intervals import exclusive, idle_split, intersect, per_step, split, subtract, union
-from pipeline.budget.trace import device_idle, queued_intervals, trace_intervals
+from pipeline.budget.trace import device_idle, queued_intervals, trace_intervals, window_parts
 from pipeline.budget.verdict import LadderQuote, evidence, rule_for, verdict
 
 CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
@@ -230,6 +230,28 @@ def test_a_graphs_kernels_are_queued_from_its_one_launch():
     assert idle["host_wait_s"] + idle["launch_gap_s"] == pytest.approx(overhead, abs=1e-9)
 
 
+def test_a_replayed_graph_is_counted_per_step_and_its_kernels_are_compute_not_idle():
+    """Two steps, each replaying one CUDA graph (one launch call, two kernels with its
+    correlation id), a graph launched outside the steps besides: the window counts one replay
+    a step, and the graph's kernel time is compute, never overhead; off CUDA nothing is
+    counted (None)."""
+    events = [
+        event("budget:step", 0, 4),
+        event("cudaGraphLaunch", 0.1, 0.3, id=9),
+        event("k1", 1, 2, device=CUDA, id=9),
+        event("k2", 2, 3.5, device=CUDA, id=9),
+        event("budget:step", 5, 9),
+        event("cudaGraphLaunch", 5.1, 5.3, id=10),
+        event("k1", 6, 7, device=CUDA, id=10),
+        event("k2", 7, 8.5, device=CUDA, id=10),
+        event("cudaGraphLaunch", 9.5, 9.6, id=11),  # between the steps: not a step's
+    ]
+    window = window_parts(events, 2, None, torch.device("cuda"), flops=False)
+    assert window.graphs_per_step == 1.0 and window.kernels_per_step == 2.0
+    assert window.per_step["compute_s"] == pytest.approx(2.5) and window.per_step["overhead_s"] == pytest.approx(1.5)
+    assert window_parts(events, 2, None, torch.device("cpu"), flops=False).graphs_per_step is None
+
+
 def test_no_split_when_a_launch_is_missing_from_the_trace():
     """A kernel whose launch call is not in the trace: the split would guess, so none."""
     events = eager_cuda_trace()[:-4] + eager_cuda_trace()[-3:]  # C's launch call dropped
@@ -418,6 +440,7 @@ def test_to_json_holds_every_figure_its_shares_and_the_bound():
         "largest_part": "compute",
         "intra_threads": None,
         "kernels_per_step": 12.0,
+        "graphs_per_step": None,
         "verdict": "COMPUTE",
         "ops_per_step": None,
         "share": {"data_wait": 0.3333, "copy": 0.0, "compute": 0.5, "overhead": 0.1667, "other": 0.0},

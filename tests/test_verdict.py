@@ -118,6 +118,55 @@ def test_kernels_too_short_to_fill_a_gpu_are_dispatch_without_counted_flops():
     assert verdict(big).startswith("COMPUTE-BOUND (weak evidence)")
 
 
+def replayed(kernels: float | None, kernel_s: float, overhead_s: float) -> Budget:
+    """A CUDA step that replays one captured graph, `kernels` kernels of `kernel_s` each
+    traced (None: the trace shows none), the rest of the step idle as the trace reads it."""
+    compute = (kernels or 0) * kernel_s
+    per = {
+        "data_wait_s": 0.0,
+        "copy_s": 0.0,
+        "compute_s": compute,
+        "overhead_s": overhead_s,
+        "other_s": 0.0,
+        "step_s": compute + overhead_s,
+        "steps": 20,
+        "host_wait_s": overhead_s if kernels else None,
+        "launch_gap_s": 0.0 if kernels else None,
+    }
+    return Budget(per_step=per, device="cuda:0", kernels_per_step=kernels, graphs_per_step=1.0, machine="h100")
+
+
+def test_a_replayed_graph_is_never_told_to_capture_a_graph():
+    """A step that replays a graph has no launches left to save: small kernels are told to be
+    fewer and larger inside the graph (quoting graphed -> compiled), a device idle between
+    replays to do more per replay; neither is told to capture the step. The report says the
+    step replays one."""
+    small = replayed(68.0, 6e-6, 0.00005)
+    said = verdict(small)
+    assert said.startswith("DISPATCH-BOUND: "), said
+    assert "already replays a CUDA graph" in said and "fewer, larger kernels inside the graph" in said
+    assert "68 kernels from 1 CUDA graph replay" in small.report()
+    assert small.to_json()["graphs_per_step"] == 1.0
+    idle = verdict(replayed(68.0, 6e-6, 0.004))  # the device idles, nothing queued, between replays
+    assert idle.startswith("OVERHEAD-BOUND") and "idles between replays" in idle and "do more per replay" in idle
+    for text in (said, idle):
+        assert "capture the step" not in text and "torch.compile it" not in text, text
+    large = verdict(replayed(68.0, 60e-6, 0.00005))
+    assert large.startswith("COMPUTE-BOUND (weak evidence)") and "replays a CUDA graph, whose kernels" in large
+
+
+def test_a_replay_whose_kernels_the_trace_lacks_is_not_read_as_idle():
+    """A replayed graph whose kernels the trace does not show: the step reads as all idle,
+    which it is not; the verdict names the unseen graph (weak), never OVERHEAD or compute."""
+    unseen = replayed(None, 0.0, 0.004)
+    said = verdict(unseen)
+    assert said.startswith(
+        "UNSEEN GRAPH-BOUND (weak evidence): the replayed graph's device time, unseen, is up to 100%"
+    )
+    assert "whose kernels the trace does not show: the 100% of the step it reads as idle" in said
+    assert unseen.to_json()["bound"] == "unseen"
+
+
 def test_two_parts_close_to_each_other_are_both_named():
     loop = budget({"data_wait": 0.49, "compute": 0.41, "overhead": 0.1}, flop_per_step=0.3 * PEAK.float32 * 0.01)
     found = diagnose(loop)

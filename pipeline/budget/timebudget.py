@@ -80,6 +80,7 @@ class Budget:
     intra_threads: int | None = None  # torch's intra-op threads during the window
     convolutions: bool | None = None  # a convolution op ran inside a step (trace.step_convolutions)
     loader: LoaderSeen | None = None  # the DataLoader batches() was given (verdict.loader_seen)
+    graphs_per_step: float | None = None  # CUDA graphs the step replayed (trace.step_graph_launches)
 
     def _of_step(self, seconds: float) -> float:
         total = self.per_step["step_s"]
@@ -125,6 +126,7 @@ class Budget:
             "intra_threads": self.intra_threads,
             "ops_per_step": self.ops_per_step,
             "kernels_per_step": self.kernels_per_step,
+            "graphs_per_step": self.graphs_per_step,
             "flop_per_step": self.flop_per_step,
             "achieved_flop_s": self.achieved_flop_s(),
             "peak_flop_s": None if peak is None else peak.rates,
@@ -150,6 +152,8 @@ class Budget:
             extra += f", {self.intra_threads} thread{'s' if self.intra_threads != 1 else ''}"
         if self.kernels_per_step is not None:
             extra += f", {self.kernels_per_step:.0f} kernels"
+        if self.graphs_per_step:
+            extra += f" from {self.graphs_per_step:g} CUDA graph replay{'s' if self.graphs_per_step != 1 else ''}"
         if self.peak_device_bytes is not None:
             extra += f", peak device memory {self.peak_device_bytes / 2**20:.0f} MiB"
         cut = ", partial: the loop ended first" if self.partial else ""
@@ -447,6 +451,7 @@ class TimeBudget:
             partial=partial,
             ops_per_step=window.ops_per_step,
             convolutions=window.convolutions,
+            graphs_per_step=window.graphs_per_step,
         )
         if self.trace:
             quiet.profiler.export_chrome_trace(str(self.trace))

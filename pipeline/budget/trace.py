@@ -149,6 +149,22 @@ def step_flops(events: Iterable[Any], steps: list[Interval]) -> float:
     )
 
 
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # a CUDA graph replayed: its kernels, no op each
+
+
+def step_graph_launches(events: Iterable[Any], steps: list[Interval]) -> int:
+    """The CUDA graphs replayed inside a marked step (the host's graph launch calls): a
+    replayed graph runs its kernels with no op dispatched and no launch call per kernel."""
+    in_step = inside(steps)
+    return sum(
+        1
+        for event in events
+        if event.device_type == torch.autograd.DeviceType.CPU
+        and event.name.startswith(GRAPH_LAUNCHES)
+        and in_step(event.time_range.start / 1e6)
+    )
+
+
 # The ATen ops a convolution runs as, whatever the backend: conv1d/2d/3d, convolution,
 # _convolution, mkldnn_convolution, cudnn_convolution, slow_conv2d_forward, conv_transpose2d,
 # convolution_backward, ... (not `_convert_*`: "conv" must be followed by what names a convolution).
@@ -207,6 +223,7 @@ class Window:
     kernels_per_step: float | None  # device kernels launched (CUDA; None elsewhere)
     flop_per_step: float | None  # what the profiler counts for matmuls, convolutions, ... (None: not counted)
     convolutions: bool = False  # a convolution op ran inside a step (`step_convolutions`)
+    graphs_per_step: float | None = None  # CUDA graphs replayed (CUDA; None elsewhere)
 
 
 def window_parts(events: list[Any], steps: int, wall: float | None, device: torch.device, flops: bool) -> Window:
@@ -223,6 +240,7 @@ def window_parts(events: list[Any], steps: int, wall: float | None, device: torc
         kernels_per_step=round(len(kernels) / steps, 1) if cuda else None,
         flop_per_step=flop / steps if flop else None,
         convolutions=step_convolutions(events, ranges.get("step", [])),
+        graphs_per_step=round(step_graph_launches(events, ranges.get("step", [])) / steps, 1) if cuda else None,
     )
 
 

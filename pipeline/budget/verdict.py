@@ -23,6 +23,7 @@ LABELS = {
     "other": "other",
     "dispatch": "dispatch",
     "threads": "thread contention",
+    "unseen": "unseen graph",
 }
 MEANINGFUL = 0.10  # of the float32 peak: below it, compute is claimed as weak
 NEGLIGIBLE = 0.01  # of the float32 peak: below it, time in ops is dispatch, not arithmetic
@@ -118,6 +119,38 @@ IDLE_RULES = {
         (("graphed", "compiled"),),
     ),
 }
+
+
+# A step that replays a CUDA graph issues no launch per kernel: capturing is done, so what is
+# left is the graph's kernels themselves, or the host's work between two replays.
+REPLAYED = {
+    "kernels": Rule(
+        "the step already replays a CUDA graph, so no kernel is launched on its own: the graph's "
+        "kernels are too small or too many to fill the device",
+        "fewer, larger kernels inside the graph: torch.compile the step before capturing it, a "
+        "fused optimizer, a larger batch",
+        (("graphed", "compiled"),),
+    ),
+    "between": Rule(
+        "the step already replays a CUDA graph, and the device idles between replays: the host's "
+        "work around each (copying the batch in, Python, a sync) is the bound",
+        "do more per replay (several steps, or a whole epoch, in one graph) and keep the data on "
+        "the device, gathering each batch inside the graph",
+        (("device", "graphed"),),
+    ),
+    "unseen": Rule(
+        "the device runs the replayed graph's kernels, which this trace does not show, so the "
+        "step's time cannot be split",
+        "profile with a torch build whose profiler traces the kernels of CUDA graphs, or profile "
+        "the step once without replaying it",
+        (),
+    ),
+}
+
+
+def replays(budget) -> bool:
+    """Whether the step replayed a CUDA graph (`trace.step_graph_launches`)."""
+    return bool(getattr(budget, "graphs_per_step", None))
 
 
 def rule_for(part: str, device: str) -> Rule:
@@ -223,11 +256,12 @@ def _compute_evidence(budget) -> tuple[str, str, bool]:
                 ),
                 False,
             )
-        why = (
-            "the profiler counted no FLOPs for these ops"
-            if not budget.flop_per_step
-            else "no peak of this device to set them against"
-        )
+        if budget.flop_per_step:
+            why = "no peak of this device to set them against"
+        elif replays(budget):
+            why = "the step replays a CUDA graph, whose kernels run with no op the profiler counts FLOPs for"
+        else:
+            why = "the profiler counted no FLOPs for these ops"
         if outran_probe(budget):
             ceiling = budget.peak.float32_at(budget.intra_threads)
             why = (
@@ -252,6 +286,15 @@ def _compute_evidence(budget) -> tuple[str, str, bool]:
 def diagnose(budget) -> Diagnosis:
     """The bound(s) of `budget` (a `timebudget.Budget`) from its shares and evidence."""
     shares = budget.shares()
+    if replays(budget) and not budget.kernels_per_step:  # the device's time reads as idle: it is not
+        return Diagnosis(
+            bounds=("unseen",),
+            why=(
+                f"the step replays {budget.graphs_per_step:g} CUDA graph(s) whose kernels the trace does not "
+                f"show: the {shares['overhead']:.0%} of the step it reads as idle is the graph's device time",
+            ),
+            weak=True,
+        )
     ranked = sorted(shares, key=shares.__getitem__, reverse=True)
     top, second = ranked[0], ranked[1]
     named = [top] + ([second] if shares[second] > 0.2 and shares[top] - shares[second] <= CLOSE else [])
@@ -459,6 +502,13 @@ def _data_rule(budget) -> Rule:
 
 def _rule(part: str, budget) -> Rule:
     """The rule for `part`, fitted to the evidence `budget` holds."""
+    if part == "unseen":
+        return REPLAYED["unseen"]
+    if part == "dispatch" and replays(budget):
+        return REPLAYED["kernels"]
+    if part == "overhead" and replays(budget):
+        halves = budget.idle_shares()
+        return REPLAYED["kernels" if halves and halves["launch_gap"] > halves["host_wait"] else "between"]
     if part == "overhead":
         halves = budget.idle_shares()
         if halves:
@@ -475,6 +525,8 @@ def _share(part: str, budget) -> str:
     shares = budget.shares()
     if part == "threads":
         return f"one thread runs the loop {budget.threads.slowdown:.1f}x faster than {budget.threads.threads}"
+    if part == "unseen":
+        return f"the replayed graph's device time, unseen, is up to {shares['overhead']:.0%} of the step"
     if part == "dispatch":
         inside = "kernels" if budget.kernels_per_step is not None else "ops"
         return f"time inside {inside} is {shares['compute']:.0%} of the step, at under {NEGLIGIBLE:.0%} of peak"
@@ -488,7 +540,7 @@ def verdict(budget, ladder: LadderQuote | None = None) -> str:
     found = diagnose(budget)
     main = found.bounds[0]
     rule = _rule(main, budget)
-    weak = " (weak evidence)" if found.weak and main == "compute" else ""
+    weak = " (weak evidence)" if found.weak and main in ("compute", "unseen") else ""
     if found.disturbed:
         weak = (
             f" (weak evidence: the profiled window ran {found.disturbed:.1f}x slower than the same steps "
