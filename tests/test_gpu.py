@@ -1,9 +1,14 @@
 """What only a CUDA device can show: a captured epoch trains as the eager loop does, a
 compiled model compiles nothing after its warm-up, and the time budget's parts add up with
-the device's kernels in them. Marked `gpu`: skipped where torch sees no CUDA device (the
+the device's kernels in them, and the verdict names the bound of loops it never saw (a
+replayed CUDA graph said as such). Marked `gpu`: skipped where torch sees no CUDA device (the
 CPU forms of these checks run everywhere: tests/test_bench.py, tests/test_timebudget.py)."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,3 +101,74 @@ def test_one_captured_step_replayed_per_step_trains_as_the_captured_epoch():
         assert step.cuda_graph is True and step.budget["kernels_per_step"] > 10, options
         assert step.loss == pytest.approx(epoch.loss, rel=1e-2), options
         assert step.accuracies == pytest.approx(epoch.accuracies, abs=0.03), options
+
+
+LOOPS = Path(__file__).resolve().parents[1] / "benchmarks" / "verdict_loops.py"
+
+
+@pytest.mark.parametrize(
+    "kind, labels",
+    [
+        ("data", ("DATA WAIT",)),  # a Dataset that builds each item in Python
+        ("launch", ("OVERHEAD", "DISPATCH")),  # 49 tiny layers at batch 64: the host issues, the device waits
+        ("compute", ("COMPUTE",)),  # 4096-wide matmuls at batch 2048, the split on the device
+    ],
+)
+def test_profile_names_the_bound_of_three_cuda_loops_it_never_saw(kind, labels):
+    """`python -m pipeline profile` on three CUDA loops that are not the bench's own, each
+    built to be bound by one thing: the verdict names that bound, with the kernels counted."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "profile", "--steps", "20", "--skip", "5", str(LOOPS), kind, "cuda"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "-BOUND" in line)  # the step's line(s) come first, wrapped
+    head, said = " ".join(lines[:at]), lines[at]
+    assert "on cuda" in head and " kernels" in head, head
+    assert said.startswith(tuple(f"{label}-BOUND" for label in labels) + tuple(f"{label} +" for label in labels)), (
+        done.stdout
+    )
+
+
+def test_a_replayed_step_is_reported_as_a_graph_replay_never_as_idle_time():
+    """The three-line API over a loop that replays one captured train step per batch (PyTorch's
+    whole-network capture): the report counts one graph replay a step, the graph's kernels are
+    compute (not idle time), and the step is never told to capture a CUDA graph."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).to(CUDA)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=True)
+    static_x, static_y = torch.randn(512, 256, device=CUDA), torch.randint(0, 10, (512,), device=CUDA)
+
+    def train_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(static_x), static_y).backward()
+        optimizer.step()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graph's docs do
+        for _ in range(3):
+            train_step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        train_step()
+    batches = [(torch.randn(512, 256), torch.randint(0, 10, (512,))) for _ in range(16)]
+    budget = TimeBudget("cuda", steps=10, skip=3)
+    for x, y in budget.batches(batches):
+        with budget.step():
+            static_x.copy_(x, non_blocking=True)
+            static_y.copy_(y, non_blocking=True)
+            graph.replay()
+        if budget.done:
+            break
+    result = budget.result
+    assert result.graphs_per_step == 1.0 and result.kernels_per_step > 5, result.to_json()
+    assert result.per_step["compute_s"] > 0, result.per_step  # the graph's kernels, seen and counted as compute
+    text = result.report()
+    assert " from 1 CUDA graph replay" in text.split("\n")[0], text
+    assert "capture the step" not in text and "UNSEEN GRAPH" not in text, text

@@ -250,6 +250,18 @@ def test_the_examples_run_and_give_a_verdict(tmp_path):
     assert "epoch 1:" not in plain.stdout  # stopped after the window, before the epoch's end
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["data", "launch", "tiny"])
+def test_the_verdict_loops_run_under_the_command_with_the_device_named(kind):
+    """benchmarks/verdict_loops.py, which the `gpu` tests profile on CUDA, on the CPU here:
+    each loop trains on the device its second argument names and gets a budget and a bound
+    (or, on a busy host, says why not)."""
+    done = profile("--steps", "10", "--skip", "3", "benchmarks/verdict_loops.py", kind, "cpu", cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "(10 steps on cpu, " in done.stdout, done.stdout
+    assert "x the plain clock's" in done.stdout or "-BOUND" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize(
     "body, message",
     [
