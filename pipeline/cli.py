@@ -116,7 +116,7 @@ def resolve_device(device: str) -> str:
     does not have is an input error (one line), not a traceback from deep inside torch."""
     import torch
 
-    from pipeline.budget.timebudget import checked_device
+    from pipeline.budget import checked_device
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -483,14 +483,14 @@ def profile(
     needs (then wrap the loop in TimeBudget: docs/budget.md); one that raises shows its own
     traceback, then that line; one still short of its window after --timeout is stopped.
     """
-    from pipeline.budget.findloop import profile_script
+    from pipeline.budget import profile_script
     from pipeline.core.atomic import write_json
     from pipeline.core.bounded import read_json
 
     quoted = None
     if ladder:  # refused in one line, not ignored: the verdict would quote nothing
         from pipeline.bench.document import BenchDoc, validate
-        from pipeline.budget.verdict import LadderQuote
+        from pipeline.budget import LadderQuote
 
         document = read_json(ladder, 64 << 20, "bench metrics file")
         validate(ladder, document, BenchDoc)

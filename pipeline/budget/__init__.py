@@ -24,6 +24,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what each name is (loaded on first use, below)
+    from pipeline.budget.findloop import profile_script
     from pipeline.budget.peak import Peak, device_peak, usable_cores
     from pipeline.budget.timebudget import Budget, BudgetError, TimeBudget, checked_device
     from pipeline.budget.trace import sync, timed_window
@@ -42,6 +43,7 @@ _WHERE = {
     "timed_window": "trace",
     "duration": "units",
     "LadderQuote": "verdict",
+    "profile_script": "findloop",
 }
 __all__ = [  # noqa: RUF022 (grouped as _WHERE is)
     "Budget",
@@ -55,6 +57,7 @@ __all__ = [  # noqa: RUF022 (grouped as _WHERE is)
     "timed_window",
     "duration",
     "LadderQuote",
+    "profile_script",
 ]
 
 
