@@ -1,8 +1,8 @@
-"""The verdict of `python -m pipeline profile` on four loops built to be bound by one thing
+"""The verdict of `python -m pipeline profile` on five loops built to be bound by one thing
 each (benchmarks/verdict_loops.py), on the host as it is and beside two CPU-spinning
 processes: per loop and load, the step and its parts, the bound, and the evidence.
 
-    python benchmarks/verdicts.py [--loops data compute tiny threads] [--busy 2] [--full]
+    python benchmarks/verdicts.py [--loops data compute tiny threads launch] [--busy 2] [--full]
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def brief(out: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--loops", nargs="+", default=["data", "compute", "tiny", "threads"])
+    parser.add_argument("--loops", nargs="+", default=["data", "compute", "tiny", "threads", "launch"])
     parser.add_argument("--busy", type=int, default=2, help="CPU-spinning processes for the busy runs")
     parser.add_argument("--full", action="store_true", help="print each whole report, not its summary")
     args = parser.parse_args()
