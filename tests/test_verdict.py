@@ -532,3 +532,19 @@ def test_a_script_over_a_tensor_dataset_is_seen_as_one_and_never_told_to_convert
     result = profile_script(script, [], "cpu", steps=4, skip=1)
     assert result.loader == LoaderSeen(dataset="TensorDataset", kind="tensors", by_item=True, workers=0)
     assert "__init__" not in verdict(result)  # whatever bound this host's load gives it
+
+
+@pytest.mark.parametrize("width", [40, 60, 100])
+def test_the_report_wraps_at_whole_words_never_inside_a_machine_name(width):
+    """The report wraps at `width` columns at spaces only: a machine name such as
+    amd-epyc-2c-avx512bf16 (quoted in the head and in the peak's evidence) stays whole on
+    one line, where a hyphen break would print `amd-` and `epyc-...` on two."""
+    name = "amd-epyc-2c-avx512bf16"
+    peak = Peak(rates={"float32": 1e11, "bfloat16": 4e11}, machine=name, device="cpu", threads=2)
+    measured = budget({"compute": 0.9, "overhead": 0.1}, flop_per_step=5e7, peak=peak)
+    measured.machine = name
+    report = measured.report(width=width)
+    lines = report.splitlines()
+    assert all(len(line) <= width or " " not in line for line in lines), report
+    assert sum(line.count(name) for line in lines) == report.count(name) >= 2, report
+    assert not any(line.rstrip().endswith("-") for line in lines), report

@@ -162,8 +162,9 @@ class Budget:
             f"step {duration(self.per_step['step_s'])} ({self.per_step['steps']} steps on {self.device}{extra}{cut}"
             f"{where}): {parts}"
         )
-        lines = [textwrap.wrap(head, width)]
-        lines += [textwrap.wrap(paragraph, width) for paragraph in verdict(self, ladder).split("\n")]
+        # whole words only: a machine name (amd-epyc-2c-avx512bf16) or a path never split at a hyphen
+        wrap = textwrap.TextWrapper(width, break_on_hyphens=False, break_long_words=False)
+        lines = [wrap.wrap(head)] + [wrap.wrap(paragraph) for paragraph in verdict(self, ladder).split("\n")]
         return "\n".join(line for block in lines for line in block)
 
     def __str__(self) -> str:
