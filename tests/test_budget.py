@@ -245,6 +245,7 @@ def test_a_replayed_graph_is_counted_per_step_and_its_kernels_are_compute_not_id
         event("k1", 6, 7, device=CUDA, id=10),
         event("k2", 7, 8.5, device=CUDA, id=10),
         event("cudaGraphLaunch", 9.5, 9.6, id=11),  # between the steps: not a step's
+        event("cuGraphLaunch", 5.15, 5.25, id=12),  # the same replay at the driver's level: not a second
     ]
     window = window_parts(events, 2, None, torch.device("cuda"), flops=False)
     assert window.graphs_per_step == 1.0 and window.kernels_per_step == 2.0

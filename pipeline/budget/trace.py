@@ -154,15 +154,17 @@ GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # a CUDA graph replayed: 
 
 def step_graph_launches(events: Iterable[Any], steps: list[Interval]) -> int:
     """The CUDA graphs replayed inside a marked step (the host's graph launch calls): a
-    replayed graph runs its kernels with no op dispatched and no launch call per kernel."""
+    replayed graph runs its kernels with no op dispatched and no launch call per kernel. The
+    runtime's call and the driver's are counted apart and the larger count kept, so a replay
+    traced at both levels counts once."""
     in_step = inside(steps)
-    return sum(
-        1
-        for event in events
-        if event.device_type == torch.autograd.DeviceType.CPU
-        and event.name.startswith(GRAPH_LAUNCHES)
-        and in_step(event.time_range.start / 1e6)
-    )
+    counts = dict.fromkeys(GRAPH_LAUNCHES, 0)
+    for event in events:
+        if event.device_type == torch.autograd.DeviceType.CPU and in_step(event.time_range.start / 1e6):
+            level = next((name for name in GRAPH_LAUNCHES if event.name.startswith(name)), None)
+            if level is not None:
+                counts[level] += 1
+    return max(counts.values())
 
 
 # The ATen ops a convolution runs as, whatever the backend: conv1d/2d/3d, convolution,
