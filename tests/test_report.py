@@ -306,6 +306,9 @@ def test_newest_run_of_each_machine(tmp_path):
         (("dataset",), "a,b\nc", "dataset: String should match pattern"),
         (("machine", "name"), "x <!-- /generated --> y", "machine.name: Value error, not a plain name"),
         (("machine", "cores"), True, "machine.cores: Input should be a valid integer"),
+        # the run's params within params.yaml's own bounds (`bench.settings`), not looser ones
+        (("params", "batch_size"), 1 << 20, "params.batch_size: Input should be less than or equal to 65536"),
+        (("params", "epochs"), 101, "params.epochs: Input should be less than or equal to 100"),
         (("compiled_options", "autocast"), "true", "compiled_options.autocast: Input should be a valid boolean"),
         (("compiled_options", "graph_scope"), "all", "compiled_options.graph_scope: Input should be 'epoch' or 'step'"),
         (("compiled_options", "compile_mod"), "default", "compiled_options.compile_mod: Unexpected keyword argument"),

@@ -26,10 +26,11 @@ from pydantic import (
     field_validator,
 )
 
-from pipeline.bench.settings import Recipe  # the recipe as params.yaml states it: one type
+from pipeline.bench.settings import SAMPLE_EPOCHS, SAMPLE_STEPS, WORKERS, Recipe  # params.yaml's types
 from pipeline.bench.variants import Execution, writeup_recipe
 from pipeline.budget.machine import Fingerprint  # the machine stage's type: one for both
 from pipeline.core.bounded import short
+from pipeline.core.bounds import BATCH, EPOCHS, SEED
 from pipeline.core.errors import SLUG, DataError, InputError
 
 Slug = Annotated[str, StringConstraints(pattern=f"^{SLUG}$", strict=True)]  # (pydantic's Rust regex: `$` is the end)
@@ -136,15 +137,17 @@ class Env(Loose):
 
 
 class RunParams(Loose):
-    epochs: StrictInt = Field(ge=1, le=1 << 20)
-    batch_size: StrictInt = Field(ge=1, le=1 << 30)
-    seed: Optional[StrictInt] = None
-    num_workers: Optional[Count] = None
+    """The `bench` settings the run used, within the settings' own bounds, and what it counted."""
+
+    epochs: EPOCHS
+    batch_size: BATCH
+    seed: Optional[SEED] = None
+    num_workers: Optional[WORKERS] = None  # as the run resolved it (`BenchSettings.workers`)
     parameters: Optional[Count] = None  # the model's
     train_samples: Optional[Count] = None
     tuned: Optional[Recipe] = None  # the `tuned` rung's recipe, where it ran
-    sample_steps: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 30)
-    sample_epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
+    sample_steps: Optional[SAMPLE_STEPS] = None
+    sample_epochs: Optional[SAMPLE_EPOCHS] = None
     quick: StrictBool = False
 
 

@@ -20,6 +20,9 @@ from pipeline.bench.variants import COMPILE_MODES, GRAPH_SCOPES, STATIC_VARIANTS
 from pipeline.core.bounds import BATCH, EPOCHS, RATE, SEED, SEEDS, STRICT, Bool, Int, Len, Num, Text
 
 Variant = Literal[VARIANTS]  # type: ignore[valid-type]
+WORKERS = Int(0, 256)  # DataLoader workers; 0 in params.yaml: min(4, CPU count)
+SAMPLE_STEPS = Int(1, 10_000)
+SAMPLE_EPOCHS = Int(1, 100)
 
 
 @dataclass(frozen=True)
@@ -61,14 +64,14 @@ class BenchSettings:
     batch_size: BATCH
     lr: RATE
     seed: SEED
-    num_workers: Int(0, 256)  # 0: min(4, CPU count)
+    num_workers: WORKERS
     variants: Annotated[tuple[Variant, ...], Len(1)]
     # Variants timed over the samples of `sample_steps` train steps at `batch_size` (and as many
     # test samples) per epoch for `sample_epochs` epochs, then scaled to a full epoch. Empty:
     # every variant runs in full.
     sample: tuple[Variant, ...]
-    sample_steps: Int(1, 10_000)
-    sample_epochs: Int(1, 100)
+    sample_steps: SAMPLE_STEPS
+    sample_epochs: SAMPLE_EPOCHS
     accuracy_tolerance: Num(ge=0, le=1)  # vs the `preprocessed` variant (the write-up's best)
     compiled: dict[Literal["cpu", "cuda"], Compiled]
     floor: Bool  # also time the floor: the same steps with no data path
