@@ -103,7 +103,8 @@ def test_one_captured_step_replayed_per_step_trains_as_the_captured_epoch():
         assert step.accuracies == pytest.approx(epoch.accuracies, abs=0.03), options
 
 
-LOOPS = Path(__file__).resolve().parents[1] / "benchmarks" / "verdict_loops.py"
+ROOT = Path(__file__).resolve().parents[1]
+LOOPS = ROOT / "benchmarks" / "verdict_loops.py"
 
 
 @pytest.mark.parametrize(
@@ -122,6 +123,7 @@ def test_profile_names_the_bound_of_three_cuda_loops_it_never_saw(kind, labels):
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
