@@ -243,8 +243,9 @@ def profile_script(
     if watch.budget is None:
         raise ProfileError(
             f"{script}: found no training loop ({seen(watch)}); the command finds the loop as a "
-            "torch.utils.data.DataLoader whose batches a torch.optim optimizer steps between. "
-            "Otherwise wrap the loop in TimeBudget (docs/budget.md)"
+            "torch.utils.data.DataLoader whose batches a torch.optim optimizer steps between "
+            "(a loop that replays a captured CUDA graph steps none per batch). Otherwise wrap the "
+            "loop in TimeBudget (docs/budget.md)"
         )
     if not watch.budget.done:
         raise ProfileError(
