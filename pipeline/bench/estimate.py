@@ -144,11 +144,11 @@ def host_report(calibration: Calibration, max_spread: float, busy: list[tuple[in
 def reference_step_s(document: dict) -> float | None:
     """What a bench document's run took per calibration step: its own calibration, else its
     `device` rung's steady seconds per train step (older documents)."""
-    calibration = _mapping_or_empty(document, "calibration")
+    calibration = _mapping(document, "calibration")
     if _positive(calibration.get("step_s")):
         return float(calibration["step_s"])
-    device = _mapping_or_empty(_mapping_or_empty(document, "variants"), "device")
-    params = _mapping_or_empty(document, "params")
+    device = _mapping(_mapping(document, "variants"), "device")
+    params = _mapping(document, "params")
     if device.get("extrapolated") or not all(
         _positive(v) for v in (device.get("train_s"), params.get("train_samples"), params.get("batch_size"))
     ):
@@ -160,7 +160,7 @@ def _positive(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-def _mapping_or_empty(document: object, key: str) -> dict:
+def _mapping(document: object, key: str) -> dict:
     """`document[key]` when both are mappings, else an empty one: an earlier run's file is
     only ever a hint, and a malformed one gives no estimate rather than stopping a bench."""
     value = document.get(key) if isinstance(document, dict) else None
@@ -173,8 +173,8 @@ def usable_reference(path: Path, device_type: str) -> dict | None:
         document = read_json(path, 64 << 20, "bench metrics file")
     except (OSError, InputError):
         return None
-    variants = _mapping_or_empty(document, "variants")
-    if _mapping_or_empty(document, "env").get("device_type") != device_type or not variants:
+    variants = _mapping(document, "variants")
+    if _mapping(document, "env").get("device_type") != device_type or not variants:
         return None
     if not all(isinstance(v, dict) for v in variants.values()):
         return None
@@ -195,9 +195,7 @@ def find_reference(
     ]
 
     def rank(doc: dict) -> tuple[bool, bool]:
-        return _mapping_or_empty(doc, "machine").get("name") != machine, bool(
-            _mapping_or_empty(doc, "params").get("quick")
-        ) != quick
+        return _mapping(doc, "machine").get("name") != machine, bool(_mapping(doc, "params").get("quick")) != quick
 
     return min(usable, key=rank, default=None)
 
@@ -206,8 +204,8 @@ def parts(document: dict) -> dict[str, float]:
     """An earlier run's seconds per part (each variant, `floor`, `seeds`, summing to its
     `wall_s`): recorded ones where it has them (`bench_s`), else its variants' recorded
     times, a sampled rung's scaled to the steps it ran, and the rest spread over them."""
-    variants = _mapping_or_empty(document, "variants")
-    params = _mapping_or_empty(document, "params")
+    variants = _mapping(document, "variants")
+    params = _mapping(document, "params")
     recorded = {name: v["bench_s"] for name, v in variants.items() if _positive(v.get("bench_s"))}
     if recorded and len(recorded) == len(variants):
         extra = {k: document[k] for k in ("floor_s", "seeds_s") if _positive(document.get(k))}
@@ -233,10 +231,10 @@ def predict(document: dict, settings) -> dict[str, float]:
     of the run `document` records: each rung from that run's setup and per-epoch figures and
     this run's epochs, sampled steps and profiled pass; a floor epoch after each full rung;
     the seeds at that run's median time to accuracy. A rung it did not run takes the mean."""
-    variants = _mapping_or_empty(document, "variants")
-    params = _mapping_or_empty(document, "params")
+    variants = _mapping(document, "variants")
+    params = _mapping(document, "params")
     steps = max(1, math.ceil(_number(params, "train_samples") / max(1.0, _number(params, "batch_size"))))
-    floor_s = _number(_mapping_or_empty(document, "floor"), "train_s")
+    floor_s = _number(_mapping(document, "floor"), "train_s")
     out: dict[str, float] = {}
     for name in settings.variants:
         entry = variants.get(name)
@@ -253,7 +251,7 @@ def predict(document: dict, settings) -> dict[str, float]:
     known = list(out.values()) or [0.0]
     out.update({name: statistics.mean(known) for name in settings.variants if name not in out})
     if settings.accuracy_seeds:
-        out["seeds"] = settings.accuracy_seeds * _number(_mapping_or_empty(document, "seeds"), "median")
+        out["seeds"] = settings.accuracy_seeds * _number(_mapping(document, "seeds"), "median")
     tuned = variants.get("tuned")
     if "tuned" in settings.variants and settings.tuned is not None and settings.tuned.seeds:
         # each seed its whole schedule: the rung's setup and epochs, no profiled pass or floor
@@ -297,8 +295,8 @@ class Pace:
 def same_run(document: dict, settings) -> bool:
     """Whether `document` ran what `settings` asks, part by part, with each part's time
     recorded: then its recorded times are the estimate, else `predict`'s."""
-    params = _mapping_or_empty(document, "params")
-    variants = _mapping_or_empty(document, "variants")
+    params = _mapping(document, "params")
+    variants = _mapping(document, "variants")
     asked = {
         "quick": settings.quick,
         "epochs": settings.epochs,
@@ -314,8 +312,8 @@ def same_run(document: dict, settings) -> bool:
 
 def settings_of(document: dict, settings):
     """The settings `document`'s own run had, as far as it records them (`settings` for the rest)."""
-    params, variants = _mapping_or_empty(document, "params"), _mapping_or_empty(document, "variants")
-    seeds = _mapping_or_empty(document, "seeds").get("seeds")
+    params, variants = _mapping(document, "params"), _mapping(document, "variants")
+    seeds = _mapping(document, "seeds").get("seeds")
 
     def count(key: str, default: int) -> int:
         return int(params[key]) if _positive(params.get(key)) else default
@@ -328,7 +326,7 @@ def settings_of(document: dict, settings):
         sample_steps=count("sample_steps", 1),
         sample_epochs=count("sample_epochs", 1),
         quick=bool(params.get("quick")),
-        floor=bool(_mapping_or_empty(document, "floor")),
+        floor=bool(_mapping(document, "floor")),
         budget=any(v.get("budget") for v in variants.values()),
         accuracy_seeds=len(seeds) if isinstance(seeds, list) else 0,
     )
@@ -363,7 +361,7 @@ def announce(
             f"bench {dataset}: no earlier bench on this device type and mode to scale from, so no estimate "
             f"yet ({here}); the time left is printed after each rung"
         )
-    whose = _mapping_or_empty(reference, "machine").get("name") or "an unnamed machine"
+    whose = _mapping(reference, "machine").get("name") or "an unnamed machine"
     wall = reference.get("wall_s")
     took = f", whose bench of {dataset} took {duration(float(wall))}" if _positive(wall) else ""
     total = pace.total()
