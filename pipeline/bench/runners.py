@@ -3,8 +3,8 @@
 `train_eager` is the write-up's loop over any iterable of batches. `train_static` runs every
 step at one batch shape over splits resident on the device, the last batch padded with
 weight-0 samples so that loss and gradients equal the write-up's: one compilation, and an
-epoch (or a step) that a CUDA graph can capture (docs/bench.md, "Static steps and padding"). Everything
-before the first timed step (model, compiling, capturing) is timed as setup.
+epoch (or a step) that a CUDA graph can capture (docs/bench.md, "Static steps and padding").
+Everything before the first timed step (model, compiling, capturing) is timed as setup.
 """
 
 from __future__ import annotations
