@@ -33,7 +33,7 @@ from pipeline.shards import (
     write_split,
 )
 from pipeline.shards.mapped import MappedSplit
-from pipeline.shards.order import MAX_INTERVALS
+from pipeline.shards.order import MAX_INTERVALS, Order
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -705,3 +705,18 @@ def test_a_worker_freezes_what_it_inherited_and_the_main_process_does_not(mixed)
     assert gc.get_freeze_count() == before
     counts = torch.cat([fields[-1] for fields in data.loader(64, num_workers=1, freeze=False)])
     assert int(counts.max()) == before  # the opt-out: the worker's gc as it was
+
+
+def test_the_forwarded_order_keywords_are_the_samplers_own():
+    """`Order` names the keywords that `ShardDataset.sampler`, `.loader` and `DeviceBatches`
+    pass on to `ShardSampler`; `loader` picks them out of its keywords by those names, so a
+    keyword the sampler gains and `Order` lacks would go to the DataLoader instead. Every
+    keyword-only argument of the sampler but the split's own shard counts is in it."""
+    import inspect
+
+    keywords = {
+        name
+        for name, parameter in inspect.signature(ShardSampler).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert set(Order.__annotations__) == keywords - {"shard_counts"}
