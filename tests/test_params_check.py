@@ -21,6 +21,7 @@ BAD = {
     ("shard", "samples_per_shard", -5): "shard.samples_per_shard: Input should be greater than or equal to 1 (got -5)",
     ("train", "world_size", 0): "train.world_size: Input should be greater than or equal to 1 (got 0)",
     ("train", "world_size", 3): "batch_size 512 does not split evenly across 3 ranks",
+    ("bench", "lr", float("nan")): "bench.lr: Input should be a finite number (got nan)",
 }
 
 

@@ -16,11 +16,9 @@ import os
 import platform
 import re
 from dataclasses import dataclass
-from typing import Annotated, Literal, Optional
+from typing import Literal, Optional
 
-from pipeline.core.bounds import ConfigDict, Int, Len, Name, Num, Text
-
-Line = Annotated[Text, Len(0, 2000)]  # escaped where rendered
+from pipeline.core.bounds import ConfigDict, Int, Line, Name, Num
 
 # The CPU flags that set a peak (x86: vector width, FMA, bf16/fp16 and AMX; Arm: NEON, SVE,
 # bf16, int8 matrix), best first where they name a tier of the machine's name.

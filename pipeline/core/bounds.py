@@ -14,7 +14,7 @@ from pipeline.core.errors import is_slug
 
 try:  # the bounds pydantic reads; on a torch-only machine, marks nothing reads
     from annotated_types import Interval, Len
-    from pydantic import AfterValidator, ConfigDict, Strict, model_validator
+    from pydantic import AfterValidator, AllowInfNan, BeforeValidator, ConfigDict, Strict, model_validator
 except ImportError:  # pragma: no cover (the standalone bench's machine)
 
     def model_validator(**_: str):  # a rule between fields that only the params check applies
@@ -23,14 +23,18 @@ except ImportError:  # pragma: no cover (the standalone bench's machine)
     def AfterValidator(_: object) -> None:  # noqa: N802 (the library's name): a check only the params check runs
         return None
 
+    BeforeValidator = AfterValidator
+
     def Interval(**_: float) -> None:  # noqa: N802
         return None
 
     def Len(*_: int) -> None:  # noqa: N802
         return None
 
-    def Strict() -> None:  # noqa: N802
+    def Strict(*_: bool) -> None:  # noqa: N802
         return None
+
+    AllowInfNan = Strict
 
     def ConfigDict(**_: object) -> dict:  # noqa: N802
         return {}
@@ -42,8 +46,8 @@ def Int(low: int, high: int) -> object:  # noqa: N802 (a type, as pydantic's own
 
 
 def Num(**bounds: float) -> object:  # noqa: N802
-    """A number (int or float, never a string or a bool) within `bounds` (gt, ge, lt, le)."""
-    return Annotated[float, Strict(), Interval(**bounds)]
+    """A finite number (int or float, never a string or a bool) within `bounds` (gt, ge, lt, le)."""
+    return Annotated[float, Strict(), AllowInfNan(False), Interval(**bounds)]
 
 
 def _slug(value: str) -> str:
@@ -54,6 +58,7 @@ def _slug(value: str) -> str:
 
 Bool = Annotated[bool, Strict()]
 Text = Annotated[str, Strict()]
+Line = Annotated[str, Strict(), Len(0, 2000)]  # free text read from a file: bounded, escaped where rendered
 Name = Annotated[str, Strict(), AfterValidator(_slug)]  # a folder name: `is_slug`'s rule
 EPOCHS = Int(1, 100)  # a CPU epoch of the slowest rung takes minutes, so 100 is days
 BATCH = Int(1, 1 << 16)
@@ -63,3 +68,4 @@ RATE = Num(gt=0, le=10)
 SEED = Int(0, (1 << 32) - 1)
 SEEDS = Int(0, 100)
 STRICT = ConfigDict(extra="forbid")  # an unknown key is refused, by name
+LOOSE = ConfigDict(extra="ignore")  # a document's reader: keys a later writer added are passed over
