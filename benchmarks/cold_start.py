@@ -66,8 +66,8 @@ def child(args: argparse.Namespace) -> None:
     with reuse_host_memory(settings.reuse_host_memory):  # as the bench runs its rungs
         timing, _, _ = run_variant("tuned", args.dataset, Path(), args.shards, device, seeded)
     reached = time_to_accuracy(timing, args.target)
-    done = None if reached["seconds"] is None else read_at + reached["seconds"]
-    print(json.dumps({"read_at": read_at, "done": done, "accuracy": timing.accuracy, "epoch": reached["epoch"]}))
+    done = None if reached.seconds is None else read_at + reached.seconds
+    print(json.dumps({"read_at": read_at, "done": done, "accuracy": timing.accuracy, "epoch": reached.epoch}))
 
 
 def cold(args: argparse.Namespace, seed: int, compile_cache: Path) -> dict:
@@ -96,7 +96,7 @@ def warm(data: Resident, device: torch.device, settings: BenchSettings, seed: in
     config = recipe_config(settings.tuned, seed)
     execution = execution_of(settings, "tuned", device)
     timing = train_static(data, device, config, execution, epochs=settings.tuned.epochs)
-    return {"accuracy": timing.accuracy, "warm": time_to_accuracy(timing, target)["warm_seconds"]}
+    return {"accuracy": timing.accuracy, "warm": time_to_accuracy(timing, target).warm_seconds}
 
 
 def seconds(value: float | None) -> str:

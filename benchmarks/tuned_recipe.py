@@ -110,7 +110,7 @@ def measure(
             )
         accuracies.append(timing.accuracy)
         for target in targets:
-            seconds = time_to_accuracy(timing, target)["seconds"]
+            seconds = time_to_accuracy(timing, target).seconds
             if seconds is not None:
                 reached[target].append(seconds)
     cells = [

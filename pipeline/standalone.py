@@ -12,6 +12,7 @@ shards the shard stage's writer, the bench `ladder.run_bench` with params.yaml's
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import sys
 from pathlib import Path
@@ -121,8 +122,8 @@ def run_standalone(
         out = Path(out_root) / machine.name / f"{dataset}.json"
         earlier = documents_under(out_root, params_path)
         document = run_bench(dataset, parquet, shards, device_, settings, earlier, machine.name)
-        document.update(machine=machine.as_json(), date=dt.date.today().isoformat())
-        document["env"].update(commit=commit)
+        env = dataclasses.replace(document.env, commit=commit)
+        document = dataclasses.replace(document, env=env, machine=machine, date=dt.date.today())
         write_bench(document, out)
         warn_unstable(document)
         print(f"wrote {out}", file=sys.stderr)

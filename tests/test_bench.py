@@ -11,6 +11,16 @@ import torch.nn.functional as F
 from conftest import PARAMS, bench_settings, device_path, make_split, resident
 
 from pipeline.bench.datapaths import Resident, _loader, data_path, sampled_steps
+from pipeline.bench.document import (
+    BenchDoc,
+    BudgetDoc,
+    Seeds,
+    TimeToAccuracy,
+    TunedSeeds,
+    Variant,
+    as_json,
+    validate,
+)
 from pipeline.bench.figures import (
     finish,
     flag_unstable,
@@ -96,19 +106,17 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
         accuracy_seeds=2,
         tuned=TINY_RECIPE,
     )
-    doc = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
+    built = run_bench("tiny", root / "pq" / "wide", root / "shards", "cpu", settings)
+    doc = as_json(built)
     assert list(doc["variants"]) == list(VARIANTS)
-    from pipeline.bench.document import BenchDoc, undeclared, validate
-
-    validate("doc", doc, BenchDoc)
-    assert undeclared(doc, BenchDoc) == []  # every key the bench writes, its readers declare
+    assert validate("doc", doc, BenchDoc) == built  # what its readers read back is what the bench built
     assert doc["params"]["train_samples"] == 600 and doc["params"]["parameters"] == 206_922
     assert {"device", "torch", "cpu_count", "threads", "cuda"} <= set(doc["env"])
     for name, entry in doc["variants"].items():
         assert entry["extrapolated"] == (name in ("naive_bs16", "naive"))
         assert (entry["accuracy"] is None) == entry["extrapolated"]
         assert 0 < entry["setup_s"] < entry["wall_s"] and entry["speedup"] > 0
-        assert (entry.get("wall_speedup", 0) > 0) == (name != "tuned")  # another recipe, other epochs: no wall ratio
+        assert (entry["wall_speedup"] is not None) == (name != "tuned")  # another recipe, other epochs: no wall ratio
         assert entry["cuda_graph"] is False  # no CUDA here: recorded as such
         measured = entry["measured"]
         if not entry["extrapolated"]:  # wall = setup + every timed epoch's train and test pass, exactly
@@ -168,7 +176,7 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
     assert seeds["reached"] == 2 and seeds["epochs"] == [1, 1] and seeds["min"] <= seeds["median"] <= seeds["max"]
     # the tuned recipe: its own batch and schedule length, then whole runs from two fresh seeds
     tuned = doc["variants"]["tuned"]
-    assert len(tuned["measured"]["train_s"]) == TINY_RECIPE["epochs"] and "accuracy_ok" not in tuned
+    assert len(tuned["measured"]["train_s"]) == TINY_RECIPE["epochs"] and tuned["accuracy_ok"] is None
     over = doc["tuned"]
     assert over["seeds"] == [43, 44] and len(over["accuracy"]) == 2 and over["recipe"]["max_lr"] == 0.01
     # the recipe as it ran: params.yaml's fields, and no label smoothing where none is set
@@ -180,7 +188,7 @@ def test_every_variant_runs_with_its_costs(prepared, capsys):
 def test_summarise_scales_sampled_steps_and_adds_setup():
     settings = bench_settings(epochs=5, sample_steps=4)
     timing = Timing(train_s=[3.0, 1.0, 2.0], test_s=[0.5, 0.3, 0.4], accuracy=0.5, setup_s=1.5, sampled_steps=4)
-    entry = summarise(timing, 38, 3, settings)
+    entry = as_json(summarise(timing, 38, 3, settings))
     # steady: the median of the epochs after the first, 1.5 s over 4 steps -> 38 steps: x 9.5;
     # the test split has only 3 steps (x 1). The first epoch's extra 1.5 s is a one-time cost.
     assert entry["train_s"] == pytest.approx(14.25) and entry["test_s"] == pytest.approx(0.35)
@@ -188,7 +196,7 @@ def test_summarise_scales_sampled_steps_and_adds_setup():
     assert entry["wall_s"] == pytest.approx(1.5 + (14.25 + 1.5) + 4 * 14.25 + (0.35 + 0.15) + 4 * 0.35)
     assert entry["accuracy"] is None and entry["extrapolated"]
     assert entry["measured"] == {"train_s": [3.0, 1.0, 2.0], "test_s": [0.5, 0.3, 0.4]}
-    whole = summarise(dataclasses.replace(timing, sampled_steps=None), 38, 3, settings)
+    whole = as_json(summarise(dataclasses.replace(timing, sampled_steps=None), 38, 3, settings))
     assert whole["train_s"] == pytest.approx(2.0) and whole["accuracy"] == 0.5 and not whole["extrapolated"]
     assert whole["first_epoch_train_s"] == 3.0
     assert whole["wall_s"] == pytest.approx(1.5 + 6.0 + 1.2)
@@ -202,14 +210,18 @@ def test_summarise_sets_the_budget_beside_the_timed_step_and_keeps_each_epochs_a
         test_s=[1.0, 1.0, 1.0],
         accuracy=0.91,
         accuracies=[0.81234, 0.9, 0.91],
-        budget={"step_s": 0.06, "compute_s": 0.06},
+        budget=_parts(step_s=0.06, compute_s=0.06),
     )
     entry = summarise(timing, 100, 10, bench_settings(epochs=3))
-    assert entry["budget"] == {"step_s": 0.06, "compute_s": 0.06, "epoch_step_s": 0.05, "vs_epoch": 1.2}
-    assert entry["accuracy_by_epoch"] == [0.8123, 0.9, 0.91]
+    assert as_json(entry.budget) == {
+        **as_json(BudgetDoc(**_parts(step_s=0.06, compute_s=0.06))),
+        "epoch_step_s": 0.05,
+        "vs_epoch": 1.2,
+    }
+    assert entry.accuracy_by_epoch == [0.8123, 0.9, 0.91]
     sampled = summarise(dataclasses.replace(timing, sampled_steps=20), 100, 10, bench_settings(epochs=3))
-    assert sampled["accuracy_by_epoch"] is None and sampled["budget"]["epoch_step_s"] == pytest.approx(0.25)
-    assert summarise(dataclasses.replace(timing, budget=None), 100, 10, bench_settings(epochs=3))["budget"] is None
+    assert sampled.accuracy_by_epoch is None and sampled.budget.epoch_step_s == pytest.approx(0.25)
+    assert summarise(dataclasses.replace(timing, budget=None), 100, 10, bench_settings(epochs=3)).budget is None
 
 
 def test_steady_epochs_leave_out_the_first_only_when_two_remain():
@@ -219,12 +231,32 @@ def test_steady_epochs_leave_out_the_first_only_when_two_remain():
 
 def test_time_to_accuracy_counts_a_pass_at_the_target_exactly():
     timing = Timing(train_s=[1.0, 1.0, 1.0], test_s=[0.1, 0.1, 0.1], accuracies=[0.5, 0.98, 0.99], setup_s=0.12345)
-    assert time_to_accuracy(timing, 0.98) == {"target": 0.98, "seconds": 2.323, "warm_seconds": 2.323, "epoch": 2}
-    assert time_to_accuracy(timing, 0.995) == {"target": 0.995, "seconds": None, "warm_seconds": None, "epoch": None}
+    assert time_to_accuracy(timing, 0.98) == TimeToAccuracy(target=0.98, seconds=2.323, warm_seconds=2.323, epoch=2)
+    assert time_to_accuracy(timing, 0.995) == TimeToAccuracy(target=0.995)
+
+
+def _parts(**given: float) -> dict:
+    """A profiled pass's parts per step: those given, the others 0."""
+    return {**dict.fromkeys(("data_wait_s", "copy_s", "compute_s", "overhead_s", "other_s", "step_s"), 0.0), **given}
+
+
+def _doc(document: dict) -> BenchDoc:
+    """A bench document from the parts a test names (the rest: a run of 1 epoch at batch 1)."""
+    params = {"epochs": 1, "batch_size": 1, **document.get("params", {})}
+    env = {"env": {"device": "test", "torch": "test", "cpu_count": 1, **document["env"]}} if "env" in document else {}
+    return validate("test", {"dataset": "d", **document, "params": params, **env}, BenchDoc)
 
 
 def _variants(**train_s):
-    return {name: {"train_s": t, "spread": {"min": t, "median": t, "max": t}} for name, t in train_s.items()}
+    return {
+        name: {"train_s": t, "test_s": 0.0, "spread": {"min": t, "median": t, "max": t}} for name, t in train_s.items()
+    }
+
+
+def _unstable(document: dict, max_spread: float) -> tuple[list[str], dict]:
+    """flag_unstable over `document`: the names it marked, and the marked variants as JSON."""
+    variants = as_json(flag_unstable(_doc(document), max_spread))["variants"]
+    return [name for name, entry in variants.items() if entry["unstable"]], variants
 
 
 def test_unstable_at_the_bounds_of_each_rule():
@@ -233,11 +265,12 @@ def test_unstable_at_the_bounds_of_each_rule():
     variants = _variants(naive=10.0, preprocessed=0.5, batched=0.0)
     variants["naive"]["spread"] = {"min": 9.0, "median": 10.0, "max": 11.0}  # 20%: not past it
     variants["preprocessed"]["spread"] = {"min": 0.4, "median": 0.5, "max": 0.65}  # 50%, under a second
-    assert flag_unstable({"variants": variants}, 0.2) == ["preprocessed"]  # batched: nothing timed
+    marked, variants = _unstable({"variants": variants}, 0.2)
+    assert marked == ["preprocessed"]  # batched: nothing timed
     assert variants["preprocessed"]["unstable_reason"] == "epochs spread 50% of their median"
     assert variants["naive"]["unstable_reason"] is None
-    floored = _variants(device=8.0, workers=7.9)
-    assert flag_unstable({"variants": floored, "floor": {"train_s": 10.0}}, 0.2) == ["workers"]
+    marked, floored = _unstable({"variants": _variants(device=8.0, workers=7.9), "floor": {"train_s": 10.0}}, 0.2)
+    assert marked == ["workers"] and floored["workers"]["below_floor"]
     assert floored["workers"]["unstable_reason"] == "7.9 s/epoch is below its floor 10 s"
     assert floored["device"]["unstable"] is False  # 8.0 is the floor less 20% exactly
 
@@ -245,19 +278,16 @@ def test_unstable_at_the_bounds_of_each_rule():
 def test_twins_apart_past_the_spread_are_both_marked_on_the_cpu():
     """No `env`: the CPU's twins apply. 20% apart is not past the bound; 25% is, and both
     twins say so; a rung with no twin in the run and a twin timed at zero are left alone."""
-    assert flag_unstable({"variants": _variants(persistent=10.0, pinned=12.0)}, 0.2) == []
-    document = {"variants": _variants(persistent=10.0, pinned=12.5)}
-    assert flag_unstable(document, 0.2) == ["persistent", "pinned"]
-    assert (
-        document["variants"]["pinned"]["unstable_reason"] == "25% apart from persistent, which does the same work here"
-    )
-    assert flag_unstable({"variants": _variants(persistent=10.0)}, 0.2) == []
-    assert flag_unstable({"variants": _variants(persistent=0.0, pinned=5.0)}, 0.2) == []
-    assert flag_unstable({"variants": _variants(persistent=0.5, pinned=0.8)}, 0.2) == ["persistent", "pinned"]
+    assert _unstable({"variants": _variants(persistent=10.0, pinned=12.0)}, 0.2)[0] == []
+    marked, variants = _unstable({"variants": _variants(persistent=10.0, pinned=12.5)}, 0.2)
+    assert marked == ["persistent", "pinned"]
+    assert variants["pinned"]["unstable_reason"] == "25% apart from persistent, which does the same work here"
+    assert _unstable({"variants": _variants(persistent=10.0)}, 0.2)[0] == []
+    assert _unstable({"variants": _variants(persistent=0.0, pinned=5.0)}, 0.2)[0] == []
+    assert _unstable({"variants": _variants(persistent=0.5, pinned=0.8)}, 0.2)[0] == ["persistent", "pinned"]
     both = {"variants": _variants(persistent=10.0, pinned=12.5)}
     both["variants"]["pinned"]["spread"] = {"min": 10.0, "median": 12.5, "max": 15.0}
-    flag_unstable(both, 0.2)
-    assert both["variants"]["pinned"]["unstable_reason"] == (
+    assert _unstable(both, 0.2)[1]["pinned"]["unstable_reason"] == (
         "epochs spread 40% of their median; 25% apart from persistent, which does the same work here"
     )
 
@@ -547,6 +577,11 @@ def test_two_cpus_sold_under_one_name_whose_peaks_differ_are_two_machines(monkey
     assert machine.fingerprint("cpu").isa == () and machine.fingerprint("cpu").name.endswith(f"-{cores}c")
 
 
+def _finished(document: dict, settings) -> dict:
+    """`finish` over `document`: its variants as JSON."""
+    return as_json(finish(_doc(document), settings))["variants"]
+
+
 def _entry(train_s: float, test_s: float, wall_s: float, accuracy: float | None, spread: float = 0.0) -> dict:
     return {
         "train_s": train_s,
@@ -570,18 +605,16 @@ def test_unstable_variants_are_marked_with_why():
             "graphed": _entry(7.0, 1.0, 40.0, 0.9),
         },
     }
-    finish(document, bench_settings(max_spread=0.2))
-    v = document["variants"]
+    v = _finished(document, bench_settings(max_spread=0.2))
     assert "50% apart from pinned" in v["persistent"]["unstable_reason"] and v["pinned"]["unstable"]
     assert v["preprocessed"]["unstable_reason"] == "epochs spread 50% of their median"
     assert v["device"]["unstable"] is False and v["device"]["unstable_reason"] is None
     assert v["graphed"]["unstable"] is False  # no floor of its own options was timed: nothing to compare
     document["floor"]["graphed_train_s"] = 10.0
-    finish(document, bench_settings(max_spread=0.2))
+    v = _finished(document, bench_settings(max_spread=0.2))
     assert v["graphed"]["below_floor"] and "below its floor 10 s" in v["graphed"]["unstable_reason"]
     document["env"]["device_type"] = "cuda"  # pinned pins there: different work, no twin
-    finish(document, bench_settings(max_spread=0.2))
-    assert not v["persistent"]["unstable"]
+    assert not _finished(document, bench_settings(max_spread=0.2))["persistent"]["unstable"]
 
 
 def test_stage_warns_once_naming_the_unstable(capsys):
@@ -590,15 +623,13 @@ def test_stage_warns_once_naming_the_unstable(capsys):
     from pipeline.bench.stage import warn_unstable
 
     stream = io.StringIO()
-    warn_unstable(
-        {"dataset": "d", "variants": {"a": {"unstable": False}, "b": {"unstable": True, "unstable_reason": "x"}}},
-        stream,
-    )
+    shaky = {"train_s": 1.0, "test_s": 0.1, "unstable": True, "unstable_reason": "x"}
+    warn_unstable(_doc({"variants": {"a": {"train_s": 1.0, "test_s": 0.1}, "b": shaky}}), stream)
     assert stream.getvalue() == (
         "warning: d: unstable on this machine: b (x). Re-run on a quiet machine: dvc repro -f -s bench@d\n"
     )
     stream = io.StringIO()
-    warn_unstable({"dataset": "d", "variants": {"a": {"unstable": False}}}, stream)
+    warn_unstable(_doc({"variants": {"a": {"train_s": 1.0, "test_s": 0.1}}}), stream)
     assert stream.getvalue() == ""
 
 
@@ -612,15 +643,15 @@ def test_finish_speedups_throughput_and_accuracy_check():
             "compiled": _entry(1.5, 0.5, 40.0, 0.9699),  # just outside it
         },
     }
-    finish(document, bench_settings(accuracy_tolerance=0.01))
-    v = document["variants"]
+    finished = as_json(finish(_doc(document), bench_settings(accuracy_tolerance=0.01)))
+    v = finished["variants"]
     assert v["naive"]["speedup"] == 1.0 and v["naive"]["wall_speedup"] == 1.0
     assert v["preprocessed"]["speedup"] == 5.0 and v["device"]["speedup"] == 20.0 and v["compiled"]["speedup"] == 50.0
     assert v["preprocessed"]["wall_speedup"] == pytest.approx(4.73) and v["compiled"]["wall_speedup"] == 13.0
     assert v["device"]["samples_per_s"] == 15_000 and v["compiled"]["samples_per_s"] == 40_000
     assert v["preprocessed"]["accuracy_ok"] is True and v["device"]["accuracy_ok"] is True
-    assert v["compiled"]["accuracy_ok"] is False and "accuracy_ok" not in v["naive"]
-    assert document["accuracy_tolerance"] == 0.01
+    assert v["compiled"]["accuracy_ok"] is False and v["naive"]["accuracy_ok"] is None  # sampled: not checked
+    assert finished["accuracy_tolerance"] == 0.01
 
 
 def test_finish_without_naive_or_preprocessed():
@@ -628,9 +659,8 @@ def test_finish_without_naive_or_preprocessed():
         "params": {"train_samples": 100},
         "variants": {"batched": _entry(2.0, 1.0, 5.0, 0.5), "device": _entry(1.0, 1.0, 4.0, 0.52)},
     }
-    finish(document, bench_settings(accuracy_tolerance=0.01))
-    v = document["variants"]
-    assert "speedup" not in v["device"]  # nothing to compare against
+    v = _finished(document, bench_settings(accuracy_tolerance=0.01))
+    assert v["device"]["speedup"] is None  # nothing to compare against
     assert v["batched"]["accuracy_ok"] is True and v["device"]["accuracy_ok"] is False  # anchored on the first
 
 
@@ -664,60 +694,48 @@ def test_resident_variants_train_shuffled(prepared, variant):
 
 def test_bench_document_is_written_readable_and_whole(tmp_path):
     """Indented JSON with a final newline: the bench file is reviewed in diffs."""
-    document = {
-        "dataset": "d",
-        "params": {"epochs": 2, "batch_size": 8},
-        "variants": {"naive": {"train_s": 1.5, "test_s": 0.5}},
-    }
+    document = _doc({"variants": {"naive": {"train_s": 1.5, "test_s": 0.5}}})
     write_bench(document, tmp_path / "out" / "d.json")
-    assert (tmp_path / "out" / "d.json").read_text() == json.dumps(document, indent=2) + "\n"
+    assert (tmp_path / "out" / "d.json").read_text() == json.dumps(as_json(document), indent=2) + "\n"
+
+
+def test_a_key_its_readers_do_not_declare_cannot_be_built():
+    """A misspelt key is refused where the document is built, long before a file is written."""
+    with pytest.raises(TypeError, match="trian_s"):
+        Variant(train_s=1.5, test_s=0.5, trian_s=1.0)
 
 
 @pytest.mark.parametrize(
     "change, said",
     [
-        (lambda d: d["variants"]["naive"].update(trian_s=1.0), "variants.naive.trian_s"),  # misspelt: a reader drops it
-        (lambda d: d["params"].update(epochs=0), "params.epochs"),  # out of range
+        (lambda d: dataclasses.replace(d, params=dataclasses.replace(d.params, epochs=0)), "params.epochs"),
         (
-            lambda d: d.update(
-                tuned={
-                    "seeds": [43],
-                    "accuracy": [0.9],
-                    "accuracy_mean": 0.9,
-                    "accuracy_min": 0.9,
-                    "accuracy_max": 0.9,
-                    "targets": [],
-                    "recipe": {
-                        "epochs": 2,
-                        "batch_size": 8,
-                        "max_lr": 0.01,
-                        "pct_start": 0.3,
-                        "betas": [0.9, 0.99],
-                        "seeds": 1,
-                        "lr": 1,
-                    },
-                }
+            lambda d: dataclasses.replace(
+                d,
+                tuned=TunedSeeds(
+                    seeds=[43],
+                    accuracy=[0.9],
+                    accuracy_mean=0.9,
+                    accuracy_min=0.9,
+                    accuracy_max=1.5,
+                    targets=[],
+                ),
             ),
-            "tuned.recipe.lr",
+            "tuned.accuracy_max",
         ),
     ],
 )
-def test_a_bench_document_its_readers_would_misread_is_not_written(tmp_path, change, said):
-    """The writer checks its document against the readers' schema: one line naming the key,
-    and no file."""
+def test_a_bench_document_out_of_its_bounds_is_not_written(tmp_path, change, said):
+    """The writer checks the values against the readers' bounds: one line naming the key, no
+    file, and the run's document kept elsewhere."""
     from pipeline.core.errors import DataError
 
-    document = {
-        "dataset": "d",
-        "params": {"epochs": 2, "batch_size": 8},
-        "variants": {"naive": {"train_s": 1.5, "test_s": 0.5}},
-    }
-    change(document)
+    document = change(_doc({"variants": {"naive": {"train_s": 1.5, "test_s": 0.5}}}))
     with pytest.raises(DataError, match=re.escape(said)) as refused:
         write_bench(document, tmp_path / "d.json")
     assert not (tmp_path / "d.json").exists() and list(tmp_path.iterdir()) == []
     kept = Path(re.search(r"the run's document is kept as (\S+)$", str(refused.value)).group(1))
-    assert json.loads(kept.read_text()) == document  # the run is not lost
+    assert json.loads(kept.read_text()) == as_json(document)  # the run is not lost
     kept.unlink()
 
 
@@ -731,8 +749,9 @@ def test_summary_keys_and_rounding():
         capture_s=0.1234567,
         cuda_graph=True,
     )
-    entry = summarise(timing, 10, 3, bench_settings(epochs=2))
+    entry = as_json(summarise(timing, 10, 3, bench_settings(epochs=2)))
     assert entry == {
+        **as_json(Variant(train_s=0, test_s=0)),  # what finish() fills in later: its defaults
         "train_s": 2.5556,
         "test_s": 0.4562,
         "first_epoch_train_s": 3.1235,
@@ -751,7 +770,7 @@ def test_summary_keys_and_rounding():
     }  # (no per-epoch accuracies given, no target)
     # No test pass ran: no accuracy (not 0, which would read as a broken model)
     unmeasured = summarise(Timing(train_s=[1.0], test_s=[0.5]), 10, 3, bench_settings(epochs=1))
-    assert unmeasured["accuracy"] is None
+    assert unmeasured.accuracy is None
 
 
 def test_execution_per_variant_and_device(monkeypatch):
@@ -800,15 +819,14 @@ def test_finish_anchors_on_preprocessed_and_rounds_to_hundredths():
             "preprocessed": _entry(20.0, 10.0, 21.0, 0.60),
         },
     }
-    finish(document, bench_settings(accuracy_tolerance=0.05))
-    v = document["variants"]
+    v = _finished(document, bench_settings(accuracy_tolerance=0.05))
     assert v["batched"]["accuracy_ok"] is False and v["preprocessed"]["accuracy_ok"] is True
     assert v["batched"]["speedup"] == 33.33 and v["preprocessed"]["speedup"] == 3.33
     assert v["batched"]["wall_speedup"] == 42.86 and v["preprocessed"]["wall_speedup"] == 14.29
-    assert "samples_per_s" not in v["batched"]  # no sample count: no throughput
+    assert v["batched"]["samples_per_s"] is None  # no sample count: no throughput
     sampled_only = {"params": {"train_samples": 10}, "variants": {"naive": _entry(1.0, 1.0, 2.0, None)}}
-    finish(sampled_only, bench_settings())  # nothing measured accuracy: no check, no error
-    assert "accuracy_ok" not in sampled_only["variants"]["naive"]
+    # nothing measured accuracy: no check, no error
+    assert _finished(sampled_only, bench_settings())["naive"]["accuracy_ok"] is None
 
 
 def test_the_seeds_parquet_is_checked_before_the_seeds_datasets_read_it(tmp_path):
@@ -925,26 +943,24 @@ def test_time_to_accuracy_counts_setup_and_every_epoch_until_the_target():
     timing = Timing(
         train_s=[2.0, 1.0, 1.0], test_s=[0.5, 0.5, 0.5], accuracies=[0.95, 0.981, 0.99], setup_s=3.0, warmup_s=1.5
     )
-    assert time_to_accuracy(timing, 0.98) == {"target": 0.98, "seconds": 7.0, "warm_seconds": 5.5, "epoch": 2}
-    assert time_to_accuracy(timing, 0.9) == {"target": 0.9, "seconds": 5.5, "warm_seconds": 4.0, "epoch": 1}
-    assert time_to_accuracy(timing, 0.995) == {"target": 0.995, "seconds": None, "warm_seconds": None, "epoch": None}
+    assert time_to_accuracy(timing, 0.98) == TimeToAccuracy(target=0.98, seconds=7.0, warm_seconds=5.5, epoch=2)
+    assert time_to_accuracy(timing, 0.9) == TimeToAccuracy(target=0.9, seconds=5.5, warm_seconds=4.0, epoch=1)
+    assert time_to_accuracy(timing, 0.995) == TimeToAccuracy(target=0.995)
     # a graphed rung: its capture is set up too, and left out of the warm figure with the warm-up
     captured = dataclasses.replace(timing, capture_s=1.0)
-    assert (
-        time_to_accuracy(captured, 0.98)["warm_seconds"] == 4.5 and time_to_accuracy(captured, 0.98)["seconds"] == 7.0
-    )
+    assert time_to_accuracy(captured, 0.98).warm_seconds == 4.5 and time_to_accuracy(captured, 0.98).seconds == 7.0
     settings = bench_settings(target_accuracy={"tiny": [0.99, 0.98]})
     assert settings.targets("tiny") == (0.98, 0.99) and bench_settings(target_accuracy={"tiny": 0.9}).targets(
         "tiny"
     ) == (0.9,)
     summary = summarise(timing, 100, 20, settings, settings.targets("tiny"))
-    assert [t["epoch"] for t in summary["time_to_accuracy"]] == [2, 3] and summary["accuracy_by_epoch"] == [
+    assert [t.epoch for t in summary.time_to_accuracy] == [2, 3] and summary.accuracy_by_epoch == [
         0.95,
         0.981,
         0.99,
     ]
     sampled = dataclasses.replace(timing, sampled_steps=5)
-    assert summarise(sampled, 100, 20, settings, (0.98,))["time_to_accuracy"] is None  # no accuracy measured
+    assert summarise(sampled, 100, 20, settings, (0.98,)).time_to_accuracy is None  # no accuracy measured
 
 
 def test_the_first_rung_to_reach_the_target_is_timed_again_from_fresh_seeds():
@@ -954,10 +970,12 @@ def test_the_first_rung_to_reach_the_target_is_timed_again_from_fresh_seeds():
     from pipeline.bench.ladder import over_seeds
 
     def entry(seconds, epoch):
-        return {"time_to_accuracy": [{"target": 0.98, "seconds": seconds, "epoch": epoch}]}
+        return Variant(
+            train_s=1.0, test_s=0.1, time_to_accuracy=[TimeToAccuracy(target=0.98, seconds=seconds, epoch=epoch)]
+        )
 
     results = {
-        "naive": {"time_to_accuracy": None},
+        "naive": Variant(train_s=1.0, test_s=0.1),
         "device": entry(9.0, 2),
         "compiled": entry(7.0, 2),
         "batched": entry(None, None),
@@ -975,23 +993,25 @@ def test_the_first_rung_to_reach_the_target_is_timed_again_from_fresh_seeds():
 
     out = over_seeds(results, bench_settings(seed=42, accuracy_seeds=3), 0.98, run([2, None, 1]))
     assert asked == [("compiled", 43), ("compiled", 44), ("compiled", 45)]
-    assert out == {
-        "variant": "compiled",
-        "target": 0.98,
-        "seeds": [43, 44, 45],
-        "seconds": [6.0, None, 3.5],
-        "epochs": [2, None, 1],
-        "reached": 2,
-        "min": 3.5,
-        "median": 6.0,
-        "max": None,
-    }
+    assert out == Seeds(
+        variant="compiled",
+        target=0.98,
+        seeds=[43, 44, 45],
+        seconds=[6.0, None, 3.5],
+        epochs=[2, None, 1],
+        reached=2,
+        min=3.5,
+        median=6.0,
+        max=None,
+    )
     four = over_seeds(results, bench_settings(seed=42, accuracy_seeds=4), 0.98, run([2, 1, 1, 2]))
-    assert four["median"] == 4.75 and four["max"] == 6.0  # an even count: the middle two's mean
+    assert four.median == 4.75 and four.max == 6.0  # an even count: the middle two's mean
     most_missed = over_seeds(results, bench_settings(seed=42, accuracy_seeds=3), 0.98, run([None, None, 1]))
-    assert most_missed["median"] is None and most_missed["min"] == 3.5 and most_missed["reached"] == 1
+    assert most_missed.median is None and most_missed.min == 3.5 and most_missed.reached == 1
     assert (
-        over_seeds({"naive": {"time_to_accuracy": None}}, bench_settings(accuracy_seeds=3), 0.98, lambda *a: 1 / 0)
+        over_seeds(
+            {"naive": Variant(train_s=1.0, test_s=0.1)}, bench_settings(accuracy_seeds=3), 0.98, lambda *a: 1 / 0
+        )
         is None
     )
 
@@ -1021,11 +1041,11 @@ def test_the_floor_takes_an_epoch_after_each_fully_run_variant():
 def test_the_budget_beside_the_timed_epochs_step():
     """`with_epoch_step` rounds the epochs' seconds per step to the microsecond and the
     ratio to 3 places; an epoch step of 0 s (nothing timed) gives no ratio, not a division."""
-    budget = {"step_s": 0.0123456}
-    assert with_epoch_step(budget, 0.01234567) == {"step_s": 0.0123456, "epoch_step_s": 0.012346, "vs_epoch": 1.0}
-    assert with_epoch_step(budget, 0.00617283)["vs_epoch"] == 2.0
-    assert with_epoch_step(budget, 0.0093)["vs_epoch"] == 1.327  # 1.32748...
-    assert with_epoch_step(budget, 0.0) == {"step_s": 0.0123456, "epoch_step_s": 0.0, "vs_epoch": None}
+    budget = _parts(step_s=0.0123456)
+    assert with_epoch_step(budget, 0.01234567) == BudgetDoc(**budget, epoch_step_s=0.012346, vs_epoch=1.0)
+    assert with_epoch_step(budget, 0.00617283).vs_epoch == 2.0
+    assert with_epoch_step(budget, 0.0093).vs_epoch == 1.327  # 1.32748...
+    assert with_epoch_step(budget, 0.0) == BudgetDoc(**budget, epoch_step_s=0.0, vs_epoch=None)
 
 
 def test_the_timed_step_is_the_steady_epochs_median_over_the_steps_taken():
@@ -1087,7 +1107,6 @@ def test_the_tuned_recipes_label_smoothing_is_the_train_losss():
 def test_the_tuned_recipe_is_never_the_accuracy_anchor_nor_held_to_it():
     """With no `preprocessed`, the first fully run rung of the write-up's recipe anchors the
     accuracy check; `tuned`, listed first here, neither anchors it nor is checked."""
-    from pipeline.bench.figures import finish
 
     def entry(accuracy):
         return {
@@ -1103,9 +1122,9 @@ def test_the_tuned_recipe_is_never_the_accuracy_anchor_nor_held_to_it():
         "env": {"device_type": "cpu"},
         "variants": {"tuned": entry(0.995), "device": entry(0.97), "compiled": entry(0.972)},
     }
-    finish(doc, bench_settings(accuracy_tolerance=0.01))
-    assert doc["variants"]["device"]["accuracy_ok"] and doc["variants"]["compiled"]["accuracy_ok"]
-    assert "accuracy_ok" not in doc["variants"]["tuned"]
+    v = _finished(doc, bench_settings(accuracy_tolerance=0.01))
+    assert v["device"]["accuracy_ok"] and v["compiled"]["accuracy_ok"]
+    assert v["tuned"]["accuracy_ok"] is None
 
 
 def test_a_long_cpu_model_name_still_fits_a_folder_name_with_its_cores_and_tier():
@@ -1153,3 +1172,27 @@ def test_the_standalone_wide_parquet_is_written_in_the_codec_and_level_asked(tmp
     assert column.compression == "ZSTD" and meta.num_rows == 4
     table = pq.read_table(tmp_path / "train.parquet")
     assert table.column_names == list(COLUMNS) and table.column("label").to_pylist() == [0, 1, 2, 9]
+
+
+def test_a_bench_document_is_built_and_written_where_pydantic_is_missing(tmp_path):
+    """A machine with torch alone (the standalone bench) builds the same typed document and
+    writes it unchecked, saying so; read back where pydantic is installed, it is that document."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.modules['pydantic'] = sys.modules['annotated_types'] = None  # not installed\n"
+        "from pathlib import Path\n"
+        "from pipeline.bench.document import BenchDoc, RunParams, Variant\n"
+        "from pipeline.bench.stage import write_bench\n"
+        "doc = BenchDoc(dataset='d', params=RunParams(epochs=1, batch_size=8),"
+        " variants={'naive': Variant(train_s=1.0, test_s=0.5)})\n"
+        "write_bench(doc, Path(sys.argv[1]))\n"
+    )
+    out = tmp_path / "d.json"
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"{out}: written unchecked (pydantic is not installed here)" in done.stderr
+    read = validate(out, json.loads(out.read_text()), BenchDoc)
+    assert read.variants["naive"].train_s == 1.0 and read.params.batch_size == 8 and read.floor.train_s is None

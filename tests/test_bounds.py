@@ -661,6 +661,7 @@ def metrics(tmp_path):
         }
     bench = {
         "dataset": "tiny",
+        "params": {"epochs": 2, "batch_size": 64},
         "variants": {
             "naive": {"train_s": 3.0, "test_s": 0.5, "extrapolated": True},
             "device": {"train_s": 0.25, "test_s": 0.05, "extrapolated": False},
@@ -729,14 +730,17 @@ def test_codecs_refuse_numbers_no_run_gives(metrics, key, value, message):
 
 def test_the_summary_names_the_machine_of_each_figure(metrics):
     """Two data sets measured on two machines (an interrupted run on a new one): each named."""
+    from pipeline.bench.document import as_json
+    from pipeline.budget.machine import fingerprint
     from pipeline.stages.summary import write_summary
 
     root, figures, bench = metrics
     (root / "fig" / "other").mkdir()
     (root / "fig" / "other" / "zstd-3.json").write_text(json.dumps(figures))
-    _write_metrics(root, figures, {**bench, "machine": {"name": "amd-epyc-2c"}})
+    machine = as_json(fingerprint("cpu"))
+    _write_metrics(root, figures, {**bench, "machine": {**machine, "name": "amd-epyc-2c"}})
     (root / "bench" / "other.json").write_text(
-        json.dumps({**bench, "dataset": "other", "machine": {"name": "intel-xeon-2c"}})
+        json.dumps({**bench, "dataset": "other", "machine": {**machine, "name": "intel-xeon-2c"}})
     )
     out = write_summary(root / "fig", root / "bench", ["tiny", "other"], "zstd-3", "compact", root / "s.json")
     assert out["machine"] == "amd-epyc-2c (tiny), intel-xeon-2c (other)"

@@ -123,6 +123,7 @@ def test_a_quick_bench_with_too_little_time_cuts_and_records_what_it_cut(tmp_pat
     the document, and every rung it ran is in the document."""
     from conftest import make_split
 
+    from pipeline.bench.document import as_json
     from pipeline.bench.ladder import run_bench
     from pipeline.stages.convert.stage import convert_dataset
     from pipeline.stages.csvdata import write_csv
@@ -134,33 +135,24 @@ def test_a_quick_bench_with_too_little_time_cuts_and_records_what_it_cut(tmp_pat
     convert_dataset(data / "csv", data / "pq", data / "fig.json", "snappy", 65536)
     shard_dataset(data / "pq" / "compact", data / "shards", "tiny", ShardSettings(128, "none", 3))
     reference = tmp_path / "results" / "earlier" / "tiny.json"
-    s = bench_settings(
-        quick=True,
-        quick_minutes=0.05,
-        batch_size=64,
-        num_workers=1,
-        variants=["naive", "preprocessed", "device", "compiled"],
-        sample=["naive"],
-    )
-    first = run_bench(
-        "tiny",
-        data / "pq" / "wide",
-        data / "shards",
-        "cpu",
-        bench_settings(
+
+    def quick(minutes: float):
+        return bench_settings(
             quick=True,
-            quick_minutes=60,
+            quick_minutes=minutes,
             batch_size=64,
             num_workers=1,
             variants=["naive", "preprocessed", "device", "compiled"],
             sample=["naive"],
-        ),
-    )
+        )
+
+    s = quick(0.05)
+    first = as_json(run_bench("tiny", data / "pq" / "wide", data / "shards", "cpu", quick(60)))
     reference.parent.mkdir(parents=True)
     reference.write_text(json.dumps(first))
     assert first["quick_plan"]["cuts"] == [] and first["quick_plan"]["skipped"] == []
     capsys.readouterr()
-    doc = run_bench("tiny", data / "pq" / "wide", data / "shards", "cpu", s, [reference])
+    doc = as_json(run_bench("tiny", data / "pq" / "wide", data / "shards", "cpu", s, [reference]))
     said = capsys.readouterr().err
     plan = doc["quick_plan"]
     assert plan["budget_s"] == 3.0 and plan["cuts"], said

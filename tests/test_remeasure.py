@@ -59,7 +59,7 @@ def test_a_new_machine_gets_its_own_table_and_the_suite_still_passes(tmp_path, m
         settings,
         machine,
     )
-    assert doc["machine"]["name"] == "a-laptop-8c" and doc["date"]
+    assert doc.machine.name == "a-laptop-8c" and doc.date
     write_report(
         sorted((repo / "metrics" / "bench").glob("*.json")),
         repo / "metrics" / "codecs.json",

@@ -1,259 +1,316 @@
-"""The metrics files' schema, written once: what the summary and the report accept of a
-bench document (`metrics/bench/<dataset>.json`, `results/<machine>/<dataset>.json`), the codec
-table and the loader race's results, and the one check that applies it.
+"""The bench document and the other metrics files, one type each: what the bench builds and
+writes (`metrics/bench/<dataset>.json`, `results/<machine>/<dataset>.json`) is what the summary
+and the report read back, so a key its readers do not declare cannot be written.
 
-A model checks the keys it names and ignores the rest (the bench adds fields over time);
-numbers are finite and in range, names plain slugs, free text bounded (escaped where
-rendered). `validate` turns the first problem into one line naming the file and the key.
+Frozen dataclasses with their bounds on their annotations (`core.bounds`): built unchecked
+where pydantic is absent (a machine with torch alone), validated by `validate` where it is
+installed, each problem one line naming the file and the key. A reader passes over keys it
+does not know (a later bench may add fields); numbers are finite and in range, names plain
+slugs, free text bounded (escaped where rendered).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional, Union, get_args, get_origin
-
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    Strict,
-    StrictBool,
-    StrictInt,
-    StringConstraints,
-    TypeAdapter,
-    ValidationError,
-    field_validator,
-)
+from typing import Annotated, Any, Optional
 
 from pipeline.bench.settings import SAMPLE_EPOCHS, SAMPLE_STEPS, WORKERS, Recipe  # params.yaml's types
 from pipeline.bench.variants import Execution, writeup_recipe
 from pipeline.budget.machine import Fingerprint  # the machine stage's type: one for both
 from pipeline.core.bounded import short
-from pipeline.core.bounds import BATCH, EPOCHS, SEED
-from pipeline.core.errors import SLUG, DataError, InputError
+from pipeline.core.bounds import (
+    BATCH,
+    EPOCHS,
+    LOOSE,
+    SEED,
+    BeforeValidator,
+    Bool,
+    Int,
+    Len,
+    Line,
+    Name,
+    Num,
+    Strict,
+)
+from pipeline.core.errors import DataError, InputError
 
-Slug = Annotated[str, StringConstraints(pattern=f"^{SLUG}$", strict=True)]  # (pydantic's Rust regex: `$` is the end)
-Text = Annotated[str, StringConstraints(max_length=2000, strict=True)]  # escaped where rendered
-Seconds = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]  # under four months
-Ratio = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]
-Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-Megabytes = Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]
+Seconds = Num(ge=0, le=1e7)  # under four months
+Ratio = Num(ge=0, le=1e7)
+Fraction = Num(ge=0, le=1)
+Count = Int(0, 1 << 40)
+Epoch = Int(1, 1 << 20)
+Tally = Int(0, 100)  # seeds counted
 IsoDate = Annotated[dt.date, Strict(False)]  # JSON holds dates as "2026-11-23"
+record = dataclass(frozen=True, kw_only=True)
 
 
-class Loose(BaseModel):
-    """Checks the keys it names and ignores the rest: the bench adds fields over time."""
-
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-
-class Spread(Loose):
+@record
+class Spread:
+    __pydantic_config__ = LOOSE
     min: Seconds
     median: Seconds
     max: Seconds
 
 
-Count = Annotated[int, Field(ge=0, le=1 << 40), Strict()]
+@record
+class BudgetDoc:
+    """Where a rung's train step goes (`profiled.profile_steps`), seconds per step by part."""
 
-
-class BudgetDoc(Loose):
-    step_s: Seconds
-    steps: Optional[Count] = None  # the profiled pass's steps
+    __pydantic_config__ = LOOSE
     data_wait_s: Seconds
     copy_s: Seconds
     compute_s: Seconds
     overhead_s: Seconds
     other_s: Seconds
+    step_s: Seconds
+    steps: Optional[Count] = None  # the profiled pass's steps
     wall_s: Optional[Seconds] = None  # the profiled pass on a plain clock, per step
     vs_wall: Optional[Ratio] = None  # step_s over wall_s: how much of the pass the events account for
-    vs_epoch: Optional[Ratio] = None  # step_s over epoch_step_s
-    epoch_step_s: Optional[Seconds] = None  # the timed epochs' median, per step
-    kernels_per_step: Optional[float] = Field(default=None, ge=0, le=1e7)  # device kernels (CUDA)
     host_wait_s: Optional[Seconds] = None  # the overhead's halves (CUDA): nothing queued on the device,
     launch_gap_s: Optional[Seconds] = None  # or launched work waiting to start
+    kernels_per_step: Optional[Ratio] = None  # device kernels (CUDA)
+    epoch_step_s: Optional[Seconds] = None  # the timed epochs' median, per step
+    vs_epoch: Optional[Ratio] = None  # step_s over epoch_step_s
 
 
-class Measured(Loose):
+@record
+class Measured:
     """The raw epoch times the bench took (for sampled variants: the sampled steps only)."""
 
-    train_s: list[Seconds] = Field(max_length=10_000)
-    test_s: list[Seconds] = Field(max_length=10_000)
+    __pydantic_config__ = LOOSE
+    train_s: Annotated[list[Seconds], Len(0, 10_000)]
+    test_s: Annotated[list[Seconds], Len(0, 10_000)]
 
 
-class TimeToAccuracy(Loose):
+@record
+class TimeToAccuracy:
+    __pydantic_config__ = LOOSE
     target: Fraction
     seconds: Optional[Seconds] = None  # None: no timed epoch reached the target; the setup counted
     warm_seconds: Optional[Seconds] = None  # the same, warm-up and capture left out (older documents: none)
-    epoch: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
+    epoch: Optional[Epoch] = None
 
 
-class Variant(Loose):
+def _listed(value: Any) -> Any:
+    return [value] if isinstance(value, dict) else value
+
+
+@record
+class Variant:
+    """One rung's figures (`figures.summarise`, completed by `figures.finish`)."""
+
+    __pydantic_config__ = LOOSE
     train_s: Seconds
     test_s: Seconds
     first_epoch_train_s: Optional[Seconds] = None
     setup_s: Optional[Seconds] = None
     warmup_s: Optional[Seconds] = None  # of the setup: warm-up steps (compiling, autotuning)
     capture_s: Optional[Seconds] = None  # of the setup: capturing the CUDA graphs
-    bench_s: Optional[Seconds] = None  # what the rung cost the bench, its floor epoch included
-    samples_per_s: Optional[Ratio] = None
-    below_floor: StrictBool = False
-    accuracy_by_epoch: Optional[list[Fraction]] = Field(default=None, max_length=1 << 20)
     wall_s: Optional[Seconds] = None
     accuracy: Optional[Fraction] = None
-    accuracy_ok: StrictBool = True
-    extrapolated: StrictBool = False
-    cuda_graph: StrictBool = False
+    extrapolated: Bool = False
+    cuda_graph: Bool = False
+    measured: Optional[Measured] = None
+    spread: Optional[Spread] = None
+    budget: Optional[BudgetDoc] = None
+    accuracy_by_epoch: Optional[Annotated[list[Fraction], Len(0, 1 << 20)]] = None
+    # one per target accuracy, ascending (a document of one target may hold it bare)
+    time_to_accuracy: Annotated[Optional[Annotated[list[TimeToAccuracy], Len(0, 4)]], BeforeValidator(_listed)] = None
+    bench_s: Optional[Seconds] = None  # what the rung cost the bench, its floor epoch included
     speedup: Optional[Ratio] = None
     wall_speedup: Optional[Ratio] = None
-    spread: Optional[Spread] = None
-    unstable: StrictBool = False
-    unstable_reason: Optional[Text] = None
-    budget: Optional[BudgetDoc] = None
-    measured: Optional[Measured] = None
-    # one per target accuracy, ascending (a document of one target may hold it bare)
-    time_to_accuracy: Optional[list[TimeToAccuracy]] = Field(default=None, max_length=4)
-
-    @field_validator("time_to_accuracy", mode="before")
-    @classmethod
-    def _listed(cls, value: Any) -> Any:
-        return [value] if isinstance(value, dict) else value
+    samples_per_s: Optional[Count] = None
+    accuracy_ok: Optional[Bool] = None  # within bench.accuracy_tolerance of the anchor; None: not checked
+    below_floor: Bool = False
+    unstable: Bool = False
+    unstable_reason: Optional[Line] = None
 
 
-class Env(Loose):
+@record
+class Env:
     """The process's view of the device (older documents: the only description of the machine)."""
 
-    device: Text
-    device_type: Text
-    torch: Text
-    cpu_count: StrictInt = Field(ge=1, le=1 << 20)
-    cuda: Optional[Text] = None
-    threads: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)
-    python: Optional[Text] = None
+    __pydantic_config__ = LOOSE
+    device: Line
+    device_type: Line
+    torch: Line
+    cuda: Optional[Line] = None
+    cpu_count: Int(1, 1 << 20)
+    threads: Optional[Int(1, 1 << 20)] = None
+    python: Optional[Line] = None
     device_init_s: Optional[Seconds] = None  # the process's one-time device start, outside every rung
-    host_memory: Optional[Text] = None  # `hostmem.reuse_host_memory`: freed blocks kept or not
-    commit: Optional[Text] = None
+    host_memory: Optional[Line] = None  # `hostmem.reuse_host_memory`: freed blocks kept or not
+    commit: Optional[Line] = None
     date: Optional[IsoDate] = None
 
 
-class RunParams(Loose):
+@record
+class RunParams:
     """The `bench` settings the run used, within the settings' own bounds, and what it counted."""
 
+    __pydantic_config__ = LOOSE
     epochs: EPOCHS
     batch_size: BATCH
     seed: Optional[SEED] = None
     num_workers: Optional[WORKERS] = None  # as the run resolved it (`BenchSettings.workers`)
     parameters: Optional[Count] = None  # the model's
     train_samples: Optional[Count] = None
-    tuned: Optional[Recipe] = None  # the `tuned` rung's recipe, where it ran
     sample_steps: Optional[SAMPLE_STEPS] = None
     sample_epochs: Optional[SAMPLE_EPOCHS] = None
-    quick: StrictBool = False
+    quick: Bool = False
+    tuned: Optional[Recipe] = None  # the `tuned` rung's recipe, where it ran
 
 
-class FloorDoc(Loose):
+@record
+class FloorDoc:
+    """The floor of each execution the rungs used: the same steps with no data path."""
+
+    __pydantic_config__ = LOOSE
     train_s: Optional[Seconds] = None
     graphed_train_s: Optional[Seconds] = None
     compiled_train_s: Optional[Seconds] = None
-    epochs: Optional[StrictInt] = Field(default=None, ge=1, le=1 << 20)  # the fastest of this many
+    epochs: Optional[Epoch] = None  # the fastest of this many
 
 
-class Seeds(Loose):
+@record
+class Seeds:
     """The fastest rung's time to accuracy over several seeds (`ladder.over_seeds`)."""
 
-    variant: Slug
+    __pydantic_config__ = LOOSE
+    variant: Name
     target: Fraction
-    seeds: list[StrictInt] = Field(min_length=1, max_length=100)
-    seconds: list[Optional[Seconds]] = Field(min_length=1, max_length=100)
-    epochs: Optional[list[Optional[StrictInt]]] = Field(default=None, max_length=100)  # the epoch each reached it
-    reached: StrictInt = Field(ge=0, le=100)
+    seeds: Annotated[list[Int(0, (1 << 32) + 100)], Len(1, 100)]
+    epochs: Optional[Annotated[list[Optional[Epoch]], Len(0, 100)]] = None  # the epoch each reached it
+    seconds: Annotated[list[Optional[Seconds]], Len(1, 100)]
+    reached: Tally
     min: Optional[Seconds] = None  # None: no seed reached the target
     median: Optional[Seconds] = None  # None: half or more of the seeds did not reach it
     max: Optional[Seconds] = None  # None: a seed did not reach it
 
 
-class TargetSeconds(Loose):
+@record
+class TargetSeconds:
     """Seconds to one target accuracy over seeds (`figures.seconds_spread`)."""
 
+    __pydantic_config__ = LOOSE
     target: Fraction
-    seconds: list[Optional[Seconds]] = Field(min_length=1, max_length=100)
-    reached: StrictInt = Field(ge=0, le=100)
+    seconds: Annotated[list[Optional[Seconds]], Len(1, 100)]
+    reached: Tally
     min: Optional[Seconds] = None
     median: Optional[Seconds] = None
     max: Optional[Seconds] = None
 
 
-class TunedSeeds(Loose):
+@record
+class TunedSeeds:
     """The `tuned` recipe over fresh seeds (`ladder.tuned_over_seeds`)."""
 
+    __pydantic_config__ = LOOSE
     recipe: Optional[Recipe] = None
-    seeds: list[StrictInt] = Field(min_length=1, max_length=100)
-    accuracy: list[Fraction] = Field(min_length=1, max_length=100)
+    seeds: Annotated[list[Int(0, (1 << 32) + 100)], Len(1, 100)]
+    accuracy: Annotated[list[Fraction], Len(1, 100)]
     accuracy_mean: Fraction
     accuracy_min: Fraction
     accuracy_max: Fraction
-    targets: list[TargetSeconds] = Field(max_length=4)
+    targets: Annotated[list[TargetSeconds], Len(0, 4)]
 
 
-class CalibrationDoc(Loose):
-    """The bench's first measure of this host (`estimate.calibrate`)."""
+@record
+class Calibration:
+    """The bench's first measure of this host (`estimate.calibrate`): seconds per train step of
+    the write-up's model at the bench's batch on random data already on the device, and how
+    much blocks of those steps disagreed."""
 
-    step_s: Seconds
-    spread: Ratio
+    __pydantic_config__ = LOOSE
+    step_s: Seconds  # the fastest block's
+    spread: Ratio  # (slowest - fastest) / median over the blocks
 
 
-class QuickPlan(Loose):
+@record
+class QuickPlan:
     """What a quick bench cut to end within its budget (`ladder._run_bench`)."""
 
+    __pydantic_config__ = LOOSE
     budget_s: Seconds
-    cuts: list[Text] = Field(default_factory=list, max_length=64)
-    skipped: list[Slug] = Field(default_factory=list, max_length=64)
+    cuts: Annotated[list[Line], Len(0, 64)] = field(default_factory=list)
+    skipped: Annotated[list[Name], Len(0, 64)] = field(default_factory=list)
 
 
-class BenchDoc(Loose):
-    dataset: Slug
-    machine: Optional[Fingerprint] = None
+@record
+class BenchDoc:
+    """A data set's bench (`ladder.run_bench`, labelled by `stage.bench_dataset`)."""
+
+    __pydantic_config__ = LOOSE
+    dataset: Name
     env: Optional[Env] = None
-    date: Optional[IsoDate] = None
     params: RunParams
+    compiled_options: Optional[Execution] = None  # what `compiled` ran with here
+    variants: Annotated[dict[Name, Variant], Len(1, 64)]
+    quick_plan: Optional[QuickPlan] = None
     floor: FloorDoc = FloorDoc()
-    variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
+    floor_s: Optional[Seconds] = None  # of wall_s: the floor's set-up and first epochs
     seeds: Optional[Seeds] = None
     tuned: Optional[TunedSeeds] = None
-    calibration: Optional[CalibrationDoc] = None
-    compiled_options: Optional[Execution] = None  # what `compiled` ran with here
-    accuracy_tolerance: Optional[Fraction] = None
-    floor_s: Optional[Seconds] = None  # of wall_s: the floor's set-up and first epochs
     seeds_s: Optional[Seconds] = None  # of wall_s: the runs over fresh seeds
+    accuracy_tolerance: Optional[Fraction] = None
+    calibration: Optional[Calibration] = None
     wall_s: Optional[Seconds] = None  # the whole bench of this data set (`ladder.run_bench`)
-    quick_plan: Optional[QuickPlan] = None
+    machine: Optional[Fingerprint] = None
+    date: Optional[IsoDate] = None
 
 
-class Split(Loose):
-    MB: Megabytes
+@record
+class Split:
+    __pydantic_config__ = LOOSE
+    MB: Num(ge=0, le=1e7)
     read_s: Seconds
 
 
-class CodecEntry(Loose):
+@record
+class CodecEntry:
+    __pydantic_config__ = LOOSE
     train: Split
 
 
-CodecTable = dict[Slug, dict[Slug, dict[Slug, CodecEntry]]]  # data set -> layout -> codec
+CodecTable = dict[Name, dict[Name, dict[Name, CodecEntry]]]  # data set -> layout -> codec
 
 
-class RaceMeta(Loose):
-    samples: StrictInt = Field(ge=1, le=10**10)
+@record
+class RaceMeta:
+    __pydantic_config__ = LOOSE
+    samples: Int(1, 10**10)
 
 
-class RaceRun(Loose):
+@record
+class RaceRun:
+    __pydantic_config__ = LOOSE
     seconds: Optional[Seconds] = None  # absent where the run failed (its error is kept instead)
 
 
-class RaceDoc(Loose):
+@record
+class RaceDoc:
     """results/peers/scale-<n>.json, written by benchmarks/peers.py: per system and task, its runs."""
 
+    __pydantic_config__ = LOOSE
     meta: RaceMeta
-    results: dict[Slug, dict[Slug, list[RaceRun]]] = Field(max_length=64)
+    results: Annotated[dict[Name, dict[Name, list[RaceRun]]], Len(0, 64)]
+
+
+def as_json(value: Any) -> Any:
+    """A document (or any part of one) as JSON holds it: dataclasses as objects in field
+    order, tuples as lists, dates as ISO strings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {key: as_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_json(item) for item in value]
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value
 
 
 def fastest_full(variants: dict[str, Variant]) -> tuple[str, Variant] | None:
@@ -269,6 +326,8 @@ def fastest_full(variants: dict[str, Variant]) -> tuple[str, Variant] | None:
 
 def validate(path: Path | str, data: Any, model: Any, error: type[InputError] = DataError) -> Any:
     """`data` as `model`, or `error` naming `path` and the first bad key."""
+    from pydantic import TypeAdapter, ValidationError
+
     try:
         return TypeAdapter(model).validate_python(data)
     except ValidationError as err:
@@ -277,29 +336,3 @@ def validate(path: Path | str, data: Any, model: Any, error: type[InputError] = 
         got = first.get("input")
         shown = f" (got {short(got)})" if isinstance(got, (int, float, str, bool)) or got is None else ""
         raise error(f"{path}: {key}: {first['msg']}{shown}") from None
-
-
-def undeclared(data: Any, annotation: Any, where: str = "") -> list[str]:
-    """The keys of `data` that `annotation` (a model, or a type built of models) does not
-    declare, as dotted paths: a writer checks its document against the reader's schema so
-    that a key the reader would silently ignore (a misspelt one) cannot be written."""
-    origin, args = get_origin(annotation), get_args(annotation)
-    if origin is Annotated:
-        return undeclared(data, args[0], where)
-    if origin is Union:
-        fits = [a for a in args if a is not type(None)]
-        return min((undeclared(data, a, where) for a in fits), key=len, default=[])
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        if not isinstance(data, dict):
-            return []
-        fields = annotation.model_fields
-        found = [f"{where}{key}" for key in data if key not in fields]
-        for key, value in data.items():
-            if key in fields:
-                found += undeclared(value, fields[key].annotation, f"{where}{key}.")
-        return found
-    if origin is list and isinstance(data, list) and args:
-        return [k for i, item in enumerate(data) for k in undeclared(item, args[0], f"{where}{i}.")]
-    if origin is dict and isinstance(data, dict) and len(args) == 2:
-        return [k for key, value in data.items() for k in undeclared(value, args[1], f"{where}{key}.")]
-    return []

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from pipeline.bench.document import Calibration
 from pipeline.bench.model import SimpleCNN
 from pipeline.budget import duration, usable_cores
 from pipeline.core.bounded import read_json
@@ -32,18 +33,6 @@ from pipeline.core.errors import InputError
 
 BUSY_SHARE = 0.2  # of a core: a process using more than this during the window is listed
 SHAKY = 2.0  # calibration blocks spread past this many times bench.max_spread: an unsteady host
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Seconds per train step of the write-up's model at the bench's batch, on random data
-    already on the device, and how much blocks of those steps disagreed."""
-
-    step_s: float  # the fastest block's
-    spread: float  # (slowest - fastest) / median over the blocks
-
-    def to_json(self) -> dict:
-        return {"step_s": round(self.step_s, 6), "spread": round(self.spread, 3)}
 
 
 def calibrate(device: torch.device, batch_size: int, blocks: int = 5, block_s: float = 0.25) -> Calibration:
@@ -74,7 +63,8 @@ def calibrate(device: torch.device, batch_size: int, blocks: int = 5, block_s: f
     middle = statistics.median(timed)
     # the fastest block: another process can only slow a block down, so the fastest is the
     # machine's own speed, the figure two calibrations compare by; the spread says the rest
-    return Calibration(step_s=min(timed), spread=(max(timed) - min(timed)) / middle if middle > 0 else 0.0)
+    spread = (max(timed) - min(timed)) / middle if middle > 0 else 0.0
+    return Calibration(step_s=round(min(timed), 6), spread=round(spread, 3))
 
 
 def busy_processes(

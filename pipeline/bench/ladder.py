@@ -26,8 +26,19 @@ from pathlib import Path
 import torch
 
 from pipeline.bench.datapaths import Resident, data_path
-from pipeline.bench.estimate import (
+from pipeline.bench.document import (
+    BenchDoc,
     Calibration,
+    Env,
+    FloorDoc,
+    QuickPlan,
+    RunParams,
+    Seeds,
+    TargetSeconds,
+    TunedSeeds,
+    Variant,
+)
+from pipeline.bench.estimate import (
     Pace,
     announce,
     busy_processes,
@@ -45,7 +56,7 @@ from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.bench.quickplan import Plan, Pricer, plan_rest
 from pipeline.bench.recipe import execution_of, train_config
 from pipeline.bench.runners import Floor, Timing, cudnn_benchmark, train_eager, train_static
-from pipeline.bench.settings import BenchSettings
+from pipeline.bench.settings import BenchSettings, Recipe
 from pipeline.bench.variants import STATIC_VARIANTS, Execution, writeup_recipe
 from pipeline.budget import duration
 from pipeline.shards.format import read_manifest
@@ -116,18 +127,19 @@ def run_variant(
     return timing, path.train_steps, path.test_steps
 
 
-def environment(device: torch.device) -> dict:
-    return {
-        "device": torch.cuda.get_device_name(device)
+def environment(device: torch.device, device_init_s: float) -> Env:
+    return Env(
+        device=torch.cuda.get_device_name(device)
         if device.type == "cuda"
         else platform.processor() or platform.machine(),
-        "device_type": device.type,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cpu_count": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-    }
+        device_type=device.type,
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        cpu_count=os.cpu_count(),
+        threads=torch.get_num_threads(),
+        python=platform.python_version(),
+        device_init_s=round(device_init_s, 3),
+    )
 
 
 def run_bench(
@@ -138,7 +150,7 @@ def run_bench(
     settings: BenchSettings,
     earlier: list[Path] = (),
     machine: str | None = None,
-) -> dict:
+) -> BenchDoc:
     """Every variant of the ladder on one data set; returns the full bench document, with
     `wall_s`: the seconds the whole bench took (floor, variants, profiled passes, seeds).
 
@@ -150,10 +162,12 @@ def run_bench(
     pace = announce_bench(dataset, device, settings, list(earlier), machine)
     with cudnn_benchmark(device), reuse_host_memory(settings.reuse_host_memory) as host_memory:
         document = _run_bench(dataset, Path(parquet), Path(shards), device, settings, pace, started)
-    document["env"]["host_memory"] = host_memory
-    document["calibration"] = pace.calibration.to_json()
-    document["wall_s"] = round(time.perf_counter() - started, 1)
-    return document
+    return dataclasses.replace(
+        document,
+        env=dataclasses.replace(document.env, host_memory=host_memory),
+        calibration=pace.calibration,
+        wall_s=round(time.perf_counter() - started, 1),
+    )
 
 
 @dataclass
@@ -304,8 +318,8 @@ def _run_bench(
     settings: BenchSettings,
     announced: Announced,
     started: float,
-) -> dict:
-    results: dict = {}
+) -> BenchDoc:
+    results: dict[str, Variant] = {}
     # The process's one-time CUDA start, outside every variant (it would land in the first one's).
     start = time.perf_counter()
     torch.zeros(1, device=device)
@@ -318,26 +332,27 @@ def _run_bench(
     # budget (a cut made while behind is undone once the run catches up)
     planned = settings
     took: dict[str, tuple[float, float]] = {}
-    quick_plan = {"budget_s": round(settings.quick_minutes * 60, 1), "cuts": [], "skipped": []}
+    cuts_said: list[str] = []  # the quick plan's cuts, each time they changed
+    skipped: list[str] = []
     for done, variant in enumerate(settings.variants):
         priced = 0.0
         left = announced.left(done_parts, time.perf_counter() - started, done, len(settings.variants))
         if settings.quick:
             budget_left = quick_left(settings, time.perf_counter() - started)
-            whole_run = any(not entry["extrapolated"] for entry in results.values())
+            whole_run = any(not entry.extrapolated for entry in results.values())
             step = plan_quick(announced, settings, settings.variants[done:], took, budget_left, not whole_run)
             cuts = "; ".join(step.plan.cuts)
-            if cuts and cuts not in quick_plan["cuts"][-1:]:
+            if cuts and cuts not in cuts_said[-1:]:
                 if done:  # the first plan was announced
                     print(
                         f"{dataset}: {duration(max(0.0, budget_left))} of the quick budget left; {step.said}",
                         file=sys.stderr,
                         flush=True,
                     )
-                quick_plan["cuts"].append(cuts)
+                cuts_said.append(cuts)
             planned = step.plan.settings
             if variant in step.plan.skipped and results:  # the first rung runs whatever: a document has one
-                quick_plan["skipped"].append(variant)
+                skipped.append(variant)
                 print(
                     f"{dataset} [{done + 1}/{len(settings.variants)}] {variant}: left out (the quick budget)",
                     file=sys.stderr,
@@ -357,45 +372,40 @@ def _run_bench(
         timing, train_steps, test_steps = run_variant(
             variant, dataset, Path(parquet), Path(shards), device, planned, progress=f"{dataset}/{variant}"
         )
-        results[variant] = summarise(timing, train_steps, test_steps, planned, settings.targets(dataset))
+        figures = summarise(timing, train_steps, test_steps, planned, settings.targets(dataset))
         # Free this variant's loaders now: their (persistent) worker processes must not
         # share the CPU with the next variant's timed epochs (nor with the floor's).
         gc.collect()
         if floor_after(settings, done):
             for run in distinct_floors:
                 run.epoch()
-        results[variant]["bench_s"] = round(time.perf_counter() - begun, 1)  # its floor epoch included
-        done_parts[variant] = results[variant]["bench_s"]
+        # what the rung cost the bench, its floor epoch included
+        results[variant] = dataclasses.replace(figures, bench_s=round(time.perf_counter() - begun, 1))
+        done_parts[variant] = results[variant].bench_s
         if settings.quick:  # its base price, or what it took where nothing priced it
             taken = time.perf_counter() - begun
             took[variant] = (taken, priced if priced > 0 else taken)
     n_train = read_manifest(Path(shards) / "train")["count"]
-    document = {
-        "dataset": dataset,
-        "env": {**environment(device), "device_init_s": round(init_s, 3)},
-        "params": {
-            "epochs": settings.epochs,
-            "batch_size": settings.batch_size,
-            "seed": settings.seed,
-            "num_workers": settings.workers(),
-            "parameters": parameter_count(SimpleCNN()),
-            "train_samples": n_train,
-            "sample_steps": settings.sample_steps,
-            "sample_epochs": settings.sample_epochs,
-            "quick": settings.quick,
-            **tuned_params(settings),
-        },
-        "compiled_options": dataclasses.asdict(execution_of(settings, "compiled", device)),
-        "variants": results,
-    }
-    if settings.quick:
-        document["quick_plan"] = quick_plan
-    if floor_runs:
-        document["floor"] = {
-            **{key: round(run.seconds, 4) for key, run in floor_runs.items()},
-            "epochs": len(distinct_floors[0].train_s),
-        }
-    document["floor_s"] = round(floor_s, 1)
+    params = RunParams(
+        epochs=settings.epochs,
+        batch_size=settings.batch_size,
+        seed=settings.seed,
+        num_workers=settings.workers(),
+        parameters=parameter_count(SimpleCNN()),
+        train_samples=n_train,
+        sample_steps=settings.sample_steps,
+        sample_epochs=settings.sample_epochs,
+        quick=settings.quick,
+        tuned=tuned_recipe(settings),
+    )
+    floor = (
+        FloorDoc(
+            **{key: round(run.seconds, 4) for key, run in floor_runs.items()}, epochs=len(distinct_floors[0].train_s)
+        )
+        if floor_runs
+        else FloorDoc()
+    )
+    quick_plan = QuickPlan(budget_s=round(settings.quick_minutes * 60, 1), cuts=cuts_said, skipped=skipped)
     targets = settings.targets(dataset)
     target = targets[0] if targets else None
     seeds_started = time.perf_counter()
@@ -416,6 +426,7 @@ def _run_bench(
             until=until,
         )[0]
 
+    seeds, tuned = None, None
     if target is not None and settings.accuracy_seeds > 0:
         print(
             f"{dataset}: time to {target:.0%} from {settings.accuracy_seeds} more seeds"
@@ -423,7 +434,7 @@ def _run_bench(
             file=sys.stderr,
             flush=True,
         )
-        document["seeds"] = over_seeds(results, settings, target, functools.partial(rerun, until=target))
+        seeds = over_seeds(results, settings, target, functools.partial(rerun, until=target))
     if "tuned" in results and settings.tuned is not None and settings.tuned.seeds > 0:
         print(
             f"{dataset}: the tuned recipe's accuracy and time to {', '.join(f'{t:.0%}' for t in targets)} over "
@@ -431,10 +442,21 @@ def _run_bench(
             file=sys.stderr,
             flush=True,
         )
-        document["tuned"] = tuned_over_seeds(settings, targets, functools.partial(rerun, "tuned"))
-    document["seeds_s"] = round(time.perf_counter() - seeds_started, 1)
-    finish(document, settings)
-    return document
+        tuned = tuned_over_seeds(settings, targets, functools.partial(rerun, "tuned"))
+    document = BenchDoc(
+        dataset=dataset,
+        env=environment(device, init_s),
+        params=params,
+        compiled_options=execution_of(settings, "compiled", device),
+        variants=results,
+        quick_plan=quick_plan if settings.quick else None,
+        floor=floor,
+        floor_s=round(floor_s, 1),
+        seeds=seeds,
+        tuned=tuned,
+        seeds_s=round(time.perf_counter() - seeds_started, 1),
+    )
+    return finish(document, settings)
 
 
 def floor_after(settings: BenchSettings, done: int) -> bool:
@@ -447,15 +469,12 @@ def floor_after(settings: BenchSettings, done: int) -> bool:
     return done == len(variants) - 1 and all(v in settings.sample for v in variants)
 
 
-def tuned_params(settings: BenchSettings) -> dict:
-    """The `tuned` recipe the run used, for the document's params (none where it did not run)."""
-    recipe = settings.tuned
-    if recipe is None or "tuned" not in settings.variants:
-        return {}
-    return {"tuned": {**dataclasses.asdict(recipe), "betas": list(recipe.betas)}}
+def tuned_recipe(settings: BenchSettings) -> Recipe | None:
+    """The `tuned` recipe the run used, for the document's params (None where it did not run)."""
+    return settings.tuned if "tuned" in settings.variants else None
 
 
-def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...], run: Callable[[int], Timing]) -> dict:
+def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...], run: Callable[[int], Timing]) -> TunedSeeds:
     """The `tuned` recipe from `settings.tuned.seeds` fresh seeds (seed + 1, ...), each its
     whole schedule: the final test accuracy of each (mean, min, max) and, per target, the
     seconds to it (`seconds_spread`); the rung's own ladder run is not one of them."""
@@ -463,48 +482,48 @@ def tuned_over_seeds(settings: BenchSettings, targets: tuple[float, ...], run: C
     seeds = list(range(settings.seed + 1, settings.seed + 1 + recipe.seeds))
     timings = [run(seed) for seed in seeds]
     accuracies = [round(t.accuracy, 4) for t in timings]
-    return {
-        "recipe": tuned_params(settings)["tuned"],
-        "seeds": seeds,
-        "accuracy": accuracies,
-        "accuracy_mean": round(statistics.mean(accuracies), 4),
-        "accuracy_min": min(accuracies),
-        "accuracy_max": max(accuracies),
-        "targets": [
-            {"target": target, **seconds_spread([time_to_accuracy(t, target)["seconds"] for t in timings])}
+    return TunedSeeds(
+        recipe=recipe,
+        seeds=seeds,
+        accuracy=accuracies,
+        accuracy_mean=round(statistics.mean(accuracies), 4),
+        accuracy_min=min(accuracies),
+        accuracy_max=max(accuracies),
+        targets=[
+            TargetSeconds(target=target, **seconds_spread([time_to_accuracy(t, target).seconds for t in timings]))
             for target in targets
         ],
-    }
+    )
 
 
 def over_seeds(
-    results: dict, settings: BenchSettings, target: float, again: Callable[[str, int], Timing]
-) -> dict | None:
+    results: dict[str, Variant], settings: BenchSettings, target: float, again: Callable[[str, int], Timing]
+) -> Seeds | None:
     """The time to `target` of the rung that reached it first in the ladder, taken again from
     `settings.accuracy_seeds` fresh seeds (seed + 1, ...; the ladder's own run, which chose the
     rung, is left out), each run stopped at its first test pass at the target. A seed that
     never reaches it counts as slower than every other: the median is None when half or more
     missed, and so is the max when any did. None when no rung reached the target."""
     reached = {
-        name: first["seconds"]
+        name: first.seconds
         for name, entry in results.items()
         if writeup_recipe(name)
-        and entry.get("time_to_accuracy")
-        and (first := entry["time_to_accuracy"][0])["target"] == target
-        and first["seconds"] is not None
+        and entry.time_to_accuracy
+        and (first := entry.time_to_accuracy[0]).target == target
+        and first.seconds is not None
     }
     if not reached:
         return None
     rung = min(reached, key=lambda name: reached[name])
     seeds = list(range(settings.seed + 1, settings.seed + 1 + settings.accuracy_seeds))
     found = [time_to_accuracy(again(rung, seed), target) for seed in seeds]
-    return {
-        "variant": rung,
-        "target": target,
-        "seeds": seeds,
-        "epochs": [f["epoch"] for f in found],
-        **seconds_spread([f["seconds"] for f in found]),
-    }
+    return Seeds(
+        variant=rung,
+        target=target,
+        seeds=seeds,
+        epochs=[f.epoch for f in found],
+        **seconds_spread([f.seconds for f in found]),
+    )
 
 
 def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSettings) -> dict[str, Floor]:

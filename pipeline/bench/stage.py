@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from pipeline.bench.document import BenchDoc, as_json, validate
 from pipeline.bench.ladder import run_bench
 from pipeline.bench.settings import BenchSettings
 from pipeline.budget.machine import Fingerprint
@@ -31,35 +32,23 @@ def read_machine(path: Path) -> Fingerprint:
             f"{path}: expected the keys {sorted(keys)}, found {found} (written by an older or other "
             "version?): run `dvc repro machine`"
         )
-    from pipeline.bench.document import validate
-
     return validate(path, machine, Fingerprint, InputError)
 
 
-def write_bench(document: dict, out: Path) -> None:
-    """Write the bench document, first checked against the schema its readers use
-    (`document.BenchDoc`): a value out of range, or a key that schema does not declare (a
-    reader would drop it without a word), stops the stage with one line and leaves `out` as
-    it was; the refused document is kept in the system's temporary folder, named in that
-    line, so a long run is not lost. Where pydantic is not installed (a machine with torch
-    alone), written unchecked: the report checks it when the results come home."""
+def write_bench(document: BenchDoc, out: Path) -> None:
+    """Write the bench document, its values first checked against their bounds (its keys are
+    its type's): a value out of range stops the stage with one line and leaves `out` as it
+    was; the refused document is kept in the system's temporary folder, named in that line,
+    so a long run is not lost. Where pydantic is not installed (a machine with torch alone),
+    written unchecked: the report checks it when the results come home."""
+    written = as_json(document)
     try:
-        from pipeline.bench.document import BenchDoc, undeclared, validate
+        validate(out, written, BenchDoc)
     except ImportError:
         print(f"{out}: written unchecked (pydantic is not installed here)", file=sys.stderr)
-    else:
-        written = json.loads(json.dumps(document))  # what its readers will read
-        try:
-            validate(out, written, BenchDoc)
-            extra = undeclared(written, BenchDoc)
-            if extra:
-                raise DataError(
-                    f"{out}: the bench wrote keys its schema does not declare: {', '.join(extra[:4])} "
-                    f"(pipeline/bench/document.py)"
-                )
-        except DataError as err:
-            raise DataError(f"{err}; the run's document is kept as {keep_rejected(document, out)}") from None
-    write_json(Path(out), document)
+    except DataError as err:
+        raise DataError(f"{err}; the run's document is kept as {keep_rejected(written, out)}") from None
+    write_json(Path(out), written)
 
 
 def keep_rejected(document: dict, out: Path) -> str:
@@ -74,15 +63,13 @@ def keep_rejected(document: dict, out: Path) -> str:
     return path
 
 
-def warn_unstable(document: dict, stream=sys.stderr) -> None:
+def warn_unstable(document: BenchDoc, stream=sys.stderr) -> None:
     """One line naming the variants whose figures are not to be trusted, and what to do."""
-    shaky = [
-        f"{name} ({entry['unstable_reason']})" for name, entry in document["variants"].items() if entry.get("unstable")
-    ]
+    shaky = [f"{name} ({entry.unstable_reason})" for name, entry in document.variants.items() if entry.unstable]
     if shaky:
         print(
-            f"warning: {document['dataset']}: unstable on this machine: {'; '.join(shaky)}. Re-run on a "
-            f"quiet machine: dvc repro -f -s bench@{document['dataset']}",
+            f"warning: {document.dataset}: unstable on this machine: {'; '.join(shaky)}. Re-run on a "
+            f"quiet machine: dvc repro -f -s bench@{document.dataset}",
             file=stream,
         )
 
@@ -105,18 +92,17 @@ def bench_dataset(
     settings: BenchSettings,
     machine: Fingerprint,
     earlier: list[Path] | None = None,
-) -> dict:
+) -> BenchDoc:
     """Every variant of `settings` on one data set's wide Parquet and shards -> `out`; the
     estimate printed first scales from `earlier` (default: `earlier_runs(out)`). A quick run
     under `make bench-quick` also leaves a copy in the folder QUICK_KEEP names (outside the
     experiment's scratch copy, which a stopped run loses)."""
     earlier = earlier_runs(out) if earlier is None else earlier
     document = run_bench(dataset, Path(parquet), Path(shards), device, settings, earlier, machine.name)
-    document["machine"] = machine.as_json()
-    document["date"] = dt.date.today().isoformat()
+    document = dataclasses.replace(document, machine=machine, date=dt.date.today())
     write_bench(document, out)
     keep = os.environ.get(QUICK_KEEP)
     if settings.quick and keep:
-        write_json(Path(keep) / f"{dataset}.json", document)
+        write_json(Path(keep) / f"{dataset}.json", as_json(document))
     warn_unstable(document)
     return document

@@ -10,20 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
-
-from pipeline.bench.document import Loose, Slug, Variant, fastest_full, validate
+from pipeline.bench.document import BenchDoc, Variant, fastest_full, validate
 from pipeline.core.atomic import write_json
 from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
 from pipeline.core.dataset import SPLIT_BYTES_MAX
 from pipeline.core.errors import DataError
-
-
-class Ladder(Loose):
-    """What the summary reads of a bench document: its variants, by the metrics schema."""
-
-    variants: dict[Slug, Variant] = Field(min_length=1, max_length=64)
 
 
 def _object_at(source: Path, key: str, value) -> dict:
@@ -42,15 +34,9 @@ def fastest(variants: dict[str, Variant], source: Path | str = "<bench>") -> tup
     return best
 
 
-def headline(
-    codec_figures: dict,
-    layout: str,
-    bench: dict,
-    figures_source: Path | str = "<figures>",
-    bench_source: Path | str = "<bench>",
-) -> dict:
-    ladder = validate(bench_source, bench, Ladder)
-    _, best = fastest(ladder.variants, bench_source)
+def headline(codec_figures: dict, layout: str, bench: BenchDoc, figures_source: Path, bench_source: Path) -> dict:
+    """The data set's train split in `layout` (MB) and its fastest fully run rung (s/epoch)."""
+    _, best = fastest(bench.variants, bench_source)
     entry = _object_at(
         Path(figures_source),
         f"train.{layout}",
@@ -58,13 +44,6 @@ def headline(
     )
     size = number(figures_source, f"train.{layout}.bytes", entry.get("bytes"), 1, SPLIT_BYTES_MAX, integer=True)
     return {"MB": round(size / 1e6, 3), "epoch_s": round(best.train_s, 4)}
-
-
-def machine_name(bench: dict) -> str:
-    """The name of the machine a bench document measured, or 'unnamed'."""
-    machine = bench.get("machine")
-    name = machine.get("name") if isinstance(machine, dict) else None
-    return name if isinstance(name, str) and name else "unnamed"
 
 
 def machines(names: dict[str, str]) -> str:
@@ -81,11 +60,11 @@ def write_summary(figures_dir: Path, bench_dir: Path, datasets: list[str], codec
     for dataset in datasets:
         figures_path = Path(figures_dir) / dataset / f"{label}.json"
         bench_path = Path(bench_dir) / f"{dataset}.json"
-        bench = read_json(bench_path, 64 << 20, "bench metrics file")
+        bench = validate(bench_path, read_json(bench_path, 64 << 20, "bench metrics file"), BenchDoc)
         summary[dataset] = headline(
             read_json(figures_path, what="figures file"), layout, bench, figures_path, bench_path
         )
-        names[dataset] = machine_name(bench)
+        names[dataset] = bench.machine.name if bench.machine else "unnamed"
     summary = {"machine": machines(names), **summary}
     write_json(Path(out), summary)
     return summary

@@ -126,7 +126,7 @@ def ladder_table(run: Run) -> str:
         mark += " (graph)" if v.cuda_graph else ""
         mark += " **unstable**" if v.unstable else ""
         spread = spread_text(v.spread)
-        accuracy = opt(v.accuracy, lambda a: f"{a:.4f}") + ("" if v.accuracy_ok else " (outside tolerance)")
+        accuracy = opt(v.accuracy, lambda a: f"{a:.4f}") + (" (outside tolerance)" if v.accuracy_ok is False else "")
         vs = (
             f"{vs_naive(naive and naive.train_s, v.train_s)} | "  # another recipe: other epochs
             f"{vs_naive(naive and naive.wall_s, v.wall_s) if writeup_recipe(name) else 'n/a'}"
