@@ -15,7 +15,7 @@ import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, TypeVar, dataclass_transform
 
 from pipeline.bench.settings import SAMPLE_EPOCHS, SAMPLE_STEPS, WORKERS, Recipe  # params.yaml's types
 from pipeline.bench.variants import Execution, writeup_recipe
@@ -44,12 +44,18 @@ Count = Int(0, 1 << 40)
 Epoch = Int(1, 1 << 20)
 Tally = Int(0, 100)  # seeds counted
 IsoDate = Annotated[dt.date, Strict(False)]  # JSON holds dates as "2026-11-23"
-record = dataclass(frozen=True, kw_only=True)
+T = TypeVar("T")
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True)
+def record(cls: type[T]) -> type[T]:
+    """A document's part: a frozen dataclass whose reader passes over keys it does not know."""
+    cls.__pydantic_config__ = LOOSE
+    return dataclass(frozen=True, kw_only=True)(cls)
 
 
 @record
 class Spread:
-    __pydantic_config__ = LOOSE
     min: Seconds
     median: Seconds
     max: Seconds
@@ -59,7 +65,6 @@ class Spread:
 class BudgetDoc:
     """Where a rung's train step goes (`profiled.profile_steps`), seconds per step by part."""
 
-    __pydantic_config__ = LOOSE
     data_wait_s: Seconds
     copy_s: Seconds
     compute_s: Seconds
@@ -80,14 +85,12 @@ class BudgetDoc:
 class Measured:
     """The raw epoch times the bench took (for sampled variants: the sampled steps only)."""
 
-    __pydantic_config__ = LOOSE
     train_s: Annotated[list[Seconds], Len(0, 10_000)]
     test_s: Annotated[list[Seconds], Len(0, 10_000)]
 
 
 @record
 class TimeToAccuracy:
-    __pydantic_config__ = LOOSE
     target: Fraction
     seconds: Optional[Seconds] = None  # None: no timed epoch reached the target; the setup counted
     warm_seconds: Optional[Seconds] = None  # the same, warm-up and capture left out (older documents: none)
@@ -102,7 +105,6 @@ def _listed(value: Any) -> Any:
 class Variant:
     """One rung's figures (`figures.summarise`, completed by `figures.finish`)."""
 
-    __pydantic_config__ = LOOSE
     train_s: Seconds
     test_s: Seconds
     first_epoch_train_s: Optional[Seconds] = None
@@ -133,7 +135,6 @@ class Variant:
 class Env:
     """The process's view of the device (older documents: the only description of the machine)."""
 
-    __pydantic_config__ = LOOSE
     device: Line
     device_type: Line
     torch: Line
@@ -151,7 +152,6 @@ class Env:
 class RunParams:
     """The `bench` settings the run used, within the settings' own bounds, and what it counted."""
 
-    __pydantic_config__ = LOOSE
     epochs: EPOCHS
     batch_size: BATCH
     seed: Optional[SEED] = None
@@ -168,7 +168,6 @@ class RunParams:
 class FloorDoc:
     """The floor of each execution the rungs used: the same steps with no data path."""
 
-    __pydantic_config__ = LOOSE
     train_s: Optional[Seconds] = None
     graphed_train_s: Optional[Seconds] = None
     compiled_train_s: Optional[Seconds] = None
@@ -179,7 +178,6 @@ class FloorDoc:
 class Seeds:
     """The fastest rung's time to accuracy over several seeds (`ladder.over_seeds`)."""
 
-    __pydantic_config__ = LOOSE
     variant: Name
     target: Fraction
     seeds: Annotated[list[Int(0, (1 << 32) + 100)], Len(1, 100)]
@@ -195,7 +193,6 @@ class Seeds:
 class TargetSeconds:
     """Seconds to one target accuracy over seeds (`figures.seconds_spread`)."""
 
-    __pydantic_config__ = LOOSE
     target: Fraction
     seconds: Annotated[list[Optional[Seconds]], Len(1, 100)]
     reached: Tally
@@ -208,7 +205,6 @@ class TargetSeconds:
 class TunedSeeds:
     """The `tuned` recipe over fresh seeds (`ladder.tuned_over_seeds`)."""
 
-    __pydantic_config__ = LOOSE
     recipe: Optional[Recipe] = None
     seeds: Annotated[list[Int(0, (1 << 32) + 100)], Len(1, 100)]
     accuracy: Annotated[list[Fraction], Len(1, 100)]
@@ -224,7 +220,6 @@ class Calibration:
     the write-up's model at the bench's batch on random data already on the device, and how
     much blocks of those steps disagreed."""
 
-    __pydantic_config__ = LOOSE
     step_s: Seconds  # the fastest block's
     spread: Ratio  # (slowest - fastest) / median over the blocks
 
@@ -233,7 +228,6 @@ class Calibration:
 class QuickPlan:
     """What a quick bench cut to end within its budget (`ladder._run_bench`)."""
 
-    __pydantic_config__ = LOOSE
     budget_s: Seconds
     cuts: Annotated[list[Line], Len(0, 64)] = field(default_factory=list)
     skipped: Annotated[list[Name], Len(0, 64)] = field(default_factory=list)
@@ -243,7 +237,6 @@ class QuickPlan:
 class BenchDoc:
     """A data set's bench (`ladder.run_bench`, labelled by `stage.bench_dataset`)."""
 
-    __pydantic_config__ = LOOSE
     dataset: Name
     env: Optional[Env] = None
     params: RunParams
@@ -264,14 +257,12 @@ class BenchDoc:
 
 @record
 class Split:
-    __pydantic_config__ = LOOSE
     MB: Num(ge=0, le=1e7)
     read_s: Seconds
 
 
 @record
 class CodecEntry:
-    __pydantic_config__ = LOOSE
     train: Split
 
 
@@ -280,13 +271,11 @@ CodecTable = dict[Name, dict[Name, dict[Name, CodecEntry]]]  # data set -> layou
 
 @record
 class RaceMeta:
-    __pydantic_config__ = LOOSE
     samples: Int(1, 10**10)
 
 
 @record
 class RaceRun:
-    __pydantic_config__ = LOOSE
     seconds: Optional[Seconds] = None  # absent where the run failed (its error is kept instead)
 
 
@@ -294,7 +283,6 @@ class RaceRun:
 class RaceDoc:
     """results/peers/scale-<n>.json, written by benchmarks/peers.py: per system and task, its runs."""
 
-    __pydantic_config__ = LOOSE
     meta: RaceMeta
     results: Annotated[dict[Name, dict[Name, list[RaceRun]]], Len(0, 64)]
 
