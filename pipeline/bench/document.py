@@ -15,7 +15,7 @@ import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar, dataclass_transform
+from typing import Annotated, Any, Optional, TypeVar
 
 from pipeline.bench.settings import SAMPLE_EPOCHS, SAMPLE_STEPS, WORKERS, Recipe  # params.yaml's types
 from pipeline.bench.variants import Execution, writeup_recipe
@@ -36,6 +36,14 @@ from pipeline.core.bounds import (
     Strict,
 )
 from pipeline.core.errors import DataError, InputError
+
+try:  # Python 3.11+: tells type checkers that `record` makes dataclasses
+    from typing import dataclass_transform
+except ImportError:  # pragma: no cover (Python 3.10)
+
+    def dataclass_transform(**_: bool):
+        return lambda decorator: decorator
+
 
 Seconds = Num(ge=0, le=1e7)  # under four months
 Ratio = Num(ge=0, le=1e7)
