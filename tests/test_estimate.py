@@ -174,7 +174,8 @@ def test_a_spinning_process_is_seen():
 def test_the_calibration_times_the_models_step():
     calibration = calibrate(torch.device("cpu"), batch_size=32, blocks=3, block_s=0.05)
     assert calibration.step_s > 0 and calibration.spread >= 0
-    assert calibration == Calibration(step_s=round(calibration.step_s, 6), spread=round(calibration.spread, 3))
+    written = calibration.written()  # as the document holds it; the bench reckons with the exact one
+    assert (written.step_s, written.spread) == (round(calibration.step_s, 6), round(calibration.spread, 3))
 
 
 def test_pace_with_nothing_done_is_the_whole_estimate():

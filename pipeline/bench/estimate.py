@@ -64,7 +64,7 @@ def calibrate(device: torch.device, batch_size: int, blocks: int = 5, block_s: f
     # the fastest block: another process can only slow a block down, so the fastest is the
     # machine's own speed, the figure two calibrations compare by; the spread says the rest
     spread = (max(timed) - min(timed)) / middle if middle > 0 else 0.0
-    return Calibration(step_s=round(min(timed), 6), spread=round(spread, 3))
+    return Calibration(step_s=min(timed), spread=spread)
 
 
 def busy_processes(

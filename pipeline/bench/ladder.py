@@ -165,7 +165,7 @@ def run_bench(
     return dataclasses.replace(
         document,
         env=dataclasses.replace(document.env, host_memory=host_memory),
-        calibration=pace.calibration,
+        calibration=pace.calibration.written(),
         wall_s=round(time.perf_counter() - started, 1),
     )
 
