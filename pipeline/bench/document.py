@@ -182,14 +182,15 @@ class FloorDoc:
     epochs: Optional[Epoch] = None  # the fastest of this many
 
 
-@record
-class Seeds:
-    """The fastest rung's time to accuracy over several seeds (`ladder.over_seeds`)."""
+FreshSeeds = Annotated[list[Int(0, (1 << 32) + 100)], Len(1, 100)]  # seed + 1, ..., seed + 100 at most
 
-    variant: Name
+
+@record
+class TargetSeconds:
+    """Seconds to one target accuracy over seeds (`figures.seconds_spread`): a seed that never
+    reached it (None) counts as slower than every other."""
+
     target: Fraction
-    seeds: Annotated[list[Int(0, (1 << 32) + 100)], Len(1, 100)]
-    epochs: Optional[Annotated[list[Optional[Epoch]], Len(0, 100)]] = None  # the epoch each reached it
     seconds: Annotated[list[Optional[Seconds]], Len(1, 100)]
     reached: Tally
     min: Optional[Seconds] = None  # None: no seed reached the target
@@ -198,15 +199,12 @@ class Seeds:
 
 
 @record
-class TargetSeconds:
-    """Seconds to one target accuracy over seeds (`figures.seconds_spread`)."""
+class Seeds(TargetSeconds):
+    """The fastest rung's time to accuracy over several seeds (`ladder.over_seeds`)."""
 
-    target: Fraction
-    seconds: Annotated[list[Optional[Seconds]], Len(1, 100)]
-    reached: Tally
-    min: Optional[Seconds] = None
-    median: Optional[Seconds] = None
-    max: Optional[Seconds] = None
+    variant: Name
+    seeds: FreshSeeds
+    epochs: Optional[Annotated[list[Optional[Epoch]], Len(0, 100)]] = None  # the epoch each reached it
 
 
 @record
@@ -214,7 +212,7 @@ class TunedSeeds:
     """The `tuned` recipe over fresh seeds (`ladder.tuned_over_seeds`)."""
 
     recipe: Optional[Recipe] = None
-    seeds: Annotated[list[Int(0, (1 << 32) + 100)], Len(1, 100)]
+    seeds: FreshSeeds
     accuracy: Annotated[list[Fraction], Len(1, 100)]
     accuracy_mean: Fraction
     accuracy_min: Fraction
