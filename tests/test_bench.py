@@ -18,7 +18,6 @@ from pipeline.bench.document import (
     TimeToAccuracy,
     TunedSeeds,
     Variant,
-    as_json,
     validate,
 )
 from pipeline.bench.figures import (
@@ -46,6 +45,7 @@ from pipeline.bench.runners import (
 from pipeline.bench.seed import NaiveDataset, PreprocessedDataset
 from pipeline.bench.stage import write_bench
 from pipeline.bench.variants import VARIANTS, Execution
+from pipeline.core.atomic import as_json
 from pipeline.core.params import ParamsError
 from pipeline.shards import DeviceBatches
 from pipeline.stages.convert.stage import convert_dataset
@@ -487,7 +487,7 @@ def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
     )
     assert written == [tmp_path / "results" / fingerprint("cpu").name / "tiny.json"]
     doc = json.loads(written[0].read_text())
-    assert doc["env"]["commit"] == "abc1234" and doc["date"] and doc["machine"] == fingerprint("cpu").as_json()
+    assert doc["env"]["commit"] == "abc1234" and doc["date"] and doc["machine"] == as_json(fingerprint("cpu"))
     assert doc["params"]["train_samples"] == 64 and list(doc["variants"]) == ["naive", "device", "graphed"]
     assert math.isfinite(doc["variants"]["graphed"]["wall_s"])
     import pyarrow.parquet as pq  # the naive rungs read the codec the pipeline's bench reads

@@ -730,8 +730,8 @@ def test_codecs_refuse_numbers_no_run_gives(metrics, key, value, message):
 
 def test_the_summary_names_the_machine_of_each_figure(metrics):
     """Two data sets measured on two machines (an interrupted run on a new one): each named."""
-    from pipeline.bench.document import as_json
     from pipeline.budget.machine import fingerprint
+    from pipeline.core.atomic import as_json
     from pipeline.stages.summary import write_summary
 
     root, figures, bench = metrics

@@ -123,8 +123,8 @@ def test_a_quick_bench_with_too_little_time_cuts_and_records_what_it_cut(tmp_pat
     the document, and every rung it ran is in the document."""
     from conftest import make_split
 
-    from pipeline.bench.document import as_json
     from pipeline.bench.ladder import run_bench
+    from pipeline.core.atomic import as_json
     from pipeline.stages.convert.stage import convert_dataset
     from pipeline.stages.csvdata import write_csv
     from pipeline.stages.shard.stage import shard_dataset

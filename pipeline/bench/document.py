@@ -11,7 +11,6 @@ slugs, free text bounded (escaped where rendered).
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -295,20 +294,6 @@ class RaceDoc:
 
     meta: RaceMeta
     results: Annotated[dict[Name, dict[Name, list[RaceRun]]], Len(0, 64)]
-
-
-def as_json(value: Any) -> Any:
-    """A document (or any part of one) as JSON holds it: dataclasses as objects in field
-    order, tuples as lists, dates as ISO strings."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {key: as_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [as_json(item) for item in value]
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    return value
 
 
 def fastest_full(variants: dict[str, Variant]) -> tuple[str, Variant] | None:

@@ -10,11 +10,11 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.bench.document import BenchDoc, as_json, validate
+from pipeline.bench.document import BenchDoc, validate
 from pipeline.bench.ladder import run_bench
 from pipeline.bench.settings import BenchSettings
 from pipeline.budget.machine import Fingerprint
-from pipeline.core.atomic import write_json
+from pipeline.core.atomic import as_json, write_json
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import DataError, InputError, reason
 
@@ -103,6 +103,6 @@ def bench_dataset(
     write_bench(document, out)
     keep = os.environ.get(QUICK_KEEP)
     if settings.quick and keep:
-        write_json(Path(keep) / f"{dataset}.json", as_json(document))
+        write_json(Path(keep) / f"{dataset}.json", document)
     warn_unstable(document)
     return document

@@ -11,7 +11,6 @@ times apart in bf16), so the best of those instruction sets is in the name too.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import platform
 import re
@@ -141,11 +140,6 @@ class Fingerprint:
     cuda: Optional[Line] = None
     device: Literal["cpu", "cuda"]
     python: Optional[Line] = None
-
-    def as_json(self) -> dict:
-        """The fields as the file holds them (the instruction sets a list)."""
-        found = dataclasses.asdict(self)
-        return {**found, "isa": None if self.isa is None else list(self.isa)}
 
 
 def fingerprint(device: str = "auto") -> Fingerprint:

@@ -14,6 +14,8 @@ killed run left behind (`.<name>.<8 random characters>.tmp`, its own only). Both
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import datetime as dt
 import fcntl
 import os
 import re
@@ -21,6 +23,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from pipeline.core.errors import InputError, SystemFailure, system_failure
 
@@ -179,8 +182,23 @@ def write_text(dest: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def as_json(value: Any) -> Any:
+    """A document (or any part of one) as JSON holds it: dataclasses as objects in field
+    order, tuples as lists, dates as ISO strings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {key: as_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_json(item) for item in value]
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value
+
+
 def write_json(dest: Path, document, indent: int | None = 2) -> None:
-    """`document` as JSON (indented, a final newline), atomically; a NaN or an infinity
+    """`document` (dataclasses included: `as_json`) as JSON (indented, a final newline),
+    atomically; a NaN or an infinity
     anywhere in it is refused with an InputError naming `dest` (JSON has no such numbers,
     and a figure that is not a number must not reach a metrics file or a page)."""
     import json
@@ -188,7 +206,7 @@ def write_json(dest: Path, document, indent: int | None = 2) -> None:
     from pipeline.core.errors import InputError
 
     try:
-        text = json.dumps(document, indent=indent, allow_nan=False)
+        text = json.dumps(as_json(document), indent=indent, allow_nan=False)
     except ValueError:
         raise InputError(f"{dest}: refusing to write a value that is not a finite number (NaN or inf)") from None
     write_text(Path(dest), text + "\n")

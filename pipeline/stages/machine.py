@@ -18,5 +18,5 @@ from pipeline.core.atomic import write_json
 
 def write_machine(out: Path, device: str = "auto") -> Fingerprint:
     machine = fingerprint(device)
-    write_json(Path(out), machine.as_json())
+    write_json(Path(out), machine)
     return machine
