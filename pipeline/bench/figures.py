@@ -137,6 +137,11 @@ def seconds_spread(seconds: list[float | None]) -> dict:
 FLOOR_OF = {"graphed": "graphed", "compiled": "compiled", "tuned": None}
 
 
+def floor_field(kind: str) -> str:
+    """The `FloorDoc` field of a floor kind: `train_s` for plain eager steps, else `<kind>_train_s`."""
+    return "train_s" if kind == "eager" else f"{kind}_train_s"
+
+
 def finish(document: BenchDoc, settings: BenchSettings) -> BenchDoc:
     """Speed-ups against `naive` (steady epochs and wall time), samples/s, the accuracy check
     and the unstable marks. A rung of its own recipe (`variants.writeup_recipe`) trains other
@@ -183,7 +188,7 @@ def flag_unstable(document: BenchDoc, max_spread: float) -> BenchDoc:
         if mid > 0 and (high - low) / mid > max_spread:
             reasons[name].append(f"epochs spread {(high - low) / mid:.0%} of their median")
         kind = FLOOR_OF.get(name, "eager")
-        bound = None if kind is None else getattr(floor_, "train_s" if kind == "eager" else f"{kind}_train_s")
+        bound = None if kind is None else getattr(floor_, floor_field(kind))
         if bound and entry.train_s < bound * (1 - max_spread):
             reasons[name].append(f"{entry.train_s:.3g} s/epoch is below its floor {bound:.3g} s")
             below.add(name)

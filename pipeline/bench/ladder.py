@@ -50,7 +50,7 @@ from pipeline.bench.estimate import (
     reference_step_s,
     settings_of,
 )
-from pipeline.bench.figures import FLOOR_OF, finish, seconds_spread, summarise, time_to_accuracy
+from pipeline.bench.figures import FLOOR_OF, finish, floor_field, seconds_spread, summarise, time_to_accuracy
 from pipeline.bench.hostmem import reuse_host_memory
 from pipeline.bench.model import SimpleCNN, parameter_count
 from pipeline.bench.quickplan import Plan, Pricer, plan_rest
@@ -539,7 +539,7 @@ def floors(dataset: str, shards: Path, device: torch.device, settings: BenchSett
         same = replace(execution, cuda_graph=execution.cuda_graph and device.type == "cuda")
         if same not in runs:
             runs[same] = Floor(data, device, config, execution, progress=f"{dataset}/floor ({key})")
-        out["train_s" if key == "eager" else f"{key}_train_s"] = runs[same]
+        out[floor_field(key)] = runs[same]
     return out
 
 
