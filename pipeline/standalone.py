@@ -25,7 +25,7 @@ import torch
 from pipeline.bench.ladder import run_bench
 from pipeline.bench.settings import settings_from_params
 from pipeline.bench.stage import warn_unstable, write_bench
-from pipeline.budget.machine import fingerprint
+from pipeline.budget import fingerprint
 from pipeline.core.atomic import atomic_path
 from pipeline.core.codec import Codec
 from pipeline.core.dataset import COLUMNS, SPLITS

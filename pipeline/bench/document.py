@@ -18,7 +18,7 @@ from typing import Annotated, Any, Optional, TypeVar
 
 from pipeline.bench.settings import SAMPLE_EPOCHS, SAMPLE_STEPS, WORKERS, Recipe  # params.yaml's types
 from pipeline.bench.variants import Execution, writeup_recipe
-from pipeline.budget.machine import Fingerprint  # the machine stage's type: one for both
+from pipeline.budget import Fingerprint  # the machine stage's type: one for both
 from pipeline.core.bounded import short
 from pipeline.core.bounds import (
     BATCH,

@@ -8,7 +8,7 @@ import torch
 from pipeline.bench.runners import OneCycle, TrainConfig
 from pipeline.bench.settings import BenchSettings, Compiled, Recipe
 from pipeline.bench.variants import Execution
-from pipeline.budget import machine
+from pipeline.budget import cpu_flags, native_bf16
 
 EAGER = Compiled("none", False, False, False)  # a device type `bench.compiled` has no entry for
 
@@ -54,7 +54,7 @@ def bf16_pays(device: torch.device) -> bool:
     """Whether bf16 autocast pays here: on CUDA, and on CPUs whose flags list AMX-BF16 or
     AVX512-BF16 (Linux's /proc/cpuinfo; elsewhere fp32 is kept). On other CPUs bf16 is
     emulated and slower per step than fp32, so `compiled` keeps fp32 there."""
-    return device.type == "cuda" or machine.native_bf16(machine.cpu_flags())
+    return device.type == "cuda" or native_bf16(cpu_flags())
 
 
 # pragma: no mutate end

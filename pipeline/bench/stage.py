@@ -13,7 +13,7 @@ from pathlib import Path
 from pipeline.bench.document import BenchDoc, validate
 from pipeline.bench.ladder import run_bench
 from pipeline.bench.settings import BenchSettings
-from pipeline.budget.machine import Fingerprint
+from pipeline.budget import Fingerprint
 from pipeline.core.atomic import as_json, write_json
 from pipeline.core.bounded import read_json
 from pipeline.core.errors import DataError, InputError, reason

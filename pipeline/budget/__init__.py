@@ -15,9 +15,10 @@ torch.profiler trace read as intervals), `peak` (this device's measured matmul p
 `threads` (the loop re-timed on one thread), `machine` (the name figures carry),
 `timebudget` (the API), `verdict` (the bound, from the evidence) and `findloop` (a script's
 loop found without editing it: `python -m pipeline profile`). It imports torch and nothing
-of the ladder or the stages; the bench imports it as any user would, through the names
-below: `timed_window` for a window with no step to mark (a replayed CUDA graph), `sync`,
-`usable_cores` and `duration` for a caller's own timing and printing.
+of the ladder or the stages; the bench and the stages import it as any user would, through
+the names below: `timed_window` for a window with no step to mark (a replayed CUDA graph),
+`sync`, `usable_cores` and `duration` for a caller's own timing and printing, `Fingerprint`
+and `fingerprint` for the machine every figure names.
 """
 
 import importlib
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what each name is (loaded on first use, below)
     from pipeline.budget.findloop import profile_script
+    from pipeline.budget.machine import Fingerprint, cpu_flags, fingerprint, native_bf16
     from pipeline.budget.peak import Peak, device_peak, usable_cores
     from pipeline.budget.timebudget import Budget, BudgetError, TimeBudget, checked_device
     from pipeline.budget.trace import sync, timed_window
@@ -44,6 +46,10 @@ _WHERE = {
     "duration": "units",
     "LadderQuote": "verdict",
     "profile_script": "findloop",
+    "Fingerprint": "machine",
+    "fingerprint": "machine",
+    "cpu_flags": "machine",
+    "native_bf16": "machine",
 }
 __all__ = [  # noqa: RUF022 (grouped as _WHERE is)
     "Budget",
@@ -58,6 +64,10 @@ __all__ = [  # noqa: RUF022 (grouped as _WHERE is)
     "duration",
     "LadderQuote",
     "profile_script",
+    "Fingerprint",
+    "fingerprint",
+    "cpu_flags",
+    "native_bf16",
 ]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.budget.machine import Fingerprint, fingerprint
+from pipeline.budget import Fingerprint, fingerprint
 from pipeline.core.atomic import write_json
 
 
