@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import sys
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from pipeline.core.parquet import write_checksums
 from pipeline.shards.writer import write_split
 from pipeline.stages.fetch.settings import FetchSettings
 from pipeline.stages.fetch.stage import MIRROR_ENV, fetch_dataset, load_sources
-from pipeline.stages.mnist import MNIST, read_raw_split
+from pipeline.stages.mnist import MNIST, idx_bytes, read_raw_split
 
 
 def write_wide_parquet(images: np.ndarray, labels: np.ndarray, dest: Path, codec: str) -> None:
@@ -68,6 +69,12 @@ def build_inputs(
             split=split,
             samples_per_shard=samples_per_shard,
             compression="none",
+            # what the shard stage records of its source: the bench checks the Parquet against it
+            source={
+                "idx_sha256": {
+                    k: hashlib.sha256(idx_bytes(a)).hexdigest() for k, a in (("images", images), ("labels", labels))
+                }
+            },
         )
     if codec is None:
         return None, shards

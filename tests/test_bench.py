@@ -864,6 +864,39 @@ def test_the_seeds_parquet_is_checked_before_the_seeds_datasets_read_it(tmp_path
         checked_parquet(tmp_path / "wide", "train")
 
 
+def test_the_bench_refuses_a_parquet_folder_of_another_data_set_or_split(prepared, tmp_path):
+    """The Parquet rungs train on the wide Parquet, the others on the shards: a Parquet folder
+    of another data set (or with its splits swapped) is refused before any rung runs, instead
+    of being trained on and recorded under the shards' data set."""
+    import shutil
+
+    from pipeline.core.errors import DataError
+    from pipeline.core.parquet import write_checksums
+
+    root, _ = prepared
+    (train_x, train_y), (test_x, test_y) = make_split(600, 7), make_split(200, 8)  # another data set
+    write_csv(train_x, train_y, tmp_path / "csv" / "train.csv")
+    write_csv(test_x, test_y, tmp_path / "csv" / "test.csv")
+    convert_dataset(tmp_path / "csv", tmp_path / "other", tmp_path / "fig.json", "snappy")
+    swapped = tmp_path / "swapped"
+    (swapped / "wide").mkdir(parents=True)
+    for split, other in (("train", "test"), ("test", "train")):
+        shutil.copy(root / "pq" / "wide" / f"{other}.parquet", swapped / "wide" / f"{split}.parquet")
+    write_checksums(swapped, layouts=("wide",))
+    settings = bench_settings(epochs=1, variants=["naive"], sample=[], floor=False)
+    for parquet, split in ((tmp_path / "other" / "wide", "train"), (swapped / "wide", "train")):
+        with pytest.raises(DataError, match=rf"{split}.parquet: its labels are not those of tiny's {split} split"):
+            run_bench("tiny", parquet, root / "shards", "cpu", settings)
+    # the shard rungs alone read no Parquet: nothing to check
+    run_bench(
+        "tiny",
+        swapped / "wide",
+        root / "shards",
+        "cpu",
+        bench_settings(epochs=1, variants=["batched"], sample=[], floor=False),
+    )
+
+
 def test_a_sampled_epoch_asks_its_loader_for_no_more_batches_than_it_trains_on():
     asked = []
 

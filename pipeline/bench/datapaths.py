@@ -76,6 +76,42 @@ def checked_parquet(parquet: Path, split: str) -> Path:
     return path
 
 
+def check_same_data(parquet: Path, shards: Path, dataset: str) -> None:
+    """The wide Parquet holds, split by split, the labels of `dataset`'s shards (the shard
+    stage recorded them from its source, pinned by sources.yaml; the reader checks the shards
+    are that data set's): a Parquet folder of another data set or split would otherwise be
+    trained on and recorded under `dataset` without a word."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    from pipeline.core.dataset import idx_header
+    from pipeline.core.errors import DataError
+    from pipeline.shards.format import read_manifest
+
+    for split in SPLITS:
+        path = checked_parquet(parquet, split)
+        folder = Path(shards) / split
+        source = read_manifest(folder, dataset, split).get("source") or {}
+        wanted = (source.get("idx_sha256") or {}).get("labels")
+        if not isinstance(wanted, str):
+            raise DataError(
+                f"{folder}: its manifest records no digest of its source's labels, so {path} cannot be "
+                f"checked to hold {dataset}'s {split} split (shards written by `python -m pipeline shard` have it)"
+            )
+        labels = pq.read_table(path, columns=["label"]).column(0)
+        if labels.null_count or str(labels.type) != "uint8":
+            raise DataError(f"{path}: its label column is not uint8 without nulls ({labels.type})")
+        digest = hashlib.sha256(idx_header(0x08, (len(labels),)))
+        for chunk in labels.chunks:
+            digest.update(chunk.to_numpy().tobytes())
+        if digest.hexdigest() != wanted:
+            raise DataError(
+                f"{path}: its labels are not those of {dataset}'s {split} split ({folder} records "
+                f"{wanted[:16]}..., this file's are {digest.hexdigest()[:16]}...): another data set or split"
+            )
+
+
 def _loader(
     dataset, batch_size: int, shuffle: bool, seed: int, samples: int | None = None, **kwargs
 ) -> torch.utils.data.DataLoader:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.bench.datapaths import Resident, data_path
+from pipeline.bench.datapaths import Resident, check_same_data, data_path
 from pipeline.bench.document import (
     BenchDoc,
     Calibration,
@@ -57,7 +57,7 @@ from pipeline.bench.quickplan import Plan, Pricer, plan_rest
 from pipeline.bench.recipe import execution_of, train_config
 from pipeline.bench.runners import Floor, Timing, cudnn_benchmark, train_eager, train_static
 from pipeline.bench.settings import BenchSettings, Recipe
-from pipeline.bench.variants import STATIC_VARIANTS, Execution, writeup_recipe
+from pipeline.bench.variants import LOADER_VARIANTS, STATIC_VARIANTS, Execution, writeup_recipe
 from pipeline.budget import duration
 from pipeline.shards.format import read_manifest
 
@@ -159,6 +159,8 @@ def run_bench(
     so when the host is too busy to measure well."""
     started = time.perf_counter()
     device = torch.device(device)
+    if set(settings.variants) & set(LOADER_VARIANTS):  # the rungs that read the Parquet
+        check_same_data(Path(parquet), Path(shards), dataset)
     pace = announce_bench(dataset, device, settings, list(earlier), machine)
     with cudnn_benchmark(device), reuse_host_memory(settings.reuse_host_memory) as host_memory:
         document = _run_bench(dataset, Path(parquet), Path(shards), device, settings, pace, started)

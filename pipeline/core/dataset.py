@@ -1,7 +1,8 @@
 """What every stage agrees a data set is: two splits of 28x28 uint8 images with class labels
 0..9, and the tabular columns the CSV and the wide Parquet layout spell them in, with the
 bounds of one CSV row (the fetch stage sizes a CSV download by them, the csv and convert
-stages check each line against them). The shard sample the stages write is declared in
+stages check each line against them), and the IDX header the published files begin with
+(a split's digests are taken over it). The shard sample the stages write is declared in
 `pipeline.stages.mnist`: core imports nothing of the shard library.
 """
 
@@ -21,6 +22,13 @@ CSV_ROW_MAX = len(COLUMNS) * 4 - 1  # without its line end
 CSV_LINE_MAX = CSV_ROW_MAX + 2  # with CRLF
 SPLIT_BYTES_MAX = 1 << 40  # one split as CSV or Parquet, as a figures file may state it: far above any
 
+
+def idx_header(code: int, shape: tuple[int, ...]) -> bytes:
+    """The header of an IDX file holding an array of type `code` and `shape`: what the bytes
+    of a split's images or labels are preceded by in the published files."""
+    return bytes([0, 0, code, len(shape)]) + b"".join(int(d).to_bytes(4, "big") for d in shape)
+
+
 __all__ = [
     "COLUMNS",
     "CSV_HEADER",
@@ -33,4 +41,5 @@ __all__ = [
     "PIXELS",
     "SPLITS",
     "SPLIT_BYTES_MAX",
+    "idx_header",
 ]

@@ -18,7 +18,7 @@ import numpy as np
 
 from pipeline.core.atomic import atomic_path
 from pipeline.core.bounded import open_regular
-from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES, PIXELS
+from pipeline.core.dataset import IMAGE_SHAPE, NUM_CLASSES, PIXELS, idx_header
 from pipeline.core.errors import DataError, InputError
 from pipeline.shards.format import Field, Sample
 
@@ -68,12 +68,6 @@ def parse_header(data: bytes, source: str) -> tuple[int, tuple[int, ...], int, i
     for dim in shape:
         count *= dim
     return data[2], shape, header, header + count * TYPES[data[2]][1]
-
-
-def idx_header(code: int, shape: tuple[int, ...]) -> bytes:
-    """The header of an IDX file holding an array of type `code` and `shape`: what the bytes
-    of a split's images or labels are preceded by in the published files."""
-    return bytes([0, 0, code, len(shape)]) + b"".join(int(d).to_bytes(4, "big") for d in shape)
 
 
 # The tensor names and dtypes of every shard the pipeline writes (the same as what shard

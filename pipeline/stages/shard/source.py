@@ -23,13 +23,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, PIXELS, SPLITS
+from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, PIXELS, SPLITS, idx_header
 from pipeline.core.errors import DataError, reason
 from pipeline.core.location import is_url
 from pipeline.core.parquet import LAYOUTS, check_present, check_types
 from pipeline.core.sources import idx_pins, pin_owners
 from pipeline.shards.writer import ShardWriter
-from pipeline.stages.mnist import MNIST, idx_header
+from pipeline.stages.mnist import MNIST
 from pipeline.stages.shard.settings import ShardSettings
 
 

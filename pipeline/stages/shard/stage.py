@@ -10,10 +10,9 @@ import hashlib
 from pathlib import Path
 
 from pipeline.core.atomic import atomic_dir
-from pipeline.core.dataset import IMAGE_SHAPE, SPLITS
+from pipeline.core.dataset import IMAGE_SHAPE, SPLITS, idx_header
 from pipeline.core.errors import DataError
 from pipeline.core.parquet import verify_checksum
-from pipeline.stages.mnist import idx_header
 from pipeline.stages.shard.settings import ShardSettings
 from pipeline.stages.shard.source import Pins, check_folder, iter_samples, label_digests, mnist_writer, split_done
 
