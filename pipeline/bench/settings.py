@@ -90,6 +90,11 @@ class BenchSettings:
     graph: Literal[GRAPH_SCOPES] = "epoch"  # type: ignore[valid-type]  # what one CUDA graph holds
 
     def __post_init__(self) -> None:
+        for name in ("variants", "sample"):  # a rung named twice would run twice, its second run kept
+            names = getattr(self, name)
+            twice = sorted({v for v in names if names.count(v) > 1})
+            if twice:
+                raise ValueError(f"{name}: {twice} listed twice; each rung runs once")
         listed = {name: v if isinstance(v, (list, tuple)) else [v] for name, v in self.target_accuracy.items()}
         bad = {name: v for name, v in listed.items() if not v or len(v) > 4 or not all(0 < x <= 1 for x in v)}
         if bad:
