@@ -221,3 +221,43 @@ def test_a_trace_given_as_a_path_is_written(tmp_path):
     budget = quiet(trace=tmp_path / "trace.json")
     loop(budget, 6)
     assert budget.done and (tmp_path / "trace.json").stat().st_size > 0
+
+
+def test_a_trace_that_cannot_be_written_is_refused_when_the_budget_is_made(tmp_path):
+    """A missing folder or a folder's own path: said before the loop runs, not after it."""
+    for trace, said in ((tmp_path / "nope" / "t.json", "does not exist"), (tmp_path, "is a folder")):
+        with pytest.raises(BudgetError) as caught:
+            quiet(trace=trace)
+        assert said in one_line(caught)
+
+
+def test_a_trace_write_that_fails_is_an_error_and_keeps_the_trace_before(tmp_path):
+    """Torch's exporter logs a failed write and returns: the budget says so in one line, keeps
+    the trace that was there and leaves no temporary. Run where files may grow to 64 KiB
+    (`ulimit -f`), far less than a trace of the window."""
+    import subprocess
+    import sys
+
+    trace = tmp_path / "trace.json"
+    trace.write_text('{"old": true}')
+    script = f"""
+import resource, signal, torch
+from pipeline.budget import TimeBudget
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+budget = TimeBudget("cpu", steps=4, skip=1, flops=False, threads_check=0, peak=None, trace={str(trace)!r})
+try:
+    for _ in budget.batches(range(200)):
+        with budget.step():
+            for _ in range(200):
+                torch.ones(8).add_(1)
+except Exception as err:
+    print(type(err).__name__, err)
+else:
+    print("no error")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.stdout.startswith("SystemFailure " + str(trace) + ": the trace could not be written"), done
+    assert "the trace there before is kept" in done.stdout, done.stdout
+    assert trace.read_text() == '{"old": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]

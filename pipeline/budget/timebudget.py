@@ -23,13 +23,23 @@ from pipeline.budget.intervals import PARTS
 from pipeline.budget.machine import fingerprint
 from pipeline.budget.peak import Peak, device_peak
 from pipeline.budget.threads import ThreadCheck, plan, thread_check
-from pipeline.budget.trace import RANGE, QuietProfiler, sync, window_parts
+from pipeline.budget.trace import RANGE, QuietProfiler, export_trace, sync, window_parts
 from pipeline.budget.units import duration
 from pipeline.budget.verdict import LoaderSeen, loader_seen
 from pipeline.core.errors import InputError
 
 if TYPE_CHECKING:
     from pipeline.budget.verdict import LadderQuote
+
+
+def _check_trace_path(path: str) -> None:
+    """A trace can be written at `path`: its folder exists and it is not itself a folder,
+    said when the budget is made, not after the window it would hold."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise BudgetError(f"trace {path}: the folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise BudgetError(f"trace {path}: is a folder; give the trace file's path")
 
 
 def checked_device(device: str | torch.device, what: str = "device", auto: bool = False) -> torch.device:
@@ -228,6 +238,8 @@ class TimeBudget:
             raise BudgetError(
                 f"trace must be a file path (a str or a Path) or None, got {type(trace).__name__} {trace!r:.40}"
             )
+        if trace is not None:
+            _check_trace_path(os.fspath(trace))
         self.device = checked_device(device)
         self.steps, self.skip, self.trace, self.flops, self.peak = steps, skip, trace, flops, peak
         self.seen = 0  # batches handed out so far
@@ -455,7 +467,7 @@ class TimeBudget:
             graphs_per_step=window.graphs_per_step,
         )
         if self.trace:
-            quiet.profiler.export_chrome_trace(str(self.trace))
+            export_trace(quiet.profiler, self.trace)
         if not partial:
             self._plan = plan(self._threads, self._threads_check // 2 or 0) if self._threads_check else []
         if not self._plan:

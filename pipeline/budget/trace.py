@@ -298,3 +298,55 @@ class QuietProfiler:
     def __exit__(self, *exc: object) -> None:
         with kineto_lines_dropped():
             self.profiler.__exit__(*exc)
+
+
+def export_trace(profiler: torch.profiler.profile, path: str | os.PathLike) -> None:
+    """The window as a Chrome/Perfetto trace at `path`, whole, or an error naming it. Torch's
+    exporter logs a failed write (a full disk, a read-only or missing folder) and returns as
+    if it had written, leaving its temporary `<path>.tmp` behind: so the file is checked
+    afterwards, the exporter's temporary removed, and what was at `path` before is kept."""
+    from pipeline.core.errors import SystemFailure
+
+    dest = os.fspath(path)
+    spare = dest + ".tmp"
+    before = _identity(dest)
+    spare_before = os.path.lexists(spare)
+    profiler.export_chrome_trace(dest)
+    after = _identity(dest)
+    if after is not None and after != before and _ends_whole(dest):
+        return
+    if after is not None and after != before:  # written in place, but not whole
+        os.unlink(dest)
+    if not spare_before and os.path.lexists(spare):
+        os.unlink(spare)
+    free = _free_bytes(os.path.dirname(dest) or ".")
+    raise SystemFailure(
+        f"{dest}: the trace could not be written (torch's exporter says why above{free}); "
+        f"{'the trace there before is kept' if before else 'nothing was written'}"
+    )
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    """(inode, size, modification ns) of a regular file at `path`, or None."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns) if os.path.isfile(path) else None
+
+
+def _ends_whole(path: str) -> bool:
+    """The JSON document at `path` ends where a whole trace does (its closing brace)."""
+    with open(path, "rb") as file:
+        file.seek(max(0, os.path.getsize(path) - 64))
+        return file.read().rstrip().endswith(b"}")
+
+
+def _free_bytes(folder: str) -> str:
+    """'; N bytes free in FOLDER', or '' where the folder cannot be asked."""
+    import shutil
+
+    try:
+        return f"; {shutil.disk_usage(folder).free:,} bytes free in {folder}"
+    except OSError:
+        return ""
