@@ -439,12 +439,12 @@ def report(
 @click.option(
     "--json",
     "json_path",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, dir_okay=False),
     help="Also write the budget as JSON (a metrics file `dvc metrics show` reads).",
 )
 @click.option(
     "--trace",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, dir_okay=False),
     help="Also write the window as a Chrome/Perfetto trace, steps and parts marked.",
 )
 @click.option(
@@ -495,6 +495,9 @@ def profile(
         document = read_json(ladder, 64 << 20, "bench metrics file")
         validate(ladder, document, BenchDoc)
         quoted = LadderQuote.of(document)
+    for path, hint in ((json_path, "--json"), (trace, "--trace")):  # said now, not after the script has run
+        if path and not path.resolve().parent.is_dir():
+            raise click.BadParameter(f"{path}: the folder {path.parent} does not exist", param_hint=hint)
     json_path, trace = (path.resolve() if path else None for path in (json_path, trace))  # the script may chdir
     result = profile_script(
         script,

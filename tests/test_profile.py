@@ -230,6 +230,18 @@ def test_a_missing_script_is_one_line(tmp_path):
     )
 
 
+@pytest.mark.parametrize("flag", ["--json", "--trace"])
+def test_an_output_that_cannot_be_written_is_refused_before_the_script_runs(tmp_path, flag):
+    """A folder given as the file, or a file in a folder that does not exist: said before the
+    script starts (it would have run its whole window first)."""
+    ran = tmp_path / "ran"
+    path = script(tmp_path, body=f"open({str(ran)!r}, 'w').close()\n" + SCRIPT)
+    for output, said in ((tmp_path, "is a directory"), (tmp_path / "nope" / "out.json", "does not exist")):
+        done = profile(flag, str(output), "--device", "cpu", str(path), cwd=tmp_path)
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert not ran.exists()
+
+
 @pytest.mark.slow
 def test_the_examples_run_and_give_a_verdict(tmp_path):
     """examples/own_loop.py (TimeBudget in the loop) and examples/plain_train.py under the
