@@ -434,7 +434,8 @@ def report(
     "--skip",
     type=click.IntRange(0, 1_000_000),
     default=5,
-    help="Train steps run first, unprofiled (warm-up, compilation, workers starting).",
+    help="Train steps run first, unprofiled (warm-up, compilation, workers starting), counted from the "
+    "script's first; the first two find the loop, so the window starts at the third at the earliest.",
 )
 @click.option(
     "--json",

@@ -111,7 +111,7 @@ def test_a_script_is_profiled_unchanged_and_stopped_after_the_window(tmp_path):
 @pytest.mark.slow
 def test_keep_going_lets_the_script_finish_and_the_test_loader_is_never_taken(tmp_path):
     path = script(tmp_path, sleep=0.0)
-    # 16 train batches an epoch: the window of 20 after 2 cannot fit the first epoch it starts in
+    # 16 train batches an epoch: a window of 20 from step 2 cannot fit in the first epoch
     done = profile(
         "--device",
         "cpu",
@@ -130,8 +130,8 @@ def test_keep_going_lets_the_script_finish_and_the_test_loader_is_never_taken(tm
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "done.txt").read_text() == "finished"
     budget = json.loads((tmp_path / "b.json").read_text())
-    # found at the second train batch; of the 14 after it, 2 skipped, then 12 to the epoch's end: partial
-    assert budget["partial"] is True and budget["steps"] == 12
+    # --skip 2 counts from the script's first step (2 found the loop): steps 2..15, 14 to the epoch's end: partial
+    assert budget["partial"] is True and budget["steps"] == 14
 
 
 @pytest.mark.slow
@@ -139,7 +139,7 @@ def test_a_window_the_epochs_end_cut_short_still_stops_the_script_and_says_parti
     path = script(tmp_path, sleep=0.0)
     done = profile("--steps", "20", "--skip", "2", "--json", "b.json", str(path), "3", "done.txt", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "(12 steps on cpu, " in done.stdout and ", partial: the loop ended first; " in done.stdout
+    assert "(14 steps on cpu, " in done.stdout and ", partial: the loop ended first; " in done.stdout
     assert json.loads((tmp_path / "b.json").read_text())["partial"] is True
     assert not (tmp_path / "done.txt").exists()  # stopped when the loop came back for its next epoch
 
@@ -228,6 +228,35 @@ def test_a_missing_script_is_one_line(tmp_path):
         done.returncode == 2
         and done.stderr.strip() == f"Error: {tmp_path / 'nope.py'}: no such script (give the path of a Python file)"
     )
+
+
+MARKED = """
+import sys, time, torch
+from torch.utils.data import DataLoader
+marked = int(sys.argv[1])
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), 0.1)
+for i, x in enumerate(DataLoader(torch.arange(20.0).reshape(20, 1), batch_size=1)):
+    if i == marked:
+        time.sleep(1.0)
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("skip, first", [(5, 5), (0, 2)])
+def test_skip_counts_the_scripts_steps_from_its_first(tmp_path, skip, first):
+    """`--skip 5 --steps 1` profiles the script's step 5 (counted from 0), as TimeBudget's
+    skip=5 does; the first two steps find the loop, so `--skip 0` profiles step 2. The marked
+    step sleeps a second: only the window that holds it can take a second."""
+    path = script(tmp_path, body=MARKED)
+    out = tmp_path / "budget.json"
+    done = profile(
+        "--device", "cpu", "--skip", str(skip), "--steps", "1", "--json", str(out), str(path), str(first), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["step_s"] >= 1.0
 
 
 @pytest.mark.parametrize("flag", ["--json", "--trace"])

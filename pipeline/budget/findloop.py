@@ -118,7 +118,10 @@ class Watch:
                     f"parameters); give --device {device.type} or leave --device out"
                 )
             )
-        return TimeBudget(self.device or device, steps=self.steps, skip=self.skip, trace=self.trace)
+        # --skip counts the script's steps from its first, as TimeBudget's skip does; the ones
+        # spent finding the loop are among them (the window starts after them at the earliest).
+        skip = max(0, self.skip - self.found_at)
+        return TimeBudget(self.device or device, steps=self.steps, skip=skip, trace=self.trace)
 
     def watch(self, loader: DataLoader, batches: Iterator) -> Iterator:
         """A loader's batches, unchanged; the first loader found to train is taken into the
@@ -133,8 +136,8 @@ class Watch:
         before = None  # optimizer steps when the last batch was handed out
         for before_count, batch in enumerate(batches):
             if self.budget is None and before is not None and self.optimizer_steps > before:
-                self.budget = self.start()
                 self.loader, self.found_at = loader, before_count + 1
+                self.budget = self.start()
                 yield batch
                 yield from self.measured(batches)
                 return
@@ -172,7 +175,7 @@ def seen(watch: Watch) -> str:
     if watch.budget is not None:
         return (
             f"its loop was found after {watch.found_at} batches and ran {watch.budget.seen} more, "
-            f"{watch.skip} to warm up and {watch.steps} to profile"
+            f"{watch.budget.skip} more to warm up and {watch.steps} to profile"
         )
     return (
         f"it iterated {watch.loaders_seen} DataLoader(s) and stepped an optimizer {watch.optimizer_steps} "
