@@ -220,8 +220,14 @@ def test_a_bad_codec_argument_is_one_line(tmp_path, codec, named):
     assert sorted(os.listdir(tmp_path)) == sorted([SCRATCH, "csv"]) and os.listdir(tmp_path / "csv") == []
 
 
-@pytest.mark.parametrize("spec", ["zstd-³", "zstd-١", "gzip-５"], ids=["superscript", "arabic-indic", "fullwidth"])
-def test_a_level_of_non_ascii_digits_is_refused_naming_the_codec(spec):
+@pytest.mark.parametrize(
+    "spec",
+    ["zstd-³", "zstd-١", "gzip-５", "zstd-", "zstd-03", "gzip-+5"],
+    ids=["superscript", "arabic-indic", "fullwidth", "no-level", "leading-zero", "plus"],
+)
+def test_a_level_of_non_ascii_digits_or_another_spelling_is_refused_naming_the_codec(spec):
+    """One spelling per codec: the spec names the codec's folder and figures, so 'zstd-03'
+    (a second name for zstd-3) and 'zstd-' (none) are refused, as are digits that are not ASCII."""
     from pipeline.core.codec import Codec
 
     with pytest.raises(ValueError, match=re.escape(f"codec {spec!r}: the level after '-' must be an integer")):

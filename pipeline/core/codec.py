@@ -21,11 +21,12 @@ class Codec:
 
     @classmethod
     def parse(cls, spec: str) -> Codec:
-        name, _, level = str(spec).partition("-")
+        name, dash, level = str(spec).partition("-")
         if name not in CODECS:
             raise ValueError(f"unknown codec {spec!r}; expected one of {CODECS}, optionally -<level>")
-        if level and not (level.isascii() and level.isdigit()):  # (isdigit alone takes '³' and '١')
-            raise ValueError(f"codec {spec!r}: the level after '-' must be an integer")
+        # one spelling per codec: it names the codec's folder and figures ('zstd-03' is not 'zstd-3')
+        if dash and not (level.isascii() and level.isdigit() and level == str(int(level))):
+            raise ValueError(f"codec {spec!r}: the level after '-' must be an integer without leading zeros")
         if level and name in ("none", "snappy", "lz4"):
             raise ValueError(f"codec {spec!r}: {name} takes no level")
         if level and not LEVELS[name][0] <= int(level) <= LEVELS[name][1]:
