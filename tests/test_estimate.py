@@ -128,6 +128,10 @@ def test_the_reference_is_this_machines_run_of_this_device_type_and_mode(tmp_pat
     assert find_reference("mnist", paths, "cpu", True, "b")["machine"]["name"] == "b"  # this machine's, other mode
     assert find_reference("mnist", paths, "cuda", False, "b")["machine"]["name"] == "d"  # never another device type
     assert find_reference("fashion-mnist", paths, "cpu", False, "b") is None
+    # a file counts by the data set it records: a copy named otherwise is no other data set's run
+    for name in ("bench", "fashion-mnist"):
+        (tmp_path / f"{name}.json").write_text(json.dumps(document("a")))
+        assert find_reference(name, [*paths, tmp_path / f"{name}.json"], "cpu", False, "a") is None
 
 
 def test_the_announcement_names_what_the_estimate_rests_on():

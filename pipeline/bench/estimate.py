@@ -175,13 +175,14 @@ def find_reference(
     dataset: str, candidates: list[Path], device_type: str, quick: bool, machine: str | None
 ) -> dict | None:
     """The earlier bench of `dataset` on this device type to scale from: this machine's in
-    this mode first, then this machine's in the other, then another machine's."""
+    this mode first, then this machine's in the other, then another machine's. A file counts
+    by the data set it records, not by its name alone (a copy named otherwise is not one)."""
     usable = [
         doc
         for path in candidates
         if path.name == f"{dataset}.json"
         for doc in [usable_reference(path, device_type)]
-        if doc
+        if doc and doc.get("dataset") == dataset
     ]
 
     def rank(doc: dict) -> tuple[bool, bool]:
