@@ -280,6 +280,19 @@ def test_parquet_with_more_rows_than_the_data_set_is_refused_before_a_page(parqu
     assert read == [] and not (tmp_path / "shards").exists()
 
 
+def test_nothing_is_said_of_a_split_that_a_later_failure_throws_away(parquet, tmp_path, capsys):
+    """The shard stage writes train, then finds test wrong: neither is published, and no line
+    claims train's shards; a whole run says both, once they are in place."""
+    from pipeline.stages.shard.stage import shard_dataset
+
+    with pytest.raises(DataError, match=r"test.parquet: 32 rows, but the data set's split has 33"):
+        shard_dataset(parquet, tmp_path / "shards", "tiny", ShardSettings(20, "none", 3), rows={**ROWS, "test": 33})
+    assert not (tmp_path / "shards").exists() and "shards," not in capsys.readouterr().err
+    shard_dataset(parquet, tmp_path / "shards", "tiny", ShardSettings(20, "none", 3), rows=ROWS)
+    said = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in said] == [f"{tmp_path / 'shards'}/{split}" for split in ("train", "test")]
+
+
 def test_csv_line_of_40_mb_is_refused_before_it_is_parsed(files, csv_dir):
     """One 40 MB line of `10,10,...`: refused by its length, in one block's memory (the
     parser given it took 4.85 GB)."""

@@ -43,12 +43,16 @@ def test_render_is_deterministic(tmp_path, tiny):
         assert (tmp_path / "a" / f"{split}.csv").read_bytes() == (tmp_path / "b" / f"{split}.csv").read_bytes()
 
 
-def test_count_mismatch_names_both_files(tmp_path, tiny):
+def test_count_mismatch_names_both_files(tmp_path, tiny, capsys):
     raw = _raw(tmp_path, tiny)
     write_idx(raw / "test-labels.idx", tiny.arrays["test_labels"][:-1])
     with pytest.raises(DataError, match=r"32 images in .*test-images.idx but 31 labels"):
         render_csvs(raw, tmp_path / "csv")
     assert not (tmp_path / "csv" / "test.csv").exists()
+    assert "train.csv" not in capsys.readouterr().err  # nothing said of a split the failure threw away
+    render_csvs(_raw(tmp_path / "ok", tiny), tmp_path / "csv")
+    said = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in said] == [str(tmp_path / "csv" / f"{s}.csv") for s in ("train", "test")]
 
 
 def test_label_out_of_range(tmp_path, tiny):

@@ -79,6 +79,7 @@ def render_csvs(raw_dir: Path, out_dir: Path, rows: dict[str, int] | None = None
     """Stage `csv@<dataset>`: `{train,test}.csv` from the fetched IDX (or CSV) files; with
     `rows` (sources.yaml), each split must have its count."""
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    said = []  # said once both splits are in place
     with atomic_dir(out_dir) as tmp:  # both splits or neither
         for split in SPLITS:
             dest = tmp / f"{split}.csv"
@@ -89,4 +90,5 @@ def render_csvs(raw_dir: Path, out_dir: Path, rows: dict[str, int] | None = None
             else:
                 images, labels = read_raw_split(raw_dir, split, expected)
                 write_csv(images, labels, dest)
-            print(f"{out_dir / dest.name}: {dest.stat().st_size:,} bytes", file=sys.stderr)
+            said.append(f"{out_dir / dest.name}: {dest.stat().st_size:,} bytes")
+    print("\n".join(said), file=sys.stderr)

@@ -16,6 +16,7 @@ a folder there or an object-store URL every node reads.
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from pipeline.stages.shard.source import (
     label_digests,
     plan_blocks,
     split_digests,
-    split_done,
+    split_line,
     write_block,
 )
 
@@ -127,10 +128,12 @@ def shard_dataset_ray(
     if not is_url(parquet_dir):
         check_folder(Path(parquet_dir))
         parquet_dir = Path(parquet_dir).absolute()  # a worker's working folder is not this process's
+    said = []
     with cluster() as ray, atomic_dir(Path(out_dir).absolute()) as tmp:
         for split in SPLITS:
             source = split_source(parquet_dir, split)
             verify_url(str(source)) if is_url(source) else verify_checksum(Path(source))
             one = {"rows": (rows or {}).get(split), "pins": (pins or {}).get(split), "hook": hook}
             manifest = shard_split_ray(ray, source, tmp / split, dataset=dataset, split=split, layout=layout, **one)
-            split_done(out_dir, split, manifest, engine="ray")
+            said.append(split_line(out_dir, split, manifest, engine="ray"))
+    print("\n".join(said), file=sys.stderr)

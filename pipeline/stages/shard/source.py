@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -229,11 +228,12 @@ def mnist_writer(
     )
 
 
-def split_done(out_dir: Path, split: str, manifest: dict, engine: str = "") -> None:
-    """The line each engine prints when a split's shards are written."""
+def split_line(out_dir: Path, split: str, manifest: dict, engine: str = "") -> str:
+    """What each engine says of a split's shards, once the folder holding both is in place
+    (said before, it would name shards a failing split then throws away)."""
     size = sum(s["bytes"] for s in manifest["shards"])
     note = f" (engine: {engine})" if engine else ""
-    print(f"{out_dir}/{split}: {len(manifest['shards'])} shards, {size / 1e6:.1f} MB{note}", file=sys.stderr)
+    return f"{out_dir}/{split}: {len(manifest['shards'])} shards, {size / 1e6:.1f} MB{note}"
 
 
 def write_block(

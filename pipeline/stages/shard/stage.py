@@ -7,6 +7,7 @@ one row group at a time (`source`) and handed to the library's `ShardWriter`.
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
 from pipeline.core.atomic import atomic_dir
@@ -14,7 +15,7 @@ from pipeline.core.dataset import IMAGE_SHAPE, SPLITS, idx_header
 from pipeline.core.errors import DataError
 from pipeline.core.parquet import verify_checksum
 from pipeline.stages.shard.settings import ShardSettings
-from pipeline.stages.shard.source import Pins, check_folder, iter_samples, label_digests, mnist_writer, split_done
+from pipeline.stages.shard.source import Pins, check_folder, iter_samples, label_digests, mnist_writer, split_line
 
 
 def stream_split(
@@ -76,10 +77,12 @@ def shard_dataset(
         shard_dataset_ray(parquet_dir, out_dir, dataset, layout, rows=rows, pins=pins)
         return
     check_folder(Path(parquet_dir))
+    said = []
     with atomic_dir(Path(out_dir)) as tmp:
         for split in SPLITS:
             source = Path(parquet_dir) / f"{split}.parquet"
             verify_checksum(source)  # one flipped byte anywhere: refused, the file named
             one = {"rows": (rows or {}).get(split), "pins": (pins or {}).get(split)}
             manifest = stream_split(source, tmp / split, dataset=dataset, split=split, layout=layout, **one)
-            split_done(out_dir, split, manifest)
+            said.append(split_line(out_dir, split, manifest))
+    print("\n".join(said), file=sys.stderr)
