@@ -801,6 +801,21 @@ def _fail_with(number: int):
     return fail
 
 
+def test_an_output_in_a_folder_that_takes_no_new_file_names_the_output(tmp_path):
+    """/proc refuses any new file with ENOENT, which no advice covers: the one line names the
+    output asked for, not the lock file beside it that could not be made."""
+    from pipeline.core.atomic import atomic_dir, atomic_path
+    from pipeline.core.errors import SystemFailure
+
+    for writer in (atomic_dir, atomic_path):
+        with pytest.raises(SystemFailure) as caught:
+            with writer(Path("/proc/pipeline-out")):
+                pass
+        assert str(caught.value) == (
+            "/proc/pipeline-out: cannot be written: No such file or directory creating a file in /proc"
+        )
+
+
 OS_FAILURES = {
     errno.ENOSPC: "the disk is full",
     errno.EFBIG: "the file is larger than this system or `ulimit -f` allows",

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.errors import InputError, SystemFailure, system_failure
+from pipeline.core.errors import InputError, SystemFailure, reason, system_failure
 
 
 class BusyError(InputError):
@@ -65,6 +65,11 @@ def _worded(dest: Path) -> Iterator[None]:
         else:
             where = temporary.sub(str(dest), name) if temporary.match(name) else dest  # (the lock: dest)
         failure = system_failure(err, where)
+        if failure is None and isinstance(err, OSError) and name is not None and ours.fullmatch(name):
+            # any other refusal of our own lock or temporary: the output named, not our file
+            failure = SystemFailure(
+                f"{dest}: cannot be written: {err.strerror or reason(err)} creating a file in {dest.parent}"
+            )
         if failure is None:
             raise
         raise failure from None
