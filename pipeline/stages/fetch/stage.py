@@ -194,6 +194,10 @@ def _open(url: str, timeout_s: float, wire_cap: int) -> tuple[BinaryIO, int | No
             raise cls(f"HTTP {err.code} {err.reason}") from None
         except (urllib.error.URLError, TimeoutError, socket.timeout, ConnectionError) as err:
             reason_ = getattr(err, "reason", err)
+            if isinstance(reason_, TimeoutError):  # (socket.timeout is TimeoutError) connected or not, no answer
+                raise _Transient(
+                    f"no answer within {timeout_s:g} s (connecting, or waiting for its response)"
+                ) from None
             raise _Transient(f"cannot connect: {reason_}") from None
         except (ValueError, http.client.HTTPException) as err:  # InvalidURL, a bad port, a bad status line
             raise _Permanent(f"not a usable URL or answer ({reason(err)})") from None
