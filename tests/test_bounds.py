@@ -337,6 +337,7 @@ def write_header() -> bytes:
     "edit, message",
     [
         (lambda lines: lines + lines[1:3], r"more than 64 data rows \(line 66 is one too many\)"),
+        (lambda lines: lines + [b""], r"more than 64 data rows \(line 66 is one too many, and blank\)"),
         (lambda lines: lines[:-3], r"61 data rows, but the data set's split has 64"),
         (lambda lines: lines[:5] + [b"1"] + lines[6:], r"line 6: 1 columns, expected 785"),
         (lambda lines: lines[:5] + [b""] + lines[6:], r"line 6: 1 columns, expected 785"),

@@ -94,9 +94,12 @@ def _check_lines(csv_path: Path, first: int, block: bytes, before: int, rows: in
     parser given one 40 MB line makes a column per field, gigabytes."""
     ends = np.flatnonzero(np.frombuffer(block, np.uint8) == 10)  # the block ends with one
     if rows is not None and before + len(ends) > rows:
+        extra = rows - before  # the block's line that is one too many
+        start = int(ends[extra - 1]) + 1 if extra else 0
+        blank = not block[start : int(ends[extra]) + 1].strip()
         raise DataError(
-            f"{csv_path}: more than {rows:,} data rows (line {rows + 2:,} is one too many): the data "
-            f"set's split has {rows:,} (sources.yaml rows)"
+            f"{csv_path}: more than {rows:,} data rows (line {rows + 2:,} is one too many"
+            f"{', and blank' if blank else ''}): the data set's split has {rows:,} (sources.yaml rows)"
         )
     lengths = np.diff(ends, prepend=-1) - 1  # without the LF
     bad = np.flatnonzero((lengths < CSV_ROW_MIN) | (lengths > CSV_ROW_MAX + 1))
