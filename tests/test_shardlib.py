@@ -448,10 +448,13 @@ write_split({"x": np.arange(40, dtype=np.int32)}, root, sample=Sample((Field("x"
             split="train", samples_per_shard=16)
 loader = ShardDataset(root).loader(8, num_workers=1, multiprocessing_context="forkserver", preload=preload)
 assert sorted(int(v) for (x,) in loader for v in x) == list(range(40))
-def parent(pid):
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-[server] = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and parent(p.name) == os.getpid()
-            and b"forkserver" in (p / "cmdline").read_bytes()]
+def ours(pid):  # a child of this process whose command line names the fork server
+    try:  # (another process on the host may end between the listing and the read)
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return parent == os.getpid() and b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+[server] = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and ours(p.name)]
 print("torch in the fork server:", "libtorch_cpu" in Path(f"/proc/{server}/maps").read_text())
 """
 
