@@ -79,7 +79,11 @@ MANIFEST_CASES = {
     "not a string": (_set(["shards", 0, "file"], 7), r"shards\[0\]\.file: expected a file name, got 7"),
     "listed twice": (
         lambda m: m["shards"].__setitem__(1, copy.deepcopy(m["shards"][0])),
-        r"shards\[1\]\.file: 'shard-00000.safetensors' is listed twice$",
+        r"shards\[1\]\.file: 'shard-00000.safetensors' where 'shard-00001.safetensors' belongs: shards are numbered",
+    ),
+    "out of place": (  # every hash would still match; the samples' order would not
+        lambda m: m["shards"].reverse(),
+        r"shards\[0\]\.file: 'shard-00002.safetensors' where 'shard-00000.safetensors' belongs",
     ),
     "absurd count": (_set(["count"], 10**18), r"count: 1000000000000000000 is outside 0\.\.2147483648"),
     "count a string": (_set(["count"], "64"), r"count: expected an integer, got '64'"),

@@ -476,7 +476,7 @@ def test_a_part_that_differs_in_any_setting_is_named(tmp_path, key, second):
         ),
         (
             lambda part: {**part, "shards": [{**part["shards"][0], "file": "shard-00002.safetensors"}]},
-            r"lists 'shard-00002.safetensors' where 'shard-00001.safetensors' belongs",
+            r"shards\[0\]\.file: 'shard-00002.safetensors' where 'shard-00001.safetensors' belongs",
         ),
     ],
 )
@@ -506,7 +506,7 @@ def test_parts_whose_records_swap_their_shards_are_refused(tmp_path):
     second.write_text(json.dumps(b))
     with pytest.raises(
         ShardError,
-        match=r"000000000000\.json: lists 'shard-00001.safetensors' where "
+        match=r"000000000000\.json: shards\[0\]\.file: 'shard-00001.safetensors' where "
         r"'shard-00000.safetensors' belongs",
     ):
         merge_parts(folder)

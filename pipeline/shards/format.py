@@ -399,9 +399,10 @@ def _block_bytes(file: Path, manifest: dict) -> int | None:
     return value
 
 
-def check_manifest(manifest, file: Path) -> dict:
+def check_manifest(manifest, file: Path, first_shard: int = 0) -> dict:
     """The manifest's schema, checked before anything it names is opened: known keys and
-    types, declared fields, file names confined to the folder and listed once, counts that
+    types, declared fields, file names confined to the folder and each in its place (shard
+    `first_shard + i` at entry i: a part's record starts at its first shard), counts that
     add up, sizes that can hold them and digests. Returns it in version-4 form (an older one
     upgraded, with `block_bytes` null). The reader runs where only torch is installed, so this is plain code rather
     than a schema library."""
@@ -427,7 +428,6 @@ def check_manifest(manifest, file: Path) -> dict:
     block = _block_bytes(file, manifest) if version >= 4 else None
     shards = _expect(file, "shards", manifest["shards"], list, "a list")
     ending = suffix(compression["codec"])
-    seen: set[str] = set()
     total = 0
     for number, entry in enumerate(shards):
         where = f"shards[{number}]"
@@ -437,9 +437,14 @@ def check_manifest(manifest, file: Path) -> dict:
             raise _fail(
                 file, f"{where}.file", f"{name!r} does not end in {ending!r} (compression {compression['codec']})"
             )
-        if name in seen:
-            raise _fail(file, f"{where}.file", f"{name!r} is listed twice")
-        seen.add(name)
+        placed = shard_file(first_shard + number, compression["codec"])
+        if name != placed:  # (so none is listed twice either)
+            raise _fail(
+                file,
+                f"{where}.file",
+                f"{name!r} where {placed!r} belongs: shards are numbered by their place in the split, "
+                f"and entries out of place would reorder its samples",
+            )
         n = _count(file, f"{where}.count", entry.get("count"), low=1)
         size = _count(file, f"{where}.bytes", entry.get("bytes"), low=1, high=MAX_BYTES)
         if compression["codec"] == "none" and not n * row_bytes < size <= max_shard_bytes(n, row_bytes):
