@@ -723,3 +723,19 @@ def test_the_forwarded_order_keywords_are_the_samplers_own():
         if parameter.kind is inspect.Parameter.KEYWORD_ONLY
     }
     assert set(Order.__annotations__) == keywords - {"shard_counts"}
+
+
+@pytest.mark.slow
+def test_a_worker_that_reopens_a_split_a_writer_replaced_refuses_it(tmp_path):
+    """A spawned DataLoader worker opens the split again from its path: one a writer replaced
+    since the dataset opened it is refused with a ShardError (the main process's sampler still
+    counts the old split), never read as the new writer's samples."""
+    sample = Sample((Field("v", "int64", ()),))
+    path = tmp_path / "s"
+    write_split({"v": np.full(40, 1)}, path, sample=sample, dataset="d", split="s", samples_per_shard=10)
+    data = ShardDataset(path)
+    loader = lambda: data.loader(20, num_workers=1, multiprocessing_context="spawn")  # noqa: E731
+    assert [x.tolist() for (x,) in loader()] == [[1] * 20] * 2  # the same split: read as it is
+    write_split({"v": np.full(40, 2)}, path, sample=sample, dataset="d", split="s", samples_per_shard=10)
+    with pytest.raises(ShardError, match=r"replaced by a writer since it was opened in the process that sent it"):
+        list(loader())

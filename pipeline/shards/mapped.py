@@ -287,8 +287,8 @@ class MappedSplit:
     set's split); a shard is mapped, its size and header checked, when a batch first touches
     it; at most `max_open` maps and `max_resident` bytes of them are held (see above);
     `pread=True` reads rows with pread. Pickled (DataLoader workers under spawn or
-    forkserver), it carries its arguments only: a worker opens the split again and verifies
-    what it touches itself."""
+    forkserver), it carries its arguments and its manifest's digest: a worker opens the split
+    again, refuses it if a writer replaced it meanwhile, and verifies what it touches itself."""
 
     def __init__(
         self,
@@ -354,6 +354,7 @@ class MappedSplit:
         deadlines,
     ) -> None:
         self.verify, self.max_resident, self.pread = verify, max_resident, pread
+        self._replaced: str | None = None  # why this copy may not be read (`__setstate__`)
         self.max_open = max_open  # None: only the process's bound (`process_max_open`)
         self.process_max_open = process_max_open()
         self.opened: OrderedDict[int, None] = OrderedDict()  # shards with a map open, least recently used first
@@ -446,6 +447,7 @@ class MappedSplit:
     def shard(self, number: int) -> MappedShard:
         """Shard `number`, mapped (and fetched) if its map is not open, its size checked; the
         least recently used maps past `max_open` or `max_resident` closed."""
+        self._current()
         shard = self.shards[number]
         if shard is not None and shard.is_open:
             if number in self.opened:
@@ -559,6 +561,7 @@ class MappedSplit:
     def take(self, indices) -> dict[str, np.ndarray]:
         """The samples at `indices` (ints, negative from the end): one new array per field,
         [b, *shape] of its declared dtype, in the manifest's field order."""
+        self._current()
         try:
             index = np.asarray(indices)
         except (TypeError, ValueError) as err:  # ragged lists, objects numpy cannot take
@@ -644,6 +647,7 @@ class MappedSplit:
 
     def wait(self) -> None:
         """Map (fetch) and verify every shard now; raise what is wrong."""
+        self._current()
         for number in range(len(self.counts)):
             shard = self.shard(number)
             self.left -= shard.check_all()
@@ -656,7 +660,7 @@ class MappedSplit:
         self._trim()
 
     def __getstate__(self) -> dict:
-        return {"_args": self._args}
+        return {"_args": self._args, "manifest_sha256": _manifest_digest(self.manifest)}
 
     def __del__(self) -> None:
         _OPEN_MAPS[0] -= len(getattr(self, "opened", ()))  # (their maps close with their arrays)
@@ -670,6 +674,28 @@ class MappedSplit:
     def __setstate__(self, state: dict) -> None:
         self._args = {"max_open": None, "pread": False, **state["_args"]}
         self._open(**self._args)
+        wanted = state.get("manifest_sha256")
+        if wanted is not None and _manifest_digest(self.manifest) != wanted:
+            # said at the first read, which a DataLoader hands back to its main process as the
+            # ShardError it is (raised while a worker unpickles, it only kills the worker)
+            self._replaced = (
+                f"{self.location}: replaced by a writer since it was opened in the process that sent it "
+                f"here (a DataLoader worker reopens the split); open it again"
+            )
+
+    def _current(self) -> None:
+        """Nothing, or the ShardError of a split a writer replaced before this copy reopened it."""
+        if self._replaced is not None:
+            raise ShardError(self._replaced)
+
+
+def _manifest_digest(manifest: dict) -> str:
+    """The sha256 of a manifest's content: the same for a split of the same shards (their
+    digests are in it), another for a split a writer replaced."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
 
 @contextlib.contextmanager
