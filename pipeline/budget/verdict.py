@@ -416,18 +416,28 @@ def _device_word(budget) -> str:
 
 def _compute_rule(budget) -> Rule:
     """The compute rule with the levers this machine's evidence says pay: bf16 autocast where
-    the measured bfloat16 peak beats float32's by PAYS, channels_last where the trace shows
-    convolutions; torch.compile is named as a measurement, never as a claim. Where no lever
-    pays, the rule says so with the evidence against each."""
+    the measured bfloat16 peak beats float32's by PAYS and the step computes near enough to
+    that peak (MEANINGFUL) for the probe's large matmuls to speak for its ops. channels_last
+    (where the trace shows convolutions) and torch.compile are named as measurements, never
+    as claims: nothing here timed them. Where no lever pays, the rule says so with the
+    evidence against each."""
     base = rule_for("compute", budget.device)
     levers, against = [], []
     peak = budget.peak
     probed_busy = outran_probe(budget)  # the step outran the probe: not to be trusted
     speedup = peak.over_float32("bfloat16") if peak is not None and not probed_busy else None
+    fraction = compute_fraction(budget)
     if probed_busy:
         against.append("the peak probe ran in a busy moment, so bf16 autocast is untested")
     elif speedup is None:
         against.append("no bfloat16 peak was measured here, so bf16 autocast is untested")
+    elif speedup >= PAYS and (fraction is None or fraction < MEANINGFUL):
+        reach = f"only {percent(fraction)} of" if fraction is not None else "an unknown share of"
+        against.append(
+            f"bfloat16 matmuls measured {speedup:.1f}x float32's rate here, but on large matmuls, and the step "
+            f"reaches {reach} float32's peak: its time is not in matmul throughput, so bf16 autocast is untested "
+            f"at this size"
+        )
     elif speedup >= PAYS:
         levers.append(
             f"bf16 autocast (bfloat16 matmuls measured {speedup:.1f}x float32's rate on this {_device_word(budget)})"
@@ -439,14 +449,16 @@ def _compute_rule(budget) -> Rule:
             f"{rate(peak.float32)}: bf16 autocast {slower}"
         )
     convolutions = getattr(budget, "convolutions", None)  # None: a budget that did not look
-    if convolutions:
-        levers.append("channels_last (the step runs convolutions)")
-    elif convolutions is not None:
+    if convolutions is False:
         against.append("the step runs no convolution, so channels_last has nothing to reorder")
-    compile_ = "torch.compile is unmeasured here: time the loop with it before counting on it"
+    compile_ = (
+        "torch.compile and channels_last (the step runs convolutions) are unmeasured here: time the loop with "
+        "each before counting on it"
+        if convolutions
+        else "torch.compile is unmeasured here: time the loop with it before counting on it"
+    )
     if levers:
         return Rule(base.meaning, f"{' and '.join(levers)}; past that, {base.try_next}; {compile_}", base.rungs)
-    fraction = compute_fraction(budget)
     at = (
         f"the step computes at {percent(fraction)} of this {_device_word(budget)}'s measured float32 peak, and "
         if fraction is not None
