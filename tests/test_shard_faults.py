@@ -246,3 +246,20 @@ def test_a_folder_swapped_while_opened_closes_its_descriptor_once(tmp_path, monk
         os.fstat(victim)  # still this file's: raises EBADF where the number was closed a second time
     finally:
         os.close(victim)
+
+
+def test_a_store_that_refuses_the_connection_is_not_called_a_missing_split(tmp_path):
+    """fsspec's HTTP store answers any failure with FileNotFoundError: a refused connection is
+    said as one (its cause named), a missing manifest as missing; read_split, which reads a
+    local folder, names the reader of a URL instead of mangling the URL as a path."""
+    import socket
+
+    from pipeline.shards import read_split
+
+    with socket.socket() as probe:  # a port nothing listens on: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/train"
+        with pytest.raises(ShardError, match=r"/train/manifest.json: cannot read \(ClientConnectorError: "):
+            ShardDataset(url, cache=tmp_path / "cache")
+    with pytest.raises(ShardError, match=r"^http://127.0.0.1:9/x: read_split reads a local folder; a split at a URL"):
+        read_split("http://127.0.0.1:9/x")

@@ -21,6 +21,7 @@ import torch
 
 from pipeline.core.bounded import UnsafeFileError, file_kind, parse_json, plain_descriptor
 from pipeline.core.errors import InputError, reason
+from pipeline.core.location import is_url
 from pipeline.shards.format import (
     DTYPES,
     MAX_HEADER,
@@ -313,6 +314,10 @@ def read_split(
     """
     if not isinstance(path, str | os.PathLike):
         raise ShardError(f"path must be a shard folder (str or pathlib.Path), got {type(path).__name__}")
+    if is_url(path):
+        raise ShardError(
+            f"{path}: read_split reads a local folder; a split at a URL is read with ShardDataset(url, cache=...)"
+        )
     if not isinstance(verify, str) or verify not in VERIFY:
         raise ShardError(f"verify must be one of {VERIFY}, got {verify!r:.40}")
     device = torch_device(device)

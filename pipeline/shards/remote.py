@@ -137,7 +137,10 @@ class RemoteShards:
             raw = watched(read, where, MAX_MANIFEST, self.deadlines)
         except ShardError:
             raise
-        except FileNotFoundError:
+        except FileNotFoundError as err:
+            cause = err.__cause__ or err.__context__  # fsspec's HTTP store says "not found" for any failure
+            if isinstance(cause, OSError) and not isinstance(cause, FileNotFoundError):  # (aiohttp's: OSErrors)
+                raise ShardError(f"{where}: cannot read ({type(cause).__name__}: {reason(cause)})") from None
             raise ShardError(f"{where}: missing (is {self.url} a shard folder?)") from None
         except Exception as err:  # whatever the store answers (refused, unreachable, denied): one line
             raise ShardError(f"{where}: cannot read ({type(err).__name__}: {reason(err)})") from None

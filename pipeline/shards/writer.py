@@ -406,9 +406,7 @@ def _check_arguments(folder, sample, samples_per_shard, compression, level, orig
         raise ShardError(
             f"first_sample must be a multiple of samples_per_shard ({samples_per_shard}), got {first_sample!r:.40}"
         )
-    if total is not None and (
-        type(total) is not int or total < 1 or first_sample is None or first_sample >= total
-    ):
+    if total is not None and (type(total) is not int or total < 1 or first_sample is None or first_sample >= total):
         raise ShardError(
             f"total must be the split's sample count (1 or more: an empty split is write_split's), past "
             f"first_sample, and only for a part (first_sample {first_sample!r:.40}), got {total!r:.40}"
