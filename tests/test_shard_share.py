@@ -549,8 +549,16 @@ def test_a_bool_is_not_a_sample_index(tmp_path):
         with pytest.raises(ShardIndexError, match=r"^sample index out of range 0\.\.15$") as caught:
             data.batch(indices)
         assert isinstance(caught.value, IndexError)
-    with pytest.raises(ShardIndexError, match=r"^expected a 1-D sequence of integer sample indices, got bool \[2\]$"):
-        data.batch([True, False])
+    with pytest.raises(ShardIndexError, match=r"^sample index 1180591620717411303424 is outside 0\.\.15$"):
+        data[2**70]  # past int64: out of range, not of the wrong type
+    for indices, shown in (([True, False], "bool [2]"), ([1.0], "float64 [1]")):
+        with pytest.raises(
+            ShardTypeError, match=rf"^expected a 1-D sequence of integer sample indices, got {re.escape(shown)}$"
+        ):
+            data.batch(indices)
+    write(tmp_path / "empty", columns(0, 0))
+    with pytest.raises(ShardIndexError, match=r"^sample index out of range \(the split holds no samples\)$"):
+        ShardDataset(tmp_path / "empty")[0]
     assert torch.equal(data[np.int64(3)][0], data[3][0]) and len(list(data)) == 16  # iteration ends at the index error
 
 

@@ -27,6 +27,7 @@ from pipeline.shards.format import (
     MAX_HEADER,
     ShardError,
     ShardIndexError,
+    ShardTypeError,
     blocks_in,
     check_identity,
     manifest_sample,
@@ -558,6 +559,10 @@ class MappedSplit:
     def __len__(self) -> int:
         return self.count
 
+    def _range(self) -> str:
+        """The indices this split takes, in words."""
+        return f"0..{self.count - 1}" if self.count else "(the split holds no samples)"
+
     def take(self, indices) -> dict[str, np.ndarray]:
         """The samples at `indices` (ints, negative from the end): one new array per field,
         [b, *shape] of its declared dtype, in the manifest's field order."""
@@ -565,16 +570,19 @@ class MappedSplit:
         try:
             index = np.asarray(indices)
         except (TypeError, ValueError) as err:  # ragged lists, objects numpy cannot take
-            raise ShardIndexError(
+            raise ShardTypeError(
                 f"expected a 1-D sequence of integer sample indices, got {type(indices).__name__} ({reason(err)})"
             ) from None
+        if index.dtype == object and index.ndim == 1 and all(type(i) is int for i in index.tolist()):
+            # Python ints past int64 (numpy keeps them as objects): out of range, not of the wrong type
+            raise ShardIndexError(f"sample index {max(index.tolist(), key=abs)} is outside {self._range()}")
         if index.ndim != 1 or (len(index) and index.dtype.kind not in "iu"):
-            raise ShardIndexError(
+            raise ShardTypeError(
                 f"expected a 1-D sequence of integer sample indices, got {index.dtype} {list(index.shape)}"
             )
         # (compared before the cast: a uint64 of 2**63 or more would wrap to a negative index)
         if len(index) and (index.max() >= self.count or index.dtype.kind == "i" and index.min() < -self.count):
-            raise ShardIndexError(f"sample index out of range 0..{self.count - 1}")
+            raise ShardIndexError(f"sample index out of range {self._range()}")
         index = index.astype(np.int64, copy=False)
         index = np.where(index < 0, index + self.count, index)
         out = {f.name: np.empty((len(index), *f.shape), f.dtype) for f in self.sample.fields}
