@@ -436,7 +436,7 @@ def test_a_merge_while_a_part_is_being_written_is_refused_and_no_part_starts_und
     with ShardWriter(
         folder, sample=SAMPLE, dataset="d", split="train", samples_per_shard=8, first_sample=8, total=24
     ):  # a rerun of the middle part, under way
-        with pytest.raises(ShardError, match=r"p: the part from sample 8 is being written right now"):
+        with pytest.raises(ShardBusyError, match=r"p: the part from sample 8 is being written right now"):
             merge_parts(folder)
         assert not (folder / "manifest.json").exists()
     _parts(folder, data, [8, 16], total=24)
@@ -464,7 +464,7 @@ def test_a_part_writer_not_on_record_yet_stops_a_merge_and_a_merge_stops_a_new_w
     folder, data = tmp_path / "p", columns(16, 0)
     _parts(folder, data, [0, 8, 16], total=16)
     with parts_held(folder, exclusive=False):  # as a writer between its start and its part's lock
-        with pytest.raises(ShardError, match=r"p: a part is being written right now"):
+        with pytest.raises(ShardBusyError, match=r"p: a part is being written right now"):
             merge_parts(folder)
     with parts_held(folder, exclusive=True):  # as a merge
         with pytest.raises(ShardBusyError, match=r"p: a merge of its parts is under way"):

@@ -801,7 +801,7 @@ def merge_parts(folder: Path, source: dict | None = None, *, total: int | None =
                     try:
                         writers.enter_context(locked(folder / PARTS_DIR / key))
                     except BusyError:
-                        raise ShardError(
+                        raise ShardBusyError(
                             f"{folder}: the part from sample {int(key):,} is being written right now; "
                             f"merge once every writer has finished"
                         ) from None
@@ -835,7 +835,7 @@ def _hold_parts(folder: Path, wait: float) -> tuple[int | None, bool]:
                     return fd, waited
                 if current:
                     busy = _busy_part(folder)
-                    raise ShardError(
+                    raise ShardBusyError(
                         f"{folder}: "
                         + (f"the part from sample {int(busy):,} is" if busy else "a part is")
                         + " being written right now; merge once every writer has finished"
@@ -920,7 +920,7 @@ def parts_held(folder: Path, exclusive: bool) -> Iterator[None]:
         if fd is not None:
             os.close(fd)
         raise (
-            ShardError(f"{folder}: a part is being written right now; merge once every writer has finished")
+            ShardBusyError(f"{folder}: a part is being written right now; merge once every writer has finished")
             if exclusive
             else ShardBusyError(f"{folder}: a merge of its parts is under way; write the part once it has finished")
         )
