@@ -897,7 +897,9 @@ def test_a_position_of_batches_taken_needs_an_iteration_and_a_count_within_it():
         sampler.state_dict(0)
     sampler.load_state_dict({**sampler.state_dict(), "due": [[2, 7]]})
     begun = sampler.state_dict()
-    next(iter(sampler))
+    batches = iter(sampler)
+    assert sampler.state_dict(0) == begun  # begun with iter(), before its first batch
+    next(batches)
     assert sampler.state_dict(0) == begun
     for steps in (-1, 4, 1.0):
         with pytest.raises(ValueError, match=r"steps must be 0\.\.3 for this epoch, got "):

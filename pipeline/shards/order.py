@@ -208,9 +208,14 @@ class ShardSampler(Sampler[np.ndarray]):
         return self.order(epoch)[mine]
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        """The iteration's batches; its plan is set here, so `state_dict(0)` works before the
+        first batch is asked for."""
         epoch, due = self.epoch, list(self.due)
         mine = self.rank_order()
         self.plan = (epoch, due)
+        return self._batches(epoch, due, mine)
+
+    def _batches(self, epoch: int, due: list[Interval], mine: np.ndarray) -> Iterator[np.ndarray]:
         for step in range(self.steps(due)):
             yield mine[step * self.batch_size : (step + 1) * self.batch_size]
         self.epoch, self.due = epoch + 1, self._whole()
