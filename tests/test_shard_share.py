@@ -143,6 +143,15 @@ def _parts(folder, data: dict, cuts: list[int], total: int | None = None) -> Non
         )
 
 
+def test_parts_past_the_total_given_are_said_to_be_past_it(tmp_path):
+    """Parts of 24 samples merged with total=20: past the total, not a part missing."""
+    folder = tmp_path / "p"
+    _parts(folder, columns(24, 0), [0, 8, 16, 24])
+    with pytest.raises(ShardError, match=r"p: the parts hold samples 0\.\.24, past the split's total of 20 "):
+        merge_parts(folder, total=20)
+    assert not (folder / "manifest.json").exists()
+
+
 def test_a_part_whose_writer_died_is_named_not_merged_short(tmp_path):
     """Three writers of 16 samples each; the last dies after its first shard (no record):
     the merge names the missing part and the dead writer's shard, and writes nothing."""

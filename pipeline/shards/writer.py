@@ -978,6 +978,11 @@ def _merge_records(folder: Path, source: dict, total: int | None, waited: bool) 
         expected += part["count"]
         entries += part["shards"]
     stray = _stray(folder, {entry["file"] for entry in entries})
+    if expected > total:
+        raise ShardError(
+            f"{folder}: the parts hold samples 0..{expected:,}, past the split's total of {total:,} "
+            f"(parts of a larger split, or the wrong total)"
+        )
     if expected != total:
         raise ShardError(
             f"{folder}: the parts hold samples 0..{expected:,} of the split's {total:,}: the part from "
