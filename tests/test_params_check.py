@@ -44,6 +44,17 @@ def test_the_committed_params_pass_the_check(tmp_path):
     assert (tmp_path / "params.ok").is_file()
 
 
+def test_a_data_set_sources_yaml_does_not_know_stops_at_the_check(tmp_path):
+    """`datasets: [mnist, cifar]` with no `cifar` in sources.yaml: said by the params check,
+    the first stage, not by the fetch stage after others ran."""
+    params = yaml.safe_load(PARAMS.read_text())
+    params["datasets"] = ["mnist", "cifar"]
+    result = check(params, tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "datasets: ['cifar'] not in sources.yaml (it has ['fashion-mnist', 'mnist'])" in result.stderr
+    assert not (tmp_path / "params.ok").exists()
+
+
 @pytest.mark.parametrize("bad", sorted(BAD), ids=lambda bad: f"{bad[0]}.{bad[1]}={bad[2]}")
 def test_a_bad_value_is_one_line_and_exit_status_2(tmp_path, bad):
     params = yaml.safe_load(PARAMS.read_text())

@@ -17,7 +17,8 @@ from typing import Annotated, Any
 from pipeline.bench.settings import BenchSettings
 from pipeline.core.atomic import write_text
 from pipeline.core.bounds import STRICT, AfterValidator, Len, Text, model_validator
-from pipeline.core.params import dataset_names, load_params, validated
+from pipeline.core.params import ParamsError, dataset_names, load_params, validated
+from pipeline.core.sources import read_sources
 from pipeline.stages.convert.settings import ConvertSettings
 from pipeline.stages.fetch.settings import FetchSettings
 from pipeline.stages.shard.settings import ShardSettings
@@ -60,7 +61,16 @@ def validate_params(params: dict[str, Any], path: Path = Path("params.yaml")) ->
     return params
 
 
-def check_params(path: Path, out: Path) -> None:
-    """Validate the params file whole, then write `out`; a bad value raises ParamsError."""
-    validate_params(load_params(path), path)
+def check_params(path: Path, out: Path, sources: Path = Path("sources.yaml")) -> None:
+    """Validate the params file whole, and each of its data sets against `sources` (the
+    fetch stage would find no files for one it lacks), then write `out`; a bad value raises
+    ParamsError."""
+    params = validate_params(load_params(path), path)
+    known = read_sources(sources)
+    unknown = [name for name in params["datasets"] if not isinstance(known.get(name), dict)]
+    if unknown:
+        raise ParamsError(
+            f"{path}: datasets: {unknown[:3]} not in {sources} (it has {sorted(map(str, known))[:10]}): "
+            f"the fetch stage would find no files for it"
+        )
     write_text(Path(out), CHECKED)
