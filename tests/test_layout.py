@@ -88,9 +88,9 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/core/params.py", READ_PARAMS),
     ("pipeline/core/bounds.py", READ_PARAMS | {"machine"}),  # every section's bounds, the fingerprint's
     ("pipeline/core/codec.py", {"params", "convert", "codecs", "summary"}),
-    ("pipeline/core/dataset.py", {"fetch", "csv", "convert", "codecs", "shard", "bench", "train", "summary"}),
+    ("pipeline/core/dataset.py", {"params", "fetch", "csv", "convert", "codecs", "shard", "bench", "train", "summary"}),
     ("pipeline/core/parquet.py", {"convert", "codecs", "shard", "bench"}),
-    ("pipeline/core/sources.py", {"fetch", "csv", "convert", "shard"}),
+    ("pipeline/core/sources.py", {"params", "fetch", "csv", "convert", "shard"}),  # the check: the data sets there are
     ("pipeline/core/location.py", {"shard", "bench", "train"}),  # a path or a URL: the stages that read either
     # stages: each stage's folder or module; each settings model is also the check's.
     ("pipeline/stages/params.py", {"params"}),
