@@ -381,6 +381,7 @@ def put_s3(local: Path, key: str, env: dict) -> None:
 
 
 def params_file(folder: Path, **train) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
     params = yaml.safe_load((PARAMS).read_text())
     params["train"].update(train)
     path = folder / "params.yaml"
@@ -701,6 +702,54 @@ def test_a_killed_run_resumes_on_another_number_of_ranks(resumed, nproc):
     # otherwise): close, not equal
     assert abs(doc[1]["loss"] - whole[1]["loss"]) <= 0.05 * whole[1]["loss"], (doc, whole)
     assert doc[1]["accuracy"] >= whole[1]["accuracy"] - 0.05, (doc, whole)
+
+
+@pytest.mark.slow
+def test_a_run_the_ranks_or_the_checkpoint_do_not_fit_is_one_line(resumed, tmp_path):
+    """Under torchrun, a global batch the ranks started cannot split evenly (the params check
+    knows only train.world_size), and a checkpoint already past train.epochs (its metrics would
+    hold more epochs than the run asks for): each rank says one line, no traceback through the
+    pipeline, and no metrics are written."""
+    root = resumed[0]
+    shutil.copy(root / "full.pt", tmp_path / "full.pt")  # 2 epochs done
+    cases = (
+        (
+            params_file(tmp_path / "a", batch_size=61, world_size=1),
+            [],
+            "does not split evenly across the 2 ranks torchrun started",
+        ),
+        (
+            params_file(tmp_path / "b", epochs=1, batch_size=60),
+            ["--checkpoint", str(tmp_path / "full.pt"), "--resume"],
+            "already 2 epochs in, past train.epochs (1)",
+        ),
+    )
+    for params, extra, said in cases:
+        out = params.parent / "train.json"
+        output = finish(
+            torchrun(
+                [
+                    "--standalone",
+                    "--nproc-per-node",
+                    "2",
+                    "-m",
+                    "pipeline",
+                    "train",
+                    "t",
+                    "--shards",
+                    str(root / "shards"),
+                    "--out",
+                    str(out),
+                    "--params",
+                    str(params),
+                    *extra,
+                ],
+                {},
+            ),
+            1,  # torchrun's own status for a failed rank
+        )
+        assert sum(line.startswith("Error: ") and said in line for line in output.splitlines()) == 2, output[-3000:]
+        assert f'File "{ROOT / "pipeline"}' not in output and not out.exists(), output[-3000:]
 
 
 def test_the_docs_show_the_measured_results():

@@ -295,11 +295,14 @@ def _train(
     rank 0, the metrics: the ranks first agree on `settings` and the data."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if run.global_batch % world:
-        raise ValueError(f"train.batch_size {run.global_batch} does not split evenly across {world} ranks")
+        raise InputError(
+            f"train.batch_size {run.global_batch} does not split evenly across the {world} ranks torchrun "
+            f"started; run a number of ranks that divides it"
+        )
     local_batch = run.global_batch // world
     state = _start(shards, device, run, local_batch)
     _agree({**settings, "train": state.origin["train"], "test": state.origin["test"]})
-    _restore(state, checkpoints)
+    _restore(state, checkpoints, run.epochs)
     ddp = torch.nn.parallel.DistributedDataParallel(state.model)  # (after the load: DDP broadcasts rank 0's weights)
     while state.train.epoch < run.epochs:
         _epoch(state, ddp, run, checkpoints, after_step)
@@ -326,7 +329,7 @@ def _start(shards: Path | str, device: torch.device, run: TrainRun, local_batch:
     return _Training(model, optimizer, train, test, device, origin)
 
 
-def _restore(state: _Training, checkpoints: Checkpoints) -> None:
+def _restore(state: _Training, checkpoints: Checkpoints, run_epochs: int) -> None:
     """With --resume and a checkpoint on disk, its weights, optimizer, data position and
     progress, once it is checked to be this run's; a checkpoint that does not fit is one line."""
     saved = checkpoints.load(state.device)
@@ -346,6 +349,11 @@ def _restore(state: _Training, checkpoints: Checkpoints) -> None:
         raise InputError(f"{checkpoints.path}: {err}") from None
     except (RuntimeError, ValueError, KeyError, TypeError) as err:  # weights of another model, a bad state
         raise InputError(f"{checkpoints.path}: does not fit this model and optimizer ({reason(err)})") from None
+    if state.train.epoch > run_epochs:  # its metrics would hold more epochs than the run asks for
+        raise InputError(
+            f"{checkpoints.path}: already {state.train.epoch} epochs in, past train.epochs ({run_epochs}); "
+            f"raise train.epochs to train on, or leave --resume out to start afresh"
+        )
     if dist.get_rank() == 0:
         train, world = state.train, dist.get_world_size()
         done = len(train.dataset) - sum(b - a for a, b in train.state_dict()["due"])
