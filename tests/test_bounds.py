@@ -762,6 +762,25 @@ def test_the_summary_names_the_machine_of_each_figure(metrics):
     assert out["machine"] == "amd-epyc-2c"
 
 
+def test_a_bench_file_under_another_data_sets_name_is_refused(metrics):
+    """tiny's document copied to other.json: the summary (which finds a data set's bench by its
+    file name) and the report (which goes by the document) both refuse it in one line, rather
+    than credit tiny's figures to other or drop a row."""
+    from pipeline.stages.report.data import ReportError, load_run
+    from pipeline.stages.summary import write_summary
+
+    root, figures, bench = metrics
+    (root / "fig" / "other").mkdir()
+    (root / "fig" / "other" / "zstd-3.json").write_text(json.dumps(figures))
+    _write_metrics(root, figures, bench)
+    (root / "bench" / "other.json").write_text(json.dumps(bench))  # dataset: tiny
+    said = r"other.json: holds the bench of 'tiny', but its name says 'other' \(a bench file is named for its data set"
+    with pytest.raises(DataError, match=said):
+        write_summary(root / "fig", root / "bench", ["tiny", "other"], "zstd-3", "compact", root / "s.json")
+    with pytest.raises(ReportError, match=said):
+        load_run(root / "bench" / "other.json", "here", True)
+
+
 def test_summary_with_no_fully_run_variant(metrics):
     from pipeline.stages.summary import write_summary
 

@@ -307,6 +307,19 @@ def fastest_full(variants: dict[str, Variant]) -> tuple[str, Variant] | None:
     return name, full[name]
 
 
+def named_for(path: Path | str, doc: BenchDoc, error: type[InputError] = DataError) -> BenchDoc:
+    """`doc`, read from `path`, when the file's name is the data set it holds (every bench
+    file is `<dataset>.json`, and its readers find it by that name): a copy under another
+    data set's name would put its figures under that data set."""
+    stem = Path(path).stem
+    if doc.dataset != stem:
+        raise error(
+            f"{path}: holds the bench of {doc.dataset!r}, but its name says {stem!r} (a bench file is "
+            f"named for its data set: {doc.dataset}.json)"
+        )
+    return doc
+
+
 def validate(path: Path | str, data: Any, model: Any, error: type[InputError] = DataError) -> Any:
     """`data` as `model`, or `error` naming `path` and the first bad key."""
     from pydantic import TypeAdapter, ValidationError

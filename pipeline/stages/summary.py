@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.bench.document import BenchDoc, Variant, fastest_full, validate
+from pipeline.bench.document import BenchDoc, Variant, fastest_full, named_for, validate
 from pipeline.core.atomic import write_json
 from pipeline.core.bounded import number, read_json, short
 from pipeline.core.codec import Codec
@@ -60,7 +60,9 @@ def write_summary(figures_dir: Path, bench_dir: Path, datasets: list[str], codec
     for dataset in datasets:
         figures_path = Path(figures_dir) / dataset / f"{label}.json"
         bench_path = Path(bench_dir) / f"{dataset}.json"
-        bench = validate(bench_path, read_json(bench_path, 64 << 20, "bench metrics file"), BenchDoc)
+        bench = named_for(
+            bench_path, validate(bench_path, read_json(bench_path, 64 << 20, "bench metrics file"), BenchDoc)
+        )
         summary[dataset] = headline(
             read_json(figures_path, what="figures file"), layout, bench, figures_path, bench_path
         )

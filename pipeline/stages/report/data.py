@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench.document import BenchDoc, RaceDoc, validate
+from pipeline.bench.document import BenchDoc, RaceDoc, named_for, validate
 from pipeline.core.bounded import read_json as read_checked_json
 from pipeline.core.errors import InputError, is_slug
 
@@ -64,7 +64,7 @@ def is_bench_document(data: Any) -> bool:
 
 
 def load_run(path: Path, default_machine: str, local: bool, data: Any = None) -> Run:
-    doc = as_model(path, read_metrics(path) if data is None else data, BenchDoc)
+    doc = named_for(path, as_model(path, read_metrics(path) if data is None else data, BenchDoc), ReportError)
     if doc.machine is None and doc.env is None:
         raise ReportError(f"{path}: machine: Field required (neither 'machine' nor the older 'env')")
     return Run(doc, Path(path), doc.machine.name if doc.machine else default_machine, local)
