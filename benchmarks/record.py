@@ -22,12 +22,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def machine() -> tuple[str, str]:
-    """(folder slug, one-line description) of this machine: the slug the bench's own
-    fingerprint gives a CPU run (`pipeline.stages.machine`), so one host has one name."""
-    from pipeline.budget.machine import cpu_model, memory_gb, slug
+    """(folder slug, one-line description) of this machine. The folder is named by the CPU
+    model and cores alone (hosts sold under one name share it); the description names the
+    fingerprint too (`amd-epyc-2c-avx512bf16`: the instruction sets that change the figures),
+    the name the bench's own figures carry, so a recording says which of them it is."""
+    from pipeline.budget.machine import cpu_model, fingerprint, memory_gb, slug
 
     cores = os.cpu_count() or 1
-    return f"{slug(cpu_model())}-{cores}c", f"{cpu_model()}, {cores} cores, {memory_gb():.0f} GiB"
+    named = fingerprint("cpu").name
+    return f"{slug(cpu_model())}-{cores}c", f"{cpu_model()}, {cores} cores, {memory_gb():.0f} GiB ({named})"
 
 
 def main() -> None:
