@@ -2,6 +2,7 @@
 
     python tools/mutation_score.py --seconds 1234 --keep results/mutation/score.md > score.md.new
     python tools/mutation_score.py --recheck-survivors     # after writing tests for survivors
+    python tools/mutation_score.py --remark results/mutation/score.md > score.md.new   # no run: marks as of now
 
 `make mutants` runs mutmut and then this; docs/results.md embeds the table it writes. With
 `--keep`, the rows of an earlier table for modules this run left out are carried over, each
@@ -101,7 +102,16 @@ def render(
         counts, measured_at = earlier[module]
         total.update(counts)
         same = same_code(module, measured_at)
-        since = "" if same is None else ", same code" if same else ", code changed since"
+        gone = not (Path(__file__).resolve().parents[1] / "pipeline" / f"{module}.py").exists()
+        since = (
+            ", module moved or removed since"
+            if gone
+            else ""
+            if same is None
+            else ", same code"
+            if same
+            else ", code changed since"
+        )
         lines.append(_row(f"`{module}` (commit {measured_at}{since})", counts))
     lines.append(_row("**all**", total))
     ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
@@ -159,7 +169,17 @@ def main() -> None:
         action="store_true",
         help="mark the survivors not checked (after new tests), print how many, write no table",
     )
+    parser.add_argument(
+        "--remark",
+        type=Path,
+        help="an earlier table, every row carried and marked against the working tree (no mutmut run)",
+    )
     args = parser.parse_args()
+    if args.remark:  # each row keeps its counts and commit; 'same code' is said as of now
+        earlier = earlier_rows(args.remark.read_text(encoding="utf-8"))
+        carried = {module: Counter({"not checked": sum(counts.values())}) for module, (counts, _) in earlier.items()}
+        print(render(carried, None, args.note, earlier, None), end="")
+        return
     if args.recheck_survivors:
         print(f"{recheck_survivors(args.meta)} surviving mutants will be run again by the next `mutmut run`")
         return
