@@ -582,7 +582,9 @@ def standalone_bench(
     required=True,
     help="The shard stage's folder for DATASET (train/, test/), or its URL (s3://bucket/prefix).",
 )
-@output_path("--out", "Metrics JSON that rank 0 writes.")
+@click.option(  # a file: a folder given here is refused before any rank trains
+    "--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="Metrics JSON that rank 0 writes."
+)
 @click.option(
     "--cache",
     type=click.Path(path_type=Path, file_okay=False),

@@ -311,6 +311,7 @@ def test_device_batches_resume_mid_epoch_exactly():
         (["--shards", "s3://bucket/shards"], "Error: --shards s3://bucket/shards: a URL needs --cache"),
         (["--shards", ".", "--resume"], "--resume needs --checkpoint"),
         (["--shards", "no/such/folder"], "no/such/folder is neither a folder nor a URL"),
+        (["--shards", ".", "--out", "."], "Invalid value for '--out': File '.' is a directory"),
     ],
 )
 def test_train_arguments_are_checked_in_one_line(args, message, tmp_path, monkeypatch):
