@@ -31,6 +31,12 @@ def output_path(flag: str, text: str) -> Callable[[F], F]:
     return click.option(flag, type=click.Path(path_type=Path), required=True, help=text)
 
 
+def file_option(*names: str, text: str, exists: bool = False, required: bool = False) -> Callable[[F], F]:
+    """An option naming a file: a folder given there is refused at once, before any work."""
+    kind = click.Path(path_type=Path, dir_okay=False, exists=exists)
+    return click.option(*names, type=kind, required=required, help=text)
+
+
 def shown(*names: str, **options: Any) -> Callable[[F], F]:
     """An option whose default `--help` shows."""
     return click.option(*names, show_default=True, **options)
@@ -393,10 +399,10 @@ def summary(figures: Path, bench_dir: Path, out: Path, params_path: Path) -> Non
     default=Path("results"),
     help="Committed bench results of other machines, one folder each.",
 )
-@click.option(
+@file_option(
     "--readme",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    help="README whose generated and embed blocks are rewritten (the prose around them is kept); "
+    exists=True,
+    text="README whose generated and embed blocks are rewritten (the prose around them is kept); "
     "left out, no README is touched (the pipeline's own run).",
 )
 @output_path("--page", "The results page to write whole (data/report/results.md; docs/results.md to publish).")
@@ -439,21 +445,12 @@ def report(
     help="Train steps run first, unprofiled (warm-up, compilation, workers starting), counted from the "
     "script's first; the first two find the loop, so the window starts at the third at the earliest.",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Also write the budget as JSON (a metrics file `dvc metrics show` reads).",
-)
-@click.option(
-    "--trace",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Also write the window as a Chrome/Perfetto trace, steps and parts marked.",
-)
-@click.option(
+@file_option("--json", "json_path", text="Also write the budget as JSON (a metrics file `dvc metrics show` reads).")
+@file_option("--trace", text="Also write the window as a Chrome/Perfetto trace, steps and parts marked.")
+@file_option(
     "--ladder",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    help="A bench metrics file (metrics/bench/<dataset>.json) whose rungs the verdict quotes.",
+    exists=True,
+    text="A bench metrics file (metrics/bench/<dataset>.json) whose rungs the verdict quotes.",
 )
 @click.option("--keep-going", is_flag=True, help="Let the script run to its end after the window.")
 @shown(
@@ -582,18 +579,15 @@ def standalone_bench(
     required=True,
     help="The shard stage's folder for DATASET (train/, test/), or its URL (s3://bucket/prefix).",
 )
-@click.option(  # a file: a folder given here is refused before any rank trains
-    "--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="Metrics JSON that rank 0 writes."
-)
+@file_option("--out", required=True, text="Metrics JSON that rank 0 writes.")  # a folder: refused before training
 @click.option(
     "--cache",
     type=click.Path(path_type=Path, file_okay=False),
     help="Node-local folder that shards read from a URL are fetched into (bound: train.cache_mib).",
 )
-@click.option(
+@file_option(
     "--checkpoint",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="File rank 0 saves model, optimizer and data position to every train.checkpoint_every steps.",
+    text="File rank 0 saves model, optimizer and data position to every train.checkpoint_every steps.",
 )
 @click.option("--resume", is_flag=True, help="Continue from --checkpoint when it exists (mid-epoch too).")
 @click.option("--record", is_flag=True, help="Also write each rank's samples and final weights (for checks).")
