@@ -132,3 +132,10 @@ def test_a_table_reads_back_whatever_its_commit_is_called():
             "shards/order": (mutation_score.Counter(killed=2, survived=1), commit),
             "bench/verdict": (mutation_score.Counter(killed=4), "0123abc"),
         }, commit
+
+
+def test_a_module_no_longer_in_the_tree_is_said_to_be_gone_not_changed():
+    """Against the working tree, a row's module that moved (bench/verdict is budget/verdict now)
+    is 'gone', one still there is compared by git."""
+    assert mutation_score._same_code("bench/verdict", "HEAD") == "gone"
+    assert mutation_score._same_code("shards/order", "HEAD") in (True, False)

@@ -76,7 +76,7 @@ def render(
     note: str = "",
     earlier: dict[str, tuple[Counter, str]] | None = None,
     commit: str | None = None,
-    same_code: Callable[[str, str], bool | None] | None = None,
+    same_code: Callable[[str, str], bool | str | None] | None = None,
 ) -> str:
     """The table of the modules whose mutants were run, then those an earlier table measured
     (`earlier_rows`) marked with its commit and whether `same_code(module, at)` (default: git
@@ -102,17 +102,13 @@ def render(
         counts, measured_at = earlier[module]
         total.update(counts)
         same = same_code(module, measured_at)
-        gone = not (Path(__file__).resolve().parents[1] / "pipeline" / f"{module}.py").exists()
-        since = (
-            ", module moved or removed since"
-            if gone
-            else ""
-            if same is None
-            else ", same code"
-            if same
-            else ", code changed since"
-        )
-        lines.append(_row(f"`{module}` (commit {measured_at}{since})", counts))
+        since = {
+            None: "",
+            True: ", same code",
+            False: ", code changed since",
+            "gone": ", module moved or removed since",
+        }
+        lines.append(_row(f"`{module}` (commit {measured_at}{since[same]})", counts))
     lines.append(_row("**all**", total))
     ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
     footer = (
@@ -137,9 +133,12 @@ def _row(name: str, counts: Counter) -> str:
     return f"| {name} | {mutants} | " + " | ".join(str(counts[c]) for c in COLUMNS) + f" | {score} |"
 
 
-def _same_code(module: str, at: str, now: str | None = None) -> bool | None:
+def _same_code(module: str, at: str, now: str | None = None) -> bool | str | None:
     """Whether pipeline/<module>.py is the same at commit `at` as at `now` (a commit; None:
-    the working tree). None where git cannot say: no git, no repository, an unknown commit."""
+    the working tree); "gone" where the working tree has no such module (moved or removed).
+    None where git cannot say: no git, no repository, an unknown commit."""
+    if now is None and not (Path(__file__).resolve().parents[1] / "pipeline" / f"{module}.py").exists():
+        return "gone"
     command = ["git", "diff", "--quiet", at, *([now] if now else []), "--", f"pipeline/{module}.py"]
     try:
         result = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], capture_output=True)
