@@ -81,11 +81,9 @@ def check_same_data(parquet: Path, shards: Path, dataset: str) -> None:
     stage recorded them from its source, pinned by sources.yaml; the reader checks the shards
     are that data set's): a Parquet folder of another data set or split would otherwise be
     trained on and recorded under `dataset` without a word."""
-    import hashlib
-
     import pyarrow.parquet as pq
 
-    from pipeline.core.dataset import idx_header
+    from pipeline.core.dataset import idx_sha256
     from pipeline.core.errors import DataError
     from pipeline.shards.format import read_manifest
 
@@ -102,7 +100,7 @@ def check_same_data(parquet: Path, shards: Path, dataset: str) -> None:
         labels = pq.read_table(path, columns=["label"]).column(0)
         if labels.null_count or str(labels.type) != "uint8":
             raise DataError(f"{path}: its label column is not uint8 without nulls ({labels.type})")
-        digest = hashlib.sha256(idx_header(0x08, (len(labels),)))
+        digest = idx_sha256((len(labels),))
         for chunk in labels.chunks:
             digest.update(chunk.to_numpy().tobytes())
         if digest.hexdigest() != wanted:

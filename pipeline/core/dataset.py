@@ -29,6 +29,14 @@ def idx_header(code: int, shape: tuple[int, ...]) -> bytes:
     return bytes([0, 0, code, len(shape)]) + b"".join(int(d).to_bytes(4, "big") for d in shape)
 
 
+def idx_sha256(shape: tuple[int, ...]):
+    """A sha256 already fed the header of a uint8 IDX file of `shape`: fed the array's bytes,
+    it is the digest of that file as published (what sources.yaml pins and manifests record)."""
+    import hashlib
+
+    return hashlib.sha256(idx_header(0x08, shape))
+
+
 __all__ = [
     "COLUMNS",
     "CSV_HEADER",
@@ -42,4 +50,5 @@ __all__ = [
     "SPLITS",
     "SPLIT_BYTES_MAX",
     "idx_header",
+    "idx_sha256",
 ]

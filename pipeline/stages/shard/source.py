@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, PIXELS, SPLITS, idx_header
+from pipeline.core.dataset import COLUMNS, IMAGE_SHAPE, PIXELS, SPLITS, idx_sha256
 from pipeline.core.errors import DataError, reason
 from pipeline.core.location import is_url
 from pipeline.core.parquet import LAYOUTS, check_present, check_types
@@ -115,10 +115,10 @@ def iter_samples(
 def label_digests(path: Path | str, rows: int | None = None) -> tuple[Any, Any, int]:
     """The first pass, the label column only: sha256 over every label (the content digest's
     start), sha256 of the labels as an IDX file, and the row count."""
-    content, idx = hashlib.sha256(), hashlib.sha256()
+    content = hashlib.sha256()
     with _parquet(path, rows) as source:
         count = source.metadata.num_rows
-        idx.update(idx_header(0x08, (count,)))
+        idx = idx_sha256((count,))
         for batch in source.iter_batches(batch_size=1 << 16, columns=["label"], use_threads=False):
             labels = _complete(path, batch).column(0).to_numpy().tobytes()
             content.update(labels)
@@ -161,7 +161,7 @@ def split_digests(source: Path | str, rows: int | None = None, batch_rows: int =
     `stream_split` computes them: each is one sequential sha256 over the whole split, so the
     Ray engine runs this as one task beside the writers, which cannot share a hash."""
     digest, labels_idx, count = label_digests(source, rows)
-    images_idx = hashlib.sha256(idx_header(0x08, (count, *IMAGE_SHAPE)))
+    images_idx = idx_sha256((count, *IMAGE_SHAPE))
     seen = 0
     for labels, images in iter_samples(source, batch_rows, rows):
         digest.update(images.tobytes())

@@ -6,12 +6,11 @@ one row group at a time (`source`) and handed to the library's `ShardWriter`.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 
 from pipeline.core.atomic import atomic_dir
-from pipeline.core.dataset import IMAGE_SHAPE, SPLITS, idx_header
+from pipeline.core.dataset import IMAGE_SHAPE, SPLITS, idx_sha256
 from pipeline.core.errors import DataError
 from pipeline.core.parquet import verify_checksum
 from pipeline.stages.shard.settings import ShardSettings
@@ -37,7 +36,7 @@ def stream_split(
     digest, labels_idx, count = label_digests(source, rows)
     if pins is not None:
         pins.check(source, "labels", labels_idx.hexdigest(), dataset, split)
-    images_idx = hashlib.sha256(idx_header(0x08, (count, *IMAGE_SHAPE)))
+    images_idx = idx_sha256((count, *IMAGE_SHAPE))
     writer = mnist_writer(out_dir, source, dataset, split, layout)
     for labels, images in iter_samples(source, batch_rows, rows):
         digest.update(images.tobytes())
