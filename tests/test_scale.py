@@ -402,6 +402,14 @@ def torchrun(args: list[str], env: dict, **kw) -> subprocess.Popen:
     )
 
 
+def train_command(
+    nproc: int, shards: Path, out: Path, params: Path, *extra: str, entry=("-m", "pipeline", "train")
+) -> list[str]:
+    """torchrun's arguments for a one-node training of data set `t` on `nproc` ranks."""
+    return ["--standalone", "--nproc-per-node", str(nproc), *entry, "t", "--shards", str(shards), "--out", str(out),
+            "--params", str(params), *extra]  # fmt: skip
+
+
 def finish(process: subprocess.Popen, code: int = 0) -> str:
     output, _ = process.communicate(timeout=240)
     assert process.returncode == code, output[-3000:]
@@ -593,27 +601,10 @@ def resumed(tmp_path_factory):
     def launch(
         name: str, *extra: str, entry: tuple[str, ...] = ("-m", "pipeline", "train"), nproc: int = 2, code: int = 0
     ) -> str:
-        return finish(
-            torchrun(
-                [
-                    "--standalone",
-                    "--nproc-per-node",
-                    str(nproc),
-                    *entry,
-                    "t",
-                    "--shards",
-                    str(root / "shards"),
-                    "--out",
-                    str(root / name / "train.json"),
-                    "--record",
-                    "--params",
-                    str(params),
-                    *extra,
-                ],
-                {},
-            ),
-            code,
+        command = train_command(
+            nproc, root / "shards", root / name / "train.json", params, "--record", *extra, entry=entry
         )
+        return finish(torchrun(command, {}), code)
 
     launch("full", "--checkpoint", str(root / "full.pt"))
     # the same training entry, with a hook that SIGKILLs rank 1 after step 14
@@ -727,28 +718,7 @@ def test_a_run_the_ranks_or_the_checkpoint_do_not_fit_is_one_line(resumed, tmp_p
     )
     for params, extra, said in cases:
         out = params.parent / "train.json"
-        output = finish(
-            torchrun(
-                [
-                    "--standalone",
-                    "--nproc-per-node",
-                    "2",
-                    "-m",
-                    "pipeline",
-                    "train",
-                    "t",
-                    "--shards",
-                    str(root / "shards"),
-                    "--out",
-                    str(out),
-                    "--params",
-                    str(params),
-                    *extra,
-                ],
-                {},
-            ),
-            1,  # torchrun's own status for a failed rank
-        )
+        output = finish(torchrun(train_command(2, root / "shards", out, params, *extra), {}), 1)  # 1: torchrun's own
         assert sum(line.startswith("Error: ") and said in line for line in output.splitlines()) == 2, output[-3000:]
         assert f'File "{ROOT / "pipeline"}' not in output and not out.exists(), output[-3000:]
 

@@ -626,16 +626,7 @@ ARGUMENTS = [  # (call, the one line it gives): every argument of the public API
         r"first_sample must be a multiple of samples_per_shard \(8\), got 4",
     ),
     (  # an empty split cannot be merged from parts: refused where it is written, not at the merge
-        lambda p: write_part(
-            columns(0, 0),
-            p / "q",
-            first_sample=0,
-            total=0,
-            sample=SAMPLE,
-            dataset="d",
-            split="train",
-            samples_per_shard=8,
-        ),
+        lambda p: _parts(p / "q", columns(0, 0), [0, 0], total=0),
         r"total must be the split's sample count \(1 or more: an empty split is write_split's\)",
     ),
     (
