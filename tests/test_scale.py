@@ -269,7 +269,7 @@ def test_a_shard_loader_resumes_mid_epoch_with_the_same_or_another_world_size(tm
         loader().load_state_dict({**state, "due": [[115, 40]]})
     with pytest.raises(ShardError, match="due interval .* inside 0..230"):
         loader().load_state_dict({**state, "due": [[40, 115], [100, 231]]})
-    with pytest.raises(ShardError, match="epoch -1 is not an epoch number"):
+    with pytest.raises(ShardError, match="epoch must be an integer in 0..1000002, got -1"):
         loader().load_state_dict({**state, "epoch": -1})
 
 

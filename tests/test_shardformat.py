@@ -24,7 +24,7 @@ from pipeline.shards import (
     write_split,
 )
 from pipeline.shards.format import V2_SAMPLE, parse_fields, read_manifest
-from pipeline.shards.order import epoch_seed
+from pipeline.shards.order import EPOCHS, epoch_seed
 from pipeline.shards.writer import ShardWriter
 from pipeline.stages.mnist import MNIST
 
@@ -803,7 +803,7 @@ def test_the_loader_resumes_mid_epoch(mnist_split, workers):
         ({"batch_size": 0}, r"batch_size must be an integer of at least 1, got 0"),
         ({"batch_size": True}, r"batch_size must be an integer of at least 1, got True"),
         ({"world_size": 0}, r"world_size must be an integer of at least 1, got 0"),
-        ({"seed": -1}, r"seed must be an integer of at least 0, got -1"),
+        ({"seed": -1}, r"seed must be an integer in 0..4294967295, got -1"),
         ({"rank": 2, "world_size": 2}, r"rank 2 is outside 0\.\.1"),
         ({"rank": -1}, r"rank -1 is outside 0\.\.0"),
         ({"rank": 0.0}, r"rank 0\.0 is outside 0\.\.0"),
@@ -883,10 +883,25 @@ def test_shuffling_by_shards_without_the_shard_counts_is_refused():
         ShardSampler(8, 2, shuffle="shards")
 
 
-@pytest.mark.parametrize("epoch", [-1, 1.0, "1", True])
-def test_set_epoch_takes_only_a_non_negative_integer(epoch):
-    with pytest.raises(ValueError, match=r"epoch must be a non-negative integer, got "):
+@pytest.mark.parametrize("epoch", [-1, 1.0, "1", True, 1_000_003])
+def test_set_epoch_takes_only_an_integer_in_the_range_a_seed_spans(epoch):
+    with pytest.raises(ValueError, match=r"^epoch must be an integer in 0..1000002, got "):
         ShardSampler(8, 2).set_epoch(epoch)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**60, 1.0])
+def test_a_seed_outside_numpys_range_is_refused_in_one_line(seed):
+    # 2**60 reached torch.Generator.manual_seed, which raised its own overflow error
+    with pytest.raises(ValueError, match=r"^seed must be an integer in 0..4294967295, got "):
+        ShardSampler(8, 2, shuffle=True, seed=seed)
+
+
+def test_no_two_seed_epoch_pairs_share_a_shuffle_within_the_range():
+    # seed s's epoch EPOCHS would have been seed s+1's epoch 0; the range stops one short
+    last = ShardSampler(64, 8, shuffle=True, seed=0)
+    assert not np.array_equal(last.order(EPOCHS - 1), ShardSampler(64, 8, shuffle=True, seed=1).order(0))
+    with pytest.raises(ValueError, match="epoch must be an integer"):
+        last.set_epoch(EPOCHS)
 
 
 def test_a_position_of_batches_taken_needs_an_iteration_and_a_count_within_it():

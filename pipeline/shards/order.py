@@ -23,6 +23,8 @@ from pipeline.shards.format import ShardError
 
 SHUFFLES = ("none", "samples", "shards")
 MAX_INTERVALS = 1 << 16  # intervals in a resume state: far above any world size
+SEEDS = 1 << 32  # seeds 0..SEEDS-1, as numpy takes them
+EPOCHS = 1_000_003  # epochs 0..EPOCHS-1 per seed: below it no two (seed, epoch) share a shuffle
 
 Interval = tuple[int, int]
 
@@ -30,7 +32,13 @@ Interval = tuple[int, int]
 def epoch_seed(seed: int, epoch: int) -> int:
     """The one mix of (seed, epoch) behind every shuffle (`ShardSampler`): runs repeat
     exactly and epochs differ."""
-    return seed * 1_000_003 + epoch
+    return seed * EPOCHS + epoch
+
+
+def check_epoch(epoch: object, what: str) -> None:
+    """Refuse an epoch number outside 0..EPOCHS-1 (a ShardError naming `what`)."""
+    if type(epoch) is not int or not 0 <= epoch < EPOCHS:
+        raise ShardError(f"{what} must be an integer in 0..{EPOCHS - 1}, got {epoch!r:.40}")
 
 
 def shuffle_mode(shuffle: bool | str) -> str:
@@ -138,10 +146,11 @@ class ShardSampler(Sampler[np.ndarray]):
             ("count", count, 0),
             ("batch_size", batch_size, 1),
             ("world_size", world_size, 1),
-            ("seed", seed, 0),
         ):
             if type(value) is not int or value < low:
                 raise ShardError(f"{name} must be an integer of at least {low}, got {value!r:.40}")
+        if type(seed) is not int or not 0 <= seed < SEEDS:
+            raise ShardError(f"seed must be an integer in 0..{SEEDS - 1}, got {seed!r:.40}")
         if type(rank) is not int or not 0 <= rank < world_size:
             raise ShardError(f"rank {rank!r:.40} is outside 0..{world_size - 1}")
         if not isinstance(drop_last, bool | np.bool_):
@@ -170,8 +179,7 @@ class ShardSampler(Sampler[np.ndarray]):
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its beginning at the next iteration."""
-        if type(epoch) is not int or epoch < 0:
-            raise ShardError(f"epoch must be a non-negative integer, got {epoch!r:.40}")
+        check_epoch(epoch, "epoch")
         self.epoch, self.due, self.plan = epoch, self._whole(), None
 
     def _runs(self, due: list[Interval]) -> list[list[Interval]]:
@@ -272,8 +280,7 @@ class ShardSampler(Sampler[np.ndarray]):
                     f"{ours[key]!r:.80}; it cannot continue that sample order"
                 )
         epoch = state.get("epoch")
-        if type(epoch) is not int or not 0 <= epoch < 1 << 31:
-            raise ShardError(f"data position: epoch {epoch!r:.40} is not an epoch number (0..2**31-1)")
+        check_epoch(epoch, "data position: epoch")
         self.epoch, self.due, self.plan = epoch, self._checked_due(state.get("due")), None
 
     def _checked_due(self, due) -> list[Interval]:
