@@ -19,13 +19,14 @@ import pytest
 import yaml
 from conftest import PARAMS, ROOT, make_split, tiny_dataset
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import DataError, InputError
 from pipeline.stages.convert.stage import convert_dataset
 from pipeline.stages.csvdata import write_csv
 from pipeline.stages.ray_cluster import PartLost
-from pipeline.stages.shard.ray import shard_dataset_ray
+from pipeline.stages.shard.ray import check_reads, shard_dataset_ray
 from pipeline.stages.shard.settings import ShardSettings
-from pipeline.stages.shard.stage import shard_dataset
+from pipeline.stages.shard.source import label_digests, plan_blocks, split_digests, write_block
+from pipeline.stages.shard.stage import shard_dataset, stream_split
 
 ROWS = {"train": 601, "test": 130}
 NODE = {"num_cpus": 1, "object_store_memory": 200 << 20}
@@ -98,6 +99,54 @@ def data(tmp_path_factory):
     return root
 
 
+def inverted(data: Path, out: Path) -> Path:
+    """The data set's train split again with the same labels and every image inverted
+    (255 - x): what a source replaced between two reads holds."""
+    tiny = tiny_dataset(ROWS["train"], ROWS["test"], seed=3)
+    for split in ROWS:
+        images = tiny.arrays[f"{split}_images"]
+        write_csv(
+            255 - images if split == "train" else images, tiny.arrays[f"{split}_labels"], out / "csv" / f"{split}.csv"
+        )
+    convert_dataset(out / "csv", out / "pq", out / "fig.json", "zstd-3", row_group_rows=100)
+    return out / "pq" / "compact" / "train.parquet"
+
+
+def test_writers_that_read_other_samples_than_the_digest_pass_are_refused(data, tmp_path):
+    """The Ray engine's check, run without Ray: each writer's digest of the samples it wrote
+    against the digest pass's of the same block. Equal on one file; a source replaced with
+    other images (the same labels) between the reads is refused, naming the first block."""
+    source = data / "pq" / "compact" / "train.parquet"
+    total, blocks = plan_blocks(source, 25)
+    layout = ShardSettings(25, "none", 3)
+    common = {"total": total, "dataset": "tiny", "split": "train", "layout": layout}
+    written = [write_block(source, tmp_path / "parts", block, **common) for block in blocks]
+    labels = label_digests(source)[1].hexdigest()
+    same = split_digests(source, blocks=blocks)
+    check_reads(source, blocks, written, same.pop("blocks"), labels, same)
+    other = split_digests(inverted(data, tmp_path / "other"), blocks=blocks)
+    with pytest.raises(DataError, match=r"train.parquet: changed while it was read \(samples 0.. differ between two"):
+        check_reads(source, blocks, written, other.pop("blocks"), labels, other)
+    with pytest.raises(DataError, match=r"changed while it was read \(its labels differ"):
+        check_reads(source, blocks, written, written, "0" * 64, same)
+
+
+def test_the_local_engine_refuses_labels_that_changed_between_its_two_reads(data, tmp_path, monkeypatch):
+    """stream_split reads the labels first (the pins, the digest's start), then the samples it
+    writes; labels of another file in the first read stand for a source replaced between."""
+    import pipeline.stages.shard.stage as stage
+
+    other = tiny_dataset(ROWS["train"], ROWS["test"], seed=4)
+    write_csv(other.arrays["train_images"], other.arrays["train_labels"], tmp_path / "csv" / "train.csv")
+    write_csv(other.arrays["test_images"], other.arrays["test_labels"], tmp_path / "csv" / "test.csv")
+    convert_dataset(tmp_path / "csv", tmp_path / "pq", tmp_path / "fig.json", "zstd-3", row_group_rows=100)
+    first_read = label_digests(tmp_path / "pq" / "compact" / "train.parquet")
+    monkeypatch.setattr(stage, "label_digests", lambda source, rows=None: first_read)
+    source = data / "pq" / "compact" / "train.parquet"
+    with pytest.raises(DataError, match=r"train.parquet: changed while it was read \(its labels differ"):
+        stream_split(source, tmp_path / "out", dataset="tiny", split="train", layout=ShardSettings(25, "none", 3))
+
+
 def local_shards(data: Path, out: Path, layout: str = "compact", **settings) -> dict[str, str]:
     options = {"samples_per_shard": 25, "compression": "none", "level": 3, **settings}
     shard_dataset(data / "pq" / layout, out, "tiny", ShardSettings(**options), rows=ROWS)
@@ -130,8 +179,6 @@ def test_ray_reads_the_split_from_s3(cluster, data, s3, tmp_path):
     damaged = bytearray((folder / "compact" / "train.parquet").read_bytes())
     damaged[len(damaged) // 2] ^= 1
     client.put_object(Bucket="data", Key="pq/compact/train.parquet", Body=bytes(damaged))
-    from pipeline.core.errors import DataError
-
     with pytest.raises(DataError, match=r"^s3://data/pq/compact/train.parquet: checksum mismatch: SHA256SUMS says "):
         shard_dataset_ray("s3://data/pq/compact", tmp_path / "again", "tiny", ShardSettings(25, "none", 3), rows=ROWS)
     assert not (tmp_path / "again").exists()
@@ -347,8 +394,6 @@ def test_ray_convert_names_a_bad_line_as_the_local_engine(cluster, data, tmp_pat
     lines = (csv / "train.csv").read_bytes().split(b"\n")
     lines[400] = lines[400].rsplit(b",", 1)[0] + b",256"  # line 401's last pixel
     (csv / "train.csv").write_bytes(b"\n".join(lines))
-    from pipeline.core.errors import DataError
-
     with pytest.raises(DataError) as local:
         convert_dataset(csv, tmp_path / "local", tmp_path / "l.json", "zstd-3", row_group_rows=100)
     with pytest.raises(DataError) as remote:

@@ -5,7 +5,8 @@ Why the same bytes as the local engine: a block is a whole number of shards star
 multiple of `samples_per_shard`, and the library numbers a part's shards by their place in
 the split, so the merged folder holds the files one writer gives. The manifest's digests are
 sequential sha256 passes over the whole split, which parts cannot share: one more task
-computes them beside the writers. A worker or node that dies is retried by Ray (a part's
+computes them beside the writers, with a digest of each block that its writer's must equal
+(a source replaced between reads is refused, not written under the other's digests). A worker or node that dies is retried by Ray (a part's
 complete shards are renamed into place, so a rerun writes the same files again); a part that
 never arrives stops the stage with one line before `merge_parts`, which would refuse the
 short split anyway. The output folder must be one every node writes to (a shared file
@@ -72,6 +73,19 @@ def verify_url(source: str) -> None:
         )
 
 
+def check_reads(
+    source: Path | str, blocks: list, written: list[str], read: list[str], labels: str, digest: dict
+) -> None:
+    """Refuse a split whose writers read other samples than the digest pass (`read`, one
+    `BlockHashes` digest a block) or whose labels changed since the first pass (`labels`)."""
+    changed = [block for block, ours, theirs in zip(blocks, written, read, strict=True) if ours != theirs]
+    if changed or digest["idx_sha256"]["labels"] != labels:
+        where = f"samples {changed[0].first:,}.. " if changed else "its labels "
+        raise DataError(
+            f"{source}: changed while it was read ({where}differ between two reads); rerun once nothing writes to it"
+        )
+
+
 def shard_split_ray(
     ray: Any,
     source: Path | str,
@@ -93,7 +107,7 @@ def shard_split_ray(
         raise DataError(f"{source}: no samples")
     total, blocks = plan_blocks(source, layout.samples_per_shard, rows)
     write = ray.remote(write_block).options(max_retries=RETRIES, num_cpus=1)
-    digests = ray.remote(split_digests).options(max_retries=RETRIES, num_cpus=1).remote(source, rows)
+    digests = ray.remote(split_digests).options(max_retries=RETRIES, num_cpus=1).remote(source, rows, blocks=blocks)
     refs = [
         write.remote(
             source,
@@ -108,7 +122,8 @@ def shard_split_ray(
         for block in blocks
     ]
     names = [f"{folder}: the part from sample {b.first:,} ({b.count:,} samples)" for b in blocks]
-    *_, digest = gather(ray, [*refs, digests], [*names, f"{source}: the digest pass"])
+    *written, digest = gather(ray, [*refs, digests], [*names, f"{source}: the digest pass"])
+    check_reads(source, blocks, written, digest.pop("blocks"), labels_idx.hexdigest(), digest)
     if pins is not None:
         pins.check(source, "images", digest["idx_sha256"]["images"], dataset, split)
     return merge_parts(folder, digest, total=total)

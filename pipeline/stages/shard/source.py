@@ -156,27 +156,6 @@ def published_pins(sources: Path, dataset: str) -> dict[str, Pins] | None:
     return {split: Pins(pinned[f"{split}_images"], pinned[f"{split}_labels"], owners) for split in SPLITS}
 
 
-def split_digests(source: Path | str, rows: int | None = None, batch_rows: int = 8192) -> dict:
-    """The manifest's `source` of a split (content digest, both IDX digests), computed as
-    `stream_split` computes them: each is one sequential sha256 over the whole split, so the
-    Ray engine runs this as one task beside the writers, which cannot share a hash."""
-    digest, labels_idx, count = label_digests(source, rows)
-    images_idx = idx_sha256((count, *IMAGE_SHAPE))
-    seen = 0
-    for labels, images in iter_samples(source, batch_rows, rows):
-        digest.update(images.tobytes())
-        images_idx.update(images.tobytes())
-        seen += len(labels)
-        if seen > count:
-            raise DataError(f"{source}: more rows than its footer states ({count:,})")
-    if seen != count:
-        raise DataError(f"{source}: {seen:,} rows, but its footer states {count:,}")
-    return {
-        "content_sha256": digest.hexdigest(),
-        "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()},
-    }
-
-
 @dataclass(frozen=True)
 class Block:
     """Samples `first`..`first + count` of a split, a whole number of shards (the last may be
@@ -186,6 +165,56 @@ class Block:
     count: int
     row_groups: tuple[int, ...]
     skip: int
+
+
+class BlockHashes:
+    """sha256 of each block's labels and images, fed a split's samples in order from the first
+    block's start: what each Ray writer read, to set beside what the digest pass read (a
+    source replaced between the two reads would otherwise be written under the other's
+    digests)."""
+
+    def __init__(self, blocks: list[Block]) -> None:
+        self.ends = [b.first + b.count for b in blocks]
+        self.hashes = [(hashlib.sha256(), hashlib.sha256()) for _ in blocks]
+        self.at, self.index, self.seen = blocks[0].first, 0, 0
+
+    def update(self, source: Path | str, labels: np.ndarray, images: np.ndarray) -> None:
+        start = 0
+        while start < len(labels):
+            if self.at == self.ends[-1]:
+                raise DataError(f"{source}: more rows than its footer states ({self.ends[-1]:,})")
+            take = min(len(labels) - start, self.ends[self.index] - self.at)
+            self.hashes[self.index][0].update(labels[start : start + take].tobytes())
+            self.hashes[self.index][1].update(images[start : start + take].tobytes())
+            self.at, self.seen, start = self.at + take, self.seen + take, start + take
+            if self.at == self.ends[self.index] and self.index + 1 < len(self.ends):
+                self.index += 1
+
+    def hexdigests(self) -> list[str]:
+        return [f"{labels.hexdigest()}:{images.hexdigest()}" for labels, images in self.hashes]
+
+
+def split_digests(
+    source: Path | str, rows: int | None = None, batch_rows: int = 8192, blocks: list[Block] | None = None
+) -> dict:
+    """The manifest's `source` of a split (content digest, both IDX digests), computed as
+    `stream_split` computes them: each is one sequential sha256 over the whole split, so the
+    Ray engine runs this as one task beside the writers, which cannot share a hash. Given
+    `blocks`, "blocks" adds each block's `BlockHashes` digest, to set beside its writer's."""
+    digest, labels_idx, count = label_digests(source, rows)
+    images_idx = idx_sha256((count, *IMAGE_SHAPE))
+    parts = BlockHashes(blocks or [Block(0, count, (), 0)])
+    for labels, images in iter_samples(source, batch_rows, rows):
+        digest.update(images.tobytes())
+        images_idx.update(images.tobytes())
+        parts.update(source, labels, images)
+    if parts.seen != count:
+        raise DataError(f"{source}: {parts.seen:,} rows, but its footer states {count:,}")
+    out = {
+        "content_sha256": digest.hexdigest(),
+        "idx_sha256": {"images": images_idx.hexdigest(), "labels": labels_idx.hexdigest()},
+    }
+    return {**out, "blocks": parts.hexdigests()} if blocks is not None else out
 
 
 def plan_blocks(source: Path | str, samples_per_shard: int, rows: int | None = None) -> tuple[int, list[Block]]:
@@ -247,10 +276,12 @@ def write_block(
     layout: ShardSettings,
     batch_rows: int = 8192,
     hook: Any = None,
-) -> int:
+) -> str:
     """One block of a split written as a part (`ShardWriter` with `first_sample`) into
     `folder`: a Ray task's work. Memory: one shard and one batch, whatever the split. `hook`
-    (tests only) is called with (first, samples written) after each batch. Returns the count."""
+    (tests only) is called with (first, samples written) after each batch. Returns the
+    `BlockHashes` digest of the samples it wrote."""
+    read = BlockHashes([block])
     with mnist_writer(folder, source, dataset, split, layout, first_sample=block.first, total=total) as writer:
         skip = block.skip
         for labels, images in iter_samples(source, batch_rows, row_groups=list(block.row_groups)):
@@ -258,6 +289,7 @@ def write_block(
             skip -= start
             take = slice(start, min(len(labels), start + block.count - writer.count))
             if take.stop > take.start:
+                read.update(source, labels[take], images[take])
                 writer.add({"images": images[take].reshape(-1, *IMAGE_SHAPE), "labels": labels[take]})
                 if hook is not None:
                     hook(block.first, writer.count)
@@ -269,7 +301,7 @@ def write_block(
                 f"states {block.count:,} there"
             )
         writer.finish()
-    return block.count
+    return read.hexdigests()[0]
 
 
 def parquet_source(given: str, engine: str) -> Path | str:

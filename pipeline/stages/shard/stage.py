@@ -37,8 +37,10 @@ def stream_split(
     if pins is not None:
         pins.check(source, "labels", labels_idx.hexdigest(), dataset, split)
     images_idx = idx_sha256((count, *IMAGE_SHAPE))
+    written_labels = idx_sha256((count,))  # the labels of this second read, to match the first's
     writer = mnist_writer(out_dir, source, dataset, split, layout)
     for labels, images in iter_samples(source, batch_rows, rows):
+        written_labels.update(labels.tobytes())
         digest.update(images.tobytes())
         images_idx.update(images.tobytes())
         if writer.count + len(labels) > count:
@@ -48,6 +50,10 @@ def stream_split(
         raise DataError(f"{source}: {writer.count:,} rows, but its footer states {count:,}")
     if writer.count == 0:
         raise DataError(f"{source}: no samples")
+    if written_labels.hexdigest() != labels_idx.hexdigest():
+        raise DataError(
+            f"{source}: changed while it was read (its labels differ between two reads); rerun once nothing writes to it"
+        )
     if pins is not None:
         pins.check(source, "images", images_idx.hexdigest(), dataset, split)
     return writer.finish(
