@@ -404,6 +404,27 @@ def test_ray_convert_names_a_bad_line_as_the_local_engine(cluster, data, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fault", ["link out of the folder", "blanks after the last newline"])
+def test_ray_convert_refuses_what_the_local_engine_refuses(cluster, data, tmp_path, fault):
+    """The engines read the same files: a link leading out of the CSV folder (the Ray tasks
+    opened it with a plain open) and a file ending in blanks give the local engine's line."""
+    csv = tmp_path / "csv"
+    csv.mkdir()
+    (csv / "test.csv").write_bytes((data / "csv" / "test.csv").read_bytes())
+    if fault.startswith("link"):
+        (csv / "train.csv").symlink_to(data / "csv" / "train.csv")
+    else:
+        (csv / "train.csv").write_bytes((data / "csv" / "train.csv").read_bytes() + b"  ")
+    with pytest.raises(InputError) as local:
+        convert_dataset(csv, tmp_path / "local", tmp_path / "l.json", "zstd-3", row_group_rows=100)
+    with pytest.raises(InputError) as remote:
+        convert_dataset(csv, tmp_path / "ray", tmp_path / "r.json", "zstd-3", row_group_rows=100, engine="ray")
+    assert str(remote.value) == str(local.value)
+    assert str(local.value).startswith(str(csv / "train.csv"))
+    assert not (tmp_path / "ray").exists()
+
+
+@pytest.mark.slow
 def test_the_convert_command_runs_on_the_cluster_of_ray_address(cluster, data, tmp_path):
     params = params_with(tmp_path, convert="ray")
     done = cli(

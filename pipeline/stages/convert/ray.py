@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.core.bounded import open_regular
 from pipeline.core.dataset import CSV_LINE_MAX
 from pipeline.core.errors import DataError
 from pipeline.stages.convert.csvread import iter_csv, parse_lines
@@ -36,7 +37,7 @@ Blocks = Iterator[tuple[np.ndarray, np.ndarray]]
 
 def parse_range(csv_path: str, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
     """Bytes `start`..`end` of the CSV (whole lines), parsed and checked: a Ray task's work."""
-    with open(csv_path, "rb") as f:
+    with open_regular(Path(csv_path), Path(csv_path).parent) as f:  # the local reader's rule
         f.seek(start)
         block = f.read(end - start)
     return parse_lines(Path(csv_path), block)
@@ -54,8 +55,8 @@ def _next_line(f: Any, at: int) -> int | None:
 def plan_ranges(csv_path: Path, block_bytes: int) -> list[tuple[int, int]]:
     """The data lines cut into byte ranges of whole lines, about `block_bytes` each; a fault
     in the file's frame (header, a line too long, no final newline) is a DataError."""
-    size = os.path.getsize(csv_path)
-    with open(csv_path, "rb") as f:
+    with open_regular(csv_path, csv_path.parent) as f:  # a link out of the folder: the local reader's refusal
+        size = os.fstat(f.fileno()).st_size
         if not is_header(f.readline(64 << 10)):
             raise DataError(f"{csv_path}: header")
         starts = [f.tell()]
