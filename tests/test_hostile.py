@@ -375,6 +375,17 @@ def test_csv_cut_in_its_last_line(csv_dir, cut):
         list(iter_csv(path))
 
 
+@pytest.mark.parametrize("tail", [b"   ", b"\r", b"\t \r"])
+def test_blanks_after_the_last_newline_are_refused_naming_the_csv(csv_dir, tmp_path, tail):
+    # they passed the compact pass; polars then read them as a row of nulls for the wide
+    # layout, refused by the read-back naming a temporary Parquet file instead of the CSV
+    path = csv_dir / "train.csv"
+    path.write_bytes(path.read_bytes() + tail)
+    with pytest.raises(DataError, match=r"train.csv: the file does not end with a newline"):
+        convert_dataset(csv_dir, tmp_path / "pq", tmp_path / "f.json", "snappy")
+    assert not (tmp_path / "pq").exists()
+
+
 def test_bad_test_csv_leaves_the_old_parquet_whole(csv_dir, tmp_path):
     out = tmp_path / "pq"
     convert_dataset(csv_dir, out, tmp_path / "f.json", "snappy")

@@ -79,9 +79,10 @@ def _line_blocks(csv_path: Path, f: BinaryIO, block_bytes: int) -> Iterator[tupl
             rest += chunk
         if len(rest) > CSV_LINE_MAX:
             raise _too_long(csv_path, line, f"more than {CSV_LINE_MAX:,}")
-    if rest.strip():
+    if rest:
         # A last line without its newline may be cut inside its last number ("...,25"
-        # for "...,255"): nothing can tell, so it is refused rather than guessed.
+        # for "...,255"): nothing can tell, so it is refused rather than guessed. Blanks
+        # too: polars, writing the wide layout, would read them as a row of nulls.
         raise DataError(
             f"{csv_path}: the file does not end with a newline: its last line is cut "
             f"short or incomplete (ends {bytes(rest[-20:])!r})"
