@@ -132,7 +132,8 @@ def tiny() -> TinyDataset:
 
 
 class FixtureServer(http.server.ThreadingHTTPServer):
-    """Serves `routes`: path -> bytes, or -> (behaviour, bytes): 'stall', 'mute', 'no length', 'truncate'."""
+    """Serves `routes`: path -> bytes, or -> (behaviour, bytes): 'stall', 'mute', 'no length',
+    'truncate', 'cut once, no length' (half the body the first time), 'redirect loop'."""
 
     daemon_threads = True
 
@@ -188,6 +189,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(payload)
                 self.close_connection = True
+                return
+            if behaviour == "cut once, no length":  # the connection closed early, once
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(payload[: len(payload) // 2] if srv.hits[self.path] == 1 else payload)
+                self.close_connection = True
+                return
+            if behaviour == "redirect loop":
+                self.send_response(302)
+                self.send_header("Location", self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
                 return
             if behaviour == "truncate":
                 self.send_response(200)

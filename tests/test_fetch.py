@@ -154,6 +154,40 @@ def test_truncated_body(tmp_path, tiny, http_server):
     assert not (tmp_path / "raw").exists()
 
 
+@pytest.mark.parametrize("gzipped", [True, False])
+def test_a_body_cut_short_without_its_length_is_tried_again(tmp_path, tiny, http_server, pauses, gzipped):
+    # sent without a Content-Length, a body ends when the connection does: cut short, it
+    # looked whole and was refused at once as a damaged file, never retried
+    name = "train-images-idx3-ubyte.gz"
+    blob = tiny.blobs[name] if gzipped else gzip.decompress(tiny.blobs[name])
+    serve(http_server, "/m", tiny, {name: ("cut once, no length", blob)})
+    fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw", FAST, env={})
+    assert http_server.hits[f"/m/{name}"] == 2 and pauses == [FAST.backoff_s]
+    assert_fetched(tmp_path / "raw", tiny)
+
+
+def test_a_short_body_with_its_length_or_at_a_folder_is_not_retried(tmp_path, tiny, pauses):
+    # content shorter than its IDX header states, sent whole: another try gets the same
+    name = "train-images-idx3-ubyte.gz"
+    tiny.blobs[name] = gzip.decompress(tiny.blobs[name])[:-100]
+    tiny.write_mirror(tmp_path / "mirror")
+    with pytest.raises(FetchError, match=r"content ends after [\d,]+ of the [\d,]+ bytes its IDX header states$"):
+        fetch_dataset("tiny", tiny.files, [str(tmp_path / "mirror")], tmp_path / "raw", FAST, env={})
+    assert pauses == []
+
+
+def test_a_redirect_loop_is_one_line_of_the_mirror_list(tmp_path, tiny, http_server):
+    name = "train-images-idx3-ubyte.gz"
+    serve(http_server, "/m", tiny, {name: ("redirect loop", b"")})
+    with pytest.raises(FetchError) as err:
+        fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw", FAST, env={})
+    first, *mirrors = str(err.value).splitlines()
+    assert first == f"could not fetch {name} from any of 1 mirrors:"
+    assert mirrors == [
+        f"  - {http_server.url}/m/{name}: HTTP 302 The HTTP server returned a redirect error that would lead to an infinite loop."
+    ]
+
+
 def test_truncated_gzip_file(tmp_path, tiny):
     name = "train-images-idx3-ubyte.gz"
     tiny.blobs[name] = tiny.blobs[name][:-40]

@@ -102,6 +102,11 @@ class _Transient(Exception):
     """Worth another try at the same mirror after a pause."""
 
 
+class _Short(_Permanent):
+    """The content ended early: for a body sent without its length, a connection closed
+    early looks the same, so that one is tried again (`fetch_file`)."""
+
+
 class _Deadline(_Permanent):
     """The file took longer than `deadline_s` at this mirror: move on to the next one."""
 
@@ -191,14 +196,16 @@ def _open(url: str, timeout_s: float, wire_cap: int) -> tuple[BinaryIO, int | No
             response = urllib.request.urlopen(request, timeout=timeout_s)  # noqa: S310
         except urllib.error.HTTPError as err:
             cls = _Transient if err.code >= 500 or err.code == 429 else _Permanent
-            raise cls(f"HTTP {err.code} {err.reason}") from None
+            raise cls(f"HTTP {err.code} {reason(err).removeprefix(f'HTTP Error {err.code}: ')}") from None
         except (urllib.error.URLError, TimeoutError, socket.timeout, ConnectionError) as err:
             reason_ = getattr(err, "reason", err)
             if isinstance(reason_, TimeoutError):  # (socket.timeout is TimeoutError) connected or not, no answer
                 raise _Transient(
                     f"no answer within {timeout_s:g} s (connecting, or waiting for its response)"
                 ) from None
-            raise _Transient(f"cannot connect: {reason_}") from None
+            raise _Transient(
+                f"cannot connect: {reason(reason_) if isinstance(reason_, BaseException) else reason_}"
+            ) from None
         except (ValueError, http.client.HTTPException) as err:  # InvalidURL, a bad port, a bad status line
             raise _Permanent(f"not a usable URL or answer ({reason(err)})") from None
         length = response.headers.get("Content-Length")
@@ -343,9 +350,11 @@ class _Content:
             self.gzip = False
             self._emit(self.undecided)
         if self.gzip and not self.inflater.eof:
-            raise _Permanent("truncated gzip: the stream ends before the end-of-stream marker")
+            raise _Short("truncated gzip: the stream ends before the end-of-stream marker")
         if self.head is not None:
             self._check_header(final=True)
+        if self.spec.kind != "csv" and self.written < self.limit:  # the header's size, once read
+            raise _Short(f"content ends after {self.written:,} of the {self.limit:,} bytes its IDX header states")
 
 
 def _store_verified(
@@ -383,13 +392,18 @@ def fetch_file(
                 left = deadline - time.monotonic()
                 stream, size = _open(url, max(min(settings.timeout_s, left), 0.001), wire_cap(limit))
                 with stream, byte_bar(size, spec.name) as bar:
-                    _store_verified(
-                        _chunks(stream, size, bar.update, deadline, wire_cap(limit)),
-                        spec,
-                        out_dir / spec.stored_name,
-                        limit,
-                        rows,
-                    )
+                    try:
+                        _store_verified(
+                            _chunks(stream, size, bar.update, deadline, wire_cap(limit)),
+                            spec,
+                            out_dir / spec.stored_name,
+                            limit,
+                            rows,
+                        )
+                    except _Short as err:
+                        if size is not None or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+                            raise
+                        raise _Transient(f"{err} (sent without a Content-Length: cut short?)") from None
                 return url
             except _Permanent as err:
                 failures.append(f"  - {url}: {err}")
