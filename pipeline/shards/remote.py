@@ -109,6 +109,10 @@ class RemoteShards:
             self.fs, self.root = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **(storage_options or {}))
         except (ImportError, ValueError) as err:  # an unknown scheme, or its package missing (s3fs for s3://)
             raise ShardError(f"{self.url}: cannot open ({reason(err)})") from None
+        # HTTP(S): one streamed GET per shard (block size 0), so a static server without
+        # range requests serves too; an object store: ranged GETs of CHUNK bytes.
+        protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
+        self.block_size = 0 if protocols & {"http", "https"} else CHUNK
         self.manifest = self._read_manifest()
         codec = self.manifest["compression"]["codec"]
         for entry in self.manifest["shards"]:
@@ -236,7 +240,7 @@ class RemoteShards:
 
         def read(progress: list) -> int:
             got = 0
-            with self.fs.open(path, "rb", block_size=CHUNK, cache_type="none") as file:
+            with self.fs.open(path, "rb", block_size=self.block_size, cache_type="none") as file:
                 while got <= size and not progress[1]:
                     chunk = file.read(min(READ, size + 1 - got))
                     if not chunk:
