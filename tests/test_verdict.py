@@ -505,6 +505,50 @@ def test_a_dataset_doing_per_item_work_is_told_to_do_it_once_in_init():
     assert advice(unseen) == rule_for("data_wait", "cpu").try_next + "."
 
 
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(64))
+
+
+def test_a_stream_gets_advice_that_needs_no_index_and_warns_of_repeating_workers():
+    # the general rule told a stream to hand out batches by index and to add workers, which
+    # repeat every sample of an IterableDataset that does not split its data by worker
+    said = verdict(data_bound(DataLoader(Stream(), batch_size=8)))
+    assert "the Stream stream (an IterableDataset) is the bound" in said and "by index" not in said
+    assert "get_worker_info()" in advice(said) and "else each worker repeats every sample" in advice(said)
+
+
+class Sleepy(Dataset):
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import time
+
+        time.sleep(0.003)
+        return torch.zeros(4)
+
+
+def test_a_second_loaders_wait_inside_the_step_is_data_wait_and_named_as_such():
+    # `for (x, y), u in zip(fast, slow)`: the slow loader's wait fell inside the step and was
+    # read as overhead ("its ops are small"); it is a wait for data, from another loader
+    slow = iter(DataLoader(Sleepy(), batch_size=4))
+    checked = TimeBudget("cpu", steps=6, skip=1, threads_check=0, peak=None)
+    model = torch.nn.Linear(4, 2)
+    for x, y in checked.batches(DataLoader(TENSORS, batch_size=8)):
+        with checked.step():
+            next(slow)
+            model(x).sum().backward()
+        if checked.done:
+            break
+    result = checked.result
+    assert result.shares()["data_wait"] > 0.8 and result.other_loaders_s > 0.010, result.per_step
+    said = verdict(result)
+    assert said.startswith("DATA WAIT-BOUND") and "mostly from another DataLoader than the loop's own" in said
+    assert "TensorDataset" not in said  # the loop's own loader is not the one it waits on
+    assert result.to_json()["other_loaders_s"] == result.other_loaders_s
+
+
 def profiled_step(model: torch.nn.Module, x: torch.Tensor):
     """One marked step of `model` on `x` under the profiler, read as a window."""
     with QuietProfiler(torch.device("cpu")) as profiler:

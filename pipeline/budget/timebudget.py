@@ -91,6 +91,7 @@ class Budget:
     convolutions: bool | None = None  # a convolution op ran inside a step (trace.step_convolutions)
     loader: LoaderSeen | None = None  # the DataLoader batches() was given (verdict.loader_seen)
     graphs_per_step: float | None = None  # CUDA graphs the step replayed (trace.step_graph_launches)
+    other_loaders_s: float = 0.0  # seconds per step waiting on other DataLoaders than the one wrapped
 
     def _of_step(self, seconds: float) -> float:
         total = self.per_step["step_s"]
@@ -142,6 +143,7 @@ class Budget:
             "peak_flop_s": None if peak is None else peak.rates,
             "threads": None if self.threads is None else {**vars(self.threads), "contended": self.threads.contended},
             "peak_device_bytes": self.peak_device_bytes,
+            "other_loaders_s": self.other_loaders_s,
         }
 
     def report(self, ladder: dict | LadderQuote | None = None, width: int = 100) -> str:
@@ -465,6 +467,7 @@ class TimeBudget:
             ops_per_step=window.ops_per_step,
             convolutions=window.convolutions,
             graphs_per_step=window.graphs_per_step,
+            other_loaders_s=window.other_loaders_s,
         )
         if self.trace:
             export_trace(quiet.profiler, self.trace)

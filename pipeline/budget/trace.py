@@ -22,9 +22,14 @@ from typing import Any
 
 import torch
 
-from pipeline.budget.intervals import Interval, idle_split, per_step, split, union
+from pipeline.budget.intervals import Interval, idle_split, intersect, length, per_step, split, subtract, union
 
 RANGE = "budget:"  # the prefix of the profiler ranges the budget marks
+
+
+# The range a DataLoader's iterator marks around each batch it hands out:
+# "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" (or _MultiProcessing...).
+LOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#\w+\.__next__$")
 
 
 def annotation(event: Any) -> bool:
@@ -39,7 +44,8 @@ def trace_intervals(
     `profile.events()`, in seconds. A top-level op is one the step called itself: no op
     above it, annotations (ours, `Optimizer.step#...`, the user's ranges) looked through, on
     the thread that marked the ranges (a pin-memory or prefetch thread's ops are not the
-    step's). On the device only kernels, memcpys and memsets count, never annotations."""
+    step's). Any DataLoader's wait for a batch on that thread joins `data_wait`. On the
+    device only kernels, memcpys and memsets count, never annotations."""
     events = list(events)
     ranges: dict[str, list[Interval]] = {}
     threads = set()
@@ -47,6 +53,18 @@ def trace_intervals(
         if event.name.startswith(RANGE) and event.device_type == torch.autograd.DeviceType.CPU:
             ranges.setdefault(event.name[len(RANGE) :], []).append(seconds(event))
             threads.add(event.thread)
+    # Another DataLoader's wait on the loop's thread (a second loader zipped with the first, a
+    # validation loader inside the step) is a wait for data too, not the step's own work.
+    waits = [
+        seconds(event)
+        for event in events
+        if LOADER_NEXT.match(event.name)
+        and event.thread in threads
+        and event.device_type == torch.autograd.DeviceType.CPU
+    ]
+    if waits and "data_wait" in ranges:
+        ranges["other_loaders"] = subtract(union(waits), ranges["data_wait"])
+        ranges["data_wait"] = union(ranges["data_wait"] + waits)
     ops: list[Interval] = []
     kernels: list[Interval] = []
     memcpy: list[Interval] = []
@@ -226,6 +244,7 @@ class Window:
     flop_per_step: float | None  # what the profiler counts for matmuls, convolutions, ... (None: not counted)
     convolutions: bool = False  # a convolution op ran inside a step (`step_convolutions`)
     graphs_per_step: float | None = None  # CUDA graphs replayed (CUDA; None elsewhere)
+    other_loaders_s: float = 0.0  # of the data wait per step: other DataLoaders' (`trace_intervals`)
 
 
 def window_parts(events: list[Any], steps: int, wall: float | None, device: torch.device, flops: bool) -> Window:
@@ -243,6 +262,7 @@ def window_parts(events: list[Any], steps: int, wall: float | None, device: torc
         flop_per_step=flop / steps if flop else None,
         convolutions=step_convolutions(events, ranges.get("step", [])),
         graphs_per_step=round(step_graph_launches(events, ranges.get("step", [])) / steps, 1) if cuda else None,
+        other_loaders_s=round(length(intersect(ranges.get("other_loaders", []), ranges.get("step", []))) / steps, 6),
     )
 
 

@@ -475,11 +475,31 @@ def _data_rule(budget) -> Rule:
     """The data-wait rule fitted to the loader seen (`Budget.loader`): a TensorDataset has
     nothing left to convert and no per-item work for workers to share, so it is told to hand
     out whole batches (and on a GPU to keep the tensors there); a Dataset of its own gets the
-    general rule, with what its loader already does left out. No loader seen: the general rule."""
+    general rule, with what its loader already does left out; a stream (IterableDataset),
+    advice that needs no index. Mostly another loader's wait: that loader's rule, in general
+    terms. No loader seen: the general rule."""
     base = rule_for("data_wait", budget.device)
     seen = getattr(budget, "loader", None)  # None: a budget that did not look, or not a DataLoader
-    if seen is None or seen.kind == "iterable":
+    others = getattr(budget, "other_loaders_s", 0.0) or 0.0
+    if others * 2 > budget.per_step["data_wait_s"]:  # mostly another loader's wait: its Dataset is unseen
+        return Rule(
+            f"the step waits for batches, mostly from another DataLoader than the loop's own ("
+            f"{duration(others)} a step, inside the step: a second loader zipped with the first, or a "
+            f"validation loader): that loader's Dataset is the bound",
+            "find that loader in the trace (its enumerate(DataLoader) ranges inside budget:step); do its "
+            "per-item work once, hand out whole batches, or give it workers; or run validation less often",
+            base.rungs,
+        )
+    if seen is None:
         return base
+    if seen.kind == "iterable":
+        return Rule(
+            f"the step waits for its batch: the {seen.dataset} stream (an IterableDataset) is the bound",
+            "make the stream yield whole batches (batch_size=None on the DataLoader) and do per-sample "
+            "work once, before the loop; DataLoader workers help only where the stream splits its data "
+            "by worker (torch.utils.data.get_worker_info()), else each worker repeats every sample",
+            (),
+        )
     gpu = not budget.device.startswith("cpu")
     if seen.kind == "tensors":
         device = ", or keep the tensors on the device and gather each batch there" if gpu else ""
