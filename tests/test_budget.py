@@ -392,8 +392,9 @@ def test_step_flops_counts_the_host_ops_that_start_inside_a_step():
     """Steps 1-2 and 3-4 (the ends included); an op before, between or after them, a device
     event and an op without a count add nothing."""
 
-    def op(start, flops=None, device=CPU):
+    def op(start, flops=None, device=CPU, dtypes=("float", "float")):
         e = event("aten::mm", start, start + 0.1, device=device)
+        e.input_dtypes = list(dtypes)
         if flops is not None:
             e.flops = flops
         return e
@@ -408,8 +409,11 @@ def test_step_flops_counts_the_host_ops_that_start_inside_a_step():
         op(1.6, 5, device=CUDA),
         op(1.7, 0),
         op(1.8),
+        op(3.5, 20_000, dtypes=("c10::BFloat16", "c10::BFloat16")),
+        op(3.6, 300_000, dtypes=("c10::Half", "c10::Half")),
+        op(4.6, 5_000, dtypes=("c10::BFloat16",)),
     ]
-    assert trace.step_flops(events, [(1, 2), (3, 4)]) == 1110
+    assert trace.step_flops(events, [(1, 2), (3, 4)]) == (321_110, 320_000)  # (all, bfloat16 or float16)
 
 
 def test_the_profiler_records_the_device_only_on_cuda():

@@ -437,6 +437,34 @@ def test_bf16_autocast_is_advised_only_where_bfloat16_measured_faster_than_float
         assert "bf16 autocast (" not in said and "no bfloat16 peak was measured here" in said, said
 
 
+def test_bf16_autocast_is_not_advised_to_a_step_whose_flops_run_in_bfloat16_already():
+    model, x = torch.nn.Linear(256, 256), torch.randn(64, 256)
+    with QuietProfiler(torch.device("cpu"), flops=True) as profiler:
+        with torch.profiler.record_function(RANGE + "step"), torch.autocast("cpu", dtype=torch.bfloat16):
+            model(x).float().sum().backward()
+    window = window_parts(list(profiler.events()), 1, None, torch.device("cpu"), flops=True)
+    assert window.low_precision is not None and window.low_precision >= 0.5, window
+    loop = compute_bound(PEAK)
+    loop.low_precision = window.low_precision
+    said = verdict(loop)
+    assert "bf16 autocast (" not in said and "of the step's counted FLOPs already run in bfloat16 or float16" in said
+    loop.low_precision = 0.0  # float32 throughout: the lever this machine measured stands
+    assert advice(verdict(loop)).startswith("bf16 autocast (bfloat16 matmuls measured 4.0x")
+
+
+def test_percentages_read_whole_from_ten_percent_and_never_in_exponent_form():
+    from pipeline.budget.verdict import percent
+
+    assert [percent(f) for f in (0.00005, 0.0123, 0.094, 0.4, 1.8, 12.5)] == [
+        "under 0.01%",
+        "1.2%",
+        "9.4%",
+        "40%",
+        "180%",
+        "1250%",
+    ]
+
+
 def test_channels_last_is_named_to_measure_only_for_a_step_the_trace_shows_running_convolutions():
     """Nothing here timed channels_last (on a CPU it can slow small convolutions): it is named
     as a measurement to make where the step runs convolutions, never as a lever that pays."""

@@ -92,6 +92,7 @@ class Budget:
     loader: LoaderSeen | None = None  # the DataLoader batches() was given (verdict.loader_seen)
     graphs_per_step: float | None = None  # CUDA graphs the step replayed (trace.step_graph_launches)
     other_loaders_s: float = 0.0  # seconds per step waiting on other DataLoaders than the one wrapped
+    low_precision: float | None = None  # the share of the counted FLOPs in bfloat16 / float16 ops
 
     def _of_step(self, seconds: float) -> float:
         total = self.per_step["step_s"]
@@ -144,6 +145,7 @@ class Budget:
             "threads": None if self.threads is None else {**vars(self.threads), "contended": self.threads.contended},
             "peak_device_bytes": self.peak_device_bytes,
             "other_loaders_s": self.other_loaders_s,
+            "low_precision": self.low_precision,
         }
 
     def report(self, ladder: dict | LadderQuote | None = None, width: int = 100) -> str:
@@ -468,6 +470,7 @@ class TimeBudget:
             convolutions=window.convolutions,
             graphs_per_step=window.graphs_per_step,
             other_loaders_s=window.other_loaders_s,
+            low_precision=window.low_precision,
         )
         if self.trace:
             export_trace(quiet.profiler, self.trace)

@@ -153,18 +153,23 @@ def inside(steps: list[Interval]) -> Callable[[float], bool]:
     return test
 
 
-def step_flops(events: Iterable[Any], steps: list[Interval]) -> float:
-    """The FLOPs torch.profiler counts (by op name: matmuls, forward convolutions, ...) for
-    the host ops that start inside a marked step: not those of a compiled or graph-replayed
-    step, whose work is not dispatched op by op."""
+def step_flops(events: Iterable[Any], steps: list[Interval]) -> tuple[float, float]:
+    """(all, low precision) FLOPs torch.profiler counts (by op name: matmuls, forward
+    convolutions, ...) for the host ops that start inside a marked step: not those of a
+    compiled or graph-replayed step, whose work is not dispatched op by op. Low precision:
+    an op whose inputs are bfloat16 or float16 (what autocast already made of it)."""
     in_step = inside(steps)
-    return sum(
-        getattr(event, "flops", 0) or 0
-        for event in events
-        if getattr(event, "flops", 0)
-        and event.device_type == torch.autograd.DeviceType.CPU
-        and in_step(event.time_range.start / 1e6)
-    )
+    total = low = 0.0
+    for event in events:
+        flops = getattr(event, "flops", 0) or 0
+        if flops and event.device_type == torch.autograd.DeviceType.CPU and in_step(event.time_range.start / 1e6):
+            total += flops
+            if LOW_PRECISION & set(getattr(event, "input_dtypes", None) or ()):
+                low += flops
+    return total, low
+
+
+LOW_PRECISION = {"c10::BFloat16", "c10::Half"}  # how the profiler names those input dtypes
 
 
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # a CUDA graph replayed: its kernels, no op each
@@ -245,6 +250,7 @@ class Window:
     convolutions: bool = False  # a convolution op ran inside a step (`step_convolutions`)
     graphs_per_step: float | None = None  # CUDA graphs replayed (CUDA; None elsewhere)
     other_loaders_s: float = 0.0  # of the data wait per step: other DataLoaders' (`trace_intervals`)
+    low_precision: float | None = None  # of the counted FLOPs: in bfloat16 / float16 ops (`step_flops`)
 
 
 def window_parts(events: list[Any], steps: int, wall: float | None, device: torch.device, flops: bool) -> Window:
@@ -254,12 +260,13 @@ def window_parts(events: list[Any], steps: int, wall: float | None, device: torc
     ranges, ops, kernels, memcpy = trace_intervals(events)
     parts = split(ranges, ops, kernels, memcpy, cuda=cuda)
     idle = device_idle(events, ranges, kernels, memcpy, steps) if cuda else dict(NO_SPLIT)
-    flop = step_flops(events, ranges.get("step", [])) if flops else 0.0
+    flop, low = step_flops(events, ranges.get("step", [])) if flops else (0.0, 0.0)
     return Window(
         per_step={**per_step(parts, steps, wall), **idle},
         ops_per_step=round(sum(map(inside(ranges.get("step", [])), (start for start, _ in ops))) / steps, 1),
         kernels_per_step=round(len(kernels) / steps, 1) if cuda else None,
         flop_per_step=flop / steps if flop else None,
+        low_precision=round(low / flop, 4) if flop else None,
         convolutions=step_convolutions(events, ranges.get("step", [])),
         graphs_per_step=round(step_graph_launches(events, ranges.get("step", [])) / steps, 1) if cuda else None,
         other_loaders_s=round(length(intersect(ranges.get("other_loaders", []), ranges.get("step", []))) / steps, 6),

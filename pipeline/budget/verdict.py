@@ -234,8 +234,10 @@ def compute_fraction(budget) -> float | None:
 
 
 def percent(fraction: float) -> str:
-    """A fraction as a percentage of two significant digits, however small."""
-    return f"{fraction * 100:.2g}%" if fraction >= 1e-4 else "under 0.01%"
+    """A fraction as a percentage of two significant digits, however small (whole from 10%)."""
+    if fraction < 1e-4:
+        return "under 0.01%"
+    return f"{fraction * 100:.2g}%" if fraction < 0.1 else f"{fraction * 100:.0f}%"
 
 
 def _compute_evidence(budget) -> tuple[str, str, bool]:
@@ -415,7 +417,8 @@ def _device_word(budget) -> str:
 
 
 def _compute_rule(budget) -> Rule:
-    """The compute rule with the levers this machine's evidence says pay: bf16 autocast where
+    """The compute rule with the levers this machine's evidence says pay: bf16 autocast (unless
+    most counted FLOPs run in bfloat16 or float16 already) where
     the measured bfloat16 peak beats float32's by PAYS and the step computes near enough to
     that peak (MEANINGFUL) for the probe's large matmuls to speak for its ops. channels_last
     (where the trace shows convolutions) and torch.compile are named as measurements, never
@@ -427,7 +430,10 @@ def _compute_rule(budget) -> Rule:
     probed_busy = outran_probe(budget)  # the step outran the probe: not to be trusted
     speedup = peak.over_float32("bfloat16") if peak is not None and not probed_busy else None
     fraction = compute_fraction(budget)
-    if probed_busy:
+    low = getattr(budget, "low_precision", None)
+    if low is not None and low >= 0.5:
+        against.append(f"{percent(low)} of the step's counted FLOPs already run in bfloat16 or float16 ops")
+    elif probed_busy:
         against.append("the peak probe ran in a busy moment, so bf16 autocast is untested")
     elif speedup is None:
         against.append("no bfloat16 peak was measured here, so bf16 autocast is untested")
