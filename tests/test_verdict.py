@@ -399,6 +399,47 @@ def test_a_window_much_slower_than_the_plain_clock_is_said_to_be_weak_evidence()
     assert "weak evidence" not in verdict(steady) and "plain clock's" not in verdict(steady)
 
 
+def test_uneven_steps_make_the_thread_check_inconclusive_not_contention_or_a_noisy_host():
+    """Validation every few steps: one re-timed side caught more of the heavy steps than the
+    other. Read as contention ("105x slower with more threads"), or as a disturbed window
+    (its average against the plain clock's median), it blamed threads or the host."""
+    from pipeline.budget.threads import thread_check
+
+    light, heavy = 0.012, 1.2
+    timed = [(2, light), (2, heavy), (2, heavy), (1, light), (1, light), (1, light)] * 2
+    check = thread_check(timed, 2)
+    assert check.spread == 100 and not check.even and not check.contended
+    loop = budget(
+        {"compute": 0.9, "overhead": 0.1}, step_s=0.25, flop_per_step=0.3 * PEAK.float32 * 0.25, threads=check
+    )
+    found = diagnose(loop)
+    assert found.bounds == ("compute",) and found.disturbed is None
+    said = verdict(loop)
+    assert "THREAD" not in said and "quieter host" not in said and "set_num_threads" not in said, said
+    assert "steps at one thread count differ up to 100x (the loop does more on some steps" in said
+
+
+def test_a_loop_with_a_heavy_step_every_few_is_measured_as_uneven():
+    import time
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        checked = TimeBudget("cpu", steps=4, skip=1, threads_check=8, peak=None)
+        model = torch.nn.Linear(4, 2)
+        data = TensorDataset(torch.randn(256, 4), torch.zeros(256))
+        for i, (x, _) in enumerate(checked.batches(DataLoader(data, batch_size=8))):
+            with checked.step():
+                model(x).sum().backward()
+                if i % 3 == 0:
+                    time.sleep(0.05)  # what a validation pass adds to a step
+            if checked.done:
+                break
+        assert not checked.result.threads.even and checked.result.threads.spread >= 3, checked.result.threads
+    finally:
+        torch.set_num_threads(saved)
+
+
 # Advice from this machine's evidence (issue 60): each lever is named only where the evidence
 # given says it pays. The budgets are fabricated: what is held is the rule, not a timing.
 AVX2 = Peak(rates={"float32": 146e9, "bfloat16": 1.37e9}, machine="avx2-cpu", device="cpu", threads=2)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pipeline.budget.peak import usable_cores
 
 CONTENDED = 1.5  # one thread this many times faster than the loop's own count: contention
+UNEVEN = 3.0  # steps at one thread count this many times apart: some steps do more (validation, ...)
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,19 @@ class ThreadCheck:
     steps: int  # iterations timed on each side
     cores: int  # cores this process may use
     load: float | None  # the host's one-minute load average at the end
+    spread: float = 1.0  # the slowest step over the fastest, at one thread count (the larger side's)
+
+    @property
+    def even(self) -> bool:
+        """The re-timed steps at each thread count agree within UNEVEN: the steps are alike,
+        so the two counts' medians compare the same work."""
+        return self.spread < UNEVEN
 
     @property
     def contended(self) -> bool:
-        """One thread runs the loop CONTENDED times faster than its own thread count."""
-        return self.one_thread_s * CONTENDED < self.step_s
+        """One thread runs the loop CONTENDED times faster than its own thread count, over
+        steps that are alike (`even`)."""
+        return self.even and self.one_thread_s * CONTENDED < self.step_s
 
     @property
     def slowdown(self) -> float:
@@ -67,4 +76,5 @@ def thread_check(timed: list[tuple[int, float]], threads: int) -> ThreadCheck | 
         steps=min(len(own), len(one)),
         cores=usable_cores(),
         load=load,
+        spread=round(max(max(side) / min(side) if min(side) > 0 else 1.0 for side in (own, one)), 2),
     )

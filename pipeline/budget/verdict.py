@@ -321,6 +321,13 @@ def diagnose(budget) -> Diagnosis:
                 "as measured with the threads waiting: " + why[0],
             ] + why[1:]
             return Diagnosis(bounds=("threads",), why=tuple(why), weak=False)
+        if not threads.even:  # some steps do more than others: neither comparison is of like with like
+            why.append(
+                f"{said}, but steps at one thread count differ up to {threads.spread:.0f}x (the loop does more on "
+                "some steps: validation, checkpoints, logging), so neither the thread check nor the profiled "
+                "window's pace against it says more: the shares are those of the average step"
+            )
+            return Diagnosis(bounds=tuple(dict.fromkeys(bounds)), why=tuple(why), weak=weak)
         why.append(said)
         ratio = budget.per_step["step_s"] / threads.step_s if threads.step_s > 0 else 1.0
         if ratio > DISTURBED:  # the window is not the loop: its shares describe a disturbed stretch
