@@ -191,6 +191,22 @@ def test_two_parts_close_to_each_other_are_both_named():
     assert diagnose(apart).bounds == ("data_wait",)
 
 
+def test_compute_beside_a_data_wait_never_says_the_data_path_keeps_up():
+    both = verdict(
+        budget({"compute": 0.5, "data_wait": 0.45, "overhead": 0.05}, flop_per_step=0.3 * PEAK.float32 * 0.01)
+    )
+    assert both.startswith("COMPUTE + DATA WAIT-BOUND") and "keeps up" not in both, both
+    alone = verdict(budget({"compute": 0.95, "data_wait": 0.05}, flop_per_step=0.3 * PEAK.float32 * 0.01))
+    assert "the model's own arithmetic is the bound: the data path keeps up" in alone
+
+
+def test_a_step_far_below_the_peak_is_not_told_to_buy_a_faster_device():
+    # an MLP at 2% of the CPU's peak was told "a smaller model or a faster device"
+    said = verdict(budget({"compute": 0.95, "overhead": 0.05}, flop_per_step=0.02 * PEAK.float32 * 0.01))
+    assert "faster device" not in said and "though it uses little of this CPU's arithmetic" in said, said
+    assert advice(said).startswith("larger ops (a larger batch) would use more of it; time the loop before")
+
+
 def test_contending_threads_are_said_first_with_their_fix():
     contended = ThreadCheck(threads=2, step_s=0.059, one_thread_s=0.00074, steps=6, cores=2, load=3.1)
     said = verdict(budget({"compute": 0.96, "overhead": 0.04}, step_s=0.059, flop_per_step=256, threads=contended))

@@ -55,7 +55,7 @@ RULES = {
         (("persistent", "pinned"), ("batched", "device")),
     ),
     "compute": Rule(
-        "the model's own arithmetic is the bound: the data path keeps up",
+        "the model's own arithmetic is the bound",  # `_compute_rule` adds what the evidence says of the rest
         "a smaller model or a faster device",  # after the levers this machine measured to pay
         (("device", "compiled"),),
     ),
@@ -432,11 +432,18 @@ def _compute_rule(budget) -> Rule:
     as claims: nothing here timed them. Where no lever pays, the rule says so with the
     evidence against each."""
     base = rule_for("compute", budget.device)
+    fraction = compute_fraction(budget)
+    meaning = base.meaning + (": the data path keeps up" if budget.shares()["data_wait"] < CLOSE else "")
+    if fraction is not None and fraction < MEANINGFUL:  # far from the peak: not the device's limit
+        meaning = f"{base.meaning}, though it uses little of this {_device_word(budget)}'s arithmetic"
+        base = Rule(
+            meaning, "larger ops (a larger batch) would use more of it; time the loop before counting on it", base.rungs
+        )
+    base = Rule(meaning, base.try_next, base.rungs)
     levers, against = [], []
     peak = budget.peak
     probed_busy = outran_probe(budget)  # the step outran the probe: not to be trusted
     speedup = peak.over_float32("bfloat16") if peak is not None and not probed_busy else None
-    fraction = compute_fraction(budget)
     low = getattr(budget, "low_precision", None)
     if low is not None and low >= 0.5:
         against.append(f"{percent(low)} of the step's counted FLOPs already run in bfloat16 or float16 ops")
