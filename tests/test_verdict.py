@@ -207,6 +207,16 @@ def test_a_step_far_below_the_peak_is_not_told_to_buy_a_faster_device():
     assert advice(said).startswith("larger ops (a larger batch) would use more of it; time the loop before")
 
 
+def test_long_gaps_between_ops_are_the_steps_own_code_not_small_ops():
+    # torch.save each step: 54% of the step outside ops, 40 ops; it was told "its ops are small"
+    saving = verdict(budget({"compute": 0.46, "overhead": 0.54}, step_s=0.25, flop_per_step=0.3 * PEAK.float32 * 0.25))
+    assert saving.startswith("OVERHEAD") and "ops are small" not in saving, saving
+    assert "the step's own code outside torch's ops is the bound (3.38 ms between ops on average" in saving
+    assert "log every N steps instead of each" in advice(saving)
+    small = verdict(budget({"compute": 0.3, "overhead": 0.7}, step_s=0.001, flop_per_step=0.3 * PEAK.float32 * 0.001))
+    assert "its ops are small" in small  # 17.5 us between ops: dispatch
+
+
 def test_contending_threads_are_said_first_with_their_fix():
     contended = ThreadCheck(threads=2, step_s=0.059, one_thread_s=0.00074, steps=6, cores=2, load=3.1)
     said = verdict(budget({"compute": 0.96, "overhead": 0.04}, step_s=0.059, flop_per_step=256, threads=contended))

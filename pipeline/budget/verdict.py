@@ -31,6 +31,7 @@ PLAUSIBLE = 1.5  # of the float32 peak: above it, the probe, not the step, is wr
 CLOSE = 0.10  # two shares this close (fraction of the step) are both named
 SMALL_KERNEL_S = 20e-6  # a device kernel shorter than this on average cannot fill the device
 DISTURBED = 2.0  # profiled steps this many times the plain clock's: the window does not show the loop
+DISPATCH_GAP_S = 200e-6  # CPU time outside ops per op above this is the step's own code, not dispatch
 PAYS = 1.25  # bfloat16's measured matmul rate over float32's from which bf16 autocast is advised
 
 
@@ -565,11 +566,25 @@ def _rule(part: str, budget) -> Rule:
         halves = budget.idle_shares()
         if halves:
             return IDLE_RULES[max(halves, key=halves.__getitem__)]
+        if budget.device.startswith("cpu") and _gap_per_op(budget) > DISPATCH_GAP_S:
+            return Rule(
+                f"the step's own code outside torch's ops is the bound ({duration(_gap_per_op(budget))} between "
+                "ops on average, far more than dispatching one costs): saving, logging, Python work",
+                "find it in the trace, in the gaps between ops inside budget:step; save checkpoints and log "
+                "every N steps instead of each, and move other per-step Python out of the step",
+                (),
+            )
     if part == "compute":
         return _compute_rule(budget)
     if part == "data_wait":
         return _data_rule(budget)
     return rule_for(part, budget.device)
+
+
+def _gap_per_op(budget) -> float:
+    """The step's time outside ops over its ops: torch's dispatch costs microseconds an op."""
+    ops = budget.ops_per_step or 0
+    return budget.per_step["overhead_s"] / ops if ops else 0.0
 
 
 def _share(part: str, budget) -> str:
