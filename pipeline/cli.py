@@ -9,6 +9,7 @@ Project modules are imported inside each command, so a command loads its stage's
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 from collections.abc import Callable
@@ -484,7 +485,7 @@ def profile(
     traceback, then that line; one still short of its window after --timeout is stopped.
     """
     from pipeline.budget import profile_script
-    from pipeline.core.atomic import write_json
+    from pipeline.core.atomic import atomic_path, write_json
     from pipeline.core.bounded import read_json
 
     quoted = None
@@ -499,19 +500,24 @@ def profile(
         if path and not path.resolve().parent.is_dir():
             raise click.BadParameter(f"{path}: the folder {path.parent} does not exist", param_hint=hint)
     json_path, trace = (path.resolve() if path else None for path in (json_path, trace))  # the script may chdir
-    result = profile_script(
-        script,
-        list(args),
-        None if device == "auto" else resolve_device(device),
-        steps,
-        skip,
-        str(trace) if trace else None,
-        keep_going,
-        timeout_s,
-    )
-    click.echo(result.report(quoted))
-    if json_path:
-        write_json(json_path, {"script": script.name, **result.to_json()})
+    with contextlib.ExitStack() as outputs:
+        # Each output's temporary is made now, beside it: a folder that cannot be written in is
+        # said before the script runs, and a stop (Ctrl-C, a failure) leaves what was there.
+        trace_tmp = outputs.enter_context(atomic_path(trace)) if trace else None
+        json_tmp = outputs.enter_context(atomic_path(json_path)) if json_path else None
+        result = profile_script(
+            script,
+            list(args),
+            None if device == "auto" else resolve_device(device),
+            steps,
+            skip,
+            str(trace_tmp) if trace_tmp else None,
+            keep_going,
+            timeout_s,
+        )
+        click.echo(result.report(quoted))
+        if json_tmp:
+            write_json(json_tmp, {"script": script.name, **result.to_json()})
 
 
 @main.command("standalone-bench")

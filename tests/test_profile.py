@@ -139,7 +139,10 @@ def test_a_window_the_epochs_end_cut_short_still_stops_the_script_and_says_parti
     path = script(tmp_path, sleep=0.0)
     done = profile("--steps", "20", "--skip", "2", "--json", "b.json", str(path), "3", "done.txt", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "(14 steps on cpu, " in done.stdout and ", partial: the loop ended first; " in done.stdout
+    assert (
+        "(14 steps on cpu, " in done.stdout
+        and ", partial: the loop ended or was stopped before the window's end; " in done.stdout
+    )
     assert json.loads((tmp_path / "b.json").read_text())["partial"] is True
     assert not (tmp_path / "done.txt").exists()  # stopped when the loop came back for its next epoch
 
@@ -353,6 +356,39 @@ def test_a_script_that_does_not_compile_is_one_line_with_file_and_line(tmp_path)
     ]
 
 
+def test_a_file_that_is_not_python_source_is_one_line_naming_it(tmp_path):
+    # a binary read as source has no file name in its SyntaxError: "None:None" was printed
+    path = tmp_path / "a.out"
+    path.write_bytes(b"\x7fELF\x00\x00binary")
+    done = profile("--device", "cpu", str(path), cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"Error: {path}: SyntaxError: source code string cannot contain null bytes (the script does not compile)"
+    ], done.stderr
+
+
+def test_a_script_raising_inside_its_window_is_said_to_have_done_so(tmp_path):
+    raising = SCRIPT.replace(
+        "        optimizer.step()\n",
+        "        optimizer.step()\n        if y.sum() < 0 or len(seen) == 6:\n            raise ValueError('bad batch')\n        seen.append(1)\n",
+    )
+    raising = raising.replace("for epoch in range(epochs):", "seen = []\nfor epoch in range(epochs):")
+    path = script(tmp_path, sleep=0.0, body=raising)
+    done = profile("--device", "cpu", "--skip", "3", "--steps", "10", str(path), "1", "done.txt", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert (
+        done.stderr.strip().splitlines()[-1] == f"Error: {path}: raised ValueError inside its profiled window (above)"
+    )
+
+
+def test_an_output_in_a_folder_that_cannot_be_written_is_said_before_the_script_runs(tmp_path):
+    path = script(tmp_path, sleep=0.0)
+    for option in ("--trace", "--json"):
+        done = profile("--device", "cpu", option, "/proc/budget.json", str(path), "1", "done.txt", cwd=tmp_path)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert done.stderr.startswith("Error: /proc/budget.json: cannot be written") and "Traceback" not in done.stderr
+        assert not (tmp_path / "done.txt").exists()  # the script never ran
+
+
 def test_a_ladder_that_is_not_a_bench_document_is_refused_in_one_line(tmp_path):
     """--ladder names the rungs the verdict quotes: a file that is not a bench metrics document
     is refused before the script runs, not ignored; report() refuses a non-document too."""
@@ -439,3 +475,39 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130 and err.strip() == "Stopped (Ctrl-C): nothing this command writes was replaced", err
+
+
+def test_ctrl_c_inside_the_window_leaves_the_trace_and_json_there_before(tmp_path):
+    # closing the window on the way out exported its trace over the old one, while the
+    # command said nothing was replaced
+    import signal
+
+    slow = SCRIPT.replace(
+        "        optimizer.step()\n",
+        "        optimizer.step()\n        print('step', flush=True)\n        time.sleep(0.2)\n",
+    )
+    path = script(tmp_path, sleep=0.0, body=slow)
+    (tmp_path / "t.json").write_text("old trace")
+    (tmp_path / "b.json").write_text("old budget")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "profile", "--device", "cpu", "--skip", "2", "--steps", "500"]
+        + ["--trace", "t.json", "--json", "b.json", str(path), "9", "done.txt"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]},
+    )
+    try:
+        for _ in range(6):  # the window opens after the second step
+            assert proc.stdout.readline().strip() == "step"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)  # a bound on the wait, not a measure
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and err.strip().endswith(
+        "Stopped (Ctrl-C): nothing this command writes was replaced"
+    ), err
+    assert (tmp_path / "t.json").read_text() == "old trace" and (tmp_path / "b.json").read_text() == "old budget"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "t.json", "train.py"]  # no temporary left

@@ -229,15 +229,17 @@ def profile_script(
             if end.code not in (None, 0):
                 raise ProfileError(f"{script}: exited with status {end.code} before its loop was profiled") from None
     except SyntaxError as err:
-        if Path(err.filename or "").resolve() != script.resolve():
+        if err.filename and Path(err.filename).resolve() != script.resolve():  # another module's
             print(script_traceback(err, script), end="", file=sys.stderr)
-        raise ProfileError(
-            f"{err.filename}:{err.lineno}: SyntaxError: {err.msg} (the script does not compile)"
-        ) from None
+        where = f"{err.filename or script}" + (f":{err.lineno}" if err.lineno else "")
+        raise ProfileError(f"{where}: SyntaxError: {err.msg} (the script does not compile)") from None
     except Exception as err:  # the script's own failure: its traceback, then the command's one line
         print(script_traceback(err, script), end="", file=sys.stderr)
-        when = "after" if watch.budget is not None and watch.budget.done else "before"
-        raise ProfileError(f"{script}: raised {type(err).__name__} {when} its loop was profiled (above)") from None
+        done = watch.budget is not None and watch.budget.done
+        when = "before its loop was profiled"
+        if done:  # a window the exception cut short is done too, marked partial
+            when = "inside its profiled window" if watch.budget.result.partial else "after its loop was profiled"
+        raise ProfileError(f"{script}: raised {type(err).__name__} {when} (above)") from None
     finally:
         DataLoader.__iter__ = original  # type: ignore[method-assign]
         hook.remove()
