@@ -456,6 +456,7 @@ def test_to_json_holds_every_figure_its_shares_and_the_bound():
         "peak_device_bytes": 1024,
         "other_loaders_s": 0.0,
         "low_precision": None,
+        "compiled": False,
     }
     empty = timebudget.Budget(per_step={**dict.fromkeys(per, 0.0), "steps": 1}, device="cpu", flop_per_step=3e9)
     assert empty.shares() == dict.fromkeys(intervals.PARTS, 0.0) and empty.to_json()["achieved_flop_s"] is None

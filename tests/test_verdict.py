@@ -425,6 +425,28 @@ def test_a_window_much_slower_than_the_plain_clock_is_said_to_be_weak_evidence()
     assert "weak evidence" not in verdict(steady) and "plain clock's" not in verdict(steady)
 
 
+def test_a_compiled_step_is_not_re_timed_on_other_thread_counts():
+    # torch.compile guards on the thread count: the check recompiled inside its re-timed
+    # steps (one took 1.1 s against 1 ms) and once read as 59x thread contention
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = torch.compile(torch.nn.Linear(4, 2))
+        checked = TimeBudget("cpu", steps=3, skip=2, threads_check=4, peak=None)
+        seen = []
+        for x, _ in checked.batches(DataLoader(TensorDataset(torch.randn(128, 4), torch.zeros(128)), batch_size=8)):
+            with checked.step():
+                seen.append(torch.get_num_threads())
+                model(x).sum().backward()
+            if checked.done:
+                break
+        result = checked.result
+        assert result.compiled and result.threads is None and set(seen) == {2}, (result.compiled, seen)
+        assert "no thread check: the step runs torch.compile'd code" in verdict(result)
+    finally:
+        torch.set_num_threads(saved)
+
+
 def test_uneven_steps_make_the_thread_check_inconclusive_not_contention_or_a_noisy_host():
     """Validation every few steps: one re-timed side caught more of the heavy steps than the
     other. Read as contention ("105x slower with more threads"), or as a disturbed window

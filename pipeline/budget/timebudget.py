@@ -93,6 +93,7 @@ class Budget:
     graphs_per_step: float | None = None  # CUDA graphs the step replayed (trace.step_graph_launches)
     other_loaders_s: float = 0.0  # seconds per step waiting on other DataLoaders than the one wrapped
     low_precision: float | None = None  # the share of the counted FLOPs in bfloat16 / float16 ops
+    compiled: bool = False  # the step ran torch.compile'd code: no thread check (it would recompile)
 
     def _of_step(self, seconds: float) -> float:
         total = self.per_step["step_s"]
@@ -146,6 +147,7 @@ class Budget:
             "peak_device_bytes": self.peak_device_bytes,
             "other_loaders_s": self.other_loaders_s,
             "low_precision": self.low_precision,
+            "compiled": self.compiled,
         }
 
     def report(self, ladder: dict | LadderQuote | None = None, width: int = 100) -> str:
@@ -471,10 +473,13 @@ class TimeBudget:
             graphs_per_step=window.graphs_per_step,
             other_loaders_s=window.other_loaders_s,
             low_precision=window.low_precision,
+            compiled=window.compiled,
         )
         if self.trace:
             export_trace(quiet.profiler, self.trace)
-        if not partial:
+        # A compiled step's graph is guarded on the thread count: changing it would recompile
+        # inside the re-timed steps (seconds against milliseconds) and cost the loop a recompile.
+        if not partial and not window.compiled:
             self._plan = plan(self._threads, self._threads_check // 2 or 0) if self._threads_check else []
         if not self._plan:
             self._finish()

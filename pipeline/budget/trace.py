@@ -208,6 +208,15 @@ def step_convolutions(events: Iterable[Any], steps: list[Interval]) -> bool:
     )
 
 
+COMPILED = "Torch-Compiled Region"  # the range torch.compile'd code runs in ("...: 0/0")
+
+
+def step_compiled(events: Iterable[Any], steps: list[Interval]) -> bool:
+    """Whether the step ran torch.compile'd code (a COMPILED range starts inside a step)."""
+    in_step = inside(steps)
+    return any(event.name.startswith(COMPILED) and in_step(event.time_range.start / 1e6) for event in events)
+
+
 def activities(device: torch.device) -> list:
     """What the profiler records: the host's ops, and the device's work on CUDA."""
     return [torch.profiler.ProfilerActivity.CPU] + (
@@ -251,6 +260,7 @@ class Window:
     graphs_per_step: float | None = None  # CUDA graphs replayed (CUDA; None elsewhere)
     other_loaders_s: float = 0.0  # of the data wait per step: other DataLoaders' (`trace_intervals`)
     low_precision: float | None = None  # of the counted FLOPs: in bfloat16 / float16 ops (`step_flops`)
+    compiled: bool = False  # the step ran torch.compile'd code (`step_compiled`)
 
 
 def window_parts(events: list[Any], steps: int, wall: float | None, device: torch.device, flops: bool) -> Window:
@@ -267,6 +277,7 @@ def window_parts(events: list[Any], steps: int, wall: float | None, device: torc
         kernels_per_step=round(len(kernels) / steps, 1) if cuda else None,
         flop_per_step=flop / steps if flop else None,
         low_precision=round(low / flop, 4) if flop else None,
+        compiled=step_compiled(events, ranges.get("step", [])),
         convolutions=step_convolutions(events, ranges.get("step", [])),
         graphs_per_step=round(step_graph_launches(events, ranges.get("step", [])) / steps, 1) if cuda else None,
         other_loaders_s=round(length(intersect(ranges.get("other_loaders", []), ranges.get("step", []))) / steps, 6),

@@ -310,6 +310,8 @@ def diagnose(budget) -> Diagnosis:
             why.append(evidence)
         bounds.append(part)
     threads = budget.threads
+    if threads is None and getattr(budget, "compiled", False) and budget.device.startswith("cpu"):
+        why.append("no thread check: the step runs torch.compile'd code, which another thread count recompiles")
     if threads is not None:
         said = (
             f"{threads.threads} threads run a step in {duration(threads.step_s)}, one thread in "
