@@ -453,7 +453,11 @@ def report(
     exists=True,
     text="A bench metrics file (metrics/bench/<dataset>.json) whose rungs the verdict quotes.",
 )
-@click.option("--keep-going", is_flag=True, help="Let the script run to its end after the window.")
+@click.option(
+    "--keep-going",
+    is_flag=True,
+    help="Let the script run to its end after the window; a failing end is said after the report (exit 2).",
+)
 @shown(
     "--timeout",
     "timeout_s",
@@ -484,7 +488,7 @@ def profile(
     needs (then wrap the loop in TimeBudget: docs/budget.md); one that raises shows its own
     traceback, then that line; one still short of its window after --timeout is stopped.
     """
-    from pipeline.budget import profile_script
+    from pipeline.budget import ProfileError, profile_script
     from pipeline.core.atomic import atomic_path, write_json
     from pipeline.core.bounded import read_json
 
@@ -505,19 +509,27 @@ def profile(
         # said before the script runs, and a stop (Ctrl-C, a failure) leaves what was there.
         trace_tmp = outputs.enter_context(atomic_path(trace)) if trace else None
         json_tmp = outputs.enter_context(atomic_path(json_path)) if json_path else None
-        result = profile_script(
-            script,
-            list(args),
-            None if device == "auto" else resolve_device(device),
-            steps,
-            skip,
-            str(trace_tmp) if trace_tmp else None,
-            keep_going,
-            timeout_s,
-        )
+        failed = None
+        try:
+            result = profile_script(
+                script,
+                list(args),
+                None if device == "auto" else resolve_device(device),
+                steps,
+                skip,
+                str(trace_tmp) if trace_tmp else None,
+                keep_going,
+                timeout_s,
+            )
+        except ProfileError as err:
+            if err.budget is None:
+                raise
+            result, failed = err.budget, err  # the window is whole: its budget, then the failure
         click.echo(result.report(quoted))
         if json_tmp:
             write_json(json_tmp, {"script": script.name, **result.to_json()})
+    if failed is not None:
+        raise failed
 
 
 @main.command("standalone-bench")

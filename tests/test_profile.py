@@ -451,6 +451,33 @@ def test_keep_going_lets_the_script_run_past_the_timeout_once_the_window_is_done
     assert (tmp_path / "done.txt").read_text() == "finished late"
 
 
+@pytest.mark.parametrize(
+    "ending, line", [("sys.exit(3)", "exited with status 3"), ("raise KeyError('x')", "raised KeyError")]
+)
+def test_keep_going_reports_the_window_then_a_failing_end_with_exit_2(tmp_path, ending, line):
+    # the script failed after a whole window: --keep-going exited 0 for sys.exit(3), and
+    # printed no report (nor JSON) for an exception
+    path = script(tmp_path, sleep=0.0, body=SCRIPT + f"import sys\n{ending}\n")
+    done = profile(
+        "--device",
+        "cpu",
+        "--skip",
+        "1",
+        "--steps",
+        "3",
+        "--keep-going",
+        "--json",
+        "b.json",
+        str(path),
+        "1",
+        "done.txt",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and "(3 steps on cpu" in done.stdout and "-BOUND" in done.stdout, done.stdout
+    assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {path}: {line} after its window was profiled")
+    assert json.loads((tmp_path / "b.json").read_text())["steps"] == 3 and (tmp_path / "done.txt").exists()
+
+
 def test_ctrl_c_is_one_line_and_status_130(tmp_path):
     """Ctrl-C in any command ends in one line and exit 130, not click's "Aborted!" or a
     traceback: here while a profiled script waits for its first batch."""

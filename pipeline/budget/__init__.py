@@ -25,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what each name is (loaded on first use, below)
-    from pipeline.budget.findloop import profile_script
+    from pipeline.budget.findloop import ProfileError, profile_script
     from pipeline.budget.machine import Fingerprint, cpu_flags, fingerprint, native_bf16
     from pipeline.budget.peak import Peak, device_peak, usable_cores
     from pipeline.budget.timebudget import Budget, BudgetError, TimeBudget, checked_device
@@ -46,6 +46,7 @@ _WHERE = {
     "duration": "units",
     "LadderQuote": "verdict",
     "profile_script": "findloop",
+    "ProfileError": "findloop",
     "Fingerprint": "machine",
     "fingerprint": "machine",
     "cpu_flags": "machine",
@@ -64,6 +65,7 @@ __all__ = [  # noqa: RUF022 (grouped as _WHERE is)
     "duration",
     "LadderQuote",
     "profile_script",
+    "ProfileError",
     "Fingerprint",
     "fingerprint",
     "cpu_flags",

@@ -29,7 +29,12 @@ from pipeline.core.errors import InputError
 
 
 class ProfileError(InputError):
-    """The script gave the command nothing it can profile."""
+    """The script gave the command nothing it can profile, or (with `budget`) failed after
+    its window was profiled whole: the budget stands, the failure is said after it."""
+
+    def __init__(self, message: str, budget: Budget | None = None) -> None:
+        super().__init__(message)
+        self.budget = budget
 
 
 class WindowDone(BaseException):
@@ -203,6 +208,7 @@ def profile_script(
     if not script.is_file():
         raise ProfileError(f"{script}: no such script (give the path of a Python file)")
     watch = Watch(None if device is None else torch.device(device), steps, skip, trace, keep_going)
+    after: str | None = None  # how the script failed once its window was whole (--keep-going)
     original = DataLoader.__iter__
 
     def iterate(loader: DataLoader) -> Iterator:
@@ -225,9 +231,10 @@ def profile_script(
                 f"{script}: stopped after {timeout_s:g} s (--timeout) before its window was profiled: {seen(watch)}"
             ) from None
     except SystemExit as end:  # `sys.exit(main())`: the script's end, after the window or before it
-        if watch.budget is None or not watch.budget.done:
-            if end.code not in (None, 0):
+        if end.code not in (None, 0):
+            if watch.budget is None or not watch.budget.done:
                 raise ProfileError(f"{script}: exited with status {end.code} before its loop was profiled") from None
+            after = f"{script}: exited with status {end.code} after its window was profiled (--keep-going)"
     except SyntaxError as err:
         if err.filename and Path(err.filename).resolve() != script.resolve():  # another module's
             print(script_traceback(err, script), end="", file=sys.stderr)
@@ -236,10 +243,11 @@ def profile_script(
     except Exception as err:  # the script's own failure: its traceback, then the command's one line
         print(script_traceback(err, script), end="", file=sys.stderr)
         done = watch.budget is not None and watch.budget.done
-        when = "before its loop was profiled"
-        if done:  # a window the exception cut short is done too, marked partial
-            when = "inside its profiled window" if watch.budget.result.partial else "after its loop was profiled"
-        raise ProfileError(f"{script}: raised {type(err).__name__} {when} (above)") from None
+        if done and not watch.budget.result.partial:  # --keep-going: the window was whole
+            after = f"{script}: raised {type(err).__name__} after its window was profiled (above)"
+        else:  # a window the exception cut short is done too, marked partial
+            when = "inside its profiled window" if done else "before its loop was profiled"
+            raise ProfileError(f"{script}: raised {type(err).__name__} {when} (above)") from None
     finally:
         DataLoader.__iter__ = original  # type: ignore[method-assign]
         hook.remove()
@@ -259,4 +267,6 @@ def profile_script(
         )
     result = watch.budget.result
     result.loader = loader_seen(watch.loader)  # the budget took the loader's iterator, not the DataLoader
+    if after is not None:
+        raise ProfileError(after, budget=result)
     return result
