@@ -209,6 +209,11 @@ def test_the_budget_runs_on_the_device_the_loop_trains_on():
             r"found no training loop \(it iterated 4 DataLoader\(s\).*a loop that replays a captured CUDA graph "
             r"steps none per batch\)\. Otherwise wrap the loop in TimeBudget",
         ),
+        (  # argparse's --help, or any sys.exit(0) before training
+            "import sys\nprint('usage: train.py EPOCHS')\nsys.exit(0)\n",
+            r"found no training loop \(it iterated 0 DataLoader\(s\).*\); it exited \(status 0\) before training, "
+            r"as after its --help; the command finds",
+        ),
         (
             SCRIPT.replace("range(epochs)", "range(1)").replace("return 64", "return 8"),
             r"ended after 2 batches, before the profiled window's first step \(skip 5\); lower --skip",

@@ -209,6 +209,7 @@ def profile_script(
         raise ProfileError(f"{script}: no such script (give the path of a Python file)")
     watch = Watch(None if device is None else torch.device(device), steps, skip, trace, keep_going)
     after: str | None = None  # how the script failed once its window was whole (--keep-going)
+    ended = ""  # said of a script that exited with status 0 before any loop
     original = DataLoader.__iter__
 
     def iterate(loader: DataLoader) -> Iterator:
@@ -231,6 +232,7 @@ def profile_script(
                 f"{script}: stopped after {timeout_s:g} s (--timeout) before its window was profiled: {seen(watch)}"
             ) from None
     except SystemExit as end:  # `sys.exit(main())`: the script's end, after the window or before it
+        ended = " it exited (status 0) before training, as after its --help;" if watch.budget is None else ""
         if end.code not in (None, 0):
             if watch.budget is None or not watch.budget.done:
                 raise ProfileError(f"{script}: exited with status {end.code} before its loop was profiled") from None
@@ -255,7 +257,7 @@ def profile_script(
         os.chdir(saved_cwd)
     if watch.budget is None:
         raise ProfileError(
-            f"{script}: found no training loop ({seen(watch)}); the command finds the loop as a "
+            f"{script}: found no training loop ({seen(watch)});{ended} the command finds the loop as a "
             "torch.utils.data.DataLoader whose batches a torch.optim optimizer steps between "
             "(a loop that replays a captured CUDA graph steps none per batch). Otherwise wrap the "
             "loop in TimeBudget (docs/budget.md)"
