@@ -172,7 +172,7 @@ class Budget:
             extra += f" from {self.graphs_per_step:g} CUDA graph replay{'s' if self.graphs_per_step != 1 else ''}"
         if self.peak_device_bytes is not None:
             extra += f", peak device memory {self.peak_device_bytes / 2**20:.0f} MiB"
-        cut = ", partial: the loop ended or was stopped before the window's end" if self.partial else ""
+        cut = ", partial: the loop ended or stopped first" if self.partial else ""
         where = f"; {self.machine}" if self.machine else ""
         head = (
             f"step {duration(self.per_step['step_s'])} ({self.per_step['steps']} steps on {self.device}{extra}{cut}"
