@@ -139,3 +139,11 @@ def test_a_module_no_longer_in_the_tree_is_said_to_be_gone_not_changed():
     is 'gone', one still there is compared by git."""
     assert mutation_score._same_code("bench/verdict", "HEAD") == "gone"
     assert mutation_score._same_code("shards/order", "HEAD") in (True, False)
+
+
+def test_configured_modules_no_row_stands_for_are_named_as_unmeasured():
+    table = {"shards/writer": mutation_score.Counter({"killed": 3})}
+    text = mutation_score.render(table, None, configured=["shards/writer", "budget/verdict", "stages/mnist"])
+    assert "Measured by no run kept here (the score says nothing of them): `budget/verdict`, `stages/mnist`." in text
+    configured = mutation_score.configured_modules(mutation_score.PYPROJECT)
+    assert "shards/mapped" in configured and all("/" in m and not m.endswith(".py") for m in configured)

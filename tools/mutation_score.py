@@ -23,6 +23,7 @@ from pathlib import Path
 
 from mutmut.stats import status_by_exit_code
 
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 COLUMNS = ("killed", "survived", "timeout", "no tests", "suspicious", "not checked")
 
 
@@ -77,11 +78,13 @@ def render(
     earlier: dict[str, tuple[Counter, str]] | None = None,
     commit: str | None = None,
     same_code: Callable[[str, str], bool | str | None] | None = None,
+    configured: list[str] | None = None,
 ) -> str:
     """The table of the modules whose mutants were run, then those an earlier table measured
     (`earlier_rows`) marked with its commit and whether `same_code(module, at)` (default: git
     finds no change to the module's file between `at` and this run's `commit`, or the working
-    tree; None where git cannot tell); the modules neither measured are named below."""
+    tree; None where git cannot tell); the modules neither measured are named below, and so
+    are the `configured` ones (pyproject's only_mutate) that no row stands for."""
     same_code = same_code or (lambda module, at: _same_code(module, at, commit))
     lines = [
         "| module | mutants | " + " | ".join(COLUMNS) + " | score |",
@@ -110,6 +113,8 @@ def render(
         }
         lines.append(_row(f"`{module}` (commit {measured_at}{since[same]})", counts))
     lines.append(_row("**all**", total))
+    rowed = {module for module, counts in table.items() if counts["not checked"] != sum(counts.values())}
+    unmeasured = [f"`{m}`" for m in configured or [] if m not in rowed and m not in carried]
     ran = f"a fresh run took {_minutes(seconds)} on {os.cpu_count()} cores" if seconds else "results"
     footer = (
         f"\nmutmut {ran}, commit {commit or _commit()}; score = (killed + timeout) / (mutants - not checked)."
@@ -121,9 +126,23 @@ def render(
             else ""
         )
         + (f" Not run this time: {', '.join(skipped)}." if skipped else "")
+        + (
+            f" Measured by no run kept here (the score says nothing of them): {', '.join(unmeasured)}."
+            if unmeasured
+            else ""
+        )
         + (f" {note}" if note else "")
     )
     return "\n".join(lines) + "\n" + footer + "\n"
+
+
+def configured_modules(pyproject: Path) -> list[str]:
+    """The modules `make mutants` mutates (pyproject's [tool.mutmut] only_mutate), named as
+    the table names them (`shards/mapped`)."""
+    import tomllib
+
+    paths = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["mutmut"]["only_mutate"]
+    return [p.removeprefix("pipeline/").removesuffix(".py") for p in paths]
 
 
 def _row(name: str, counts: Counter) -> str:
@@ -177,13 +196,14 @@ def main() -> None:
     if args.remark:  # each row keeps its counts and commit; 'same code' is said as of now
         earlier = earlier_rows(args.remark.read_text(encoding="utf-8"))
         carried = {module: Counter({"not checked": sum(counts.values())}) for module, (counts, _) in earlier.items()}
-        print(render(carried, None, args.note, earlier, None), end="")
+        print(render(carried, None, args.note, earlier, None, configured=configured_modules(PYPROJECT)), end="")
         return
     if args.recheck_survivors:
         print(f"{recheck_survivors(args.meta)} surviving mutants will be run again by the next `mutmut run`")
         return
     earlier = earlier_rows(args.keep.read_text(encoding="utf-8")) if args.keep and args.keep.is_file() else None
-    print(render(scores(args.meta), args.seconds, args.note, earlier, args.commit), end="")
+    configured = configured_modules(PYPROJECT)
+    print(render(scores(args.meta), args.seconds, args.note, earlier, args.commit, configured=configured), end="")
 
 
 if __name__ == "__main__":
