@@ -86,7 +86,8 @@ WALL_VS_NAIVE = "wall vs naive: `naive`'s wall s over the row's, what the whole 
 
 
 def vs_naive(naive: float | None, row: float | None) -> str:
-    """`naive`'s figure over the row's, as "12.3x": the one meaning of "vs naive" everywhere."""
+    """`naive`'s figure over the row's, as "12.3x": the one meaning of the pages' "vs naive" (the
+    bench JSON's `speedup` is another figure: train + test per epoch, docs/bench.md)."""
     if naive is None or row is None or row <= 0:
         return "n/a"
     return f"{num(naive / row)}x"
@@ -271,7 +272,8 @@ def headline_table(machines: dict[str, dict[str, Run]]) -> str:
                 f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} | {fastest_to_accuracy(run)} |"
             )
     return "\n".join(lines) + (
-        "\n\nSeconds per train epoch (steady: the median of the timed epochs); "
+        "\n\nSeconds per train epoch (steady: the median of the timed epochs; a sampled rung's, of those "
+        "after the first, scaled to the whole epoch); "
         + VS_NAIVE
         + "; time to accuracy: from the start of the rung, setup included, "
         "to its first test pass at the data set's first `bench.target_accuracy` (the ladder's recipe), "
@@ -296,7 +298,8 @@ NOTE = (
     "`*` sampled: timed over a fixed number of steps per epoch and scaled to the whole epoch "
     "(accuracy not measured). `(graph)`: each epoch replays one CUDA graph. **unstable**: the timed "
     "epochs spread more than `bench.max_spread`, a twin doing identical work disagrees, or it beats "
-    "its floor. spread: (max - min) / median of the timed epochs. setup s: everything before the "
+    "its floor. spread: (max - min) / median of the timed epochs after the first (all of them where "
+    "fewer than three were timed). setup s: everything before the "
     "first timed step; wall s: setup plus every epoch, train and test (a sampled row's: scaled from its "
     "sampled steps, like its epochs). time to accuracy: from the rung's start, setup included, to "
     "the end of the first test pass at or above each of `bench.target_accuracy`'s accuracies (a "
