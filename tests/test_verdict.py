@@ -212,7 +212,7 @@ def test_long_gaps_between_ops_are_the_steps_own_code_not_small_ops():
     saving = verdict(budget({"compute": 0.46, "overhead": 0.54}, step_s=0.25, flop_per_step=0.3 * PEAK.float32 * 0.25))
     assert saving.startswith("OVERHEAD") and "ops are small" not in saving, saving
     assert "the step's own code outside torch's ops is the bound (3.38 ms between ops on average" in saving
-    assert "log every N steps instead of each" in advice(saving)
+    assert "log every N steps instead of each" in advice(saving) and "vectorise Python work" in advice(saving)
     small = verdict(budget({"compute": 0.3, "overhead": 0.7}, step_s=0.001, flop_per_step=0.3 * PEAK.float32 * 0.001))
     assert "its ops are small" in small  # 17.5 us between ops: dispatch
 

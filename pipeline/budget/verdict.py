@@ -235,7 +235,7 @@ def compute_fraction(budget) -> float | None:
 
 
 def percent(fraction: float) -> str:
-    """A fraction as a percentage of two significant digits, however small (whole from 10%)."""
+    """A fraction as a percentage of two significant digits, however small (whole from a tenth)."""
     if fraction < 1e-4:
         return "under 0.01%"
     return f"{fraction * 100:.2g}%" if fraction < 0.1 else f"{fraction * 100:.0f}%"
@@ -572,8 +572,8 @@ def _rule(part: str, budget) -> Rule:
             return Rule(
                 f"the step's own code outside torch's ops is the bound ({duration(_gap_per_op(budget))} between "
                 "ops on average, far more than dispatching one costs): saving, logging, Python work",
-                "find it in the trace, in the gaps between ops inside budget:step; save checkpoints and log "
-                "every N steps instead of each, and move other per-step Python out of the step",
+                "find it in the trace, in the gaps between ops inside budget:step: vectorise Python work into "
+                "torch ops, save checkpoints and log every N steps instead of each",
                 (),
             )
     if part == "compute":
