@@ -508,7 +508,8 @@ def test_the_bench_time_is_the_whole_stages_wall_time_where_recorded(tmp_path):
             v["measured"] = {"train_s": [1.0, 2.0], "test_s": [0.5]}  # 3 variants x 2: (0.1 + 3.5) x 6 s
     root = tree(tmp_path / "older", local={"tiny.json": a, "other.json": b})
     assert bench_block(root) == (
-        "- `box-a` (2 cores): 0.360 minutes for other, tiny (setup and timed epochs of every variant)"
+        "- `box-a` (2 cores): 0.360 minutes for other, tiny (setup and timed epochs of every variant only: "
+        "its run recorded no stage time, so whatever else it ran is left out)"
     )
 
 

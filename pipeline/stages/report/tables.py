@@ -345,6 +345,7 @@ def bench_time(machines: dict[str, dict[str, Run]]) -> str:
         elif None not in spent:
             lines.append(
                 f"- `{machine}` ({cores} cores): {num(sum(spent) / 60)} minutes for "
-                f"{names} (setup and timed epochs of every variant)"
+                f"{names} (setup and timed epochs of every variant only: its run recorded no stage time, "
+                f"so whatever else it ran is left out)"
             )
     return "\n".join(lines) or "No CPU bench run on record yet."
