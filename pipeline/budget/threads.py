@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pipeline.budget.peak import usable_cores
 
 CONTENDED = 1.5  # one thread this many times faster than the loop's own count: contention
-UNEVEN = 3.0  # steps at one thread count this many times apart: some steps do more (validation, ...)
 
 
 @dataclass(frozen=True)
@@ -31,19 +30,17 @@ class ThreadCheck:
     steps: int  # iterations timed on each side
     cores: int  # cores this process may use
     load: float | None  # the host's one-minute load average at the end
-    spread: float = 1.0  # the slowest step over the fastest, at one thread count (the larger side's)
-
-    @property
-    def even(self) -> bool:
-        """The re-timed steps at each thread count agree within UNEVEN: the steps are alike,
-        so the two counts' medians compare the same work."""
-        return self.spread < UNEVEN
+    fastest_s: float | None = None  # the fastest step at the loop's threads
+    one_fastest_s: float | None = None  # the fastest step on one thread
+    mean_s: float | None = None  # the mean step at the loop's threads (set beside a window's mean)
 
     @property
     def contended(self) -> bool:
-        """One thread runs the loop CONTENDED times faster than its own thread count, over
-        steps that are alike (`even`)."""
-        return self.even and self.one_thread_s * CONTENDED < self.step_s
+        """One thread runs the loop CONTENDED times faster than its own thread count, by the
+        medians and by the fastest steps alike: a heavier step some iterations take (a
+        validation pass, a checkpoint) that lands on one side moves its median, never both."""
+        fastest = self.fastest_s is None or self.one_fastest_s * CONTENDED < self.fastest_s
+        return fastest and self.one_thread_s * CONTENDED < self.step_s
 
     @property
     def slowdown(self) -> float:
@@ -76,5 +73,7 @@ def thread_check(timed: list[tuple[int, float]], threads: int) -> ThreadCheck | 
         steps=min(len(own), len(one)),
         cores=usable_cores(),
         load=load,
-        spread=round(max(max(side) / min(side) if min(side) > 0 else 1.0 for side in (own, one)), 2),
+        fastest_s=round(min(own), 6),
+        one_fastest_s=round(min(one), 6),
+        mean_s=round(statistics.fmean(own), 6),
     )
