@@ -54,6 +54,18 @@ def script(tmp_path: Path, sleep: float = 0.02, body: str = SCRIPT) -> Path:
     return path
 
 
+def started(args: list[str], cwd: Path) -> subprocess.Popen:
+    """`python -m pipeline profile ARGS` started, its output read as it comes (for Ctrl-C)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "profile", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]},
+    )
+
+
 def profile(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pipeline", "profile", *args],
@@ -488,14 +500,7 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path):
     import time
 
     path = script(tmp_path, sleep=0.0, body="import sys, time\nprint('ready', flush=True)\ntime.sleep(60)\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "profile", "--device", "cpu", str(path)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]},
-    )
+    proc = started(["--device", "cpu", str(path)], tmp_path)
     try:
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(0.5)
@@ -519,15 +524,8 @@ def test_ctrl_c_inside_the_window_leaves_the_trace_and_json_there_before(tmp_pat
     path = script(tmp_path, sleep=0.0, body=slow)
     (tmp_path / "t.json").write_text("old trace")
     (tmp_path / "b.json").write_text("old budget")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "profile", "--device", "cpu", "--skip", "2", "--steps", "500"]
-        + ["--trace", "t.json", "--json", "b.json", str(path), "9", "done.txt"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"]},
-    )
+    options = ["--device", "cpu", "--skip", "2", "--steps", "500", "--trace", "t.json", "--json", "b.json"]
+    proc = started([*options, str(path), "9", "done.txt"], tmp_path)
     try:
         for _ in range(6):  # the window opens after the second step
             assert proc.stdout.readline().strip() == "step"

@@ -461,19 +461,11 @@ class TimeBudget:
             return
         window = window_parts(list(quiet.profiler.events()), steps, wall, self.device, self.flops)
         cuda = self.device.type == "cuda"
-        self._measured = Budget(
-            per_step=window.per_step,
+        self._measured = Budget(  # every figure the window read, as the budget's own
             device=str(self.device),
-            kernels_per_step=window.kernels_per_step,
-            flop_per_step=window.flop_per_step,
             peak_device_bytes=torch.cuda.max_memory_allocated(self.device) if cuda else None,
             partial=partial,
-            ops_per_step=window.ops_per_step,
-            convolutions=window.convolutions,
-            graphs_per_step=window.graphs_per_step,
-            other_loaders_s=window.other_loaders_s,
-            low_precision=window.low_precision,
-            compiled=window.compiled,
+            **vars(window),
         )
         if self.trace:
             export_trace(quiet.profiler, self.trace)
