@@ -240,6 +240,19 @@ def test_a_script_without_a_loop_the_command_can_see_is_one_line(tmp_path, body,
     assert re.search(message, done.stderr), done.stderr
 
 
+def test_a_folder_with_a_main_module_is_profiled_as_python_runs_it(tmp_path):
+    # `python DIR` runs DIR/__main__.py; the command said "no such script"
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "__main__.py").write_text(SCRIPT.replace("SLEEP", "0.0"))
+    done = profile("--device", "cpu", "--skip", "1", "--steps", "3", str(app), "1", "done.txt", cwd=tmp_path)
+    assert done.returncode == 0 and "(3 steps on cpu" in done.stdout, done.stderr[-2000:]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = profile("--device", "cpu", str(empty), cwd=tmp_path)
+    assert refused.returncode == 2 and "no such script" in refused.stderr
+
+
 def test_a_missing_script_is_one_line(tmp_path):
     done = profile("--device", "cpu", str(tmp_path / "nope.py"), cwd=tmp_path)
     assert (

@@ -205,7 +205,8 @@ def profile_script(
     compile, or had not finished the window after `timeout_s` seconds (then it is stopped).
     The working directory, sys.argv and sys.path are the caller's again afterwards."""
     script = Path(script)
-    if not script.is_file():
+    entry = script / "__main__.py" if script.is_dir() else script  # a folder runs as `python DIR` runs it
+    if not entry.is_file():
         raise ProfileError(f"{script}: no such script (give the path of a Python file)")
     watch = Watch(None if device is None else torch.device(device), steps, skip, trace, keep_going)
     after: str | None = None  # how the script failed once its window was whole (--keep-going)
@@ -218,7 +219,7 @@ def profile_script(
     hook = register_optimizer_step_post_hook(watch.stepped)
     DataLoader.__iter__ = iterate  # type: ignore[method-assign]
     saved_argv, saved_path, saved_cwd = sys.argv, list(sys.path), os.getcwd()
-    sys.argv, sys.path[0:0] = [str(script), *args], [str(script.resolve().parent)]
+    sys.argv, sys.path[0:0] = [str(script), *args], [str(entry.resolve().parent)]
     try:
         with deadline(timeout_s, lambda: watch.budget is None or not watch.budget.done):
             runpy.run_path(str(script), run_name="__main__")
@@ -238,7 +239,7 @@ def profile_script(
                 raise ProfileError(f"{script}: exited with status {end.code} before its loop was profiled") from None
             after = f"{script}: exited with status {end.code} after its window was profiled (--keep-going)"
     except SyntaxError as err:
-        if err.filename and Path(err.filename).resolve() != script.resolve():  # another module's
+        if err.filename and Path(err.filename).resolve() != entry.resolve():  # another module's
             print(script_traceback(err, script), end="", file=sys.stderr)
         where = f"{err.filename or script}" + (f":{err.lineno}" if err.lineno else "")
         raise ProfileError(f"{where}: SyntaxError: {err.msg} (the script does not compile)") from None
