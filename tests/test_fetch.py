@@ -1,6 +1,7 @@
 import gzip
 import hashlib
 import io
+import re
 from pathlib import Path
 
 import numpy as np
@@ -320,6 +321,17 @@ def test_server_errors_and_rate_limits_are_retried_client_errors_are_not(tmp_pat
     assert http_server.hits[f"/m/{name}"] == (2 if retried else 1)
     assert http_server.hits.get(f"/other/{name}", 0) == (0 if retried else 1)
     assert_fetched(tmp_path / "raw", tiny)
+
+
+def test_a_last_try_cut_by_the_deadline_says_so_not_the_timeout(tmp_path, tiny, http_server, pauses):
+    # the last try waits what is left of fetch.deadline_s; its line gave that as if it were
+    # the timeout ("no answer within 1.39026 s")
+    name = "train-labels-idx1-ubyte.gz"
+    serve(http_server, "/m", tiny, {name: ("mute", tiny.blobs[name])})
+    settings = FetchSettings(timeout_s=2.0, retries=0, deadline_s=1.0)
+    with pytest.raises(FetchError) as err:
+        fetch_dataset("tiny", tiny.files, [http_server.url + "/m"], tmp_path / "raw", settings, env={})
+    assert re.search(r": no answer within [\d.]+ s, what was left of fetch.deadline_s \(connecting", str(err.value))
 
 
 def test_body_without_content_length(tmp_path, tiny, http_server):

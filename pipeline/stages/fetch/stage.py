@@ -182,7 +182,7 @@ def _join(base: str, name: str) -> str:
     return base.rstrip("/") + "/" + name
 
 
-def _open(url: str, timeout_s: float, wire_cap: int) -> tuple[BinaryIO, int | None]:
+def _open(url: str, timeout_s: float, wire_cap: int, cut: bool = False) -> tuple[BinaryIO, int | None]:
     """Open a URL or a local path; http(s) honours the connect/read timeout. A local path
     must be a regular file (a FIFO or a device would block or never end); a body larger
     than `wire_cap` is refused before it is read."""
@@ -200,9 +200,8 @@ def _open(url: str, timeout_s: float, wire_cap: int) -> tuple[BinaryIO, int | No
         except (urllib.error.URLError, TimeoutError, socket.timeout, ConnectionError) as err:
             reason_ = getattr(err, "reason", err)
             if isinstance(reason_, TimeoutError):  # (socket.timeout is TimeoutError) connected or not, no answer
-                raise _Transient(
-                    f"no answer within {timeout_s:g} s (connecting, or waiting for its response)"
-                ) from None
+                within = f"{timeout_s:.3g} s, what was left of fetch.deadline_s" if cut else f"{timeout_s:g} s"
+                raise _Transient(f"no answer within {within} (connecting, or waiting for its response)") from None
             raise _Transient(
                 f"cannot connect: {reason(reason_) if isinstance(reason_, BaseException) else reason_}"
             ) from None
@@ -390,7 +389,8 @@ def fetch_file(
         for attempt in range(settings.retries + 1):
             try:
                 left = deadline - time.monotonic()
-                stream, size = _open(url, max(min(settings.timeout_s, left), 0.001), wire_cap(limit))
+                wait = max(min(settings.timeout_s, left), 0.001)
+                stream, size = _open(url, wait, wire_cap(limit), cut=wait < settings.timeout_s)
                 with stream, byte_bar(size, spec.name) as bar:
                     try:
                         _store_verified(
