@@ -164,8 +164,8 @@ def test_report_writes_every_output_from_tiny_metrics(tmp_path):
     assert "](docs/img/ladder.svg)" in readme and "](docs/img/budget.svg)" in readme
     headline = readme.split("<!-- generated: headline -->\n")[1].split("<!-- /generated -->")[0]
     # the unstable best-of-the-seed is marked; the project's best is the fastest full run
-    assert "| `box-a` | tiny | 40.0 | 10.0 (unstable) | 2.00 (`device`) | 20.0x |" in headline
-    assert "| `box-b` | tiny | 70.0 | n/a | 0.0500 (`compiled`) | 1400x |" in headline
+    assert "| `box-a` | tiny | 40.0* | 10.0 (unstable) | 2.00 (`device`) | 20.0x |" in headline
+    assert "| `box-b` | tiny | 70.0* | n/a | 0.0500 (`compiled`) | 1400x |" in headline
 
     page = (root / "docs/results.md").read_text()
     assert page.index("## `box-a`") < page.index("## `box-b`")  # this machine first
@@ -219,7 +219,7 @@ def test_a_quick_run_is_marked_in_every_table(tmp_path):
     root = tree(tmp_path, local={"tiny.json": quick})
     assert run_report(root).returncode == 0
     headline = (root / "README.md").read_text().split("<!-- generated: headline -->\n")[1]
-    assert "| `box-a` (quick) | tiny | 40.0 | 10.0 (unstable) | 2.00 (`device`) | 20.0x |" in headline
+    assert "| `box-a` (quick) | tiny | 40.0* | 10.0 (unstable) | 2.00 (`device`) | 20.0x |" in headline
     page = (root / "docs/results.md").read_text()
     assert "**tiny**: **quick run** (`bench.quick`: fewer epochs and steps, no spread): Some CPU" in page
     assert "| naive * | 40.0 | n/a | 4.00 | 0.100 | 200 | n/a | n/a | 1.00x | 1.00x |" in page

@@ -263,7 +263,8 @@ def headline_table(machines: dict[str, dict[str, Run]]) -> str:
             naive = variants.get("naive")
             seed = variants.get("preprocessed")
             name, best = best_variant(run)
-            flag = lambda n: " (unstable)" if variants[n].unstable else ""  # noqa: E731
+            # `*` a sampled rung (extrapolated), as the per-machine tables mark it
+            flag = lambda n: ("*" if variants[n].extrapolated else "") + (" (unstable)" if variants[n].unstable else "")  # noqa: E731
             ratio = vs_naive(naive and naive.train_s, best.train_s)
             quick = " (quick)" if run.doc.params.quick else ""
             lines.append(
@@ -272,8 +273,8 @@ def headline_table(machines: dict[str, dict[str, Run]]) -> str:
                 f"| {num(best.train_s)} (`{name}`){flag(name)} | {ratio} | {fastest_to_accuracy(run)} |"
             )
     return "\n".join(lines) + (
-        "\n\nSeconds per train epoch (steady: the median of the timed epochs; a sampled rung's, of those "
-        "after the first, scaled to the whole epoch); "
+        "\n\nSeconds per train epoch (steady: the median of the timed epochs; a sampled rung's, `*`, of "
+        "those after the first, scaled to the whole epoch); "
         + VS_NAIVE
         + "; time to accuracy: from the start of the rung, setup included, "
         "to its first test pass at the data set's first `bench.target_accuracy` (the ladder's recipe), "
