@@ -208,6 +208,9 @@ def profile_script(
     entry = script / "__main__.py" if script.is_dir() else script  # a folder runs as `python DIR` runs it
     if not entry.is_file():
         raise ProfileError(f"{script}: no such script (give the path of a Python file)")
+    with open(entry, "rb") as head:  # Python raises SyntaxError or ValueError for NULs, by version
+        if b"\0" in head.read(1 << 20):
+            raise ProfileError(f"{entry}: not Python source (it holds NUL bytes: a binary file?)")
     watch = Watch(None if device is None else torch.device(device), steps, skip, trace, keep_going)
     after: str | None = None  # how the script failed once its window was whole (--keep-going)
     ended = ""  # said of a script that exited with status 0 before any loop
