@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -320,7 +321,9 @@ def test_the_examples_run_and_give_a_verdict(tmp_path):
         # On a busy host the profiled window may run far slower than the plain clock: then the
         # command gives no verdict and says why, which is the right answer there.
         disturbed = "x the plain clock's" in out
-        assert disturbed or ("-BOUND: " in out and "\nWhy: " in out), out
+        # a verdict, its evidence called weak or not (load moves the step's share of the peak)
+        bound = re.search(r"-BOUND( \(weak evidence\))?: ", out)
+        assert disturbed or (bound and "\nWhy: " in out), out
     for err in (own.stderr, plain.stderr):  # Kineto's own log lines never reach the user
         assert "USDT:" not in err and "profiler_start" not in err, err
     assert "epoch 1:" not in plain.stdout  # stopped after the window, before the epoch's end
