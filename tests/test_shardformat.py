@@ -896,6 +896,16 @@ def test_a_seed_outside_numpys_range_is_refused_in_one_line(seed):
         ShardSampler(8, 2, shuffle=True, seed=seed)
 
 
+def test_the_samplers_seed_range_is_the_params_seed_range():
+    from annotated_types import Interval
+
+    from pipeline.core.bounds import SEED
+    from pipeline.shards.order import SEED_MAX
+
+    (bounds,) = [m for m in SEED.__metadata__ if isinstance(m, Interval)]
+    assert (bounds.ge, bounds.le) == (0, SEED_MAX)
+
+
 def test_no_two_seed_epoch_pairs_share_a_shuffle_within_the_range():
     # seed s's epoch EPOCHS would have been seed s+1's epoch 0; the range stops one short
     last = ShardSampler(64, 8, shuffle=True, seed=0)

@@ -23,7 +23,9 @@ from pipeline.shards.format import ShardError
 
 SHUFFLES = ("none", "samples", "shards")
 MAX_INTERVALS = 1 << 16  # intervals in a resume state: far above any world size
-SEEDS = 1 << 32  # seeds 0..SEEDS-1, as numpy takes them
+# numpy's seed range, which params.yaml's seeds take too (core.bounds.SEED: not imported here,
+# it loads pydantic, which the shard library does not need)
+SEED_MAX = (1 << 32) - 1
 EPOCHS = 1_000_003  # epochs 0..EPOCHS-1 per seed: below it no two (seed, epoch) share a shuffle
 
 Interval = tuple[int, int]
@@ -149,8 +151,8 @@ class ShardSampler(Sampler[np.ndarray]):
         ):
             if type(value) is not int or value < low:
                 raise ShardError(f"{name} must be an integer of at least {low}, got {value!r:.40}")
-        if type(seed) is not int or not 0 <= seed < SEEDS:
-            raise ShardError(f"seed must be an integer in 0..{SEEDS - 1}, got {seed!r:.40}")
+        if type(seed) is not int or not 0 <= seed <= SEED_MAX:
+            raise ShardError(f"seed must be an integer in 0..{SEED_MAX}, got {seed!r:.40}")
         if type(rank) is not int or not 0 <= rank < world_size:
             raise ShardError(f"rank {rank!r:.40} is outside 0..{world_size - 1}")
         if not isinstance(drop_last, bool | np.bool_):
