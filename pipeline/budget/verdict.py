@@ -432,13 +432,13 @@ def _compute_rule(budget) -> Rule:
     evidence against each."""
     base = rule_for("compute", budget.device)
     fraction = compute_fraction(budget)
-    meaning = base.meaning + (": the data path keeps up" if budget.shares()["data_wait"] < CLOSE else "")
     if fraction is not None and fraction < MEANINGFUL:  # far from the peak: not the device's limit
         meaning = f"{base.meaning}, though it uses little of this {_device_word(budget)}'s arithmetic"
-        base = Rule(
-            meaning, "larger ops (a larger batch) would use more of it; time the loop before counting on it", base.rungs
-        )
-    base = Rule(meaning, base.try_next, base.rungs)
+        try_next = "larger ops (a larger batch) would use more of it; time the loop before counting on it"
+    else:
+        meaning = base.meaning + (": the data path keeps up" if budget.shares()["data_wait"] < CLOSE else "")
+        try_next = base.try_next
+    base = Rule(meaning, try_next, base.rungs)
     levers, against = [], []
     peak = budget.peak
     probed_busy = outran_probe(budget)  # the step outran the probe: not to be trusted
@@ -564,9 +564,10 @@ def _rule(part: str, budget) -> Rule:
         halves = budget.idle_shares()
         if halves:
             return IDLE_RULES[max(halves, key=halves.__getitem__)]
-        if budget.device.startswith("cpu") and _gap_per_op(budget) > DISPATCH_GAP_S:
+        gap = _gap_per_op(budget)
+        if budget.device.startswith("cpu") and gap > DISPATCH_GAP_S:
             return Rule(
-                f"the step's own code outside torch's ops is the bound ({duration(_gap_per_op(budget))} between "
+                f"the step's own code outside torch's ops is the bound ({duration(gap)} between "
                 "ops on average, far more than dispatching one costs): saving, logging, Python work",
                 "find it in the trace, in the gaps between ops inside budget:step: vectorise Python work into "
                 "torch ops, save checkpoints and log every N steps instead of each",
