@@ -4,7 +4,7 @@ Each command reads its own section of params.yaml (checked by its stage's settin
 the `check-params` stage checks the whole file before any stage runs), calls the stage's
 function in `pipeline.stages`, and turns bad input into one line on stderr and exit status 2.
 Project modules are imported inside each command, so a command loads its stage's code alone
-(tools/stage_deps.py lists that code as the stage's deps in dvc.yaml).
+(tools/stage_deps.py lists that code in deps/, each stage's code dep in dvc.yaml).
 """
 
 from __future__ import annotations

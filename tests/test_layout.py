@@ -1,8 +1,8 @@
 """The layout's promises, checked from the code itself:
 
-- every DVC stage lists in dvc.yaml the project code its command runs (the stage module that
-  `cli.py` calls and everything it imports, walked with `ast` by tools/stage_deps.py; a
-  folder whose every module the stage runs), so an edit reruns the stages that run it;
+- every DVC stage depends on deps/<command>.sha256, the list of the project code its command
+  runs (the stage module that `cli.py` calls and everything it imports, walked with `ast` by
+  tools/stage_deps.py), so an edit reruns the stages that run it;
 - an edit of each module of pipeline/ reruns the stages OWNERS names for it and no other:
   an edit of one stage's code or settings model reruns that stage and what follows, nothing
   upstream;
@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline"
 sys.path.insert(0, str(ROOT / "tools"))
 
-from stage_deps import closure, expected, imported, module_file, rewrite, stage_code, stage_definitions, stage_files  # noqa: E402
+from stage_deps import closure, command_files, differing, imported, module_file, write_lists  # noqa: E402
 
 LAYERS = {"core": 0, "shards": 1, "budget": 1, "bench": 2, "stages": 3}  # the rest of pipeline/: 4
+GATES = {"params", "code"}  # the params check and the code lists: every other stage waits for both
 
 
 def layer(path: Path) -> int:
@@ -35,40 +36,55 @@ def layer(path: Path) -> int:
     return LAYERS.get(parts[0], 4) if len(parts) > 1 else 4
 
 
+def stage_definitions() -> dict[str, dict]:
+    """{stage name in dvc.yaml: its definition (a foreach/matrix stage's `do` or body)}."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    return {name: stage.get("do", stage) for name, stage in stages.items()}
+
+
+def stage_command(stage: dict) -> str:
+    """The `python -m pipeline <command>` a stage runs."""
+    return stage["cmd"].split("-m pipeline ", 1)[1].split()[0]
+
+
 def code_deps(stage: dict) -> list[str]:
-    return sorted(str(dep) for dep in stage.get("deps", []) if str(dep).startswith("pipeline"))
+    """A stage's project-file deps: its code list, and any file of the code it names itself."""
+    return sorted(str(dep) for dep in stage.get("deps", []) if str(dep).startswith(("pipeline", "deps/", "sources")))
 
 
-@pytest.mark.parametrize("name", sorted(stage_definitions()))
-def test_every_stage_lists_exactly_the_code_it_runs(name):
+@pytest.mark.parametrize("name", sorted(set(stage_definitions()) - GATES))
+def test_every_stage_depends_on_its_commands_code_list_alone(name):
+    """The list, and nothing the list holds: a file named beside it would rerun the stage on
+    edits the list already follows, or on ones it leaves out on purpose (cli.py)."""
     stage = stage_definitions()[name]
-    runs, listed = set(stage_code(stage)), set(code_deps(stage))
-    assert not runs - listed, f"dvc.yaml stage {name!r} runs {sorted(runs - listed)} but does not list it"
-    assert not listed - runs, f"dvc.yaml stage {name!r} lists {sorted(listed - runs)}, which it does not run"
+    assert code_deps(stage) == [f"deps/{stage_command(stage)}.sha256"]
 
 
-def test_dvc_yaml_is_what_the_generator_writes():
-    assert (ROOT / "dvc.yaml").read_text() == expected(), "run python tools/stage_deps.py"
+def test_the_code_stage_writes_every_list_and_removes_a_stale_one(tmp_path):
+    lists = {"a.sha256": "1  x\n", "b.sha256": "2  y\n"}
+    (tmp_path / "b.sha256").write_text("old\n")
+    (tmp_path / "gone.sha256").write_text("3  z\n")
+    (tmp_path / "kept.txt").write_text("not a list\n")
+    assert differing(tmp_path, lists) == ["a.sha256", "b.sha256", "gone.sha256"]
+    assert write_lists(tmp_path, lists) == ["a.sha256", "b.sha256", "gone.sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.sha256", "b.sha256", "kept.txt"]
+    assert (tmp_path / "b.sha256").read_text() == "2  y\n"
+    assert differing(tmp_path, lists) == [] and write_lists(tmp_path, lists) == []
 
 
-def test_the_generator_replaces_code_deps_only():
-    text = (
-        "# top\nstages:\n  a:\n    deps:\n      - data/x   # kept\n      - pipeline/old.py\n"
-        "      - pipeline/gone\n    outs:\n      - y\n  b:\n    do:\n      deps:\n        - pipeline/z.py\n"
-        "plots:\n  - pipeline/not-a-dep\n"
+def test_a_code_list_is_what_sha256sum_checks():
+    """`sha256sum -c` reads the lists as they are: the format is the tool's, not ours."""
+    done = subprocess.run(
+        ["sha256sum", "--check", "--strict", "deps/fetch.sha256"], cwd=ROOT, capture_output=True, text=True
     )
-    out = rewrite(text, {"a": ["pipeline/n1.py", "pipeline/n2.py"], "b": []})
-    assert out == (
-        "# top\nstages:\n  a:\n    deps:\n      - data/x   # kept\n      - pipeline/n1.py\n"
-        "      - pipeline/n2.py\n    outs:\n      - y\n  b:\n    do:\n      deps:\n"
-        "plots:\n  - pipeline/not-a-dep\n"
-    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pipeline/stages/fetch/stage.py: OK" in done.stdout and "sources.yaml: OK" in done.stdout
 
 
-# Which stages an edit of each module of pipeline/ reruns: those that list the module, or a
-# folder holding it (tools/stage_deps.py lists a folder where a stage runs every module of it).
-# First match wins; a module no entry names fails the test below until it is placed here.
-# `params` is the check every stage waits for: it reads every stage's settings model.
+# Which stages an edit of each module of pipeline/ reruns: those whose command's code list
+# names it (a folder entry stands for every module beneath it). First match wins; a module no
+# entry names fails the test below until it is placed here. `params` is the check every stage
+# waits for: it reads every stage's settings model (and, a second, reruns on any edit).
 EVERY = {"params", "fetch", "csv", "convert", "codecs", "shard", "machine", "bench", "train", "summary", "report"}
 READ_PARAMS = {"params", "fetch", "convert", "codecs", "shard", "bench", "train", "summary", "report"}
 SAMPLES = {"fetch", "csv", "convert", "shard", "bench", "train"}  # the sample schema (stages/mnist.py)
@@ -79,9 +95,20 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/__main__.py", set()),
     ("pipeline/cli.py", set()),
     ("pipeline/standalone.py", set()),
-    ("pipeline/stages/__init__.py", set()),
+    *[  # a docstring each: they run no code
+        (f"pipeline/{package}/__init__.py", set())
+        for package in (
+            "core",
+            "stages",
+            "bench",
+            "stages/convert",
+            "stages/fetch",
+            "stages/report",
+            "stages/shard",
+            "stages/train",
+        )
+    ],
     # core: what many stages share, nothing one stage alone uses.
-    ("pipeline/core/__init__.py", set()),  # a docstring
     ("pipeline/core/atomic.py", EVERY),
     ("pipeline/core/errors.py", EVERY),
     ("pipeline/core/bounded.py", EVERY - {"machine"}),
@@ -134,9 +161,17 @@ OWNERS: list[tuple[str, set[str]]] = [
 ]
 
 
+def code_listing() -> dict[str, set[str]]:
+    """{stage: the files its command's code list names}, the gates' own (the code stage's)
+    aside."""
+    return {
+        name: set(command_files(stage_command(stage))) for name, stage in stage_definitions().items() if name != "code"
+    }
+
+
 def rerun_by(path: str, listing: dict[str, set[str]]) -> set[str]:
-    """The stages whose deps name `path` or a folder holding it."""
-    return {name for name, deps in listing.items() if any(path == dep or path.startswith(dep + "/") for dep in deps)}
+    """The stages whose code list names `path`."""
+    return {name for name, files in listing.items() if path in files}
 
 
 def owners(path: str) -> set[str] | None:
@@ -148,9 +183,9 @@ def owners(path: str) -> set[str] | None:
 
 
 def test_every_module_is_listed_by_exactly_the_stages_whose_code_it_is():
-    """Which stages list a file is which stages an edit of it makes stale in `dvc status`
-    (the end-to-end form: tests/test_dvc_pipeline.py), so this walks every module."""
-    listing = {name: set(code_deps(stage)) for name, stage in stage_definitions().items()}
+    """Which stages' code lists name a file is which stages an edit of it reruns (the
+    end-to-end form: tests/test_dvc_pipeline.py), so this walks every module."""
+    listing = code_listing()
     assert set(listing) == EVERY
     wrong = {}
     for file in sorted(PACKAGE.rglob("*.py")):
@@ -182,7 +217,7 @@ def test_the_cli_imports_no_project_module_at_its_top():
 def test_editing_a_module_of_one_stage_reruns_that_stage_alone():
     """Spot checks of the table above, for a reader: the ladder's rung names, two settings
     models and one engine rerun no stage upstream of their own."""
-    listing = {name: set(code_deps(stage)) for name, stage in stage_definitions().items()}
+    listing = code_listing()
     assert rerun_by("pipeline/bench/variants.py", listing) == {"params", "bench", "summary", "report"}
     assert rerun_by("pipeline/stages/convert/settings.py", listing) == {"params", "convert", "codecs", "summary"}
     assert rerun_by("pipeline/stages/shard/settings.py", listing) == {"params", "shard"}
@@ -192,9 +227,9 @@ def test_editing_a_module_of_one_stage_reruns_that_stage_alone():
 def test_the_walk_follows_lazy_imports_and_the_cli_helpers_a_command_calls():
     """Checked against files named here, not against the walk's own output: `train` calls
     cli.check_world, which imports core/dataset.py; the shard stage imports its writer lazily."""
-    train = set(stage_files(stage_definitions()["train"]))
+    train = set(command_files("train"))
     assert {"pipeline/core/dataset.py", "pipeline/shards/format.py", "pipeline/stages/train/stage.py"} <= train
-    shard = set(stage_files(stage_definitions()["shard"]))
+    shard = set(command_files("shard"))
     assert {
         "pipeline/stages/shard/stage.py",
         "pipeline/shards/writer.py",

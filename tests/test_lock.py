@@ -35,3 +35,12 @@ def test_the_committed_lock_records_the_committed_code_and_params():
                 if committed and (how == "modified" or isinstance(how, dict) and how):
                     stale.setdefault(stage, []).append(dep if isinstance(how, str) else f"{dep} {sorted(how)}")
     assert not stale, f"dvc.lock does not record these as committed (run the stages or `dvc commit` them): {stale}"
+
+
+def test_the_committed_code_lists_are_the_committed_codes():
+    """deps/ is the `code` stage's output, kept by git: a list that lags the code it names
+    would leave a stage that runs an edited file up to date in `dvc status`."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from stage_deps import code_lists, differing
+
+    assert differing(ROOT / "deps", code_lists()) == [], "run python tools/stage_deps.py --out deps (the code stage)"

@@ -1,38 +1,34 @@
-"""Write each DVC stage's code deps in dvc.yaml: exactly the project files its command runs.
+"""Write each pipeline command's code list, deps/<command>.sha256: the project files it runs.
 
-A stage's code is what its `python -m pipeline <command>` imports inside its function in
-cli.py (the stage's module and its settings model, the helpers of cli.py it calls followed),
-and every project module these import, at the top or inside a function, walked with `ast`.
-So an edit reruns the stages that run the edited file and no other: editing the fetch
-stage's module leaves the bench's lock entry as it is. Two files are left out on purpose:
-`pipeline/__init__.py` (a docstring and the version) and `pipeline/cli.py` (option parsing,
-with no project import at its top; every path a stage uses is spelled in its `cmd`), so
-their edits rerun nothing.
+A command's code is what its function in cli.py imports (the stage's module and its settings
+model, the helpers of cli.py it calls followed), and every project module these import, at the
+top or inside a function, walked with `ast`; and sources.yaml where the command reads it. Each
+stage in dvc.yaml depends on its command's list alone, and the `code` stage, which depends on
+the whole of pipeline/, writes the lists: an edit reruns that stage (a second), which rewrites
+only the lists of the commands that run the edited file, so DVC reruns those stages and no
+other. Left out on purpose: `pipeline/__init__.py` (a docstring and the version),
+`pipeline/cli.py` (option parsing, with no project import at its top; every path a stage uses
+is spelled in its `cmd`) and a package's docstring-only `__init__.py`, so their edits rerun
+nothing. The lists are `sha256sum` files (`sha256sum -c deps/bench.sha256` checks one), kept by
+git beside dvc.lock.
 
-Only the `- pipeline/...` lines of each stage's deps are rewritten; the data deps, comments
-and everything else in dvc.yaml stay as written.
-
-    python tools/stage_deps.py            # rewrite dvc.yaml's code deps
-    python tools/stage_deps.py --check    # exit 1 naming each stage whose code deps differ
+    python tools/stage_deps.py --out deps            # write the lists (the `code` stage)
+    python tools/stage_deps.py --out deps --check    # exit 1 naming each list that differs
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import re
+import hashlib
+import os
 import sys
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "pipeline"
 LEFT_OUT = ("pipeline/__init__.py", "pipeline/cli.py")
-UNSPLIT = ("pipeline", "pipeline/stages")  # never a dep as a whole
-CODE_DEP = re.compile(r"^(\s+)- pipeline/\S*\s*(#.*)?$")
-ANY_CODE_DEP = re.compile(r"^\s+- [\'\"]?pipeline/")
-STAGE = re.compile(r"^  ([A-Za-z0-9_-]+):")
+SOURCES = "sources.yaml"  # read by each command with a `sources_path` option (its default)
+SUFFIX = ".sha256"
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
@@ -129,30 +125,44 @@ def cli_targets(root: Path = ROOT) -> dict[str, set[str]]:
                 found |= reached(functions[name], seen)
         return found
 
-    commands: dict[str, set[str]] = {}
-    for node in functions.values():
-        name = None
+    return {command: reached(functions[name], {name}) for command, name in command_functions(root).items()}
+
+
+def reads_sources(root: Path = ROOT) -> set[str]:
+    """The commands whose function in cli.py takes the sources file (`--sources`, sources.yaml
+    by default): the pins and row counts are as much their input as their code."""
+    tree = ast.parse((root / "pipeline" / "cli.py").read_text())
+    takes = {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and any(arg.arg == "sources_path" for arg in node.args.args)
+    }
+    return {name for name, function in command_functions(root).items() if function in takes}
+
+
+def command_functions(root: Path = ROOT) -> dict[str, str]:
+    """{command name: the name of its function in cli.py}."""
+    tree = ast.parse((root / "pipeline" / "cli.py").read_text())
+    commands: dict[str, str] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
         for decorator in node.decorator_list:
             if isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", None) == "command":
-                name = decorator.args[0].value if decorator.args else node.name.replace("_", "-")
-        if name:
-            commands[name] = reached(node, {node.name})
+                commands[decorator.args[0].value if decorator.args else node.name.replace("_", "-")] = node.name
     return commands
 
 
-def stage_command(stage: dict) -> str:
-    """The `python -m pipeline <command>` a stage runs."""
-    return stage["cmd"].split("-m pipeline ", 1)[1].split()[0]
-
-
-def stage_files(stage: dict, root: Path = ROOT) -> list[str]:
-    """The project files a stage's command runs, sorted."""
-    files = closure(cli_targets(root)[stage_command(stage)], root)
-    return sorted(
+def command_files(command: str, root: Path = ROOT) -> list[str]:
+    """The project files `python -m pipeline <command>` runs (and sources.yaml where it reads
+    it), sorted."""
+    files = closure(cli_targets(root)[command], root)
+    code = {
         path.relative_to(root).as_posix()
         for path in files
         if path.relative_to(root).as_posix() not in LEFT_OUT and not docstring_only(path)
-    )
+    }
+    return sorted(code | ({SOURCES} if command in reads_sources(root) else set()))
 
 
 def docstring_only(path: Path) -> bool:
@@ -164,100 +174,60 @@ def docstring_only(path: Path) -> bool:
     )
 
 
-def folder_modules(root: Path = ROOT) -> dict[str, set[str]]:
-    """{folder under pipeline/: every module beneath it but a package's `__init__.py`}, for
-    each folder a dep may name whole: not `pipeline` itself nor `pipeline/stages`, which
-    hold every stage."""
-    folders: dict[str, set[str]] = {}
-    for path in sorted((root / "pipeline").rglob("*.py")):
-        name = path.relative_to(root).as_posix()
-        if path.name == "__init__.py":
+def code_list(files: list[str], root: Path = ROOT) -> str:
+    """`sha256sum`'s lines for `files`: the digest, two spaces, the path."""
+    return "".join(f"{hashlib.sha256((root / name).read_bytes()).hexdigest()}  {name}\n" for name in files)
+
+
+def code_lists(root: Path = ROOT) -> dict[str, str]:
+    """{file name in deps/: its text}, one per command of cli.py."""
+    return {f"{command}{SUFFIX}": code_list(command_files(command, root), root) for command in cli_targets(root)}
+
+
+def differing(out: Path, lists: dict[str, str]) -> list[str]:
+    """The names in `out` whose text is not `lists`' (missing ones too), and the lists there
+    that no command has."""
+    present = {path.name for path in out.glob(f"*{SUFFIX}")} if out.is_dir() else set()
+    wrong = [name for name, text in lists.items() if not (out / name).is_file() or (out / name).read_text() != text]
+    return sorted(wrong + sorted(present - set(lists)))
+
+
+def write_lists(out: Path, lists: dict[str, str]) -> list[str]:
+    """Bring `out` to `lists`: each differing list replaced whole (written beside it, then
+    renamed), each list no command has removed; the names changed."""
+    changed = differing(out, lists)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in changed:
+        if name not in lists:
+            (out / name).unlink()
             continue
-        for parent in path.relative_to(root).parents:
-            if parent.as_posix() not in UNSPLIT and len(parent.parts) > 1:
-                folders.setdefault(parent.as_posix(), set()).add(name)
-    return folders
-
-
-def stage_code(stage: dict, root: Path = ROOT) -> list[str]:
-    """A stage's code deps as dvc.yaml spells them: a folder where the stage runs every module
-    of it (its own folder, a library it uses whole), each file it runs elsewhere. Exact: an
-    edit reruns the stages that run the edited module and no other (a docstring-only
-    `__init__.py` inside a listed folder is the one file whose edit reruns a stage in vain)."""
-    files = set(stage_files(stage, root))
-    deps: set[str] = set()
-    for folder, modules in sorted(folder_modules(root).items(), key=lambda item: item[0].count("/")):
-        if modules <= files:
-            deps.add(folder)
-            files = {name for name in files if not name.startswith(folder + "/")}
-    return sorted(deps | files)
-
-
-def stage_definitions(root: Path = ROOT) -> dict[str, dict]:
-    """{stage name in dvc.yaml: its definition (a foreach/matrix stage's `do` or body)}."""
-    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    return {name: stage.get("do", stage) for name, stage in stages.items()}
-
-
-def rewrite(text: str, code: dict[str, list[str]]) -> str:
-    """dvc.yaml's text with each stage's `- pipeline/...` deps lines replaced by `code[stage]`,
-    at the place of the first one; every other line as it was."""
-    out: list[str] = []
-    stage = None
-    written: set[str] = set()
-    in_stages = False
-    for line in text.splitlines(keepends=True):
-        if not line.startswith(" ") and line.strip() and not line.lstrip().startswith("#"):
-            in_stages = line.startswith("stages:")
-            stage = None
-        elif in_stages and STAGE.match(line):
-            stage = STAGE.match(line).group(1)
-        match = CODE_DEP.match(line)
-        if stage is not None and not match and ANY_CODE_DEP.match(line):
-            raise SystemExit(
-                f"dvc.yaml: stage {stage}: write a code dep as `- pipeline/<path>` (no quotes): {line.strip()}"
-            )
-        if stage is None or not match:
-            out.append(line)
-            continue
-        if stage not in written:
-            written.add(stage)
-            out.extend(f"{match.group(1)}- {path}\n" for path in code[stage])
-    missing = set(code) - written
-    if missing:
-        raise SystemExit(f"dvc.yaml: stage(s) {sorted(missing)} list no pipeline/ dep to replace")
-    return "".join(out)
-
-
-def expected(root: Path = ROOT) -> str:
-    """dvc.yaml as it should read, code deps exact."""
-    code = {name: stage_code(stage, root) for name, stage in stage_definitions(root).items()}
-    return rewrite((root / "dvc.yaml").read_text(), code)
+        temporary = out / f".{name}.tmp"
+        temporary.write_text(lists[name])
+        os.replace(temporary, out / name)
+    return changed
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare only; exit 1 when dvc.yaml differs")
+    parser.add_argument("--out", type=Path, required=True, help="the folder of the lists (deps)")
+    parser.add_argument("--check", action="store_true", help="compare only; exit 1 when a list differs")
     args = parser.parse_args(argv)
-    path = ROOT / "dvc.yaml"
-    current, wanted = path.read_text(), expected()
+    lists = code_lists()
     if args.check:
-        if current != wanted:
-            stale = [
-                name
-                for name, stage in stage_definitions().items()
-                if sorted(str(d) for d in stage.get("deps", []) if str(d).startswith("pipeline")) != stage_code(stage)
-            ]
+        stale = differing(args.out, lists)
+        if stale:
             print(
-                f"dvc.yaml: the code deps of {stale or 'some stage'} are not what the stage runs; "
-                "run python tools/stage_deps.py",
+                f"{args.out}: {stale} differ from the code; run python tools/stage_deps.py --out {args.out}",
                 file=sys.stderr,
             )
             return 1
         return 0
-    if current != wanted:
-        path.write_text(wanted)
-        print("dvc.yaml: code deps rewritten")
+    changed = write_lists(args.out, lists)
+    print(
+        f"{args.out}: {len(changed)} of {len(lists)} code lists changed {changed}"
+        if changed
+        else f"{args.out}: every code list as it was"
+    )
     return 0
 
 
