@@ -327,7 +327,7 @@ def tiny_params(datasets: list[str]) -> dict:
         batch_size=32,
         num_workers=1,
         sample_steps=2,
-        sample_epochs=1,
+        sample_epochs=2,
         variants=["naive", "device", "graphed"],
         sample=["naive"],
     )

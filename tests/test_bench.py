@@ -469,7 +469,7 @@ def test_standalone_bench_from_idx_files(tmp_path, tiny, monkeypatch):
         variants=["naive", "device", "graphed"],
         sample=["naive"],
         sample_steps=2,
-        sample_epochs=1,
+        sample_epochs=2,
         floor=False,
         budget=True,
     )

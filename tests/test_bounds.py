@@ -577,6 +577,8 @@ def test_fetch_time_knobs_are_bounded_together(change, message):
         ("bench", "epochs", 101, r"bench\.epochs: Input should be less than or equal to 100"),
         ("train", "epochs", 1000, r"train\.epochs: Input should be less than or equal to 100"),
         ("bench", "sample_epochs", 101, r"bench\.sample_epochs: Input should be less than or equal to 100"),
+        # one sampled epoch would be the warm-up alone, its start-up scaled with the steps
+        ("bench", "sample_epochs", 1, r"bench\.sample_epochs: Input should be greater than or equal to 2"),
         ("bench", "sample_steps", 10_001, r"bench\.sample_steps: Input should be less than or equal to 10000"),
     ],
 )

@@ -22,7 +22,7 @@ from pipeline.core.bounds import BATCH, EPOCHS, RATE, SEED, SEEDS, STRICT, Bool,
 Variant = Literal[VARIANTS]  # type: ignore[valid-type]
 WORKERS = Int(0, 256)  # DataLoader workers; 0 in params.yaml: min(4, CPU count)
 SAMPLE_STEPS = Int(1, 10_000)
-SAMPLE_EPOCHS = Int(1, 100)
+SAMPLE_EPOCHS = Int(2, 100)  # the first is a warm-up: scaled alone, its start-up would be too
 
 
 @dataclass(frozen=True)
