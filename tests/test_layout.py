@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -378,3 +379,18 @@ def test_the_budgets_names_are_what_its_modules_define():
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipeline.budget.")
     ]
     assert not reached, reached
+
+
+def test_a_file_python_cannot_parse_stops_the_code_stage_in_one_line(tmp_path):
+    """An edit half typed: one line naming the file and line, exit 2, no list written."""
+    root = tmp_path / "repo"
+    shutil.copytree(PACKAGE, root / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "tools", root / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "sources.yaml").write_text("{}\n")
+    (root / "pipeline/stages/fetch/stage.py").write_text("def broken(:\n")
+    done = subprocess.run(
+        [sys.executable, "tools/stage_deps.py", "--out", "deps"], cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and "pipeline/stages/fetch/stage.py:1:" in done.stderr, done.stderr
+    assert not (root / "deps").exists()

@@ -31,6 +31,11 @@ SOURCES = "sources.yaml"  # read by each command with a `sources_path` option (i
 SUFFIX = ".sha256"
 
 
+def parse(path: Path) -> ast.Module:
+    """The module at `path`, parsed; a SyntaxError names the file."""
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def module_file(name: str, root: Path = ROOT) -> Path | None:
     """The file of a project module (`pipeline.stages.fetch.stage`), or None for anything else."""
     if name != "pipeline" and not name.startswith("pipeline."):
@@ -50,7 +55,7 @@ def imported(path: Path, root: Path = ROOT) -> set[str]:
     block runs when the package is imported, and `from package import name` runs the module
     of that name alone."""
     names: set[str] = set()
-    tree = ast.parse(path.read_text())
+    tree = parse(path)
     skipped = {id(node) for block in type_checking(tree) for node in ast.walk(block)}
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -76,7 +81,7 @@ def lazy_names(package: str, root: Path = ROOT) -> dict[str, str]:
         return {}
     return {
         alias.asname or alias.name: node.module
-        for block in type_checking(ast.parse(init.read_text()))
+        for block in type_checking(parse(init))
         for node in ast.walk(block)
         if isinstance(node, ast.ImportFrom) and node.module
         for alias in node.names
@@ -108,7 +113,7 @@ def closure(roots: set[str], root: Path = ROOT) -> set[Path]:
 def cli_targets(root: Path = ROOT) -> dict[str, set[str]]:
     """{command name: the project modules its function in cli.py imports}, with those of the
     cli.py helpers it calls (`check_world`, ...), followed call by call."""
-    tree = ast.parse((root / "pipeline" / "cli.py").read_text())
+    tree = parse(root / "pipeline" / "cli.py")
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
 
     def reached(node: ast.FunctionDef, seen: set[str]) -> set[str]:
@@ -131,7 +136,7 @@ def cli_targets(root: Path = ROOT) -> dict[str, set[str]]:
 def reads_sources(root: Path = ROOT) -> set[str]:
     """The commands whose function in cli.py takes the sources file (`--sources`, sources.yaml
     by default): the pins and row counts are as much their input as their code."""
-    tree = ast.parse((root / "pipeline" / "cli.py").read_text())
+    tree = parse(root / "pipeline" / "cli.py")
     takes = {
         node.name
         for node in tree.body
@@ -142,7 +147,7 @@ def reads_sources(root: Path = ROOT) -> set[str]:
 
 def command_functions(root: Path = ROOT) -> dict[str, str]:
     """{command name: the name of its function in cli.py}."""
-    tree = ast.parse((root / "pipeline" / "cli.py").read_text())
+    tree = parse(root / "pipeline" / "cli.py")
     commands: dict[str, str] = {}
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef):
@@ -168,7 +173,7 @@ def command_files(command: str, root: Path = ROOT) -> list[str]:
 def docstring_only(path: Path) -> bool:
     """True for a package's `__init__.py` that holds a docstring and nothing else: it runs no
     code, so its edits rerun nothing."""
-    body = ast.parse(path.read_text()).body
+    body = parse(path).body
     return path.name == "__init__.py" and all(
         isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body
     )
@@ -212,7 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the folder of the lists (deps)")
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 when a list differs")
     args = parser.parse_args(argv)
-    lists = code_lists()
+    try:
+        lists = code_lists()
+    except SyntaxError as error:  # an edit being typed: the stage that runs the file would fail too
+        print(f"Error: {error.filename}:{error.lineno}: {error.msg}: no code list written", file=sys.stderr)
+        return 2
     if args.check:
         stale = differing(args.out, lists)
         if stale:
@@ -222,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
         return 0
-    changed = write_lists(args.out, lists)
+    try:
+        changed = write_lists(args.out, lists)
+    except OSError as error:
+        print(f"Error: {args.out}: {error.strerror or error}: the code lists cannot be written", file=sys.stderr)
+        return 2
     print(
         f"{args.out}: {len(changed)} of {len(lists)} code lists changed {changed}"
         if changed
