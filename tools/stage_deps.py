@@ -3,10 +3,11 @@
 A command's code is what its function in cli.py imports (the stage's module and its settings
 model, the helpers of cli.py it calls followed), and every project module these import, at the
 top or inside a function, walked with `ast`; and sources.yaml where the command reads it. Each
-stage in dvc.yaml depends on its command's list alone, and the `code` stage, which depends on
-the whole of pipeline/, writes the lists: an edit reruns that stage (a second), which rewrites
-only the lists of the commands that run the edited file, so DVC reruns those stages and no
-other. Left out on purpose: `pipeline/__init__.py` (a docstring and the version),
+stage in dvc.yaml but the two first depends on its command's list alone, and the `code` stage,
+which depends on the whole of pipeline/ (as the params check does), writes the lists: an edit
+reruns that stage (a second), which rewrites only the lists of the commands that run the
+edited file, so DVC reruns those stages and no other. A stage run alone (`dvc repro -s`)
+skips the `code` stage and sees an edit only once the lists are rewritten: `dvc repro code`. Left out on purpose: `pipeline/__init__.py` (a docstring and the version),
 `pipeline/cli.py` (option parsing, with no project import at its top; every path a stage uses
 is spelled in its `cmd`) and a package's docstring-only `__init__.py`, so their edits rerun
 nothing. The lists are `sha256sum` files (`sha256sum -c deps/bench.sha256` checks one), kept by
@@ -31,9 +32,18 @@ SOURCES = "sources.yaml"  # read by each command with a `sources_path` option (i
 SUFFIX = ".sha256"
 
 
+class CodeError(Exception):
+    """A project file that cannot be walked: one line naming it."""
+
+
 def parse(path: Path) -> ast.Module:
-    """The module at `path`, parsed; a SyntaxError names the file."""
-    return ast.parse(path.read_text(), filename=str(path))
+    """The module at `path`, parsed; CodeError naming the file (and line) where it cannot be."""
+    try:
+        return ast.parse(path.read_bytes().decode("utf-8"), filename=str(path))
+    except SyntaxError as error:  # an edit being typed: the stage that runs the file would fail too
+        raise CodeError(f"{path}{f':{error.lineno}' if error.lineno else ''}: {error.msg}") from None
+    except (UnicodeDecodeError, ValueError) as error:  # not UTF-8; a NUL byte (Python < 3.12)
+        raise CodeError(f"{path}: {error}") from None
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
@@ -106,7 +116,10 @@ def closure(roots: set[str], root: Path = ROOT) -> set[Path]:
         if name in seen:
             continue
         seen.add(name)
-        todo.extend(imported(module_file(name, root), root))
+        file = module_file(name, root)
+        if file is None:
+            raise CodeError(f"{root / 'pipeline' / 'cli.py'}: imports {name}, which is no file of the project")
+        todo.extend(imported(file, root))
     return {module_file(name, root) for name in seen}
 
 
@@ -189,17 +202,30 @@ def code_lists(root: Path = ROOT) -> dict[str, str]:
     return {f"{command}{SUFFIX}": code_list(command_files(command, root), root) for command in cli_targets(root)}
 
 
+def is_code_list(path: Path) -> bool:
+    """True for a file this tool wrote: every line the digest of a project file or
+    sources.yaml (another `.sha256` file in the folder is not ours to remove)."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(lines) and all(
+        len(line) > 66 and line[64:66] == "  " and (line[66:].startswith("pipeline/") or line[66:] == SOURCES)
+        for line in lines
+    )
+
+
 def differing(out: Path, lists: dict[str, str]) -> list[str]:
-    """The names in `out` whose text is not `lists`' (missing ones too), and the lists there
-    that no command has."""
-    present = {path.name for path in out.glob(f"*{SUFFIX}")} if out.is_dir() else set()
+    """The names in `out` whose text is not `lists`' (missing ones too), and the code lists
+    there that no command has (a command renamed or gone)."""
     wrong = [name for name, text in lists.items() if not (out / name).is_file() or (out / name).read_text() != text]
-    return sorted(wrong + sorted(present - set(lists)))
+    gone = [p.name for p in out.glob(f"*{SUFFIX}") if p.name not in lists and is_code_list(p)] if out.is_dir() else []
+    return sorted(wrong + gone)
 
 
 def write_lists(out: Path, lists: dict[str, str]) -> list[str]:
     """Bring `out` to `lists`: each differing list replaced whole (written beside it, then
-    renamed), each list no command has removed; the names changed."""
+    renamed), each code list no command has removed; the names changed."""
     changed = differing(out, lists)
     out.mkdir(parents=True, exist_ok=True)
     for name in changed:
@@ -219,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         lists = code_lists()
-    except SyntaxError as error:  # an edit being typed: the stage that runs the file would fail too
-        print(f"Error: {error.filename}:{error.lineno}: {error.msg}: no code list written", file=sys.stderr)
+    except (CodeError, OSError) as error:
+        print(f"Error: {error}: no code list written", file=sys.stderr)
         return 2
     if args.check:
         stale = differing(args.out, lists)
@@ -237,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Error: {args.out}: {error.strerror or error}: the code lists cannot be written", file=sys.stderr)
         return 2
     print(
-        f"{args.out}: {len(changed)} of {len(lists)} code lists changed {changed}"
+        f"{args.out}: {len(changed)} code list(s) rewritten or removed {changed}"
         if changed
         else f"{args.out}: every code list as it was"
     )
