@@ -176,7 +176,7 @@ def main(debug: bool) -> None:
 
 
 @main.command("check-params")
-@output_path("--out", "File written once every section is valid: every other stage depends on it.")
+@output_path("--out", "File written once every section is valid: every other stage waits for it.")
 @PARAMS_OPTION
 @sources_option("The data sets there are: each one params.yaml names must have an entry.")
 @stage_command
@@ -184,8 +184,9 @@ def check_params_command(out: Path, params_path: Path, sources_path: Path) -> No
     """Check the whole params file, each section and the rules between sections, and that
     each data set it names is one sources.yaml knows.
 
-    DVC's first stage: every other stage depends on the file it writes, so a bad value
-    stops `dvc repro` and `dvc exp run` here, before any other stage runs."""
+    DVC's first stage: every other stage waits for the file it writes (through the code
+    stage), so a bad value stops `dvc repro` and `dvc exp run` here, before any other stage
+    runs."""
     from pipeline.stages.params import check_params
 
     check_params(params_path, out, sources_path)

@@ -1,7 +1,8 @@
 """The layout's promises, checked from the code itself:
 
-- every DVC stage depends on deps/<command>.sha256, the list of the project code its command
-  runs (the stage module that `cli.py` calls and everything it imports, walked with `ast` by
+- every DVC stage but the two gates (the params check, the code stage: a second each, rerun by
+  any edit) depends on deps/<command>.sha256, the list of the project code its command runs
+  (the stage module that `cli.py` calls and everything it imports, walked with `ast` by
   tools/stage_deps.py), so an edit reruns the stages that run it;
 - an edit of each module of pipeline/ reruns the stages OWNERS names for it and no other:
   an edit of one stage's code or settings model reruns that stage and what follows, nothing
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline"
 sys.path.insert(0, str(ROOT / "tools"))
 
-from stage_deps import closure, command_files, differing, imported, module_file, write_lists  # noqa: E402
+from stage_deps import closure, code_list, command_files, differing, imported, module_file, write_lists  # noqa: E402
 
 LAYERS = {"core": 0, "shards": 1, "budget": 1, "bench": 2, "stages": 3}  # the rest of pipeline/: 4
 GATES = {"params", "code"}  # the params check and the code lists: every other stage waits for both
@@ -61,33 +62,63 @@ def test_every_stage_depends_on_its_commands_code_list_alone(name):
     assert code_deps(stage) == [f"deps/{stage_command(stage)}.sha256"]
 
 
-def test_the_code_stage_writes_every_list_and_removes_a_stale_one(tmp_path):
-    lists = {"a.sha256": "1  x\n", "b.sha256": "2  y\n"}
+def test_the_gates_depend_on_the_whole_package_and_the_check_comes_first():
+    """The params check and the code stage depend on all of pipeline/ (the check reads every
+    settings model; the lists are of every command), the code stage on the check's file, so
+    every other stage, through its list, waits for both."""
+    stages = stage_definitions()
+    assert set(stages["params"]["deps"]) == {"pipeline/", "sources.yaml"}
+    assert set(stages["code"]["deps"]) == {"data/params.ok", "pipeline/", "sources.yaml", "tools/stage_deps.py"}
+    assert stages["code"]["cmd"] == "python tools/stage_deps.py --out deps"
+    assert [next(iter(out)) for out in stages["code"]["outs"]] == ["deps"]
+
+
+def test_the_code_stage_writes_every_list_and_removes_a_stale_one_of_its_own(tmp_path):
+    digest = "0" * 64
+    lists = {"a.sha256": f"{digest}  pipeline/x.py\n", "b.sha256": f"{digest}  sources.yaml\n"}
     (tmp_path / "b.sha256").write_text("old\n")
-    (tmp_path / "gone.sha256").write_text("3  z\n")
+    (tmp_path / "gone.sha256").write_text(f"{digest}  pipeline/z.py\n")  # a command renamed
+    (tmp_path / "ubuntu.sha256").write_text(f"{digest}  ubuntu.iso\n")  # not a code list
     (tmp_path / "kept.txt").write_text("not a list\n")
     assert differing(tmp_path, lists) == ["a.sha256", "b.sha256", "gone.sha256"]
     assert write_lists(tmp_path, lists) == ["a.sha256", "b.sha256", "gone.sha256"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.sha256", "b.sha256", "kept.txt"]
-    assert (tmp_path / "b.sha256").read_text() == "2  y\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.sha256", "b.sha256", "kept.txt", "ubuntu.sha256"]
+    assert (tmp_path / "b.sha256").read_text() == f"{digest}  sources.yaml\n"
     assert differing(tmp_path, lists) == [] and write_lists(tmp_path, lists) == []
 
 
-def test_a_code_list_is_what_sha256sum_checks():
-    """`sha256sum -c` reads the lists as they are: the format is the tool's, not ours."""
+@pytest.mark.skipif(shutil.which("sha256sum") is None, reason="no sha256sum (GNU coreutils) here")
+def test_a_code_list_is_what_sha256sum_checks(tmp_path):
+    """`sha256sum -c` reads a list as it is: the format is the tool's, not ours."""
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline" / "a.py").write_text("x = 1\n")
+    (tmp_path / "sources.yaml").write_text("{}\n")
+    (tmp_path / "a.sha256").write_text(code_list(["pipeline/a.py", "sources.yaml"], tmp_path))
     done = subprocess.run(
-        ["sha256sum", "--check", "--strict", "deps/fetch.sha256"], cwd=ROOT, capture_output=True, text=True
+        ["sha256sum", "--check", "--strict", "a.sha256"], cwd=tmp_path, capture_output=True, text=True
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "pipeline/stages/fetch/stage.py: OK" in done.stdout and "sources.yaml: OK" in done.stdout
+    assert done.returncode == 0 and done.stdout == "pipeline/a.py: OK\nsources.yaml: OK\n", done.stdout + done.stderr
+    (tmp_path / "pipeline" / "a.py").write_text("x = 2\n")
+    assert subprocess.run(["sha256sum", "--check", "a.sha256"], cwd=tmp_path, capture_output=True).returncode == 1
+
+
+def test_the_package_holds_only_python_files():
+    """The lists name the modules a command imports: a data file inside pipeline/ (a template,
+    a table) would be read by a stage without being in its list."""
+    others = [
+        p.relative_to(ROOT).as_posix()
+        for p in PACKAGE.rglob("*")
+        if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts
+    ]
+    assert others == []
 
 
 # Which stages an edit of each module of pipeline/ reruns: those whose command's code list
-# names it (a folder entry stands for every module beneath it). First match wins; a module no
-# entry names fails the test below until it is placed here. `params` is the check every stage
-# waits for: it reads every stage's settings model (and, a second, reruns on any edit).
-EVERY = {"params", "fetch", "csv", "convert", "codecs", "shard", "machine", "bench", "train", "summary", "report"}
-READ_PARAMS = {"params", "fetch", "convert", "codecs", "shard", "bench", "train", "summary", "report"}
+# names it (an entry ending in / stands for every module beneath it). First match wins; a module
+# no entry names fails the test below until it is placed here. The two gates, the params check
+# and the code stage, rerun on any edit (a second each) and are not in the table.
+EVERY = {"fetch", "csv", "convert", "codecs", "shard", "machine", "bench", "train", "summary", "report"}
+READ_PARAMS = {"fetch", "convert", "codecs", "shard", "bench", "train", "summary", "report"}
 SAMPLES = {"fetch", "csv", "convert", "shard", "bench", "train"}  # the sample schema (stages/mnist.py)
 OWNERS: list[tuple[str, set[str]]] = [
     # Entry points and docstring-only packages, no stage's code: cli.py parses options (every
@@ -115,30 +146,30 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/core/bounded.py", EVERY - {"machine"}),
     ("pipeline/core/params.py", READ_PARAMS),
     ("pipeline/core/bounds.py", READ_PARAMS | {"machine"}),  # every section's bounds, the fingerprint's
-    ("pipeline/core/codec.py", {"params", "convert", "codecs", "summary"}),
-    ("pipeline/core/dataset.py", {"params", "fetch", "csv", "convert", "codecs", "shard", "bench", "train", "summary"}),
+    ("pipeline/core/codec.py", {"convert", "codecs", "summary"}),
+    ("pipeline/core/dataset.py", {"fetch", "csv", "convert", "codecs", "shard", "bench", "train", "summary"}),
     ("pipeline/core/parquet.py", {"convert", "codecs", "shard", "bench"}),
-    ("pipeline/core/sources.py", {"params", "fetch", "csv", "convert", "shard"}),  # the check: the data sets there are
+    ("pipeline/core/sources.py", {"fetch", "csv", "convert", "shard"}),  # the data sets there are
     ("pipeline/core/location.py", {"shard", "bench", "train"}),  # a path or a URL: the stages that read either
-    # stages: each stage's folder or module; each settings model is also the check's.
-    ("pipeline/stages/params.py", {"params"}),
-    ("pipeline/stages/fetch/settings.py", {"params", "fetch"}),
+    # stages: each stage's folder or module.
+    ("pipeline/stages/params.py", set()),  # the check's own, which reruns on any edit
+    ("pipeline/stages/fetch/settings.py", {"fetch"}),
     ("pipeline/stages/fetch/", {"fetch"}),
     ("pipeline/stages/mnist.py", {"fetch", "csv", "convert", "shard"}),
     ("pipeline/stages/csvdata.py", {"csv", "convert"}),
-    ("pipeline/stages/convert/settings.py", {"params", "convert", "codecs", "summary"}),
+    ("pipeline/stages/convert/settings.py", {"convert", "codecs", "summary"}),
     ("pipeline/stages/convert/", {"convert"}),
     ("pipeline/stages/codecs.py", {"codecs"}),
-    ("pipeline/stages/shard/settings.py", {"params", "shard"}),
+    ("pipeline/stages/shard/settings.py", {"shard"}),
     ("pipeline/stages/shard/", {"shard"}),
-    ("pipeline/stages/train/settings.py", {"params", "train"}),
+    ("pipeline/stages/train/settings.py", {"train"}),
     ("pipeline/stages/train/", {"train"}),
     ("pipeline/stages/machine.py", {"machine"}),
     ("pipeline/stages/summary.py", {"summary"}),
     ("pipeline/stages/report/", {"report"}),
     # The Ray engine of the data stages (engine: ray): its setting is read by every reader of
     # their settings models; the cluster is both stages'.
-    ("pipeline/stages/engine_settings.py", {"params", "convert", "codecs", "summary", "shard"}),
+    ("pipeline/stages/engine_settings.py", {"convert", "codecs", "summary", "shard"}),
     ("pipeline/stages/ray_cluster.py", {"convert", "shard"}),
     # The shard library: the sample schema for every stage that writes or checks samples,
     # the writer for the shard stage, all of it for the stages that read shards.
@@ -147,11 +178,11 @@ OWNERS: list[tuple[str, set[str]]] = [
     ("pipeline/shards/writer.py", {"shard"}),
     ("pipeline/shards/", {"bench", "train"}),
     # The bench: its stage, settings and document; its model is also what train trains, its
-    # rung names and document what the check, the summary and the report read.
+    # rung names and document what the summary and the report read.
     ("pipeline/bench/model.py", {"bench", "train"}),
-    ("pipeline/bench/settings.py", {"bench", "params", "summary", "report"}),  # its Recipe is the document's
+    ("pipeline/bench/settings.py", {"bench", "summary", "report"}),  # its Recipe is the document's
     ("pipeline/bench/document.py", {"bench", "summary", "report"}),
-    ("pipeline/bench/variants.py", {"bench", "params", "summary", "report"}),
+    ("pipeline/bench/variants.py", {"bench", "summary", "report"}),
     ("pipeline/bench/", {"bench"}),
     # The time budget: the ladder profiles every rung with it; the machine's name is also the
     # machine stage's; the loop finder is `profile`'s, no stage's.
@@ -163,11 +194,8 @@ OWNERS: list[tuple[str, set[str]]] = [
 
 
 def code_listing() -> dict[str, set[str]]:
-    """{stage: the files its command's code list names}, the gates' own (the code stage's)
-    aside."""
-    return {
-        name: set(command_files(stage_command(stage))) for name, stage in stage_definitions().items() if name != "code"
-    }
+    """{stage: the files its command's code list names}, the two gates aside."""
+    return {name: set(command_files(stage_command(s))) for name, s in stage_definitions().items() if name not in GATES}
 
 
 def rerun_by(path: str, listing: dict[str, set[str]]) -> set[str]:
@@ -219,9 +247,9 @@ def test_editing_a_module_of_one_stage_reruns_that_stage_alone():
     """Spot checks of the table above, for a reader: the ladder's rung names, two settings
     models and one engine rerun no stage upstream of their own."""
     listing = code_listing()
-    assert rerun_by("pipeline/bench/variants.py", listing) == {"params", "bench", "summary", "report"}
-    assert rerun_by("pipeline/stages/convert/settings.py", listing) == {"params", "convert", "codecs", "summary"}
-    assert rerun_by("pipeline/stages/shard/settings.py", listing) == {"params", "shard"}
+    assert rerun_by("pipeline/bench/variants.py", listing) == {"bench", "summary", "report"}
+    assert rerun_by("pipeline/stages/convert/settings.py", listing) == {"convert", "codecs", "summary"}
+    assert rerun_by("pipeline/stages/shard/settings.py", listing) == {"shard"}
     assert rerun_by("pipeline/stages/shard/ray.py", listing) == {"shard"}
 
 
@@ -381,16 +409,26 @@ def test_the_budgets_names_are_what_its_modules_define():
     assert not reached, reached
 
 
-def test_a_file_python_cannot_parse_stops_the_code_stage_in_one_line(tmp_path):
-    """An edit half typed: one line naming the file and line, exit 2, no list written."""
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (b"def broken(:\n", "pipeline/stages/fetch/stage.py:1: "),  # an edit half typed
+        (b"x = '\xff'\n", "pipeline/stages/fetch/stage.py: 'utf-8' codec can't decode"),
+        (b"x = 1\0\n", "pipeline/stages/fetch/stage.py"),  # a NUL byte
+        (None, "imports pipeline.stages.fetch.stage, which is no file of the project"),  # removed
+    ],
+)
+def test_a_file_the_walk_cannot_read_stops_the_code_stage_in_one_line(tmp_path, edit, said):
+    """One line naming the file, exit 2, no list written, never a traceback."""
     root = tmp_path / "repo"
     shutil.copytree(PACKAGE, root / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "tools", root / "tools", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "sources.yaml").write_text("{}\n")
-    (root / "pipeline/stages/fetch/stage.py").write_text("def broken(:\n")
+    target = root / "pipeline/stages/fetch/stage.py"
+    target.write_bytes(edit) if edit is not None else target.unlink()
     done = subprocess.run(
         [sys.executable, "tools/stage_deps.py", "--out", "deps"], cwd=root, capture_output=True, text=True
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.count("\n") == 1 and "pipeline/stages/fetch/stage.py:1:" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and said in done.stderr and "None" not in done.stderr, done.stderr
     assert not (root / "deps").exists()

@@ -1,7 +1,8 @@
 """Stage `params`: the whole params.yaml checked, before any other stage runs.
 
-Every other stage depends on this stage's one small file, so `dvc repro` and `dvc exp run`
-stop here, at the first stage, with one line, before any other stage runs. (A stage run
+The code stage depends on this stage's one small file and every other stage on the code
+stage's lists, so `dvc repro` and `dvc exp run` stop here, at the first stage, with one line,
+before any other stage runs. (A stage run
 alone, `dvc repro -s`, skips this check and refuses a bad value in its own section; its
 outputs are `persist: true` in dvc.yaml, so DVC has not removed them.) Each section is
 checked by the settings model of the stage that reads it; the rules between sections are
