@@ -53,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -826,6 +827,27 @@ def remeasures(meta: dict) -> list[str]:
     ]
 
 
+def runs_said(results: dict[str, dict[str, list]]) -> str:
+    """How many runs the timed cells hold, as the caption says it: the count most cells have,
+    then each other count with its cells (a cell of one run shows one figure). The ranks rows
+    are checks of one run each, not timings, and are left out."""
+    counts = Counter(
+        len(figures)
+        for tasks in results.values()
+        for task, figures in tasks.items()
+        if isinstance(figures, list) and figures and not task.startswith("ranks-")
+    )
+    if not counts:
+        return "no runs"
+    usual = counts.most_common(1)[0][0]
+    others = [
+        f"{n} cell{'s' if n > 1 else ''} of {'one run, one figure' if k == 1 else f'{k} runs'}"
+        for k, n in sorted(counts.items())
+        if k != usual
+    ]
+    return f"{usual} runs" + (f" ({'; '.join(others)})" if others else "")
+
+
 def table(runs: dict[int, dict]) -> str:
     lines = []
     for scale, run in runs.items():
@@ -835,7 +857,7 @@ def table(runs: dict[int, dict]) -> str:
         systems = list(results)
         versions = ", ".join(f"{LABELS[s]} {meta['versions'].get(s, '?')}" for s in systems if s != "project")
         lines += [
-            f"**MNIST train x{scale}** ({meta['samples']:,} samples): min / median of {meta['repeat']} runs, "
+            f"**MNIST train x{scale}** ({meta['samples']:,} samples): min / median of {runs_said(results)}, "
             f"each its own process, one torch thread; {meta['host']}; torch {meta['torch']}"
             + (f"; {versions}" if versions else "")
             + (f"; not installed: {', '.join(meta['missing'])}" if meta.get("missing") else "")

@@ -99,6 +99,16 @@ def test_the_tables_cells_say_min_and_median(peers):
     ]
 
 
+def test_the_caption_counts_the_runs_each_timed_cell_holds(peers):
+    """A cell re-measured five times, or measured once, is not "of 3 runs"; the ranks rows
+    are one-run checks and not counted."""
+    three, once, five = [{"seconds": 1.0}] * 3, [{"seconds": 1.0}], [{"seconds": 1.0}] * 5
+    results = {"a": {"write-none": three, "epoch-0": five, "ranks-2": once}, "b": {"write-none": three, "first": once}}
+    assert peers.runs_said(results) == "3 runs (1 cell of one run, one figure; 1 cell of 5 runs)"
+    assert peers.runs_said({"a": {"write-none": three, "ranks-2": once}}) == "3 runs"
+    assert peers.runs_said({}) == "no runs"
+
+
 @pytest.mark.slow
 def test_a_merged_run_over_several_scales_names_itself_in_each(tmp_path):
     """Each scale's file lists the command that re-measured it (not another scale's)."""
