@@ -883,6 +883,8 @@ def test_resuming_on_other_data_is_refused_naming_the_difference(tmp_path, data,
 def _edit(state: dict, key: str, value) -> None:
     if key == "data.epoch":
         state["data"]["epoch"] = value
+    elif key == "optimizer.lr":  # the run's lr kept in its record, the optimizer's changed
+        state["optimizer"]["param_groups"][0]["lr"] = value
     elif key.startswith("history."):  # history.<epoch index>.<figure>
         _, index, figure = key.split(".")
         state["history"][int(index)][figure] = value
@@ -911,8 +913,16 @@ def _edit(state: dict, key: str, value) -> None:
             "history.0.extra",
             1.0,
             "ck.pt: history epoch 1: holds ['accuracy', 'epoch', 'extra', 'fetched_bytes', 'loss', "
-            "'read_seconds', 'seconds', 'steps'], not an epoch's figures ['accuracy', 'epoch', "
-            "'fetched_bytes', 'loss', 'read_seconds', 'seconds', 'steps']",
+            "'read_seconds', 'resumed_at_sample', 'seconds', 'steps', 'world_size'], not an epoch's figures "
+            "['accuracy', 'epoch', 'fetched_bytes', 'loss', 'read_seconds', 'resumed_at_sample', 'seconds', "
+            "'steps', 'world_size']",
+        ),
+        ("history.0.world_size", -2, "ck.pt: history epoch 1: world_size -2 is not a whole number >= 0"),
+        ("loss_so_far", True, "ck.pt: loss_so_far True is not a finite non-negative number"),
+        (
+            "optimizer.lr",
+            0.5,
+            "ck.pt: its optimizer was saved with [{'lr': 0.5, ",
         ),
     ],
     ids=[
@@ -925,6 +935,9 @@ def _edit(state: dict, key: str, value) -> None:
         "history epoch out of order",
         "history steps a bool",
         "history an unknown figure",
+        "history world_size -2",
+        "loss_so_far a bool",
+        "optimizer another lr",
     ],
 )
 def test_a_checkpoint_with_numbers_out_of_range_is_one_line(tmp_path, data, key, value, message):
@@ -956,8 +969,28 @@ def test_a_checkpoint_with_numbers_out_of_range_is_one_line(tmp_path, data, key,
         ),
         alone=False,
     )
-    assert line == f"Error: {message}", line
+    assert line.startswith(f"Error: {message}") if key == "optimizer.lr" else line == f"Error: {message}", line
     assert not (tmp_path / "o").exists() and (tmp_path / "ck.pt").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_a_finished_checkpoint_of_an_older_version_resumes_its_unknown_figures_as_null(tmp_path, data):
+    """Saved before the epochs said their ranks: resumed, the run trains nothing more (its
+    epochs are done) and its metrics say so: `resumed` at the end, the old epoch's ranks
+    unknown (null), not this run's world size."""
+    import torch
+
+    shards, params = data
+    state = torch.load(shards / "a.pt", weights_only=True)
+    for epoch in state["history"]:
+        del epoch["world_size"], epoch["resumed_at_sample"]
+    torch.save(state, tmp_path / "ck.pt")
+    args = ["train", "a", "--shards", shards / "a", "--out", "o/train.json", "--checkpoint", "ck.pt", "--resume"]
+    done = rank_process([*args, "--params", params], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "o" / "train.json").read_text())
+    assert metrics["resumed"] == {"epoch": 2, "sample": 0, "global_step": state["global_step"]}
+    assert [(e["world_size"], e["resumed_at_sample"]) for e in metrics["epochs"]] == [(None, None)]
 
 
 @pytest.mark.slow

@@ -623,8 +623,12 @@ def resumed(tmp_path_factory):
     return root, killed, saved, outputs, yaml.safe_load(params.read_text())["train"]["seed"]
 
 
+def metrics(root: Path, name: str) -> dict:
+    return json.loads((root / name / "train.json").read_text())
+
+
 def history(root: Path, name: str) -> list[dict]:
-    return json.loads((root / name / "train.json").read_text())["epochs"]
+    return metrics(root, name)["epochs"]
 
 
 def untimed(epoch: dict) -> dict:
@@ -657,7 +661,10 @@ def test_a_killed_run_resumes_with_the_same_samples_and_weights(resumed):
     assert full[0]["params_sha256"] == full[1]["params_sha256"]
     doc, whole = history(root, "on2"), history(root, "full")
     assert [e["epoch"] for e in doc] == [1, 2]
-    assert [untimed(e) for e in doc] == [untimed(e) for e in whole]
+    # the same figures, and the metrics say which samples of epoch 2 the resumed run trained
+    assert [untimed(e) for e in doc] == [{**untimed(e), "resumed_at_sample": at} for e, at in zip(whole, (0, 120))]
+    assert metrics(root, "on2")["resumed"] == {"epoch": 2, "sample": 120, "global_step": 12}
+    assert metrics(root, "full")["resumed"] is None and [e["resumed_at_sample"] for e in whole] == [0, 0]
 
 
 @pytest.mark.parametrize("nproc", [1, 3])
@@ -689,6 +696,9 @@ def test_a_killed_run_resumes_on_another_number_of_ranks(resumed, nproc):
     # training completed: epoch 1 as the checkpoint recorded it, epoch 2 finished on the new ranks
     doc, whole = history(root, f"on{nproc}"), history(root, "full")
     assert [e["epoch"] for e in doc] == [1, 2] and doc[1]["steps"] == 10
+    # each epoch says the ranks that trained it: the run's own world size is not the first epoch's
+    assert metrics(root, f"on{nproc}")["world_size"] == nproc
+    assert [(e["world_size"], e["resumed_at_sample"]) for e in doc] == [(2, 0), (nproc, 120)]
     assert untimed(doc[0]) == untimed(whole[0])
     # other global batches in epoch 2 than the uninterrupted run's (the same samples, grouped
     # otherwise): close, not equal

@@ -90,7 +90,7 @@ class Checkpoints:
                     f"{run.get(key)!r:.80}; resume only the run that saved it"
                 )
         loss, step, history = state["loss_so_far"], state["global_step"], state["history"]
-        if not (isinstance(loss, float | int) and math.isfinite(loss) and 0 <= loss < 1e12):
+        if type(loss) not in (float, int) or not (math.isfinite(loss) and 0 <= loss < 1e12):  # (a bool is no loss)
             raise InputError(f"{self.path}: loss_so_far {loss!r:.40} is not a finite non-negative number")
         if type(step) is not int or not 0 <= step < 1 << 40:
             raise InputError(f"{self.path}: global_step {step!r:.40} is out of range")
@@ -118,18 +118,26 @@ EPOCH_FIGURES = {
     "seconds": "non-negative",
     "read_seconds": "non-negative",
     "fetched_bytes": "int",
+    "world_size": "int",  # the ranks that trained it (its rest, when resumed mid-epoch)
+    "resumed_at_sample": "int",  # samples of it trained before this run resumed: seconds cover the rest
 }
+# Figures added since: an older checkpoint's epochs lack them, read as unknown (null).
+LATER = ("world_size", "resumed_at_sample")
 
 
 def epoch_problem(figures: object, place: int) -> str | None:
     """What is wrong with the history's `place`-th epoch (1 first), or None: exactly the
     figures an epoch records; `epoch` its place (the epochs in order); counts integers
-    >= 0; losses and seconds finite and >= 0; the accuracy in [0, 1]."""
-    if not isinstance(figures, dict) or set(figures) != set(EPOCH_FIGURES):
+    >= 0; losses and seconds finite and >= 0; the accuracy in [0, 1]. An older checkpoint's
+    epoch lacks the LATER figures, or holds them unknown (None)."""
+    known = (set(EPOCH_FIGURES), set(EPOCH_FIGURES) - set(LATER))
+    if not isinstance(figures, dict) or set(figures) not in known:
         held = sorted(map(str, figures)) if isinstance(figures, dict) else type(figures).__name__
         return f"holds {str(held)[:160]}, not an epoch's figures {sorted(EPOCH_FIGURES)}"
     for key, kind in EPOCH_FIGURES.items():
-        value = figures[key]
+        value = figures.get(key)
+        if value is None and key in LATER:
+            continue
         if kind == "int":
             if type(value) is not int or not 0 <= value < 1 << 53:
                 return f"{key} {value!r:.40} is not a whole number >= 0"

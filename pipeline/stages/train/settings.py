@@ -29,7 +29,7 @@ class TrainSettings:
     batch_size: BATCH
     lr: RATE
     seed: SEED
-    checkpoint_every: Int(0, 1 << 30)  # optimizer steps; 0: never
+    checkpoint_every: Int(0, 1 << 30)  # optimizer steps; 0: only at the end
     cache_mib: Int(1, 1 << 30)  # the node-local cache of a remote split
     timeout_s: Num(gt=0, le=3600)  # the most a collective may wait for the other ranks
     remote: Remote

@@ -29,7 +29,7 @@ from pipeline.core.location import is_url
 from pipeline.shards.dataset import ShardDataset, ShardLoader
 from pipeline.shards.remote import join
 from pipeline.shards.watched import Deadlines
-from pipeline.stages.train.checkpoints import Checkpoints
+from pipeline.stages.train.checkpoints import LATER, Checkpoints
 from pipeline.stages.train.settings import TrainSettings
 
 
@@ -263,6 +263,7 @@ class _Training:
     history: list[dict] = field(default_factory=list)
     loss_so_far: float = 0.0  # resumed mid-epoch: the epoch's loss before the checkpoint
     global_step: int = 0
+    resumed: dict | None = None  # where this run took over from a checkpoint: {epoch, sample, global_step}
     batches: list[list[int]] = field(default_factory=list)  # with --record: [global step, sample ids...] of each batch
     seen: list[int] = field(default_factory=list)  # with --record: epoch 1's samples of this rank, in order
 
@@ -329,6 +330,12 @@ def _start(shards: Path | str, device: torch.device, run: TrainRun, local_batch:
     return _Training(model, optimizer, train, test, device, origin)
 
 
+def _optimizer_settings(optimizer: torch.optim.Optimizer) -> list[dict]:
+    """Each parameter group's hyper-parameters (all but its parameters): what a checkpoint's
+    optimizer must share with this run's, or it would train at another rate than it reports."""
+    return [{key: value for key, value in group.items() if key != "params"} for group in optimizer.param_groups]
+
+
 def _restore(state: _Training, checkpoints: Checkpoints, run_epochs: int) -> None:
     """With --resume and a checkpoint on disk, its weights, optimizer, data position and
     progress, once it is checked to be this run's; a checkpoint that does not fit is one line."""
@@ -336,12 +343,18 @@ def _restore(state: _Training, checkpoints: Checkpoints, run_epochs: int) -> Non
     if saved is None:
         return
     checkpoints.check(saved, state.origin)
+    settings = _optimizer_settings(state.optimizer)  # this run's: lr, betas, eps, ...
     try:
         state.model.load_state_dict(saved["model"])
         state.optimizer.load_state_dict(saved["optimizer"])
+        if _optimizer_settings(state.optimizer) != settings:  # loading puts the saved groups' values in
+            raise InputError(
+                f"its optimizer was saved with {_optimizer_settings(state.optimizer)!r:.200}, this run's is "
+                f"{settings!r:.200}; resume only the run that saved it"
+            )
         state.train.load_state_dict(saved["data"])
         state.history, state.loss_so_far, state.global_step = (
-            list(saved["history"]),
+            [{**epoch, **{key: epoch.get(key) for key in LATER}} for epoch in saved["history"]],
             float(saved["loss_so_far"]),
             int(saved["global_step"]),
         )
@@ -354,9 +367,10 @@ def _restore(state: _Training, checkpoints: Checkpoints, run_epochs: int) -> Non
             f"{checkpoints.path}: already {state.train.epoch} epochs in, past train.epochs ({run_epochs}); "
             f"raise train.epochs to train on, or leave --resume out to start afresh"
         )
+    train, world = state.train, dist.get_world_size()
+    done = len(train.dataset) - sum(b - a for a, b in train.state_dict()["due"])
+    state.resumed = {"epoch": train.epoch + 1, "sample": done, "global_step": state.global_step}
     if dist.get_rank() == 0:
-        train, world = state.train, dist.get_world_size()
-        done = len(train.dataset) - sum(b - a for a, b in train.state_dict()["due"])
         print(
             f"train: resumed from {checkpoints.path} at epoch {train.epoch + 1}, sample {done} of the epoch, "
             f"on {world} rank{'s' if world > 1 else ''}",
@@ -380,8 +394,8 @@ def _epoch(
     steps = len(train)
     # Summed on the device (no sync per step): the ranks' sums add up to `world` times the sum of the
     # steps' global-batch means. Resumed mid-epoch, each rank starts from the saved sum of means.
-    resumed_mid_epoch = sum(b - a for a, b in plan_due) < len(train.dataset)
-    loss_sum = torch.full((), state.loss_so_far if resumed_mid_epoch else 0.0, device=state.device, dtype=torch.float64)
+    before = len(train.dataset) - sum(b - a for a, b in plan_due)  # samples an earlier run trained
+    loss_sum = torch.full((), state.loss_so_far if before else 0.0, device=state.device, dtype=torch.float64)
     state.loss_so_far = 0.0
     read_before, read_seconds = _fetched(train), 0.0
     for step, (images, labels) in enumerate(train):
@@ -410,6 +424,8 @@ def _epoch(
             "seconds": round(time.perf_counter() - start, 3),
             "read_seconds": round(read_seconds, 3),
             "fetched_bytes": _fetched(train) - read_before,
+            "world_size": world,
+            "resumed_at_sample": before,
         }
     )
     if checkpoints.due(state.global_step) or checkpoints.path and train.epoch == run.epochs:
@@ -474,9 +490,11 @@ def _write_record(state: _Training, out: Path) -> None:
 
 def _write_metrics(state: _Training, out: Path, run: TrainRun, local_batch: int) -> dict:
     """Rank 0's metrics (the run's shape and each epoch's figures), written to `out` and
-    returned."""
+    returned. `world_size` and the batches are this run's; a run resumed from a checkpoint
+    says where it took over (`resumed`), and each epoch which ranks trained it."""
     document = {
         "world_size": dist.get_world_size(),
+        "resumed": state.resumed,
         "backend": dist.get_backend(),
         "device": str(state.device),
         "global_batch": run.global_batch,
