@@ -525,6 +525,21 @@ def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
     assert dest.read_text() == "whole" and not list(tmp_path.glob(".out.parquet.*"))
 
 
+def test_an_output_that_is_a_device_a_pipe_or_a_folder_is_not_replaced(tmp_path):
+    """Renaming onto `dest` replaces the node itself: as root, `--out /dev/full` turned the
+    device into a regular file. Anything but a regular file is refused, untouched."""
+    from pipeline.core.atomic import write_text
+    from pipeline.core.errors import InputError
+
+    pipe, folder = tmp_path / "pipe", tmp_path / "folder"
+    os.mkfifo(pipe)
+    folder.mkdir()
+    for dest in (pipe, folder):  # (a device node: not tried here, a failure would replace it)
+        with pytest.raises(InputError, match=r"exists and is not a regular file; refusing to replace it"):
+            write_text(dest, "x")
+    assert pipe.is_fifo() and folder.is_dir() and set(tmp_path.iterdir()) == {pipe, folder}
+
+
 # ---------------------------------------------------------------- the CLI contract
 
 

@@ -112,8 +112,14 @@ def locked(dest: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def atomic_path(dest: Path) -> Iterator[Path]:
-    """Yield a temporary path next to `dest`; on success rename it onto `dest`."""
+    """Yield a temporary path next to `dest`; on success rename it onto `dest`. A `dest`
+    that exists and is not a regular file (a folder, a device such as /dev/full, a pipe) is
+    refused with one line: renaming onto it would replace the node itself."""
+    from pipeline.core.errors import InputError
+
     dest = Path(dest)
+    if dest.exists() and not dest.is_file():
+        raise InputError(f"{dest}: exists and is not a regular file; refusing to replace it (choose another output)")
     with locked(dest), _worded(dest):
         fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
         os.close(fd)
