@@ -106,7 +106,7 @@ def stage_command(func: F) -> F:
                 message = str(err)
             elif failure := system_failure(err):  # disk full, too large, read-only, forbidden
                 message = str(failure)
-            elif isinstance(err, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+            elif isinstance(err, (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError)):
                 message = f"{err.filename}: {err.strerror}"
             else:  # any other OSError is a bug
                 raise

@@ -974,6 +974,45 @@ def test_a_checkpoint_with_numbers_out_of_range_is_one_line(tmp_path, data, key,
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "out, checkpoint, said",
+    [
+        ("ck.pt", "ck.pt", "Error: --out ck.pt is the --checkpoint file: give the metrics a file of their own"),
+        ("SHARDS/train/manifest.json", None, "Error: --out SHARDS/train/manifest.json is inside --shards SHARDS"),
+        ("o/train.json", "SHARDS/ck.pt", "Error: --checkpoint SHARDS/ck.pt is inside --shards SHARDS"),
+        ("params.yaml", None, "Error: params.yaml: exists and is not a train metrics file; refusing to replace it"),
+        (
+            "p.txt/train.json",
+            None,
+            "Error: --out p.txt/train.json: a file stands where its folder goes",
+        ),  # a file where a folder goes
+    ],
+    ids=[
+        "out is the checkpoint",
+        "out in the shards",
+        "checkpoint in the shards",
+        "out someone's file",
+        "out under a file",
+    ],
+)
+def test_an_output_that_would_replace_an_input_is_refused_before_training(tmp_path, data, out, checkpoint, said):
+    """Refused in one line before the first step: it replaced the split's manifest, the
+    checkpoint or any file named, after a whole run, or failed with a traceback after it."""
+    shards, params = data
+    (tmp_path / "params.yaml").write_bytes(Path(params).read_bytes())
+    (tmp_path / "p.txt").write_text("a file\n")
+    (tmp_path / "ck.pt").write_bytes((shards / "a.pt").read_bytes())
+    before = {p: p.read_bytes() for p in [*(shards / "a").rglob("*"), tmp_path / "params.yaml"] if p.is_file()}
+    paths = [str(p).replace("SHARDS", str(shards / "a")) for p in (out, checkpoint) if p is not None]
+    args = ["train", "a", "--shards", shards / "a", "--out", paths[0], "--params", "params.yaml"]
+    result = rank_process([*args, "--checkpoint", paths[1]] if checkpoint else args, tmp_path)
+    line = one_line(result, alone=False)
+    assert line.startswith(said.replace("SHARDS", str(shards / "a"))), line
+    assert "train epoch" not in result.stderr, result.stderr[-2000:]
+    assert {p: p.read_bytes() for p in before} == before
+
+
+@pytest.mark.slow
 def test_a_finished_checkpoint_of_an_older_version_resumes_its_unknown_figures_as_null(tmp_path, data):
     """Saved before the epochs said their ranks: resumed, the run trains nothing more (its
     epochs are done) and its metrics say so: `resumed` at the end, the old epoch's ranks

@@ -586,6 +586,38 @@ def test_a_split_of_another_data_set_is_refused_in_one_line(s3, tmp_path):
     assert not (tmp_path / "o" / "train.json").exists() and cached(tmp_path / "cache") == []
 
 
+@pytest.mark.slow
+def test_a_url_whose_test_split_is_empty_is_refused_before_training(s3, tmp_path):
+    """A folder's counts are checked before the ranks start (check_world); a URL's were not,
+    and an empty test split ended a whole epoch of training with a division by zero."""
+    for split, n in (("train", 40), ("test", 0)):
+        write_shards(*make_split(n, 0), tmp_path / "shards" / split, dataset="mnist", split=split, samples_per_shard=25)
+        put_s3(tmp_path / "shards" / split, f"empty/{split}", s3)
+    command = ["--standalone", "--nproc-per-node", "1", "-m", "pipeline", "train", "mnist", "--shards"]
+    output = finish(
+        torchrun(
+            [
+                *command,
+                "s3://scale/empty",
+                "--cache",
+                str(tmp_path / "cache"),
+                "--out",
+                str(tmp_path / "o" / "train.json"),
+                "--params",
+                str(params_file(tmp_path, epochs=1, batch_size=10)),
+            ],
+            s3,
+        ),
+        1,
+    )
+    line = (
+        "Error: s3://scale/empty/test: 0 samples, fewer than the 1 ranks; run fewer ranks (torchrun --nproc-per-node)"
+    )
+    assert sum(text == line for text in output.splitlines()) == 1, output[-3000:]
+    assert "train epoch" not in output and "ZeroDivisionError" not in output, output[-3000:]
+    assert not (tmp_path / "o" / "train.json").exists()
+
+
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
     """Two ranks, 600 samples, 2 epochs of 10 steps, a checkpoint every 4 steps: one run

@@ -161,6 +161,8 @@ def train_ddp(
             "train runs under torchrun: torchrun --standalone --nproc-per-node N "
             "-m pipeline train DATASET --shards ... --out ..."
         )
+    if os.environ["RANK"] == "0" or run.record:  # the ranks that write beside `out`
+        _check_outputs(Path(out), run.checkpoint, shards)
     device = _device()
     from datetime import timedelta
 
@@ -178,6 +180,33 @@ def train_ddp(
         raise InputError(line) from None
     finally:
         dist.destroy_process_group()
+
+
+def _check_outputs(out: Path, checkpoint: Path | None, shards: Path | str) -> None:
+    """Before any work: `out` and the checkpoint are neither one file nor inside the shards
+    folder, `out` replaces only a train metrics file, and its folder can be made; else one
+    line, so a mistyped path costs no training (and never replaces the run's inputs)."""
+    import json
+
+    inside = [] if is_url(shards) else [Path(shards).resolve()]
+    for flag, path in (("--out", out), ("--checkpoint", checkpoint)):
+        if path is not None and any(path.resolve().is_relative_to(folder) for folder in inside):
+            raise InputError(f"{flag} {path} is inside --shards {shards}: write it outside the data")
+    if checkpoint is not None and out.resolve() == checkpoint.resolve():
+        raise InputError(f"--out {out} is the --checkpoint file: give the metrics a file of their own")
+    if out.is_file():
+        try:
+            held = json.loads(out.read_bytes()[: 1 << 24])
+        except ValueError:
+            held = None
+        if not (isinstance(held, dict) and {"world_size", "epochs"} <= set(held)):
+            raise InputError(f"{out}: exists and is not a train metrics file; refusing to replace it")
+    elif out.exists():
+        raise InputError(f"{out}: exists and is not a regular file; refusing to replace it")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise InputError(f"--out {out}: a file stands where its folder goes") from None
 
 
 def _lost_rank(err: RuntimeError, timeout_s: float) -> str | None:
@@ -231,8 +260,12 @@ def _loaders(shards: Path | str, run: TrainRun, batch: int) -> tuple[ShardLoader
     }
     train_set = ShardDataset(_split(shards, "train"), split="train", **where)
     test_set = ShardDataset(_split(shards, "test"), split="test", **where)
-    if len(train_set) < world:
-        raise InputError(f"{_split(shards, 'train')}: {len(train_set)} samples cannot feed {world} ranks")
+    for name, split in (("train", train_set), ("test", test_set)):  # a URL's too (check_world: a folder's)
+        if len(split) < world:
+            raise InputError(
+                f"{_split(shards, name)}: {len(split):,} samples, fewer than the {world:,} ranks; run fewer ranks "
+                f"(torchrun --nproc-per-node)"
+            )
     return (
         train_set.loader(batch, shuffle="shards", seed=run.seed, rank=rank, world_size=world),
         test_set.loader(batch, rank=rank, world_size=world),
