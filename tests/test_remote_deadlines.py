@@ -39,8 +39,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _body(self):
         return self.server.files.get(self.path.rsplit("/", 1)[-1])
 
+    def _failing(self) -> bool:
+        """Mode "500 <name>": that file's every answer is a server error."""
+        if self.server.mode == f"500 {self.path.rsplit('/', 1)[-1]}":
+            self.send_error(500, "Internal Server Error")
+            return True
+        return False
+
     def do_HEAD(self) -> None:  # noqa: N802
         body = self._body()
+        if self._failing():
+            return
         if body is None:
             self.send_error(404)
             return
@@ -50,6 +59,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         body, shard = self._body(), "shard-" in self.path
+        if self._failing():
+            return
         if body is None:
             self.send_error(404)
             return
@@ -98,6 +109,29 @@ def test_a_healthy_store_is_read(store, tmp_path):
     _, url = store
     data = ShardDataset(url, cache=tmp_path / "cache", deadlines=DEADLINES, dataset="t", split="train")
     assert [len(field) for field in data.batch([0, 99])] == [2, 2]
+
+
+@pytest.mark.parametrize(
+    "failing, message",
+    [
+        ("manifest.json", r"/s/manifest\.json: cannot read \(HTTP 500 Internal Server Error\)$"),
+        (
+            "shard-00001.safetensors",
+            r"/s/shard-00001\.safetensors: cannot read \(HTTP 500 Internal Server Error\) \(after",
+        ),
+        # a shard the store does not hold (404): missing indeed
+        ("", r"/s/shard-00001\.safetensors: missing from the store \(after"),
+    ],
+)
+def test_a_server_error_is_said_as_one_not_as_a_missing_file(store, tmp_path, failing, message):
+    """fsspec's HTTP store raises FileNotFoundError for any status: a 500 was "missing"."""
+    server, url = store
+    server.mode = f"500 {failing}"
+    if not failing:
+        del server.files["shard-00001.safetensors"]
+    with pytest.raises(ShardError, match=message):
+        data = ShardDataset(url, cache=tmp_path / "cache", deadlines=DEADLINES, dataset="t", split="train")
+        data.batch([0, 99])
 
 
 def test_a_static_server_without_range_requests_serves_shards_larger_than_a_read(tmp_path):

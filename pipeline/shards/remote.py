@@ -62,6 +62,19 @@ class FetchCounts:
         }
 
 
+def _not_missing(err: FileNotFoundError) -> str | None:
+    """Why a "not found" was not one, or None: fsspec's HTTP store says FileNotFoundError for
+    any failure, with the client's own error as its cause (a refused connection, an HTTP
+    status such as 500); a 404, or a store's own not-found, is missing indeed."""
+    cause = err.__cause__ or err.__context__
+    status = getattr(cause, "status", None)
+    if isinstance(status, int) and status != 404:  # aiohttp's ClientResponseError
+        return f"HTTP {status} {getattr(cause, 'message', '')}".strip()
+    if isinstance(cause, OSError) and not isinstance(cause, FileNotFoundError):  # (aiohttp's connection errors)
+        return f"{type(cause).__name__}: {reason(cause)}"
+    return None
+
+
 class RemoteShards:
     """A shard split at `url`, its shards fetched on demand into `cache` (at most `max_bytes`)."""
 
@@ -142,9 +155,8 @@ class RemoteShards:
         except ShardError:
             raise
         except FileNotFoundError as err:
-            cause = err.__cause__ or err.__context__  # fsspec's HTTP store says "not found" for any failure
-            if isinstance(cause, OSError) and not isinstance(cause, FileNotFoundError):  # (aiohttp's: OSErrors)
-                raise ShardError(f"{where}: cannot read ({type(cause).__name__}: {reason(cause)})") from None
+            if why := _not_missing(err):
+                raise ShardError(f"{where}: cannot read ({why})") from None
             raise ShardError(f"{where}: missing (is {self.url} a shard folder?)") from None
         except Exception as err:  # whatever the store answers (refused, unreachable, denied): one line
             raise ShardError(f"{where}: cannot read ({type(err).__name__}: {reason(err)})") from None
@@ -216,8 +228,8 @@ class RemoteShards:
                     os.replace(tmp, self.objects / name)
                     self.counts.shards.append(entry["file"])
                     return
-            except FileNotFoundError:
-                problem = "missing from the store"
+            except FileNotFoundError as err:
+                problem = f"cannot read ({why})" if (why := _not_missing(err)) else "missing from the store"
             except ShardError as err:
                 problem = str(err)
             except Exception as err:  # the store's answer, whatever it was: retried, then one line
