@@ -753,28 +753,19 @@ def data(tmp_path_factory):
     return root, params
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("key, values", [("seed", (42, 44)), ("lr", (0.001, 0.002))], ids=["seed", "lr"])
-def test_two_nodes_that_run_other_settings_both_stop(tmp_path, data, key, values):
-    shards, _ = data
+def two_nodes(tmp_path: Path, shards: Path, params: list[Path], extra: list[list]) -> list[str]:
+    """Train data set "a" as two nodes of one rank each (node N with `params[N]` and
+    `extra[N]`), both waited for; their outputs."""
     port, run_id = free_port(), uuid.uuid4().hex[:8]
     launches = []
-    for node, value in enumerate(values):
-        params = params_file(
-            tmp_path / f"node{node}" / "params.yaml",
-            epochs=1,
-            batch_size=60,
-            timeout_s=20,
-            checkpoint_every=0,
-            **{key: value},
-        )
+    for node in (0, 1):
         launches.append(
             torchrun(
                 [
                     "--nnodes",
                     "2",
                     "--node-rank",
-                    node,
+                    str(node),
                     "--nproc-per-node",
                     "1",
                     "--rdzv-backend",
@@ -792,7 +783,8 @@ def test_two_nodes_that_run_other_settings_both_stop(tmp_path, data, key, values
                     "--out",
                     tmp_path / f"node{node}" / "train.json",
                     "--params",
-                    params,
+                    params[node],
+                    *extra[node],
                 ],
                 tmp_path,
                 tmp_path / f"node{node}.log",
@@ -804,19 +796,50 @@ def test_two_nodes_that_run_other_settings_both_stop(tmp_path, data, key, values
     finally:
         for launch in launches:
             stop(launch)
+    for node, launch in enumerate(launches):
+        output = (tmp_path / f"node{node}.log").read_text()
+        assert launch.returncode != 0, output[-3000:]
+        assert PIPELINE_FRAME not in output, output[-3000:]
+        assert not (tmp_path / f"node{node}" / "train.json").exists()
+    return [(tmp_path / f"node{node}.log").read_text() for node in (0, 1)]
+
+
+def node_params(tmp_path: Path, node: int, **settings) -> Path:
+    defaults = {"epochs": 1, "batch_size": 60, "timeout_s": 20, "checkpoint_every": 0}
+    return params_file(tmp_path / f"node{node}" / "params.yaml", **{**defaults, **settings})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key, values", [("seed", (42, 44)), ("lr", (0.001, 0.002))], ids=["seed", "lr"])
+def test_two_nodes_that_run_other_settings_both_stop(tmp_path, data, key, values):
+    shards, _ = data
+    params = [node_params(tmp_path, node, **{key: value}) for node, value in enumerate(values)]
+    outputs = two_nodes(tmp_path, shards, params, [[], []])
     a, b = (re.escape(str(v)) for v in values)
     line = re.compile(
         rf"Error: rank 1 runs with {key} = ({a}|{b}), rank 0 with ({a}|{b}); every rank must run the "
         rf"same settings"
     )
-    for node, launch in enumerate(launches):
-        output = (tmp_path / f"node{node}.log").read_text()
-        assert launch.returncode != 0, output[-3000:]
+    for output in outputs:
         ours = [m for m in map(line.fullmatch, output.splitlines()) if m]
         assert len(ours) == 1 and ours[0][1] != ours[0][2], output[-3000:]  # one line, naming both values
-        assert PIPELINE_FRAME not in output, output[-3000:]
         assert re.search(r"exitcode\s*:\s*2 ", output), output[-3000:]  # torchrun's report: the rank's own status
-        assert not (tmp_path / f"node{node}" / "train.json").exists()
+
+
+@pytest.mark.slow
+def test_two_nodes_that_restore_other_positions_both_stop(tmp_path, data):
+    """Node 1 cannot see node 0's checkpoint (each names its own path): node 0 resumed from
+    it, node 1 started afresh. Their collectives no longer matched (gloo aborted); now both
+    stop with one line naming the positions."""
+    shards, _ = data
+    shutil.copy(shards / "a.pt", tmp_path / "ck0.pt")
+    params = [node_params(tmp_path, node, epochs=2) for node in (0, 1)]
+    extra = [["--checkpoint", tmp_path / f"ck{node}.pt", "--resume"] for node in (0, 1)]
+    for output in two_nodes(tmp_path, shards, params, extra):
+        line = re.compile(
+            r"Error: rank 1 runs with checkpoint position = None, rank 0 with \{'epoch': 2, .*; every rank must"
+        )
+        assert sum(1 for text in output.splitlines() if line.fullmatch(text) or line.match(text)) == 1, output[-3000:]
 
 
 # ---------------------------------------------------------------- 7-8. the data and the checkpoint

@@ -337,6 +337,7 @@ def _train(
     state = _start(shards, device, run, local_batch)
     _agree({**settings, "train": state.origin["train"], "test": state.origin["test"]})
     _restore(state, checkpoints, run.epochs)
+    _agree({"checkpoint position": state.resumed})  # a checkpoint some node cannot see: a fresh start there
     ddp = torch.nn.parallel.DistributedDataParallel(state.model)  # (after the load: DDP broadcasts rank 0's weights)
     while state.train.epoch < run.epochs:
         _epoch(state, ddp, run, checkpoints, after_step)
