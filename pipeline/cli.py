@@ -91,7 +91,10 @@ def stage_command(func: F) -> F:
         except KeyboardInterrupt:  # Ctrl-C: one line, not click's "Aborted!" (every stage writes beside, then swaps)
             if click.get_current_context().find_root().params.get("debug"):
                 raise
-            click.echo("Stopped (Ctrl-C): nothing this command writes was replaced", err=True)
+            said = "nothing this command writes was replaced"
+            if kwargs.get("checkpoint"):  # train saves it as it goes, whole each time
+                said = "no metrics written; --checkpoint holds the last step saved (--resume goes on from it)"
+            click.echo(f"Stopped (Ctrl-C): {said}", err=True)
             raise SystemExit(130) from None
         except ModuleNotFoundError as err:  # an environment without one of the project's packages
             if click.get_current_context().find_root().params.get("debug") or not err.name:

@@ -325,6 +325,33 @@ def test_train_arguments_are_checked_in_one_line(args, message, tmp_path, monkey
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
 
 
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_ctrl_c_in_train_says_what_it_left(checkpoint, tmp_path, monkeypatch):
+    """Every command says nothing it writes was replaced; train replaces its checkpoint as it
+    goes (whole, each save), so with one it says that instead."""
+    from click.testing import CliRunner
+
+    import pipeline.stages.train.stage as stage
+    from pipeline.cli import main
+
+    for split, n in (("train", 40), ("test", 20)):
+        write_shards(*make_split(n, 0), tmp_path / "s" / split, dataset="t", split=split, samples_per_shard=25)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stage, "train_ddp", interrupted)
+    extra = ["--checkpoint", str(tmp_path / "ck.pt")] if checkpoint else []
+    args = ["train", "t", "--shards", str(tmp_path / "s"), "--out", str(tmp_path / "o.json"), *extra]
+    result = CliRunner().invoke(main, [*args, "--params", str(PARAMS)])
+    said = (
+        "no metrics written; --checkpoint holds the last step saved (--resume goes on from it)"
+        if checkpoint
+        else "nothing this command writes was replaced"
+    )
+    assert result.exit_code == 130 and result.output == f"Stopped (Ctrl-C): {said}\n", result.output
+
+
 # --- two nodes and a resumed run, under torchrun -------------------------------------------------
 
 
@@ -787,7 +814,9 @@ def test_the_docs_show_the_measured_results():
 @pytest.mark.parametrize(
     "content, message",
     [
-        (b"not a checkpoint", "not a readable checkpoint"),
+        # torch's own text goes on to advise an unsafe load (weights_only=False): not repeated
+        (b"not a checkpoint", "not a train checkpoint: it does not load as data (weights_only)"),
+        (b"\x80\x02}q\x00.", "not a readable checkpoint (Invalid magic number; corrupt file?)"),
         (None, "not a train checkpoint (expected keys"),
     ],
 )
@@ -802,7 +831,7 @@ def test_a_bad_checkpoint_is_one_line(tmp_path, content, message):
         path.write_bytes(content)
     with pytest.raises(InputError, match=re.escape(f"c.pt: {message}")) as caught:
         Checkpoints(path, 1, resume=True).load(torch.device("cpu"))
-    assert "\n" not in str(caught.value)
+    assert "\n" not in str(caught.value) and "False" not in str(caught.value)
     assert Checkpoints(tmp_path / "none.pt", 1, resume=True).load(torch.device("cpu")) is None  # a fresh start
 
 

@@ -70,7 +70,9 @@ class Checkpoints:
             raise InputError(f"{self.path}: not a regular file (a checkpoint is one)")
         try:
             state = torch.load(self.path, map_location=device, weights_only=True)
-        except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, OSError) as err:
+        except pickle.UnpicklingError:  # (torch's text goes on to advise an unsafe load: not repeated)
+            raise InputError(f"{self.path}: not a train checkpoint: it does not load as data (weights_only)") from None
+        except (RuntimeError, EOFError, ValueError, OSError) as err:
             raise InputError(f"{self.path}: not a readable checkpoint ({reason(err)})") from None
         keys = {"model", "optimizer", "data", "history", "loss_so_far", "global_step", "run"}
         if not isinstance(state, dict) or not keys <= set(state):
