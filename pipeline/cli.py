@@ -93,7 +93,7 @@ def stage_command(func: F) -> F:
                 raise
             said = "nothing this command writes was replaced"
             if kwargs.get("checkpoint"):  # train saves it as it goes, whole each time
-                said = "no metrics written; --checkpoint holds the last step saved (--resume goes on from it)"
+                said = "no metrics written; --checkpoint keeps the last step saved, if any (--resume goes on from it)"
             click.echo(f"Stopped (Ctrl-C): {said}", err=True)
             raise SystemExit(130) from None
         except ModuleNotFoundError as err:  # an environment without one of the project's packages
@@ -629,7 +629,7 @@ def train(
 
     torchrun --standalone --nproc-per-node N -m pipeline train DATASET --shards ... --out ...
 
-    gloo on the CPU, nccl on CUDA; the global batch (train.batch_size) is split across the N
+    gloo on the CPU, nccl on CUDA (gloo for its small messages); the global batch (train.batch_size) is split across the N
     ranks, each reading its contiguous run of the epoch's shuffled shards. Two nodes, shards in
     S3, resumable with the same or another number of ranks: docs/scale.md.
     """

@@ -174,3 +174,34 @@ def test_a_replayed_step_is_reported_as_a_graph_replay_never_as_idle_time():
     text = result.report()
     assert " from 1 CUDA graph replay" in text.split("\n")[0], text
     assert "capture the step" not in text and "UNSEEN GRAPH" not in text, text
+
+
+def test_train_under_torchrun_runs_on_the_gpu(tmp_path):
+    """nccl takes CUDA tensors only: the ranks' small CPU messages (the settings they agree
+    on, the checkpoint lock, the outputs' verdict) go over gloo beside it, or the first of
+    them stops a GPU run."""
+    import json
+    import os
+
+    import yaml
+    from conftest import make_split, write_shards
+
+    root = Path(__file__).resolve().parents[1]
+    for split, n in (("train", 120), ("test", 40)):
+        write_shards(*make_split(n, 0), tmp_path / "s" / split, dataset="t", split=split, samples_per_shard=50)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["train"].update(epochs=1, batch_size=40, checkpoint_every=2)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    args = ["--standalone", "--nproc-per-node", "1", "-m", "pipeline", "train", "t", "--shards", str(tmp_path / "s")]
+    args += ["--out", str(tmp_path / "o.json"), "--checkpoint", str(tmp_path / "ck.pt"), "--params", "params.yaml"]
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    metrics = json.loads((tmp_path / "o.json").read_text())
+    assert metrics["device"].startswith("cuda") and metrics["epochs"][0]["world_size"] == 1, metrics

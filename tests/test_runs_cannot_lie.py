@@ -1001,9 +1001,10 @@ def test_a_checkpoint_with_numbers_out_of_range_is_one_line(tmp_path, data, key,
     "out, checkpoint, said",
     [
         ("ck.pt", "ck.pt", "Error: --out ck.pt is the --checkpoint file: give the metrics a file of their own"),
-        ("SHARDS/train/manifest.json", None, "Error: --out SHARDS/train/manifest.json is inside --shards SHARDS"),
-        ("o/train.json", "SHARDS/ck.pt", "Error: --checkpoint SHARDS/ck.pt is inside --shards SHARDS"),
-        ("params.yaml", None, "Error: params.yaml: exists and is not a train metrics file; refusing to replace it"),
+        ("SHARDS/train/manifest.json", None, "Error: --out SHARDS/train/manifest.json is inside the data"),
+        ("o/train.json", "SHARDS/ck.pt", "Error: --checkpoint SHARDS/ck.pt is inside the data"),
+        ("params.yaml", None, "Error: params.yaml: exists and is not what --out writes; refusing to replace it"),
+        ("o/train.json", "params.yaml", "Error: params.yaml: exists and is not what --checkpoint writes; refusing"),
         (
             "p.txt/train.json",
             None,
@@ -1015,6 +1016,7 @@ def test_a_checkpoint_with_numbers_out_of_range_is_one_line(tmp_path, data, key,
         "out in the shards",
         "checkpoint in the shards",
         "out someone's file",
+        "checkpoint someone's file",
         "out under a file",
     ],
 )
@@ -1112,7 +1114,7 @@ def test_a_fifo_as_the_checkpoint_is_one_line_without_waiting(tmp_path, data):
         ),
         alone=False,
     )
-    assert line == "Error: ck.pt: not a regular file (a checkpoint is one)", line
+    assert line == "Error: ck.pt: exists and is not a regular file; refusing to replace it", line
     assert time.monotonic() - start < 60
     assert not (tmp_path / "o").exists()
 

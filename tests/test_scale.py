@@ -345,7 +345,7 @@ def test_ctrl_c_in_train_says_what_it_left(checkpoint, tmp_path, monkeypatch):
     args = ["train", "t", "--shards", str(tmp_path / "s"), "--out", str(tmp_path / "o.json"), *extra]
     result = CliRunner().invoke(main, [*args, "--params", str(PARAMS)])
     said = (
-        "no metrics written; --checkpoint holds the last step saved (--resume goes on from it)"
+        "no metrics written; --checkpoint keeps the last step saved, if any (--resume goes on from it)"
         if checkpoint
         else "nothing this command writes was replaced"
     )

@@ -161,13 +161,12 @@ def train_ddp(
             "train runs under torchrun: torchrun --standalone --nproc-per-node N "
             "-m pipeline train DATASET --shards ... --out ..."
         )
-    if os.environ["RANK"] == "0" or run.record:  # the ranks that write beside `out`
-        _check_outputs(Path(out), run.checkpoint, shards)
     device = _device()
     from datetime import timedelta
 
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=run.timeout_s))
+    dist.init_process_group(BACKENDS[device.type], timeout=timedelta(seconds=run.timeout_s))
     try:
+        _outputs_agreed(Path(out), run, shards)
         location = str(shards) if is_url(shards) else Path(shards)
         settings = run.shared(dist.get_world_size())
         checkpoints = Checkpoints(run.checkpoint, run.checkpoint_every, run.resume)
@@ -182,31 +181,72 @@ def train_ddp(
         dist.destroy_process_group()
 
 
-def _check_outputs(out: Path, checkpoint: Path | None, shards: Path | str) -> None:
-    """Before any work: `out` and the checkpoint are neither one file nor inside the shards
-    folder, `out` replaces only a train metrics file, and its folder can be made; else one
-    line, so a mistyped path costs no training (and never replaces the run's inputs)."""
-    import json
+# The process group's backends: on CUDA, nccl carries the tensors on the GPU and gloo the
+# small CPU messages the ranks agree with (nccl takes CUDA tensors only).
+BACKENDS = {"cpu": "gloo", "cuda": "cpu:gloo,cuda:nccl"}
 
-    inside = [] if is_url(shards) else [Path(shards).resolve()]
+
+def _outputs_agreed(out: Path, run: TrainRun, shards: Path | str) -> None:
+    """Before any work, each rank checks what it will write (rank 0 the metrics and the
+    checkpoint, every rank its record with --record); one refusal stops every rank, each
+    with one line, so a mistyped path costs no training on any node."""
+    rank = dist.get_rank()
+    problem = ""
+    try:
+        if rank == 0:
+            _check_outputs(out, run.checkpoint, run.cache, run.resume, shards)
+        if run.record:
+            _check_file(out.with_name(f"{out.stem}.rank{rank}.json"), "--record's file")
+    except InputError as err:
+        problem = str(err)
+    flag = torch.tensor([1 if problem else 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if problem:
+        raise InputError(problem)
+    if int(flag.item()):
+        raise InputError(f"rank {rank}: another rank refused an output of this run (its own line says which)")
+
+
+def _check_outputs(out: Path, checkpoint: Path | None, cache: Path | None, resume: bool, shards: Path | str) -> None:
+    """`out` and the checkpoint are neither one file nor inside the data (the shards folder,
+    a URL's cache), `out` replaces only a train metrics file and the checkpoint, unless it is
+    resumed from, only a train checkpoint; else one line (the run's inputs are never replaced)."""
+    inside = [p.resolve() for p in (None if is_url(shards) else Path(shards), cache) if p is not None]
     for flag, path in (("--out", out), ("--checkpoint", checkpoint)):
         if path is not None and any(path.resolve().is_relative_to(folder) for folder in inside):
-            raise InputError(f"{flag} {path} is inside --shards {shards}: write it outside the data")
+            raise InputError(f"{flag} {path} is inside the data (--shards or --cache): write it elsewhere")
     if checkpoint is not None and out.resolve() == checkpoint.resolve():
         raise InputError(f"--out {out} is the --checkpoint file: give the metrics a file of their own")
-    if out.is_file():
-        try:
-            held = json.loads(out.read_bytes()[: 1 << 24])
-        except ValueError:
-            held = None
-        if not (isinstance(held, dict) and {"world_size", "epochs"} <= set(held)):
-            raise InputError(f"{out}: exists and is not a train metrics file; refusing to replace it")
-    elif out.exists():
-        raise InputError(f"{out}: exists and is not a regular file; refusing to replace it")
+    _check_file(out, "--out", _is_metrics)
+    if checkpoint is not None:  # resumed from, it is loaded and checked whole before any step
+        _check_file(checkpoint, "--checkpoint", None if resume else lambda head: head.startswith(b"PK\x03\x04"))
+
+
+def _check_file(path: Path, flag: str, ours: Callable[[bytes], bool] | None = None) -> None:
+    """`path` may be written: absent or a regular file (`ours(its first 16 MiB)` says it is
+    one this stage writes), and its folder is one or can be made (nothing is made here)."""
+    if path.is_file() and ours is not None:
+        with path.open("rb") as file:
+            if not ours(file.read(1 << 24)):
+                raise InputError(f"{path}: exists and is not what {flag} writes; refusing to replace it")
+    elif path.exists() and not path.is_file():
+        raise InputError(f"{path}: exists and is not a regular file; refusing to replace it")
+    folder = path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InputError(f"{flag} {path}: a file stands where its folder goes")
+
+
+def _is_metrics(head: bytes) -> bool:
+    """A train metrics document: a JSON object with its keys."""
+    import json
+
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise InputError(f"--out {out}: a file stands where its folder goes") from None
+        held = json.loads(head)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(held, dict) and {"world_size", "epochs"} <= set(held)
 
 
 def _lost_rank(err: RuntimeError, timeout_s: float) -> str | None:
@@ -364,10 +404,14 @@ def _start(shards: Path | str, device: torch.device, run: TrainRun, local_batch:
     return _Training(model, optimizer, train, test, device, origin)
 
 
+OPTIMIZER_SETTINGS = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize")
+
+
 def _optimizer_settings(optimizer: torch.optim.Optimizer) -> list[dict]:
-    """Each parameter group's hyper-parameters (all but its parameters): what a checkpoint's
-    optimizer must share with this run's, or it would train at another rate than it reports."""
-    return [{key: value for key, value in group.items() if key != "params"} for group in optimizer.param_groups]
+    """Each parameter group's hyper-parameters that change what it learns: what a
+    checkpoint's optimizer must share with this run's, or it would train at another rate
+    than it reports. (Not torch's execution flags, which another version may add.)"""
+    return [{key: group.get(key) for key in OPTIMIZER_SETTINGS} for group in optimizer.param_groups]
 
 
 def _restore(state: _Training, checkpoints: Checkpoints, run_epochs: int) -> None:
