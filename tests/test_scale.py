@@ -854,3 +854,20 @@ def test_an_endpoint_changed_in_the_environment_is_the_one_read(tmp_path, monkey
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     with pytest.raises(ShardError, match=r"127.0.0.1:9/"):
         RemoteShards("s3://bucket/train", tmp_path / "cache", 1 << 20)
+
+
+def test_a_run_removes_the_rank_records_it_did_not_write(tmp_path):
+    """A 3-rank run with --record, then a 1-rank run with the same --out: the old run's
+    rank 1 and 2 records read as this run's. They go; a file of that name that is not a
+    record stays."""
+    from pipeline.stages.train.stage import _remove_other_records
+
+    out = tmp_path / "train.json"
+    for rank in range(3):
+        (tmp_path / f"train.rank{rank}.json").write_text(json.dumps({"rank": rank, "params_sha256": "x"}))
+    (tmp_path / "train.rank7.json").write_text('{"mine": true}')
+    (tmp_path / "train.rankX.json").write_text("{}")
+    _remove_other_records(out, 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.rank0.json", "train.rank7.json", "train.rankX.json"]
+    _remove_other_records(out, 0)  # a run without --record: none of them is its own
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.rank7.json", "train.rankX.json"]

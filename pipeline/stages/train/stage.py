@@ -582,7 +582,27 @@ def _write_metrics(state: _Training, out: Path, run: TrainRun, local_batch: int)
         "epochs": state.history,
     }
     write_json(out, document)
+    _remove_other_records(out, dist.get_world_size() if run.record else 0)
     return document
+
+
+def _remove_other_records(out: Path, ranks: int) -> None:
+    """The rank records (`<out>.rank<k>.json`, --record) beside `out` that this run did not
+    write (rank `ranks` and above): an earlier run's, on more ranks, would read as this one's.
+    A file of that name that is not a rank record is left as it is."""
+    import json
+
+    for path in out.parent.glob(f"{out.stem}.rank*.json"):
+        rank = path.name[len(out.stem) + len(".rank") : -len(".json")]
+        if not rank.isdigit() or int(rank) < ranks or not path.is_file():
+            continue
+        try:
+            with path.open("rb") as file:
+                held = json.loads(file.read(1 << 26))
+        except (ValueError, RecursionError, OSError):
+            continue
+        if isinstance(held, dict) and held.get("rank") == int(rank) and "params_sha256" in held:
+            path.unlink()
 
 
 def _split(shards: Path | str, name: str) -> Path | str:
