@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import hashlib
 import os
 import sys
@@ -37,9 +38,16 @@ class CodeError(Exception):
 
 
 def parse(path: Path) -> ast.Module:
-    """The module at `path`, parsed; CodeError naming the file (and line) where it cannot be."""
+    """The module at `path`, parsed (once per version of the file: every command's walk
+    passes the same modules); CodeError naming the file (and line) where it cannot be."""
+    stat = path.stat()
+    return _parsed(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(path: str, mtime_ns: int, size: int) -> ast.Module:
     try:
-        return ast.parse(path.read_bytes().decode("utf-8"), filename=str(path))
+        return ast.parse(Path(path).read_bytes().decode("utf-8"), filename=path)
     except SyntaxError as error:  # an edit being typed: the stage that runs the file would fail too
         raise CodeError(f"{path}{f':{error.lineno}' if error.lineno else ''}: {error.msg}") from None
     except (UnicodeDecodeError, ValueError) as error:  # not UTF-8; a NUL byte (Python < 3.12)
@@ -174,13 +182,21 @@ def command_functions(root: Path = ROOT) -> dict[str, str]:
 def command_files(command: str, root: Path = ROOT) -> list[str]:
     """The project files `python -m pipeline <command>` runs (and sources.yaml where it reads
     it), sorted."""
-    files = closure(cli_targets(root)[command], root)
-    code = {
-        path.relative_to(root).as_posix()
-        for path in files
-        if path.relative_to(root).as_posix() not in LEFT_OUT and not docstring_only(path)
-    }
-    return sorted(code | ({SOURCES} if command in reads_sources(root) else set()))
+    return all_command_files(root)[command]
+
+
+def all_command_files(root: Path = ROOT) -> dict[str, list[str]]:
+    """{command: the files `command_files` gives it}, cli.py read once for all of them."""
+    sources = reads_sources(root)
+    found = {}
+    for command, modules in cli_targets(root).items():
+        code = {
+            path.relative_to(root).as_posix()
+            for path in closure(modules, root)
+            if path.relative_to(root).as_posix() not in LEFT_OUT and not docstring_only(path)
+        }
+        found[command] = sorted(code | ({SOURCES} if command in sources else set()))
+    return found
 
 
 def docstring_only(path: Path) -> bool:
@@ -199,7 +215,7 @@ def code_list(files: list[str], root: Path = ROOT) -> str:
 
 def code_lists(root: Path = ROOT) -> dict[str, str]:
     """{file name in deps/: its text}, one per command of cli.py."""
-    return {f"{command}{SUFFIX}": code_list(command_files(command, root), root) for command in cli_targets(root)}
+    return {f"{command}{SUFFIX}": code_list(files, root) for command, files in all_command_files(root).items()}
 
 
 def is_code_list(path: Path) -> bool:
