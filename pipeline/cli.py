@@ -150,21 +150,16 @@ def check_world(shards: Path, dataset: str) -> None:
     import os
 
     from pipeline.core.dataset import SPLITS
-    from pipeline.core.errors import InputError
     from pipeline.core.location import is_url
     from pipeline.shards.format import read_manifest
+    from pipeline.stages.train.stage import check_fed
 
-    if is_url(shards):  # a remote split: its reader checks it where it is fetched
+    if is_url(shards):  # a remote split: the ranks check it once they have read its manifest
         return
     world = os.environ.get("WORLD_SIZE", "1")
     world_size = int(world) if world.isdigit() else 1
     for split in SPLITS:
-        count = read_manifest(Path(shards) / split, dataset, split)["count"]
-        if count < world_size:
-            raise InputError(
-                f"{Path(shards) / split}: {count:,} samples, fewer than the {world_size:,} ranks "
-                f"(WORLD_SIZE); run fewer ranks (torchrun --nproc-per-node)"
-            )
+        check_fed(Path(shards) / split, read_manifest(Path(shards) / split, dataset, split)["count"], world_size)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -1114,7 +1114,9 @@ def test_a_fifo_as_the_checkpoint_is_one_line_without_waiting(tmp_path, data):
         ),
         alone=False,
     )
-    assert line == "Error: ck.pt: exists and is not a regular file; refusing to replace it", line
+    assert line == "Error: ck.pt: exists and is not a regular file; refusing to replace it (choose another output)", (
+        line
+    )
     assert time.monotonic() - start < 60
     assert not (tmp_path / "o").exists()
 

@@ -638,7 +638,8 @@ def test_a_url_whose_test_split_is_empty_is_refused_before_training(s3, tmp_path
         1,
     )
     line = (
-        "Error: s3://scale/empty/test: 0 samples, fewer than the 1 ranks; run fewer ranks (torchrun --nproc-per-node)"
+        "Error: s3://scale/empty/test: 0 samples, fewer than the 1 ranks (WORLD_SIZE); run fewer ranks "
+        "(torchrun --nproc-per-node)"
     )
     assert sum(text == line for text in output.splitlines()) == 1, output[-3000:]
     assert "train epoch" not in output and "ZeroDivisionError" not in output, output[-3000:]

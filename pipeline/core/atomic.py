@@ -110,16 +110,22 @@ def locked(dest: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def check_replaceable(dest: Path) -> None:
+    """A file output may replace `dest`: absent or a regular file; anything else (a folder,
+    a device such as /dev/full, a pipe) is refused with one line, untouched."""
+    from pipeline.core.errors import InputError
+
+    if dest.exists() and not dest.is_file():
+        raise InputError(f"{dest}: exists and is not a regular file; refusing to replace it (choose another output)")
+
+
 @contextlib.contextmanager
 def atomic_path(dest: Path) -> Iterator[Path]:
     """Yield a temporary path next to `dest`; on success rename it onto `dest`. A `dest`
     that exists and is not a regular file (a folder, a device such as /dev/full, a pipe) is
     refused with one line: renaming onto it would replace the node itself."""
-    from pipeline.core.errors import InputError
-
     dest = Path(dest)
-    if dest.exists() and not dest.is_file():
-        raise InputError(f"{dest}: exists and is not a regular file; refusing to replace it (choose another output)")
+    check_replaceable(dest)
     with locked(dest), _worded(dest):
         fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
         os.close(fd)

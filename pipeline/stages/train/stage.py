@@ -23,7 +23,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pipeline.bench.model import MODEL_INPUT, SimpleCNN
-from pipeline.core.atomic import write_json
+from pipeline.core.atomic import check_replaceable, write_json
+from pipeline.core.bounded import read_json
 from pipeline.core.errors import InputError, reason
 from pipeline.core.location import is_url
 from pipeline.shards.dataset import ShardDataset, ShardLoader
@@ -219,18 +220,15 @@ def _check_outputs(out: Path, checkpoint: Path | None, cache: Path | None, resum
         raise InputError(f"--out {out} is the --checkpoint file: give the metrics a file of their own")
     _check_file(out, "--out", _is_metrics)
     if checkpoint is not None:  # resumed from, it is loaded and checked whole before any step
-        _check_file(checkpoint, "--checkpoint", None if resume else lambda head: head.startswith(b"PK\x03\x04"))
+        _check_file(checkpoint, "--checkpoint", None if resume else _is_checkpoint)
 
 
-def _check_file(path: Path, flag: str, ours: Callable[[bytes], bool] | None = None) -> None:
-    """`path` may be written: absent or a regular file (`ours(its first 16 MiB)` says it is
-    one this stage writes), and its folder is one or can be made (nothing is made here)."""
-    if path.is_file() and ours is not None:
-        with path.open("rb") as file:
-            if not ours(file.read(1 << 24)):
-                raise InputError(f"{path}: exists and is not what {flag} writes; refusing to replace it")
-    elif path.exists() and not path.is_file():
-        raise InputError(f"{path}: exists and is not a regular file; refusing to replace it")
+def _check_file(path: Path, flag: str, ours: Callable[[Path], bool] | None = None) -> None:
+    """`path` may be written: absent, or a regular file that `ours` says this stage wrote,
+    and its folder is one or can be made (nothing is made here)."""
+    check_replaceable(path)  # a folder, a device, a pipe: as any file output
+    if ours is not None and path.is_file() and not ours(path):
+        raise InputError(f"{path}: exists and is not what {flag} writes; refusing to replace it")
     folder = path.absolute().parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -238,15 +236,19 @@ def _check_file(path: Path, flag: str, ours: Callable[[bytes], bool] | None = No
         raise InputError(f"{flag} {path}: a file stands where its folder goes")
 
 
-def _is_metrics(head: bytes) -> bool:
+def _is_metrics(path: Path) -> bool:
     """A train metrics document: a JSON object with its keys."""
-    import json
-
     try:
-        held = json.loads(head)
-    except (ValueError, RecursionError):
+        held = read_json(path, what="train metrics file")
+    except InputError:
         return False
     return isinstance(held, dict) and {"world_size", "epochs"} <= set(held)
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """A file torch.save wrote: a zip archive."""
+    with path.open("rb") as file:
+        return file.read(4) == b"PK\x03\x04"
 
 
 def _lost_rank(err: RuntimeError, timeout_s: float) -> str | None:
@@ -301,15 +303,21 @@ def _loaders(shards: Path | str, run: TrainRun, batch: int) -> tuple[ShardLoader
     train_set = ShardDataset(_split(shards, "train"), split="train", **where)
     test_set = ShardDataset(_split(shards, "test"), split="test", **where)
     for name, split in (("train", train_set), ("test", test_set)):  # a URL's too (check_world: a folder's)
-        if len(split) < world:
-            raise InputError(
-                f"{_split(shards, name)}: {len(split):,} samples, fewer than the {world:,} ranks; run fewer ranks "
-                f"(torchrun --nproc-per-node)"
-            )
+        check_fed(_split(shards, name), len(split), world)
     return (
         train_set.loader(batch, shuffle="shards", seed=run.seed, rank=rank, world_size=world),
         test_set.loader(batch, rank=rank, world_size=world),
     )
+
+
+def check_fed(where: Path | str, count: int, world: int) -> None:
+    """A split of `count` samples gives each of `world` ranks at least one, or one line:
+    fewer leaves a rank nothing to test on (a division by zero after a whole epoch)."""
+    if count < world:
+        raise InputError(
+            f"{where}: {count:,} samples, fewer than the {world:,} ranks (WORLD_SIZE); run fewer ranks "
+            f"(torchrun --nproc-per-node)"
+        )
 
 
 def _loader_identity(loader: ShardLoader) -> dict:
@@ -407,6 +415,12 @@ def _start(shards: Path | str, device: torch.device, run: TrainRun, local_batch:
 OPTIMIZER_SETTINGS = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize")
 
 
+def _taken(loader: ShardLoader) -> int:
+    """Samples of the loader's current epoch already taken: by an earlier run, for a loader
+    restored from a checkpoint mid-epoch; 0 at an epoch's start."""
+    return len(loader.dataset) - sum(b - a for a, b in loader.state_dict()["due"])
+
+
 def _optimizer_settings(optimizer: torch.optim.Optimizer) -> list[dict]:
     """Each parameter group's hyper-parameters that change what it learns: what a
     checkpoint's optimizer must share with this run's, or it would train at another rate
@@ -446,7 +460,7 @@ def _restore(state: _Training, checkpoints: Checkpoints, run_epochs: int) -> Non
             f"raise train.epochs to train on, or leave --resume out to start afresh"
         )
     train, world = state.train, dist.get_world_size()
-    done = len(train.dataset) - sum(b - a for a, b in train.state_dict()["due"])
+    done = _taken(train)
     state.resumed = {"epoch": train.epoch + 1, "sample": done, "global_step": state.global_step}
     if dist.get_rank() == 0:
         print(
@@ -472,7 +486,7 @@ def _epoch(
     steps = len(train)
     # Summed on the device (no sync per step): the ranks' sums add up to `world` times the sum of the
     # steps' global-batch means. Resumed mid-epoch, each rank starts from the saved sum of means.
-    before = len(train.dataset) - sum(b - a for a, b in plan_due)  # samples an earlier run trained
+    before = _taken(train)  # of this epoch, trained before this run took over
     loss_sum = torch.full((), state.loss_so_far if before else 0.0, device=state.device, dtype=torch.float64)
     state.loss_so_far = 0.0
     read_before, read_seconds = _fetched(train), 0.0
@@ -586,20 +600,20 @@ def _write_metrics(state: _Training, out: Path, run: TrainRun, local_batch: int)
     return document
 
 
+RECORD_CAP = 1 << 26  # a rank record holds its batches' sample ids: a few MB for MNIST
+
+
 def _remove_other_records(out: Path, ranks: int) -> None:
     """The rank records (`<out>.rank<k>.json`, --record) beside `out` that this run did not
     write (rank `ranks` and above): an earlier run's, on more ranks, would read as this one's.
     A file of that name that is not a rank record is left as it is."""
-    import json
-
     for path in out.parent.glob(f"{out.stem}.rank*.json"):
         rank = path.name[len(out.stem) + len(".rank") : -len(".json")]
-        if not rank.isdigit() or int(rank) < ranks or not path.is_file():
+        if not rank.isdigit() or int(rank) < ranks:
             continue
         try:
-            with path.open("rb") as file:
-                held = json.loads(file.read(1 << 26))
-        except (ValueError, RecursionError, OSError):
+            held = read_json(path, cap=RECORD_CAP, what="rank record")
+        except (InputError, OSError):
             continue
         if isinstance(held, dict) and held.get("rank") == int(rank) and "params_sha256" in held:
             path.unlink()
