@@ -91,10 +91,9 @@ def stage_command(func: F) -> F:
         except KeyboardInterrupt:  # Ctrl-C: one line, not click's "Aborted!" (every stage writes beside, then swaps)
             if click.get_current_context().find_root().params.get("debug"):
                 raise
-            said = "nothing this command writes was replaced"
-            if kwargs.get("checkpoint"):  # train saves it as it goes, whole each time
-                said = "no metrics written; --checkpoint keeps the last step saved, if any (--resume goes on from it)"
-            click.echo(f"Stopped (Ctrl-C): {said}", err=True)
+            # true of every command: each writes beside its output and swaps it in whole (train's
+            # checkpoint too, at each save)
+            click.echo("Stopped (Ctrl-C): every output holds its last whole version, none half-written", err=True)
             raise SystemExit(130) from None
         except ModuleNotFoundError as err:  # an environment without one of the project's packages
             if click.get_current_context().find_root().params.get("debug") or not err.name:

@@ -526,7 +526,10 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130 and err.strip() == "Stopped (Ctrl-C): nothing this command writes was replaced", err
+    assert (
+        proc.returncode == 130
+        and err.strip() == "Stopped (Ctrl-C): every output holds its last whole version, none half-written"
+    ), err
 
 
 def test_ctrl_c_inside_the_window_leaves_the_trace_and_json_there_before(tmp_path):
@@ -552,7 +555,7 @@ def test_ctrl_c_inside_the_window_leaves_the_trace_and_json_there_before(tmp_pat
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130 and err.strip().endswith(
-        "Stopped (Ctrl-C): nothing this command writes was replaced"
+        "Stopped (Ctrl-C): every output holds its last whole version, none half-written"
     ), err
     assert (tmp_path / "t.json").read_text() == "old trace" and (tmp_path / "b.json").read_text() == "old budget"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "t.json", "train.py"]  # no temporary left

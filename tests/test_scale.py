@@ -327,8 +327,8 @@ def test_train_arguments_are_checked_in_one_line(args, message, tmp_path, monkey
 
 @pytest.mark.parametrize("checkpoint", [False, True])
 def test_ctrl_c_in_train_says_what_it_left(checkpoint, tmp_path, monkeypatch):
-    """Every command says nothing it writes was replaced; train replaces its checkpoint as it
-    goes (whole, each save), so with one it says that instead."""
+    """The line every command says, true of train too: its checkpoint, replaced as it goes,
+    is replaced whole at each save (it said nothing was replaced)."""
     from click.testing import CliRunner
 
     import pipeline.stages.train.stage as stage
@@ -344,11 +344,7 @@ def test_ctrl_c_in_train_says_what_it_left(checkpoint, tmp_path, monkeypatch):
     extra = ["--checkpoint", str(tmp_path / "ck.pt")] if checkpoint else []
     args = ["train", "t", "--shards", str(tmp_path / "s"), "--out", str(tmp_path / "o.json"), *extra]
     result = CliRunner().invoke(main, [*args, "--params", str(PARAMS)])
-    said = (
-        "no metrics written; --checkpoint keeps the last step saved, if any (--resume goes on from it)"
-        if checkpoint
-        else "nothing this command writes was replaced"
-    )
+    said = "every output holds its last whole version, none half-written"
     assert result.exit_code == 130 and result.output == f"Stopped (Ctrl-C): {said}\n", result.output
 
 
